@@ -1,0 +1,44 @@
+# Every target creates (or reuses) the virtual environment it needs: a fresh machine needs only Python and make.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test check lint format typecheck bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## demo: the main job on the bundled fixtures (no API key, no home directory needed)
+demo: $(STAMP)
+	$(BIN)/ctxtool stats fixtures/
+
+## test: the whole test suite
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check ctxtool tests bench
+
+format: $(STAMP)
+	$(BIN)/ruff format ctxtool tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+## check: lint + format check + strict types + tests (what CI runs)
+check: $(STAMP)
+	$(BIN)/ruff check ctxtool tests bench
+	$(BIN)/ruff format --check ctxtool tests bench
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+## bench: speed and memory against an orjson floor measured in the same run
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,40 @@
+"""Typed errors. Core code raises these; only ``ctxtool.cli`` catches them and picks an exit status.
+
+Every message names what went wrong and ends with how to fix it. Messages never quote a whole session
+line or an API key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class CtxtoolError(Exception):
+    """Base of every error ctxtool reports to a user."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        self.message = message
+        self.fix = fix
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        return f"{self.message}. {self.fix}" if self.fix else self.message
+
+
+class UsageError(CtxtoolError):
+    """The command line asked for something impossible (exit status 2)."""
+
+
+class SessionFormatError(CtxtoolError):
+    """A file could not be read as a Gemini CLI session."""
+
+    def __init__(self, path: Path | str, reason: str, fix: str = "", line: int | None = None) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.reason = reason
+        where = f"{self.path}:{line}" if line is not None else str(self.path)
+        super().__init__(f"{where}: {reason}", fix)
+
+
+class SummarizerError(CtxtoolError):
+    """A summarizer back end failed (missing key, quota, network)."""
