@@ -1,0 +1,105 @@
+"""The typer application and its single error boundary.
+
+Commands are thin: resolve arguments, call one library function, hand the result to the renderer, return
+an ``ExitStatus``. Only this boundary catches errors; a traceback is printed only with ``--traceback``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import typer
+
+from ctxtool import __version__
+from ctxtool.cli.status import ExitStatus
+from ctxtool.errors import CtxtoolError, UsageError
+
+app = typer.Typer(
+    name="ctxtool",
+    help=(
+        "Token usage per turn, offline compaction replay, diffs and CI budgets for Gemini CLI sessions.\n\n"
+        "Exit status: 0 ok, 1 error (with --strict: a file could not be read), 2 usage error, "
+        "3 budget exceeded (audit)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"ctxtool {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    traceback: bool = typer.Option(
+        False, "--traceback", help="Print the full Python traceback when something fails (for bug reports)."
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print ctxtool's version and exit."
+    ),
+) -> None:
+    """Token usage, compaction replay, diffs and CI budgets for Gemini CLI sessions."""
+
+
+def _register() -> None:
+    from ctxtool.cli import stats
+
+    stats.register(app)
+
+
+_register()
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return the exit status instead of exiting (used by tests and ``main``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    want_traceback = "--traceback" in args
+    try:
+        result = app(args=args, prog_name="ctxtool", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
+        print("Interrupted.", file=sys.stderr)
+        return ExitStatus.INTERRUPTED
+    except typer.TyperException as exc:
+        # typer's own parsing errors (unknown option, bad value): usage errors, shown with the usage line.
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show(file=sys.stderr)
+        else:
+            print(f"Error: {exc.format_message()}", file=sys.stderr)
+        return ExitStatus.USAGE if exc.exit_code == 2 else int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return ExitStatus.INTERRUPTED
+    except UsageError as exc:
+        if want_traceback:
+            raise
+        print(f"Error: {exc}", file=sys.stderr)
+        return ExitStatus.USAGE
+    except CtxtoolError as exc:
+        if want_traceback:
+            raise
+        print(f"Error: {exc}", file=sys.stderr)
+        return ExitStatus.ERROR
+    except BrokenPipeError:
+        return ExitStatus.OK
+    except Exception as exc:
+        if want_traceback:
+            raise
+        print(
+            f"Error: unexpected {type(exc).__name__}: {exc}. Re-run with --traceback and report it",
+            file=sys.stderr,
+        )
+        return ExitStatus.ERROR
+    return int(result) if isinstance(result, int) else ExitStatus.OK
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,189 @@
+"""``ctxtool stats``: token usage per turn, request, session, model, project or day."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ctxtool.cli.status import ExitStatus
+from ctxtool.errors import UsageError
+
+HELP = """Report token usage, context-window share, cache hits and cost of Gemini CLI sessions.
+
+PATHS are session files, directories or globs; with none, the Gemini CLI data root is scanned
+($GEMINI_CLI_HOME/.gemini/tmp if set, else ~/.gemini/tmp). Token sums count every request ever billed
+(including requests later removed by a rewind or a checkpoint); --live keeps only the history Gemini CLI
+would resume. Exit status: 0 ok, 1 with --strict when a file could not be read in full, 2 usage error.
+"""
+
+
+def _parse_date(value: str | None, option: str) -> date | None:
+    if value is None:
+        return None
+    try:
+        return datetime.strptime(value, "%Y-%m-%d").date()
+    except ValueError:
+        raise UsageError(f"{option} {value!r} is not a date", "Write it as YYYY-MM-DD, e.g. 2026-11-01") from None
+
+
+class _DelayedProgress:
+    """A progress bar on stderr that appears only once a scan has taken longer than a second."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.monotonic() - self.start < 1.0 or done >= total:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn("reading sessions"),
+                BarColumn(),
+                DownloadColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("read", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def stats(
+    paths: list[str] = typer.Argument(None, help="Session files, directories or globs (default: the data root)."),
+    by: str = typer.Option(
+        None,
+        "--by",
+        "-b",
+        help="Rows: turn, request, session, model, project or day (default: turn for one session, else session).",
+    ),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json, jsonl, csv or parquet."),
+    output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
+    since: str = typer.Option(None, "--since", help="Only requests on or after DATE (YYYY-MM-DD, UTC)."),
+    until: str = typer.Option(None, "--until", help="Only requests on or before DATE (YYYY-MM-DD, UTC)."),
+    project: list[str] = typer.Option(
+        None, "--project", "-p", help="Only this project (name, path fragment or folder); repeatable."
+    ),
+    session: list[str] = typer.Option(
+        None, "--session", "-s", help="Only this session (id prefix or file name fragment); repeatable."
+    ),
+    sort: str = typer.Option(None, "--sort", help="Sort rows by COLUMN (any column of the report)."),
+    desc: bool = typer.Option(False, "--desc", help="With --sort: largest first."),
+    limit: int = typer.Option(None, "--limit", "-n", min=1, help="Show at most N rows (after sorting)."),
+    live: bool = typer.Option(
+        False, "--live", help="Count only requests still in the live history (not rewound or checkpointed away)."
+    ),
+    subagents: bool = typer.Option(
+        True,
+        "--subagents/--no-subagents",
+        help="Include subagent sessions (chats/<parent-id>/*.json[l]); their tokens roll up into the parent.",
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="Exit 1 when any file could not be read or had broken lines."
+    ),
+    color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
+    width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
+) -> int:
+    from ctxtool import frames, output as out, render
+    from ctxtool.frames import BY_CHOICES
+
+    if by is not None and by not in BY_CHOICES:
+        raise UsageError(f"--by {by!r} is not a report", f"Use one of: {', '.join(BY_CHOICES)}")
+    if fmt not in out.FORMATS:
+        raise UsageError(f"--format {fmt!r} is not supported", f"Use one of: {', '.join(out.FORMATS)}")
+    if fmt == "parquet" and output is None and sys.stdout.isatty():
+        raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
+    since_d = _parse_date(since, "--since")
+    until_d = _parse_date(until, "--until")
+    if since_d and until_d and since_d > until_d:
+        raise UsageError(f"--since {since} is after --until {until}", "Swap the two dates")
+
+    from ctxtool.session.discover import default_root
+
+    targets = paths or [str(default_root())]
+    progress = _DelayedProgress(sys.stderr.isatty())
+    try:
+        corpus = frames.load(targets, subagents=subagents, progress=progress)
+    finally:
+        progress.close()
+    corpus = frames.filter_corpus(
+        corpus, since=since_d, until=until_d, projects=project or (), sessions=session or ()
+    )
+    if live:
+        corpus = frames.live_only(corpus)
+
+    for problem in corpus.problems:
+        _warn(problem.message if problem.message.startswith(problem.path) else f"{problem.path}: {problem.message}")
+    for path, broken, first in frames.broken_files(corpus):
+        _warn(f"{path}: skipped {broken} broken line{'s' if broken != 1 else ''} (first at line {first})")
+    for warning in corpus.warnings:
+        _warn(warning)
+
+    roots = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height
+    by = by or ("turn" if roots == 1 else "session")
+    rows = frames.report(corpus, by, include_subagents_in_parent=subagents)
+    if sort:
+        if sort not in rows.columns:
+            raise UsageError(f"--sort {sort!r} is not a column of --by {by}", f"Use one of: {', '.join(rows.columns)}")
+        rows = rows.sort(sort, descending=desc, nulls_last=True)
+    if limit:
+        rows = rows.head(limit)
+
+    summary = frames.read_summary(corpus)
+    if fmt == "table":
+        from ctxtool.frames import totals
+
+        console = render.make_console(
+            open(output, "w", encoding="utf-8") if output else None,  # noqa: SIM115
+            width=width,
+            color=color,
+        )
+        title = f"ctxtool stats --by {by}" + (" (live history only)" if live else "")
+        sums = totals(rows)
+        if "sessions" in sums:
+            sums["sessions"] = corpus.requests.get_column("session_key").n_unique()
+        table = render.stats_table(
+            rows,
+            sums,
+            by=by,
+            title=title,
+            caption=frames.describe_read(summary),
+            single_session=roots == 1,
+        )
+        render.print_table(console, table)
+        if output:
+            console.file.close()
+    else:
+        data = out.encode(rows, fmt, by=by, view="live" if live else "billed", read=summary)
+        if output:
+            out.atomic_write(output, data)
+        else:
+            out.write_stdout(data, sys.stdout.buffer)
+
+    failed = bool(corpus.problems) or corpus.broken_lines > 0
+    return ExitStatus.ERROR if strict and failed else ExitStatus.OK
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stats", help=HELP)(stats)

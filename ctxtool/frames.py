@@ -1,0 +1,812 @@
+"""Sessions, messages, requests, tool calls and turns as polars frames, and the reports built from them.
+
+Owns: parsing many files in worker processes, session identity (a legacy ``.json`` and the ``.jsonl`` written
+when it was resumed are one session; files sharing a constant ``sessionId`` such as ``a2a-server`` are not),
+subagent attribution, turns, token semantics and the ``--by`` aggregations. Never prints.
+
+Token semantics (chatRecordingTypes.ts): ``input`` is the request's whole prompt and already includes
+``cached``; ``total = input + output + thoughts + tool``. Token sums use the **billed** view (every request
+recorded, rewound or checkpointed away included); context figures use the **live** view.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+
+from ctxtool.session.columns import MESSAGE_COLUMNS, TOOL_COLUMNS, FileColumns, extract_file
+from ctxtool.session.discover import Discovery, SessionPath, discover
+from ctxtool.tokens import COMPRESSION_THRESHOLD, DEFAULT_TOKEN_LIMIT, token_limit
+
+SCHEMA_VERSION = 1
+By = Literal["turn", "request", "session", "model", "project", "day"]
+BY_CHOICES: tuple[str, ...] = ("turn", "request", "session", "model", "project", "day")
+TOKEN_COLUMNS = ("input", "output", "cached", "thoughts", "tool", "total")
+Progress = Callable[[int, int], None]
+
+# Below this many bytes, worker processes cost more than they save.
+_PARALLEL_MIN_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class Problem:
+    path: str
+    message: str
+
+
+@dataclass(slots=True)
+class Corpus:
+    """What was read: the frames plus an account of every file."""
+
+    sessions: pl.DataFrame
+    messages: pl.DataFrame
+    requests: pl.DataFrame
+    tool_calls: pl.DataFrame
+    turns: pl.DataFrame
+    files_read: int = 0
+    files_found: int = 0
+    bytes_read: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    broken_lines: int = 0
+
+
+def load(
+    paths: Sequence[str | Path],
+    *,
+    subagents: bool = True,
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> Corpus:
+    """Find, read and flatten every session under ``paths`` into frames."""
+    found = discover(paths, subagents=subagents)
+    results = read_files(found.files, progress=progress, workers=workers)
+    return build_corpus(results, found)
+
+
+def read_files(
+    files: Sequence[SessionPath], *, progress: Progress | None = None, workers: int | None = None
+) -> list[FileColumns]:
+    sizes = []
+    for sp in files:
+        try:
+            sizes.append(sp.path.stat().st_size)
+        except OSError:
+            sizes.append(0)
+    total = sum(sizes)
+    n_workers = workers if workers is not None else (os.cpu_count() or 1)
+    done = 0
+    if n_workers <= 1 or len(files) < 2 or total < _PARALLEL_MIN_BYTES:
+        out = []
+        for sp, size in zip(files, sizes, strict=True):
+            out.append(extract_file(sp))
+            done += size
+            if progress:
+                progress(done, total)
+        return out
+    # Largest files first so no worker is left with a giant file at the end; results keep input order.
+    order = sorted(range(len(files)), key=lambda i: -sizes[i])
+    results: list[FileColumns | None] = [None] * len(files)
+    with ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context()) as pool:
+        futures = {pool.submit(extract_file, files[i]): i for i in order}
+        from concurrent.futures import as_completed
+
+        for fut in as_completed(futures):
+            i = futures[fut]
+            results[i] = fut.result()
+            done += sizes[i]
+            if progress:
+                progress(done, total)
+    return [r for r in results if r is not None]
+
+
+def _mp_context() -> multiprocessing.context.BaseContext:
+    # fork is cheapest, but forking a process whose polars thread pool is running can deadlock; polars is
+    # imported at module level here, so use forkserver (workers import only the reader and orjson).
+    if sys.platform == "linux":
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["ctxtool.session.columns"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+_MESSAGE_SCHEMA: dict[str, Any] = {
+    "message_id": pl.String,
+    "type": pl.String,
+    "timestamp": pl.String,
+    "live": pl.Boolean,
+    "text_chars": pl.Int64,
+    "is_prompt": pl.Boolean,
+    "is_command": pl.Boolean,
+    "is_snapshot": pl.Boolean,
+    "compression_info": pl.Boolean,
+    "model": pl.String,
+    "preview": pl.String,
+    "tool_calls": pl.Int64,
+    "tool_errors": pl.Int64,
+    **{k: pl.Int64 for k in TOKEN_COLUMNS},
+}
+_TOOL_SCHEMA: dict[str, Any] = {
+    "message_id": pl.String,
+    "call_id": pl.String,
+    "name": pl.String,
+    "status": pl.String,
+    "timestamp": pl.String,
+    "result_chars": pl.Int64,
+}
+assert tuple(_MESSAGE_SCHEMA) == MESSAGE_COLUMNS and tuple(_TOOL_SCHEMA) == TOOL_COLUMNS
+
+
+@dataclass(slots=True)
+class _Session:
+    key: str
+    files: list[FileColumns]
+
+    @property
+    def primary(self) -> FileColumns:
+        return self.files[-1]
+
+
+def _group_sessions(results: list[FileColumns]) -> list[_Session]:
+    """Pair session-X.json with the session-X.jsonl Gemini CLI wrote on resume; everything else is its own."""
+    groups: dict[str, list[FileColumns]] = {}
+    for fc in results:
+        groups.setdefault(fc.group_key, []).append(fc)
+    sessions = []
+    for key, members in groups.items():
+        # .json before .jsonl: the .jsonl is the later copy and the one Gemini CLI resumes.
+        members.sort(key=lambda f: (f.era != "json", f.path))
+        ids = {m.session_id for m in members}
+        if len(members) > 1 and len(ids) == 1:
+            sessions.append(_Session(key, members))
+        else:
+            sessions.extend(_Session(m.path, [m]) for m in members)
+    return sessions
+
+
+def _merged_columns(s: _Session) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """Billed rows of a paired session: the .jsonl's rows, preceded by any older rows only the .json has."""
+    primary = s.primary
+    if len(s.files) == 1:
+        return primary.messages, primary.tools
+    have = set(primary.messages["message_id"])
+    msgs: dict[str, list[Any]] = {k: [] for k in MESSAGE_COLUMNS}
+    tools: dict[str, list[Any]] = {k: [] for k in TOOL_COLUMNS}
+    for older in s.files[:-1]:
+        keep = [i for i, mid in enumerate(older.messages["message_id"]) if mid not in have]
+        keep_ids = {older.messages["message_id"][i] for i in keep}
+        for k in MESSAGE_COLUMNS:
+            col = older.messages[k]
+            msgs[k].extend(col[i] for i in keep)
+        for i in range(len(keep)):
+            msgs["live"][-len(keep) + i] = False
+        for i, mid in enumerate(older.tools["message_id"]):
+            if mid in keep_ids:
+                for k in TOOL_COLUMNS:
+                    tools[k].append(older.tools[k][i])
+        have |= keep_ids
+    for k in MESSAGE_COLUMNS:
+        msgs[k].extend(primary.messages[k])
+    for k in TOOL_COLUMNS:
+        tools[k].extend(primary.tools[k])
+    return msgs, tools
+
+
+def build_corpus(results: list[FileColumns], found: Discovery | None = None) -> Corpus:
+    problems = [Problem(r.path, r.error) for r in results if r.error]
+    good = [r for r in results if not r.error]
+    sessions = _group_sessions(good)
+
+    # Parent lookup for subagent files: by session id within a project; skill-extraction-<8hex> by prefix.
+    by_id: dict[tuple[str, str], str] = {}
+    for s in sessions:
+        p = s.primary
+        if p.session_id and p.parent_ref is None:
+            by_id.setdefault((p.project_dir, p.session_id), s.key)
+
+    srow: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "session_key",
+            "session",
+            "session_id",
+            "project",
+            "project_dir",
+            "project_hash",
+            "kind",
+            "parent_session_key",
+            "root_session_key",
+            "file",
+            "files",
+            "era",
+            "summary",
+            "start_time",
+            "last_updated",
+            "broken_lines",
+            "first_broken_line",
+            "rewinds",
+            "checkpoints",
+            "live_messages",
+        )
+    }
+    msg_cols: dict[str, list[Any]] = {k: [] for k in MESSAGE_COLUMNS}
+    tool_cols: dict[str, list[Any]] = {k: [] for k in TOOL_COLUMNS}
+    msg_session: list[str] = []
+    msg_position: list[int] = []
+    tool_session: list[str] = []
+    for s in sessions:
+        p = s.primary
+        parent_key = None
+        if p.parent_ref is not None:
+            parent_key = by_id.get((p.project_dir, p.parent_ref))
+            if parent_key is None and p.parent_ref.startswith("skill-extraction-"):
+                prefix = p.parent_ref.removeprefix("skill-extraction-")
+                parent_key = next(
+                    (k for (proj, sid), k in by_id.items() if proj == p.project_dir and sid.startswith(prefix)),
+                    None,
+                )
+        kind = "subagent" if p.parent_ref is not None or p.kind == "subagent" else p.kind
+        srow["session_key"].append(s.key)
+        srow["session"].append(Path(p.path).name.rsplit(".", 1)[0])
+        srow["session_id"].append(p.session_id)
+        srow["project"].append(p.project)
+        srow["project_dir"].append(p.project_dir)
+        srow["project_hash"].append(p.project_hash)
+        srow["kind"].append(kind)
+        srow["parent_session_key"].append(parent_key)
+        srow["root_session_key"].append(parent_key or s.key)
+        srow["file"].append(p.path)
+        srow["files"].append(len(s.files))
+        srow["era"].append("+".join(f.era for f in s.files))
+        srow["summary"].append(p.summary)
+        srow["start_time"].append(min((f.start_time for f in s.files if f.start_time), default=None))
+        srow["last_updated"].append(max((f.last_updated for f in s.files if f.last_updated), default=None))
+        srow["broken_lines"].append(sum(f.broken_lines for f in s.files))
+        srow["first_broken_line"].append(next((f.first_broken_line for f in s.files if f.first_broken_line), None))
+        srow["rewinds"].append(sum(f.rewinds for f in s.files))
+        srow["checkpoints"].append(sum(f.checkpoints for f in s.files))
+        srow["live_messages"].append(p.live_messages)
+        m, t = _merged_columns(s)
+        n = len(m["message_id"])
+        for k in MESSAGE_COLUMNS:
+            msg_cols[k].extend(m[k])
+        for k in TOOL_COLUMNS:
+            tool_cols[k].extend(t[k])
+        msg_session.extend([s.key] * n)
+        msg_position.extend(range(n))
+        tool_session.extend([s.key] * len(t["message_id"]))
+
+    files_meta = pl.DataFrame(
+        srow,
+        schema_overrides={
+            "parent_session_key": pl.String,
+            "project_hash": pl.String,
+            "session_id": pl.String,
+            "summary": pl.String,
+            "start_time": pl.String,
+            "last_updated": pl.String,
+            "first_broken_line": pl.Int64,
+        },
+    )
+    messages = pl.DataFrame(
+        {"session_key": msg_session, "position": msg_position, **msg_cols},
+        schema={"session_key": pl.String, "position": pl.Int64, **_MESSAGE_SCHEMA},
+    )
+    tools = pl.DataFrame(
+        {"session_key": tool_session, **tool_cols}, schema={"session_key": pl.String, **_TOOL_SCHEMA}
+    )
+    corpus = _derive(files_meta, messages, tools)
+    corpus.problems = problems
+    corpus.files_read = len(good)
+    corpus.files_found = len(results)
+    corpus.bytes_read = sum(r.size for r in good)
+    corpus.broken_lines = sum(r.broken_lines for r in good)
+    if found is not None:
+        corpus.skipped = [(str(p), why) for p, why in found.skipped]
+        corpus.problems.extend(
+            Problem(m, "matches no file. Check the path, or quote a glob so the shell does not expand it")
+            for m in found.missing
+        )
+        corpus.problems.extend(
+            Problem(str(d), "holds no Gemini CLI session files (session-*.json or session-*.jsonl)")
+            for d in found.empty_dirs
+        )
+    return corpus
+
+
+def _ts(col: str) -> pl.Expr:
+    return pl.col(col).str.to_datetime(time_zone="UTC", strict=False, format=None)
+
+
+def _derive(meta: pl.DataFrame, messages: pl.DataFrame, tools: pl.DataFrame) -> Corpus:
+    from ctxtool.pricing import add_costs
+
+    ids = meta.select("session_key", "session", "session_id", "project", "kind", "root_session_key")
+    messages = (
+        messages.with_columns(
+            turn=pl.col("is_prompt").cast(pl.Int64).cum_sum().over("session_key"),
+            ts=_ts("timestamp"),
+            compression=(
+                pl.col("compression_info") | pl.col("is_snapshot")
+            ),
+        )
+        .join(ids, on="session_key", how="left")
+    )
+
+    requests = messages.filter((pl.col("type") == "gemini") & pl.col("input").is_not_null())
+    requests = requests.with_columns(
+        context_limit=pl.col("model").map_elements(token_limit, return_dtype=pl.Int64, skip_nulls=False)
+        if requests.height
+        else pl.lit(DEFAULT_TOKEN_LIMIT, dtype=pl.Int64),
+    )
+    requests = requests.with_columns(
+        context=pl.col("input"),
+        context_share=pl.col("input") / pl.col("context_limit"),
+        cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")).otherwise(None),
+    )
+    requests, warnings = add_costs(requests)
+    requests = requests.select(
+        "session_key",
+        "session",
+        "session_id",
+        "project",
+        "kind",
+        "root_session_key",
+        "message_id",
+        "position",
+        "turn",
+        "timestamp",
+        "ts",
+        "live",
+        "model",
+        *TOKEN_COLUMNS,
+        "context",
+        "context_limit",
+        "context_share",
+        "cache_ratio",
+        "cost",
+        "tool_calls",
+        "tool_errors",
+    )
+
+    tool_calls = tools.join(
+        messages.select("session_key", "message_id", "turn", "live"),
+        on=["session_key", "message_id"],
+        how="left",
+    ).join(ids, on="session_key", how="left")
+
+    turns = _turns(messages, requests)
+    sessions = _sessions(meta, messages, requests, turns)
+    return Corpus(sessions, messages, requests, tool_calls, turns, warnings=warnings)
+
+
+def _turns(messages: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
+    per_msg = messages.group_by("session_key", "turn", maintain_order=True).agg(
+        pl.col("session").first(),
+        pl.col("project").first(),
+        pl.col("preview").filter(pl.col("is_prompt")).first().alias("prompt"),
+        pl.col("ts").min().alias("start"),
+        pl.col("ts").max().alias("end"),
+        pl.col("live").filter(pl.col("is_prompt")).first().alias("live"),
+        pl.len().alias("messages"),
+        pl.col("tool_calls").sum(),
+        pl.col("tool_errors").sum(),
+        pl.col("compression").any().alias("compressed"),
+    )
+    per_req = requests.group_by("session_key", "turn").agg(
+        pl.len().alias("requests"),
+        *[pl.col(k).sum() for k in TOKEN_COLUMNS],
+        pl.col("input").max().alias("peak_context"),
+        pl.col("context_limit").max(),
+        pl.col("cost").sum().alias("cost"),
+        pl.col("cost").is_null().any().alias("cost_unknown"),
+        pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
+    )
+    turns = per_msg.join(per_req, on=["session_key", "turn"], how="left").with_columns(
+        pl.col("requests").fill_null(0),
+        *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
+        pl.col("live").fill_null(True),
+        duration_s=(pl.col("end") - pl.col("start")).dt.total_milliseconds() / 1000.0,
+    )
+    turns = turns.with_columns(
+        cost=pl.when(pl.col("cost_unknown")).then(None).otherwise(pl.col("cost")),
+        context_share=pl.col("peak_context") / pl.col("context_limit"),
+        cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
+    ).drop("cost_unknown")
+    # Messages before the first prompt (a <session_context> block, a resumed history) form turn 0; keep it
+    # only when it holds something.
+    return turns.filter((pl.col("turn") > 0) | (pl.col("requests") > 0) | pl.col("compressed"))
+
+
+def _sessions(
+    meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame, turns: pl.DataFrame
+) -> pl.DataFrame:
+    msg = messages.group_by("session_key").agg(
+        pl.len().alias("billed_messages"),
+        pl.col("is_prompt").sum().alias("turns"),
+        pl.col("tool_calls").sum(),
+        pl.col("tool_errors").sum(),
+        pl.col("compression_info").sum().alias("compression_infos"),
+        pl.col("is_snapshot").sum().alias("snapshots"),
+        pl.col("ts").min().alias("first_ts"),
+        pl.col("ts").max().alias("last_ts"),
+    )
+    req = requests.group_by("session_key").agg(
+        pl.len().alias("requests"),
+        *[pl.col(k).sum() for k in TOKEN_COLUMNS],
+        pl.col("cost").sum(),
+        pl.col("cost").is_null().any().alias("cost_unknown"),
+        pl.col("input").filter(pl.col("live")).last().alias("context"),
+        pl.col("input").filter(pl.col("live")).max().alias("peak_context"),
+        pl.col("context_limit").max(),
+        pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
+        pl.col("live").sum().alias("live_requests"),
+    )
+    out = (
+        meta.join(msg, on="session_key", how="left")
+        .join(req, on="session_key", how="left")
+        .with_columns(
+            pl.col("requests").fill_null(0),
+            pl.col("live_requests").fill_null(0),
+            *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
+            pl.col("billed_messages").fill_null(0),
+            pl.col("turns").fill_null(0),
+            pl.col("context_limit").fill_null(DEFAULT_TOKEN_LIMIT),
+            start=pl.coalesce(_ts("start_time"), pl.col("first_ts")),
+            end=pl.coalesce(pl.col("last_ts"), _ts("last_updated")),
+        )
+        .with_columns(
+            cost=pl.when(pl.col("cost_unknown").fill_null(False))
+            .then(None)
+            .otherwise(pl.col("cost").fill_null(0.0)),
+            compressions=pl.col("compression_infos").fill_null(0)
+            + pl.col("snapshots").fill_null(0)
+            + pl.col("checkpoints"),
+            context_share=pl.col("peak_context") / pl.col("context_limit"),
+            cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
+        )
+        .drop("cost_unknown", "first_ts", "last_ts", "start_time", "last_updated")
+    )
+    children = out.filter(pl.col("parent_session_key").is_not_null()).group_by("parent_session_key").agg(
+        pl.len().alias("subagents")
+    )
+    return out.join(children, left_on="session_key", right_on="parent_session_key", how="left").with_columns(
+        pl.col("subagents").fill_null(0)
+    )
+
+
+# --- reports ---------------------------------------------------------------------------------------
+
+
+def filter_corpus(
+    corpus: Corpus,
+    *,
+    since: date | None = None,
+    until: date | None = None,
+    projects: Sequence[str] = (),
+    sessions: Sequence[str] = (),
+) -> Corpus:
+    """Keep requests (and the turns/sessions they belong to) matching every filter given."""
+    if not (since or until or projects or sessions):
+        return corpus
+    keep = corpus.sessions
+    if projects:
+        keep = keep.filter(
+            pl.any_horizontal(
+                *[
+                    pl.col("project").str.contains(p, literal=True) | (pl.col("project_dir") == p)
+                    for p in projects
+                ]
+            )
+        )
+    if sessions:
+        keep = keep.filter(
+            pl.any_horizontal(
+                *[
+                    pl.col("session_id").str.starts_with(s)
+                    | pl.col("session").str.contains(s, literal=True)
+                    | (pl.col("session_key") == s)
+                    for s in sessions
+                ]
+            )
+        )
+    # A subagent follows its parent session when filtering by session.
+    roots = keep.get_column("session_key")
+    keys = corpus.sessions.filter(
+        pl.col("session_key").is_in(roots.implode()) | pl.col("root_session_key").is_in(roots.implode())
+    ).get_column("session_key")
+
+    def by_key(df: pl.DataFrame) -> pl.DataFrame:
+        return df.filter(pl.col("session_key").is_in(keys.implode()))
+
+    requests = by_key(corpus.requests)
+    turns = by_key(corpus.turns)
+    messages = by_key(corpus.messages)
+    if since or until:
+        day = pl.col("ts").dt.date()
+        cond = pl.lit(True)
+        if since:
+            cond = cond & (day >= since)
+        if until:
+            cond = cond & (day <= until)
+        requests = requests.filter(cond)
+        messages = messages.filter(cond)
+        tcond = pl.lit(True)
+        if since:
+            tcond = tcond & (pl.col("start").dt.date() >= since)
+        if until:
+            tcond = tcond & (pl.col("start").dt.date() <= until)
+        turns = turns.filter(tcond)
+    meta = by_key(corpus.sessions)
+    if since or until:
+        meta = meta.filter(pl.col("session_key").is_in(messages.get_column("session_key").unique().implode()))
+    return Corpus(
+        meta,
+        messages,
+        requests,
+        by_key(corpus.tool_calls),
+        turns,
+        files_read=corpus.files_read,
+        files_found=corpus.files_found,
+        bytes_read=corpus.bytes_read,
+        problems=corpus.problems,
+        skipped=corpus.skipped,
+        warnings=corpus.warnings,
+        broken_lines=corpus.broken_lines,
+    )
+
+
+def _agg_requests(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    return (
+        df.group_by(keys)
+        .agg(
+            pl.col("session_key").n_unique().alias("sessions"),
+            pl.len().alias("requests"),
+            *[pl.col(k).sum() for k in TOKEN_COLUMNS],
+            pl.col("input").max().alias("peak_context"),
+            pl.col("cost").sum(),
+            pl.col("cost").is_null().any().alias("cost_unknown"),
+            pl.col("tool_calls").sum(),
+        )
+        .with_columns(
+            cost=pl.when(pl.col("cost_unknown")).then(None).otherwise(pl.col("cost")),
+            cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
+        )
+        .drop("cost_unknown")
+        .sort(keys)
+    )
+
+
+# Columns each report shows, in order (the README documents every one).
+REPORT_COLUMNS: dict[str, list[str]] = {
+    "turn": [
+        "session",
+        "turn",
+        "prompt",
+        "start",
+        "duration_s",
+        "requests",
+        *TOKEN_COLUMNS,
+        "peak_context",
+        "context_limit",
+        "context_share",
+        "cache_ratio",
+        "tool_calls",
+        "tool_errors",
+        "compressed",
+        "live",
+        "models",
+        "cost",
+    ],
+    "request": [
+        "session",
+        "turn",
+        "message_id",
+        "timestamp",
+        "model",
+        *TOKEN_COLUMNS,
+        "context",
+        "context_limit",
+        "context_share",
+        "cache_ratio",
+        "tool_calls",
+        "live",
+        "cost",
+    ],
+    "session": [
+        "session",
+        "session_id",
+        "project",
+        "kind",
+        "subagents",
+        "start",
+        "end",
+        "turns",
+        "requests",
+        *TOKEN_COLUMNS,
+        "context",
+        "peak_context",
+        "context_limit",
+        "context_share",
+        "cache_ratio",
+        "compressions",
+        "rewinds",
+        "tool_calls",
+        "tool_errors",
+        "models",
+        "cost",
+        "file",
+    ],
+    "model": ["model", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost"],
+    "project": ["project", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost"],
+    "day": ["day", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost"],
+}
+
+
+def report(corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True) -> pl.DataFrame:
+    """The rows of ``ctxtool stats --by BY``."""
+    if by not in BY_CHOICES:
+        raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
+    if by == "turn":
+        df = corpus.turns.sort("session_key", "turn")
+    elif by == "request":
+        df = corpus.requests.sort("session_key", "position")
+    elif by == "session":
+        df = _session_report(corpus, include_subagents_in_parent)
+    elif by == "model":
+        df = _agg_requests(corpus.requests.with_columns(pl.col("model").fill_null("(unknown)")), ["model"])
+    elif by == "project":
+        df = _agg_requests(corpus.requests, ["project"])
+    else:
+        df = _agg_requests(corpus.requests.with_columns(day=pl.col("ts").dt.date()), ["day"])
+    return df.select(REPORT_COLUMNS[by])
+
+
+def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
+    s = corpus.sessions
+    if corpus.requests.height != _request_count(s):
+        # Filtered by date: recompute token sums from the requests that remain.
+        sums = _agg_requests(corpus.requests, ["session_key"]).select(
+            "session_key", "requests", *TOKEN_COLUMNS, "cost"
+        )
+        s = s.drop("requests", *TOKEN_COLUMNS, "cost").join(sums, on="session_key", how="left")
+        s = s.with_columns(pl.col("requests").fill_null(0), *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS])
+    if not roll_up:
+        return s.sort("start", "session_key", nulls_last=True)
+    # Subagent sessions are attributed to their parent: their tokens and cost are added to the parent's row.
+    child = s.filter(pl.col("parent_session_key").is_not_null())
+    if child.height == 0:
+        return s.sort("start", "session_key", nulls_last=True)
+    add = child.group_by("parent_session_key").agg(
+        *[pl.col(k).sum().alias(f"_sub_{k}") for k in (*TOKEN_COLUMNS, "requests", "tool_calls", "tool_errors")],
+        pl.col("cost").sum().alias("_sub_cost"),
+        pl.col("cost").is_null().any().alias("_sub_cost_unknown"),
+    )
+    parents = (
+        s.filter(pl.col("parent_session_key").is_null())
+        .join(add, left_on="session_key", right_on="parent_session_key", how="left")
+        .with_columns(
+            *[
+                (pl.col(k) + pl.col(f"_sub_{k}").fill_null(0)).alias(k)
+                for k in (*TOKEN_COLUMNS, "requests", "tool_calls", "tool_errors")
+            ],
+            cost=pl.when(pl.col("_sub_cost_unknown").fill_null(False))
+            .then(None)
+            .otherwise(pl.col("cost") + pl.col("_sub_cost").fill_null(0)),
+        )
+        .with_columns(cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")))
+        .drop([c for c in add.columns if c != "parent_session_key"])
+    )
+    return parents.sort("start", "session_key", nulls_last=True)
+
+
+def _request_count(sessions: pl.DataFrame) -> int:
+    return int(sessions.get_column("requests").sum() or 0) if sessions.height else 0
+
+
+def totals(df: pl.DataFrame) -> dict[str, Any]:
+    """A totals row for a report: sums of the additive columns, max of the peaks."""
+    out: dict[str, Any] = {}
+    for col in df.columns:
+        if col in (*TOKEN_COLUMNS, "requests", "sessions", "tool_calls", "tool_errors", "turns", "compressions"):
+            out[col] = int(df.get_column(col).sum() or 0)
+        elif col in ("peak_context", "context"):
+            out[col] = df.get_column(col).max()
+        elif col == "cost":
+            c = df.get_column(col)
+            out[col] = None if c.null_count() else float(c.sum())
+    if out.get("input"):
+        out["cache_ratio"] = out.get("cached", 0) / out["input"]
+    return out
+
+
+def live_only(corpus: Corpus) -> Corpus:
+    """The live view: only requests and turns still in the history Gemini CLI would resume."""
+    requests = corpus.requests.filter(pl.col("live"))
+    messages = corpus.messages.filter(pl.col("live"))
+    turns = _turns(messages, requests)
+    meta = corpus.sessions.drop(
+        "requests", *TOKEN_COLUMNS, "cost", "context", "peak_context", "models", "live_requests"
+    )
+    sums = requests.group_by("session_key").agg(
+        pl.len().alias("requests"),
+        *[pl.col(k).sum() for k in TOKEN_COLUMNS],
+        pl.col("cost").sum(),
+        pl.col("cost").is_null().any().alias("_unknown"),
+        pl.col("input").last().alias("context"),
+        pl.col("input").max().alias("peak_context"),
+        pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
+        pl.len().alias("live_requests"),
+    )
+    sessions = meta.join(sums, on="session_key", how="left").with_columns(
+        pl.col("requests").fill_null(0),
+        pl.col("live_requests").fill_null(0),
+        *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
+        cost=pl.when(pl.col("_unknown").fill_null(False)).then(None).otherwise(pl.col("cost").fill_null(0.0)),
+    ).drop("_unknown")
+    return Corpus(
+        sessions,
+        messages,
+        requests,
+        corpus.tool_calls.filter(pl.col("live").fill_null(True)),
+        turns,
+        files_read=corpus.files_read,
+        files_found=corpus.files_found,
+        bytes_read=corpus.bytes_read,
+        problems=corpus.problems,
+        skipped=corpus.skipped,
+        warnings=corpus.warnings,
+        broken_lines=corpus.broken_lines,
+    )
+
+
+def broken_files(corpus: Corpus) -> list[tuple[str, int, int]]:
+    """(file, broken lines, first broken line) for every session that had unparseable lines."""
+    df = corpus.sessions.filter(pl.col("broken_lines") > 0)
+    return [(r["file"], r["broken_lines"], r["first_broken_line"] or 0) for r in df.iter_rows(named=True)]
+
+
+def read_summary(corpus: Corpus) -> dict[str, Any]:
+    """What was read, for the JSON envelope and the table caption."""
+    reasons: dict[str, int] = {}
+    for _, why in corpus.skipped:
+        reasons[why] = reasons.get(why, 0) + 1
+    s = corpus.sessions
+    return {
+        "files": corpus.files_read,
+        "bytes": corpus.bytes_read,
+        "sessions": s.height,
+        "subagent_sessions": s.filter(pl.col("kind") == "subagent").height if s.height else 0,
+        "requests": corpus.requests.height,
+        "broken_lines": corpus.broken_lines,
+        "skipped": [{"file": f, "reason": why} for f, why in corpus.skipped],
+        "skipped_by_reason": reasons,
+        "errors": [{"file": p.path, "message": p.message} for p in corpus.problems],
+    }
+
+
+def describe_read(summary: dict[str, Any]) -> str:
+    mb = summary["bytes"] / 1_000_000
+    text = (
+        f"Read {summary['files']:,} file{'s' if summary['files'] != 1 else ''} ({mb:,.1f} MB): "
+        f"{summary['sessions']:,} session{'s' if summary['sessions'] != 1 else ''}"
+        f" ({summary['subagent_sessions']:,} subagent), {summary['requests']:,} requests."
+    )
+    if summary["skipped_by_reason"]:
+        parts = [f"{n} {why}" for why, n in sorted(summary["skipped_by_reason"].items())]
+        text += f" Skipped {sum(summary['skipped_by_reason'].values())}: " + ", ".join(parts) + "."
+    if summary["errors"]:
+        text += f" {len(summary['errors'])} could not be read (see warnings)."
+    if summary["broken_lines"]:
+        text += f" {summary['broken_lines']} broken line(s) skipped."
+    return text

@@ -1,0 +1,97 @@
+"""Machine-readable output: json, jsonl, csv and parquet, written the same way by every command.
+
+Owns: the JSON envelope (``schema_version``), value conversion (datetimes as ISO 8601, dates as YYYY-MM-DD),
+and atomic file writes. Must not: import rich or decide anything about terminals.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Iterable
+from datetime import date, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import polars as pl
+
+MACHINE_FORMATS = ("json", "jsonl", "csv", "parquet")
+FORMATS = ("table", *MACHINE_FORMATS)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def dumps(obj: Any, *, indent: bool = True) -> bytes:
+    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
+    return orjson.dumps(obj, default=_default, option=option)
+
+
+def json_document(rows: pl.DataFrame, **envelope: Any) -> bytes:
+    """``{"schema_version": …, <envelope>, "rows": [...]}`` followed by a newline."""
+    from ctxtool.frames import SCHEMA_VERSION
+
+    doc = {"schema_version": SCHEMA_VERSION, **envelope, "rows": rows.to_dicts()}
+    return dumps(doc) + b"\n"
+
+
+def jsonl_lines(rows: pl.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    for row in rows.iter_rows(named=True):
+        buf.write(dumps(row, indent=False))
+        buf.write(b"\n")
+    return buf.getvalue()
+
+
+def csv_bytes(rows: pl.DataFrame) -> bytes:
+    return rows.write_csv().encode("utf-8")
+
+
+def parquet_bytes(rows: pl.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    rows.write_parquet(buf)
+    return buf.getvalue()
+
+
+def encode(rows: pl.DataFrame, fmt: str, **envelope: Any) -> bytes:
+    if fmt == "json":
+        return json_document(rows, **envelope)
+    if fmt == "jsonl":
+        return jsonl_lines(rows)
+    if fmt == "csv":
+        return csv_bytes(rows)
+    if fmt == "parquet":
+        return parquet_bytes(rows)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def atomic_write(path: Path, chunks: Iterable[bytes] | bytes) -> None:
+    """Write to a temporary file in the same directory, then rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if isinstance(chunks, bytes):
+                fh.write(chunks)
+            else:
+                for chunk in chunks:
+                    fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_stdout(data: bytes, stream: IO[bytes]) -> None:
+    stream.write(data)
+    stream.flush()

@@ -1,0 +1,238 @@
+"""The only module that imports rich: tables, colours and numbers for people.
+
+The terminal decides colour and width, never structure: a table shows the same rows and columns as the
+machine formats, with readable numbers, a totals row and the context share coloured against Gemini CLI's
+compression threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
+from typing import IO, Any
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ctxtool.tokens import COMPRESSION_THRESHOLD
+
+_RIGHT = {
+    "requests",
+    "sessions",
+    "turn",
+    "turns",
+    "input",
+    "output",
+    "cached",
+    "thoughts",
+    "tool",
+    "total",
+    "context",
+    "peak_context",
+    "context_limit",
+    "context_share",
+    "cache_ratio",
+    "tool_calls",
+    "tool_errors",
+    "compressions",
+    "rewinds",
+    "subagents",
+    "cost",
+    "duration_s",
+}
+_HEADERS = {
+    "requests": "req",
+    "context_share": "ctx %",
+    "cache_ratio": "cache %",
+    "peak_context": "peak ctx",
+    "context_limit": "limit",
+    "duration_s": "time",
+    "tool_calls": "tools",
+    "tool_errors": "tool err",
+    "compressions": "compr.",
+    "cost": "cost $",
+}
+# What a table shows per report; machine formats always carry every column.
+TABLE_COLUMNS: dict[str, list[str]] = {
+    "turn": [
+        "session",
+        "turn",
+        "prompt",
+        "start",
+        "duration_s",
+        "requests",
+        "input",
+        "output",
+        "thoughts",
+        "cached",
+        "peak_context",
+        "context_share",
+        "cache_ratio",
+        "tool_calls",
+        "compressed",
+        "cost",
+    ],
+    "request": [
+        "session",
+        "turn",
+        "timestamp",
+        "model",
+        "input",
+        "output",
+        "thoughts",
+        "cached",
+        "context_share",
+        "cache_ratio",
+        "tool_calls",
+        "live",
+        "cost",
+    ],
+    "session": [
+        "session",
+        "project",
+        "start",
+        "turns",
+        "requests",
+        "input",
+        "output",
+        "thoughts",
+        "total",
+        "peak_context",
+        "context_share",
+        "cache_ratio",
+        "compressions",
+        "cost",
+    ],
+    "model": ["model", "sessions", "requests", "input", "output", "thoughts", "cached", "total", "cache_ratio", "cost"],
+    "project": ["project", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
+    "day": ["day", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
+}
+_MAX_WIDTH = {"prompt": 40, "session": 34, "project": 24, "model": 30}
+
+
+def make_console(stream: IO[str] | None = None, *, width: int | None = None, color: bool | None = None) -> Console:
+    return Console(
+        file=stream,
+        width=width,
+        no_color=color is False,
+        force_terminal=True if color else None,
+        highlight=False,
+        soft_wrap=False,
+    )
+
+
+def human_int(value: Any) -> str:
+    if value is None:
+        return "–"
+    n = int(value)
+    if abs(n) < 100_000:
+        return f"{n:,}"
+    if abs(n) < 10_000_000:
+        return f"{n / 1_000:,.0f}k"
+    return f"{n / 1_000_000:,.1f}M"
+
+
+def percent(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{float(value) * 100:.1f}%"
+
+
+def money(value: Any) -> str:
+    if value is None:
+        return "?"
+    v = float(value)
+    return f"{v:,.2f}" if v >= 1 else f"{v:.4f}"
+
+
+def duration(value: Any) -> str:
+    if value is None:
+        return "–"
+    s = float(value)
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{s // 60:.0f}m{s % 60:02.0f}s"
+    return f"{s // 3600:.0f}h{(s % 3600) // 60:02.0f}m"
+
+
+def share_style(share: float | None) -> str:
+    """Green well below the threshold, yellow approaching it, red at or past it (compression would fire)."""
+    if share is None:
+        return ""
+    if share >= COMPRESSION_THRESHOLD:
+        return "bold red"
+    if share >= COMPRESSION_THRESHOLD * 0.8:
+        return "yellow"
+    return "green"
+
+
+def cell(column: str, value: Any) -> Text:
+    if column == "context_share":
+        return Text(percent(value), style=share_style(value))
+    if column == "cache_ratio":
+        return Text(percent(value))
+    if column == "cost":
+        return Text(money(value), style="" if value is not None else "dim")
+    if column == "duration_s":
+        return Text(duration(value))
+    if isinstance(value, bool):
+        if column == "compressed":
+            return Text("yes" if value else "", style="magenta")
+        return Text("yes" if value else "no", style="" if value else "dim")
+    if isinstance(value, int) and column in _RIGHT:
+        return Text(human_int(value))
+    if isinstance(value, datetime):
+        return Text(value.strftime("%Y-%m-%d %H:%M"))
+    if column == "timestamp" and isinstance(value, str):
+        return Text(value[:19].replace("T", " "))
+    if isinstance(value, date):
+        return Text(value.isoformat())
+    if value is None:
+        return Text("–", style="dim")
+    return Text(str(value))
+
+
+def stats_table(
+    rows: pl.DataFrame,
+    totals: Mapping[str, Any],
+    *,
+    by: str,
+    title: str,
+    caption: str | None = None,
+    single_session: bool = False,
+) -> Table:
+    wanted = TABLE_COLUMNS.get(by, rows.columns)
+    columns = [c for c in wanted if c in rows.columns and not (single_session and c == "session" and by != "session")]
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left", show_footer=True)
+    first = True
+    for col in columns:
+        footer: Text | str = ""
+        if first:
+            footer = Text("total", style="bold")
+            first = False
+        elif col in totals:
+            footer = cell(col, totals[col])
+        table.add_column(
+            _HEADERS.get(col, col),
+            justify="right" if col in _RIGHT else "left",
+            footer=footer,
+            overflow="ellipsis",
+            no_wrap=True,
+            max_width=_MAX_WIDTH.get(col),
+            min_width=min(12, _MAX_WIDTH[col]) if col in _MAX_WIDTH else None,
+        )
+    for row in rows.select(columns).iter_rows():
+        table.add_row(*[cell(col, v) for col, v in zip(columns, row, strict=True)])
+    return table
+
+
+def print_table(console: Console, table: Table) -> None:
+    console.print(table)
+
+
+def problem_lines(problems: Sequence[tuple[str, str]]) -> list[str]:
+    return [f"{path}: {message}" if not message.startswith(path) else message for path, message in problems]

@@ -1,0 +1,1 @@
+"""Reading, finding and writing Gemini CLI session files."""

@@ -1,0 +1,167 @@
+"""Where Gemini CLI sessions live, and which files on disk are sessions.
+
+Owns: the data root (``$GEMINI_CLI_HOME/.gemini/tmp``, else ``~/.gemini/tmp``), the layout
+``<root>/<project>/chats/session-*.json[l]`` with nested subagent files ``chats/<parent>/<id>.json[l]``
+(also ``chats/skill-extraction-<8hex>/…``), what is skipped (``*.unreadable-*`` repair leftovers, temp
+files), and the identity key that makes a legacy ``.json`` and the ``.jsonl`` Gemini CLI writes when it
+resumes it one session. Must not: open session files (apart from the small ``.project_root`` marker).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SESSION_SUFFIXES = (".json", ".jsonl")
+_PRUNE_DIRS = {".git", "node_modules", "tool-outputs", "__pycache__"}
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPath:
+    """A file to read, with what its place on disk says about it."""
+
+    path: Path
+    project: str  # .project_root contents when present, else the folder name under tmp/
+    project_dir: str  # the folder name under tmp/ (a sha256 or a slug)
+    parent_ref: str | None  # for nested files: the folder under chats/ (parent session id, skill-extraction-…)
+    group_key: str  # same key for session-X.json and session-X.jsonl in one chats/ folder
+
+
+@dataclass(slots=True)
+class Discovery:
+    files: list[SessionPath] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # arguments that named nothing
+    empty_dirs: list[Path] = field(default_factory=list)  # directories with no session in them
+
+
+def default_root(env: Mapping[str, str] | None = None) -> Path:
+    """Gemini CLI's data root: ``$GEMINI_CLI_HOME/.gemini/tmp`` when set, else ``~/.gemini/tmp``."""
+    env = os.environ if env is None else env
+    home = env.get("GEMINI_CLI_HOME")
+    base = Path(home).expanduser() if home else Path.home()
+    return base / ".gemini" / "tmp"
+
+
+def skip_reason(name: str) -> str | None:
+    """Why a file name is not a session to read, or None."""
+    if ".unreadable-" in name:
+        return "unreadable-file backup left by Gemini CLI"
+    if name.startswith(".") or name.endswith((".tmp", "~", ".swp", ".part")) or ".tmp." in name:
+        return "temporary file"
+    return None
+
+
+def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discovery:
+    """Resolve PATH arguments (files, directories, globs) to session files, each listed once."""
+    result = Discovery()
+    seen: set[Path] = set()
+    project_names: dict[Path, str] = {}
+
+    def add(path: Path) -> None:
+        resolved = path.resolve()
+        if resolved in seen:
+            return
+        seen.add(resolved)
+        sp = _describe(path, project_names)
+        if sp.parent_ref is not None and not subagents:
+            return
+        result.files.append(sp)
+
+    for arg in paths:
+        for target in _expand(arg, result):
+            if target.is_dir():
+                found = False
+                for file in _scan_dir(target, result):
+                    found = True
+                    add(file)
+                if not found:
+                    result.empty_dirs.append(target)
+            else:
+                add(target)
+    return result
+
+
+def _expand(arg: str | Path, result: Discovery) -> Iterable[Path]:
+    text = str(arg)
+    path = Path(text).expanduser()
+    if path.exists():
+        return [path]
+    if any(ch in text for ch in "*?["):
+        matches = sorted(glob.glob(os.path.expanduser(text), recursive=True))
+        if matches:
+            return [Path(m) for m in matches]
+    result.missing.append(text)
+    return []
+
+
+def _scan_dir(root: Path, result: Discovery) -> Iterable[Path]:
+    """Session files under ``root``: the Gemini CLI layout when there is a chats/ folder, else every JSON file."""
+    chats_dirs: list[Path] = []
+    loose: list[Path] = []
+    if root.name == "chats":
+        chats_dirs.append(root)
+    else:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in _PRUNE_DIRS)
+            if Path(dirpath).name == "chats":
+                chats_dirs.append(Path(dirpath))
+                dirnames[:] = []
+                continue
+            loose.extend(Path(dirpath, f) for f in sorted(filenames) if f.endswith(SESSION_SUFFIXES))
+    if not chats_dirs:
+        yield from _filter(loose, result)
+        return
+    for chats in sorted(chats_dirs):
+        entries = sorted(chats.iterdir())
+        top = [e for e in entries if e.is_file() and e.name.startswith(("session-", ".session-"))]
+        yield from _filter(top, result)
+        for sub in (e for e in entries if e.is_dir()):
+            yield from _filter(sorted(f for f in sub.iterdir() if f.is_file()), result)
+
+
+def _filter(files: Iterable[Path], result: Discovery) -> Iterable[Path]:
+    for f in files:
+        if ".json" not in f.name:
+            continue
+        reason = skip_reason(f.name)
+        if reason:
+            result.skipped.append((f, reason))
+            continue
+        yield f
+
+
+def _describe(path: Path, project_names: dict[Path, str]) -> SessionPath:
+    parent = path.parent
+    parent_ref: str | None = None
+    if parent.name == "chats":
+        chats = parent
+    elif parent.parent.name == "chats":
+        chats = parent.parent
+        parent_ref = parent.name
+    else:
+        chats = None
+    project_dir = chats.parent if chats is not None else parent
+    if project_dir not in project_names:
+        project_names[project_dir] = _project_name(project_dir)
+    stem = path.name.rsplit(".", 1)[0]
+    return SessionPath(
+        path=path,
+        project=project_names[project_dir],
+        project_dir=project_dir.name,
+        parent_ref=parent_ref,
+        group_key=str(path.parent.resolve() / stem),
+    )
+
+
+def _project_name(project_dir: Path) -> str:
+    # Since 6fb3b09003 (v0.29) the folder is a short slug with a .project_root file holding the real path.
+    marker = project_dir / ".project_root"
+    try:
+        text = marker.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return project_dir.name
+    return text or project_dir.name
