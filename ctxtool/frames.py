@@ -25,7 +25,7 @@ import polars as pl
 
 from ctxtool.session.columns import MESSAGE_COLUMNS, TOOL_COLUMNS, FileColumns, extract_file
 from ctxtool.session.discover import Discovery, SessionPath, discover
-from ctxtool.tokens import COMPRESSION_THRESHOLD, DEFAULT_TOKEN_LIMIT, token_limit
+from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, token_limit
 
 SCHEMA_VERSION = 1
 By = Literal["turn", "request", "session", "model", "project", "day"]
@@ -134,7 +134,7 @@ _MESSAGE_SCHEMA: dict[str, Any] = {
     "preview": pl.String,
     "tool_calls": pl.Int64,
     "tool_errors": pl.Int64,
-    **{k: pl.Int64 for k in TOKEN_COLUMNS},
+    **dict.fromkeys(TOKEN_COLUMNS, pl.Int64),
 }
 _TOOL_SCHEMA: dict[str, Any] = {
     "message_id": pl.String,
@@ -144,7 +144,32 @@ _TOOL_SCHEMA: dict[str, Any] = {
     "timestamp": pl.String,
     "result_chars": pl.Int64,
 }
-assert tuple(_MESSAGE_SCHEMA) == MESSAGE_COLUMNS and tuple(_TOOL_SCHEMA) == TOOL_COLUMNS
+assert tuple(_MESSAGE_SCHEMA) == MESSAGE_COLUMNS
+assert tuple(_TOOL_SCHEMA) == TOOL_COLUMNS
+
+
+_SESSION_META_SCHEMA: dict[str, Any] = {
+    "session_key": pl.String,
+    "session": pl.String,
+    "session_id": pl.String,
+    "project": pl.String,
+    "project_dir": pl.String,
+    "project_hash": pl.String,
+    "kind": pl.String,
+    "parent_session_key": pl.String,
+    "root_session_key": pl.String,
+    "file": pl.String,
+    "files": pl.Int64,
+    "era": pl.String,
+    "summary": pl.String,
+    "start_time": pl.String,
+    "last_updated": pl.String,
+    "broken_lines": pl.Int64,
+    "first_broken_line": pl.Int64,
+    "rewinds": pl.Int64,
+    "checkpoints": pl.Int64,
+    "live_messages": pl.Int64,
+}
 
 
 @dataclass(slots=True)
@@ -214,31 +239,7 @@ def build_corpus(results: list[FileColumns], found: Discovery | None = None) -> 
         if p.session_id and p.parent_ref is None:
             by_id.setdefault((p.project_dir, p.session_id), s.key)
 
-    srow: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "session_key",
-            "session",
-            "session_id",
-            "project",
-            "project_dir",
-            "project_hash",
-            "kind",
-            "parent_session_key",
-            "root_session_key",
-            "file",
-            "files",
-            "era",
-            "summary",
-            "start_time",
-            "last_updated",
-            "broken_lines",
-            "first_broken_line",
-            "rewinds",
-            "checkpoints",
-            "live_messages",
-        )
-    }
+    srow: dict[str, list[Any]] = {k: [] for k in _SESSION_META_SCHEMA}
     msg_cols: dict[str, list[Any]] = {k: [] for k in MESSAGE_COLUMNS}
     tool_cols: dict[str, list[Any]] = {k: [] for k in TOOL_COLUMNS}
     msg_session: list[str] = []
@@ -252,7 +253,11 @@ def build_corpus(results: list[FileColumns], found: Discovery | None = None) -> 
             if parent_key is None and p.parent_ref.startswith("skill-extraction-"):
                 prefix = p.parent_ref.removeprefix("skill-extraction-")
                 parent_key = next(
-                    (k for (proj, sid), k in by_id.items() if proj == p.project_dir and sid.startswith(prefix)),
+                    (
+                        k
+                        for (proj, sid), k in by_id.items()
+                        if proj == p.project_dir and sid.startswith(prefix)
+                    ),
                     None,
                 )
         kind = "subagent" if p.parent_ref is not None or p.kind == "subagent" else p.kind
@@ -272,7 +277,9 @@ def build_corpus(results: list[FileColumns], found: Discovery | None = None) -> 
         srow["start_time"].append(min((f.start_time for f in s.files if f.start_time), default=None))
         srow["last_updated"].append(max((f.last_updated for f in s.files if f.last_updated), default=None))
         srow["broken_lines"].append(sum(f.broken_lines for f in s.files))
-        srow["first_broken_line"].append(next((f.first_broken_line for f in s.files if f.first_broken_line), None))
+        srow["first_broken_line"].append(
+            next((f.first_broken_line for f in s.files if f.first_broken_line), None)
+        )
         srow["rewinds"].append(sum(f.rewinds for f in s.files))
         srow["checkpoints"].append(sum(f.checkpoints for f in s.files))
         srow["live_messages"].append(p.live_messages)
@@ -286,18 +293,7 @@ def build_corpus(results: list[FileColumns], found: Discovery | None = None) -> 
         msg_position.extend(range(n))
         tool_session.extend([s.key] * len(t["message_id"]))
 
-    files_meta = pl.DataFrame(
-        srow,
-        schema_overrides={
-            "parent_session_key": pl.String,
-            "project_hash": pl.String,
-            "session_id": pl.String,
-            "summary": pl.String,
-            "start_time": pl.String,
-            "last_updated": pl.String,
-            "first_broken_line": pl.Int64,
-        },
-    )
+    files_meta = pl.DataFrame(srow, schema=_SESSION_META_SCHEMA)
     messages = pl.DataFrame(
         {"session_key": msg_session, "position": msg_position, **msg_cols},
         schema={"session_key": pl.String, "position": pl.Int64, **_MESSAGE_SCHEMA},
@@ -332,16 +328,11 @@ def _derive(meta: pl.DataFrame, messages: pl.DataFrame, tools: pl.DataFrame) -> 
     from ctxtool.pricing import add_costs
 
     ids = meta.select("session_key", "session", "session_id", "project", "kind", "root_session_key")
-    messages = (
-        messages.with_columns(
-            turn=pl.col("is_prompt").cast(pl.Int64).cum_sum().over("session_key"),
-            ts=_ts("timestamp"),
-            compression=(
-                pl.col("compression_info") | pl.col("is_snapshot")
-            ),
-        )
-        .join(ids, on="session_key", how="left")
-    )
+    messages = messages.with_columns(
+        turn=pl.col("is_prompt").cast(pl.Int64).cum_sum().over("session_key"),
+        ts=_ts("timestamp"),
+        compression=(pl.col("compression_info") | pl.col("is_snapshot")),
+    ).join(ids, on="session_key", how="left")
 
     requests = messages.filter((pl.col("type") == "gemini") & pl.col("input").is_not_null())
     requests = requests.with_columns(
@@ -477,8 +468,10 @@ def _sessions(
         )
         .drop("cost_unknown", "first_ts", "last_ts", "start_time", "last_updated")
     )
-    children = out.filter(pl.col("parent_session_key").is_not_null()).group_by("parent_session_key").agg(
-        pl.len().alias("subagents")
+    children = (
+        out.filter(pl.col("parent_session_key").is_not_null())
+        .group_by("parent_session_key")
+        .agg(pl.len().alias("subagents"))
     )
     return out.join(children, left_on="session_key", right_on="parent_session_key", how="left").with_columns(
         pl.col("subagents").fill_null(0)
@@ -688,7 +681,10 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
     if child.height == 0:
         return s.sort("start", "session_key", nulls_last=True)
     add = child.group_by("parent_session_key").agg(
-        *[pl.col(k).sum().alias(f"_sub_{k}") for k in (*TOKEN_COLUMNS, "requests", "tool_calls", "tool_errors")],
+        *[
+            pl.col(k).sum().alias(f"_sub_{k}")
+            for k in (*TOKEN_COLUMNS, "requests", "tool_calls", "tool_errors")
+        ],
         pl.col("cost").sum().alias("_sub_cost"),
         pl.col("cost").is_null().any().alias("_sub_cost_unknown"),
     )
@@ -718,9 +714,17 @@ def totals(df: pl.DataFrame) -> dict[str, Any]:
     """A totals row for a report: sums of the additive columns, max of the peaks."""
     out: dict[str, Any] = {}
     for col in df.columns:
-        if col in (*TOKEN_COLUMNS, "requests", "sessions", "tool_calls", "tool_errors", "turns", "compressions"):
+        if col in (
+            *TOKEN_COLUMNS,
+            "requests",
+            "sessions",
+            "tool_calls",
+            "tool_errors",
+            "turns",
+            "compressions",
+        ):
             out[col] = int(df.get_column(col).sum() or 0)
-        elif col in ("peak_context", "context"):
+        elif col in ("peak_context", "context", "context_share"):
             out[col] = df.get_column(col).max()
         elif col == "cost":
             c = df.get_column(col)
@@ -748,12 +752,18 @@ def live_only(corpus: Corpus) -> Corpus:
         pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
         pl.len().alias("live_requests"),
     )
-    sessions = meta.join(sums, on="session_key", how="left").with_columns(
-        pl.col("requests").fill_null(0),
-        pl.col("live_requests").fill_null(0),
-        *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
-        cost=pl.when(pl.col("_unknown").fill_null(False)).then(None).otherwise(pl.col("cost").fill_null(0.0)),
-    ).drop("_unknown")
+    sessions = (
+        meta.join(sums, on="session_key", how="left")
+        .with_columns(
+            pl.col("requests").fill_null(0),
+            pl.col("live_requests").fill_null(0),
+            *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
+            cost=pl.when(pl.col("_unknown").fill_null(False))
+            .then(None)
+            .otherwise(pl.col("cost").fill_null(0.0)),
+        )
+        .drop("_unknown")
+    )
     return Corpus(
         sessions,
         messages,
@@ -796,9 +806,10 @@ def read_summary(corpus: Corpus) -> dict[str, Any]:
 
 
 def describe_read(summary: dict[str, Any]) -> str:
-    mb = summary["bytes"] / 1_000_000
+    size = summary["bytes"]
+    amount = f"{size / 1_000_000:,.1f} MB" if size >= 1_000_000 else f"{size / 1_000:,.1f} kB"
     text = (
-        f"Read {summary['files']:,} file{'s' if summary['files'] != 1 else ''} ({mb:,.1f} MB): "
+        f"Read {summary['files']:,} file{'s' if summary['files'] != 1 else ''} ({amount}): "
         f"{summary['sessions']:,} session{'s' if summary['sessions'] != 1 else ''}"
         f" ({summary['subagent_sessions']:,} subagent), {summary['requests']:,} requests."
     )

@@ -106,14 +106,37 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "compressions",
         "cost",
     ],
-    "model": ["model", "sessions", "requests", "input", "output", "thoughts", "cached", "total", "cache_ratio", "cost"],
-    "project": ["project", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
+    "model": [
+        "model",
+        "sessions",
+        "requests",
+        "input",
+        "output",
+        "thoughts",
+        "cached",
+        "total",
+        "cache_ratio",
+        "cost",
+    ],
+    "project": [
+        "project",
+        "sessions",
+        "requests",
+        "input",
+        "output",
+        "thoughts",
+        "total",
+        "cache_ratio",
+        "cost",
+    ],
     "day": ["day", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
 }
 _MAX_WIDTH = {"prompt": 40, "session": 34, "project": 24, "model": 30}
 
 
-def make_console(stream: IO[str] | None = None, *, width: int | None = None, color: bool | None = None) -> Console:
+def make_console(
+    stream: IO[str] | None = None, *, width: int | None = None, color: bool | None = None
+) -> Console:
     return Console(
         file=stream,
         width=width,
@@ -193,7 +216,10 @@ def cell(column: str, value: Any) -> Text:
         return Text(value.isoformat())
     if value is None:
         return Text("–", style="dim")
-    return Text(str(value))
+    text = str(value)
+    if column == "session" and text.startswith("session-"):
+        text = text.removeprefix("session-")
+    return Text(text, no_wrap=True, overflow="ellipsis")
 
 
 def stats_table(
@@ -204,30 +230,91 @@ def stats_table(
     title: str,
     caption: str | None = None,
     single_session: bool = False,
+    width: int = 120,
 ) -> Table:
     wanted = TABLE_COLUMNS.get(by, rows.columns)
-    columns = [c for c in wanted if c in rows.columns and not (single_session and c == "session" and by != "session")]
-    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left", show_footer=True)
-    first = True
-    for col in columns:
-        footer: Text | str = ""
-        if first:
-            footer = Text("total", style="bold")
-            first = False
-        elif col in totals:
-            footer = cell(col, totals[col])
+    columns = [
+        c for c in wanted if c in rows.columns and not (single_session and c == "session" and by != "session")
+    ]
+    columns = _fit(rows, columns, totals, width)
+    table = Table(
+        title=title, title_justify="left", caption=caption, caption_justify="left", show_footer=True
+    )
+    body = [
+        [cell(col, v) for col, v in zip(columns, row, strict=True)]
+        for row in rows.select(columns).iter_rows()
+    ]
+    footers: list[Text] = []
+    for i, col in enumerate(columns):
+        if i == 0:
+            footers.append(Text("total", style="bold"))
+        else:
+            footers.append(cell(col, totals[col]) if col in totals else Text(""))
+    for i, col in enumerate(columns):
+        header = _HEADERS.get(col, col)
+        shrinkable = col in _MAX_WIDTH
+        # Numbers are never cut: their column is as wide as the widest value; text columns give way.
+        widest = max([len(header), footers[i].cell_len, *(r[i].cell_len for r in body)])
         table.add_column(
-            _HEADERS.get(col, col),
+            header,
             justify="right" if col in _RIGHT else "left",
-            footer=footer,
+            footer=footers[i],
             overflow="ellipsis",
-            no_wrap=True,
+            # Rich only narrows wrappable columns; each text cell itself is no_wrap (ellipsis instead).
+            no_wrap=not shrinkable,
             max_width=_MAX_WIDTH.get(col),
-            min_width=min(12, _MAX_WIDTH[col]) if col in _MAX_WIDTH else None,
+            min_width=None if shrinkable else widest,
         )
-    for row in rows.select(columns).iter_rows():
-        table.add_row(*[cell(col, v) for col, v in zip(columns, row, strict=True)])
+    for r in body:
+        table.add_row(*r)
     return table
+
+
+# When a terminal is too narrow, these go first (machine formats still carry them).
+_DROP_ORDER = (
+    "tool",
+    "cached",
+    "thoughts",
+    "compressions",
+    "compressed",
+    "tool_calls",
+    "live",
+    "duration_s",
+    "start",
+    "timestamp",
+    "cache_ratio",
+    "sessions",
+    "turns",
+    "peak_context",
+    "output",
+    "project",
+    "model",
+)
+_TEXT_MIN = {"prompt": 16, "session": 14, "project": 12, "model": 14}
+
+
+def _fit(rows: pl.DataFrame, columns: list[str], totals: Mapping[str, Any], width: int) -> list[str]:
+    def need(cols: list[str]) -> int:
+        total = 1
+        for col in cols:
+            if col in _TEXT_MIN:
+                w = _TEXT_MIN[col]
+            else:
+                values = rows.get_column(col).to_list()
+                w = max(
+                    [len(_HEADERS.get(col, col)), cell(col, totals.get(col)).cell_len]
+                    + [cell(col, v).cell_len for v in values]
+                )
+            total += w + 3
+        return total
+
+    cols = list(columns)
+    for victim in _DROP_ORDER:
+        if need(cols) <= width:
+            break
+        if victim in cols:
+            cols.remove(victim)
+    return cols
 
 
 def print_table(console: Console, table: Table) -> None:

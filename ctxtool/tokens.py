@@ -14,7 +14,7 @@ _LIMITS: dict[str, int] = {
     "gemma-4-26b-a4b-it": GEMMA_4_TOKEN_LIMIT,
 }
 
-# DEFAULT_COMPRESSION_TOKEN_THRESHOLD (chatCompressionService.ts): compression fires at this share of the limit.
+# DEFAULT_COMPRESSION_TOKEN_THRESHOLD (chatCompressionService.ts): compression fires at this share.
 COMPRESSION_THRESHOLD = 0.5
 
 

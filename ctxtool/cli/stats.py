@@ -28,7 +28,9 @@ def _parse_date(value: str | None, option: str) -> date | None:
     try:
         return datetime.strptime(value, "%Y-%m-%d").date()
     except ValueError:
-        raise UsageError(f"{option} {value!r} is not a date", "Write it as YYYY-MM-DD, e.g. 2026-11-01") from None
+        raise UsageError(
+            f"{option} {value!r} is not a date", "Write it as YYYY-MM-DD, e.g. 2026-11-01"
+        ) from None
 
 
 class _DelayedProgress:
@@ -67,12 +69,15 @@ class _DelayedProgress:
 
 
 def stats(
-    paths: list[str] = typer.Argument(None, help="Session files, directories or globs (default: the data root)."),
+    paths: list[str] = typer.Argument(
+        None, help="Session files, directories or globs (default: the data root)."
+    ),
     by: str = typer.Option(
         None,
         "--by",
         "-b",
-        help="Rows: turn, request, session, model, project or day (default: turn for one session, else session).",
+        help="Rows: turn, request, session, model, project or day (default: turn for one session, "
+        "else session).",
     ),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json, jsonl, csv or parquet."),
     output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
@@ -88,7 +93,9 @@ def stats(
     desc: bool = typer.Option(False, "--desc", help="With --sort: largest first."),
     limit: int = typer.Option(None, "--limit", "-n", min=1, help="Show at most N rows (after sorting)."),
     live: bool = typer.Option(
-        False, "--live", help="Count only requests still in the live history (not rewound or checkpointed away)."
+        False,
+        "--live",
+        help="Count only requests still in the live history (not rewound or checkpointed away).",
     ),
     subagents: bool = typer.Option(
         True,
@@ -101,7 +108,8 @@ def stats(
     color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
     width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
 ) -> int:
-    from ctxtool import frames, output as out, render
+    from ctxtool import frames, render
+    from ctxtool import output as out
     from ctxtool.frames import BY_CHOICES
 
     if by is not None and by not in BY_CHOICES:
@@ -130,7 +138,11 @@ def stats(
         corpus = frames.live_only(corpus)
 
     for problem in corpus.problems:
-        _warn(problem.message if problem.message.startswith(problem.path) else f"{problem.path}: {problem.message}")
+        _warn(
+            problem.message
+            if problem.message.startswith(problem.path)
+            else f"{problem.path}: {problem.message}"
+        )
     for path, broken, first in frames.broken_files(corpus):
         _warn(f"{path}: skipped {broken} broken line{'s' if broken != 1 else ''} (first at line {first})")
     for warning in corpus.warnings:
@@ -141,13 +153,17 @@ def stats(
     rows = frames.report(corpus, by, include_subagents_in_parent=subagents)
     if sort:
         if sort not in rows.columns:
-            raise UsageError(f"--sort {sort!r} is not a column of --by {by}", f"Use one of: {', '.join(rows.columns)}")
+            raise UsageError(
+                f"--sort {sort!r} is not a column of --by {by}", f"Use one of: {', '.join(rows.columns)}"
+            )
         rows = rows.sort(sort, descending=desc, nulls_last=True)
     if limit:
         rows = rows.head(limit)
 
     summary = frames.read_summary(corpus)
-    if fmt == "table":
+    if fmt == "table" and rows.height == 0:
+        print(f"{frames.describe_read(summary)} Nothing to report.", file=sys.stderr)
+    elif fmt == "table":
         from ctxtool.frames import totals
 
         console = render.make_console(
@@ -166,6 +182,7 @@ def stats(
             title=title,
             caption=frames.describe_read(summary),
             single_session=roots == 1,
+            width=console.width,
         )
         render.print_table(console, table)
         if output:

@@ -41,7 +41,8 @@ TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_
 
 # Markers the interactive UI records as `info` messages when it compresses (spec §12.1).
 _COMPRESSED_INFO = re.compile(
-    r"^(Context compressed from \d+% to \d+%\.|IMPORTANT: .*compressed context will be sent for future messages)"
+    r"^(Context compressed from \d+% to \d+%\."
+    r"|IMPORTANT: .*compressed context will be sent for future messages)"
 )
 _NOT_PROMPT_PREFIXES = ("/", "?", "<session_context>", "<hook_context>", "<state_snapshot>")
 
@@ -248,7 +249,9 @@ def extract_file(sp: SessionPath) -> FileColumns:
     try:
         sf = read_session(sp.path)
     except SessionFormatError as exc:
-        return FileColumns(str(sp.path), sp.group_key, sp.project, sp.project_dir, sp.parent_ref, error=str(exc))
+        return FileColumns(
+            str(sp.path), sp.group_key, sp.project, sp.project_dir, sp.parent_ref, error=str(exc)
+        )
     except RecursionError:
         return FileColumns(
             str(sp.path),

@@ -26,7 +26,9 @@ class SessionPath:
     path: Path
     project: str  # .project_root contents when present, else the folder name under tmp/
     project_dir: str  # the folder name under tmp/ (a sha256 or a slug)
-    parent_ref: str | None  # for nested files: the folder under chats/ (parent session id, skill-extraction-…)
+    parent_ref: (
+        str | None
+    )  # for nested files: the folder under chats/ (parent session id, skill-extraction-…)
     group_key: str  # same key for session-X.json and session-X.jsonl in one chats/ folder
 
 
@@ -99,7 +101,7 @@ def _expand(arg: str | Path, result: Discovery) -> Iterable[Path]:
 
 
 def _scan_dir(root: Path, result: Discovery) -> Iterable[Path]:
-    """Session files under ``root``: the Gemini CLI layout when there is a chats/ folder, else every JSON file."""
+    """Session files under ``root``: the Gemini CLI layout if there is a chats/ folder, else all JSON."""
     chats_dirs: list[Path] = []
     loose: list[Path] = []
     if root.name == "chats":

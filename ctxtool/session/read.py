@@ -1,7 +1,7 @@
 """Read one Gemini CLI session file, of any era, into its live history and its billed record.
 
 Owns: sniffing the format from the bytes (never the extension), the JSONL replay rules of Gemini CLI's
-``loadConversationRecord`` (packages/core/src/services/chatRecordingService.ts @ 5411f113ca), and the two views:
+``loadConversationRecord`` (packages/core/src/services/chatRecordingService.ts @ 5411f113ca), and two views:
 
 * **live**: the message list Gemini CLI would resume (upserts, ``$set.messages`` checkpoints and
   ``$rewindTo`` applied);
@@ -65,7 +65,9 @@ def read_session(path: Path | str) -> SessionFile:
     try:
         data = p.read_bytes()
     except IsADirectoryError:
-        raise SessionFormatError(p, "is a directory", "Pass the directory itself as a PATH to scan it") from None
+        raise SessionFormatError(
+            p, "is a directory", "Pass the directory itself as a PATH to scan it"
+        ) from None
     except OSError as exc:
         raise SessionFormatError(
             p, f"cannot be read ({exc.strerror or exc})", "Check that the file exists and is readable"
@@ -199,7 +201,9 @@ def _bill(billed: dict[str, MessageRecord], message: MessageRecord) -> None:
     billed[key] = message
 
 
-def _checkpoint(live: dict[str, MessageRecord], billed: dict[str, MessageRecord], messages: list[Any]) -> None:
+def _checkpoint(
+    live: dict[str, MessageRecord], billed: dict[str, MessageRecord], messages: list[Any]
+) -> None:
     # `$set.messages` clears the map and rebuilds it from the list (chatRecordingService.ts, 055e0f6452).
     live.clear()
     for raw in messages:
@@ -228,7 +232,7 @@ def _describe_broken(whole_error: str | None, data: bytes) -> str:
     except UnicodeDecodeError as exc:
         return f"is not valid UTF-8 (byte {exc.start})"
     message = (whole_error or "").lower()
-    if "recursion" in message:
+    if "recursion" in message or "depth limit" in message:
         return "is nested too deeply to parse (over 1024 levels)"
     if "eof" in message or "end of" in message or "unexpected end" in message:
         return "is a truncated JSON document (the file ends mid-record; was it still being written?)"

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any, Literal, TypedDict
 
 MessageType = Literal["user", "gemini", "info", "error", "warning"]
-ToolStatus = Literal["success", "error", "cancelled", "validating", "scheduled", "executing", "awaiting_approval"]
+ToolStatus = Literal[
+    "success", "error", "cancelled", "validating", "scheduled", "executing", "awaiting_approval"
+]
 
 
 class TokensSummary(TypedDict, total=False):
