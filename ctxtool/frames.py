@@ -450,8 +450,10 @@ def _sessions(
             pl.col("requests").fill_null(0),
             pl.col("live_requests").fill_null(0),
             *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
-            pl.col("billed_messages").fill_null(0),
-            pl.col("turns").fill_null(0),
+            *[
+                pl.col(k).fill_null(0)
+                for k in ("billed_messages", "turns", "tool_calls", "tool_errors", "compression_infos", "snapshots")
+            ],
             pl.col("context_limit").fill_null(DEFAULT_TOKEN_LIMIT),
             start=pl.coalesce(_ts("start_time"), pl.col("first_ts")),
             end=pl.coalesce(pl.col("last_ts"), _ts("last_updated")),
@@ -460,9 +462,10 @@ def _sessions(
             cost=pl.when(pl.col("cost_unknown").fill_null(False))
             .then(None)
             .otherwise(pl.col("cost").fill_null(0.0)),
-            compressions=pl.col("compression_infos").fill_null(0)
-            + pl.col("snapshots").fill_null(0)
-            + pl.col("checkpoints"),
+            # One compression leaves an info marker (interactive UI) and, since v0.44, a snapshot message;
+            # count events, not traces. `$set.messages` checkpoints also come from other history edits,
+            # so they have their own column.
+            compressions=pl.max_horizontal("compression_infos", "snapshots"),
             context_share=pl.col("peak_context") / pl.col("context_limit"),
             cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
         )
@@ -798,6 +801,7 @@ def read_summary(corpus: Corpus) -> dict[str, Any]:
         "sessions": s.height,
         "subagent_sessions": s.filter(pl.col("kind") == "subagent").height if s.height else 0,
         "requests": corpus.requests.height,
+        "total_tokens": int(corpus.requests.get_column("total").sum() or 0),
         "broken_lines": corpus.broken_lines,
         "skipped": [{"file": f, "reason": why} for f, why in corpus.skipped],
         "skipped_by_reason": reasons,

@@ -92,7 +92,10 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
         whole_error: str | None = str(exc)
     else:
         whole_error = None
-        if isinstance(whole, dict) and (isinstance(whole.get("messages"), list) or "sessionId" in whole):
+        if isinstance(whole, dict) and whole.get("messages") is not None:
+            return _from_document(p, whole, len(data))
+        if isinstance(whole, dict) and "sessionId" in whole and b"\n" in data.strip():
+            # A pretty-printed document with no messages yet: a legacy file written before any message.
             return _from_document(p, whole, len(data))
         if not isinstance(whole, dict):
             raise SessionFormatError(

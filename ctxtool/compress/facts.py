@@ -1,0 +1,928 @@
+"""Key facts of a history, and how many of them survive in a text.
+
+A compaction must not lose what the next turn needs: the files the agent touched, the commands it ran and
+how they ended, the errors it hit, the constraints the user set, and the todo list. This module extracts
+those facts from a history in Gemini wire form (``Content`` dicts) and measures, per kind, which of them
+can still be found in a text (normally the compacted history rendered as text). ``ctxtool compact``
+reports the figures and ``ctxtool diff`` compares them; the offline summarizer uses the same extraction to
+decide what to write.
+
+Extraction is heuristic but precise by design: errors come from tool responses that carry an ``error``
+field or from failed shell commands (non-zero exit code), never from any word "error" in a file's content;
+directives come only from what the user typed, never from ``<session_context>``, ``<state_snapshot>``,
+file contents pulled in by ``@path`` or other turns ctxtool or Gemini CLI synthesise.
+
+This module owns no I/O and imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+FactKind = Literal["paths", "commands", "errors", "directives"]
+FACT_KINDS: tuple[FactKind, ...] = ("paths", "commands", "errors", "directives")
+
+# Tool-call argument names that hold one path, or a list of paths.
+_PATH_ARGS = ("file_path", "absolute_path", "path", "dir_path", "directory", "plan_filename", "notebook_path")
+_PATHS_ARGS = ("paths", "file_paths")
+# Tools whose ``path``-like argument does not name a file on the user's machine.
+_NON_FS_TOOLS = frozenset({"get_internal_docs", "web_fetch", "google_web_search", "activate_skill"})
+_SHELL_TOOLS = frozenset({"run_shell_command", "shell"})
+_TODO_TOOLS = frozenset({"write_todos"})
+_WRITE_TOOLS = frozenset({"write_file", "replace", "edit", "smart_edit", "create_file"})
+
+# Maximum length of a stored error message (the retention key is shorter still).
+ERROR_MAX_CHARS = 240
+# An error survives when this head of its whitespace-normalised message is found (or all of it if shorter).
+ERROR_KEY_MAX_CHARS = 80
+ERROR_KEY_MIN_CHARS = 24
+# A "sentence" longer than this is pasted material, not something the user typed as an instruction.
+DIRECTIVE_MAX_CHARS = 400
+_LATEST_ACTIONS = 8
+_MODIFIED_HOWS = frozenset({"written", "edited"})
+
+# User turns that Gemini CLI (or a compaction) writes on the user's behalf. Matched against the stripped
+# text at the start of a part.
+_SYNTHETIC_PREFIXES = (
+    "<session_context>",
+    "<hook_context>",
+    "<state_snapshot>",
+    "<scratchpad>",
+    "<compressed_chat_history>",
+    "This is the Gemini CLI. We are setting up the context for our chat.",
+    "System: Please continue.",
+    "Please continue.",
+    "You have exceeded the maximum number of turns.",
+    "First, reason in your scratchpad.",
+    "Generate a new <state_snapshot>",
+    "A previous <state_snapshot> exists",
+    "Critically evaluate the <state_snapshot>",
+    "Summarize our conversation up to this point.",
+)
+_SYNTHETIC_MARKERS = ("<state_snapshot>", "<compressed_chat_history>")
+
+_REFERENCED_MARKER = "--- Content from referenced files ---"
+_REFERENCED_FILE_RE = re.compile(r"^Content from @(.+?):\s*$", re.MULTILINE)
+_BLOCK_RES = (
+    re.compile(r"<system_note>.*?</system_note>", re.DOTALL),
+    re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL),
+    re.compile(r"--- Context from: .*? ---.*?--- End of Context from: .*? ---", re.DOTALL),
+)
+
+_WS_RE = re.compile(r"\s+")
+_XML_ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&apos;", "'"), ("&amp;", "&"))
+
+
+# --------------------------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class CommandFact:
+    """A shell command the agent ran, with how it ended (``exit 0``, ``exit 1``, ``error``, ``cancelled``,
+    ``signal SIGTERM``, ``background``, or ``""`` when the history holds no response)."""
+
+    command: str
+    outcome: str
+    tool: str = "run_shell_command"
+
+
+@dataclass(frozen=True)
+class ErrorFact:
+    """An error a tool reported. ``message`` is whitespace-normalised and at most ERROR_MAX_CHARS long."""
+
+    tool: str
+    message: str
+    subject: str = ""  # the path or command the failing call was about, when known
+
+    @property
+    def key(self) -> str:
+        return error_key(self.message)
+
+
+@dataclass(frozen=True)
+class TodoFact:
+    description: str
+    status: str
+
+
+@dataclass(frozen=True)
+class PathFact:
+    """A path the session touched. ``how``: read, listed, cwd (a shell command's dir_path), mentioned (named
+    by the user), referenced (``@path``), or written / edited (these win over the others)."""
+
+    path: str
+    how: str
+
+    @property
+    def modified(self) -> bool:
+        return self.how in _MODIFIED_HOWS
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a compaction must keep. Tuples are ordered by first appearance and de-duplicated."""
+
+    goal: str
+    paths: tuple[str, ...]
+    commands: tuple[CommandFact, ...]
+    errors: tuple[ErrorFact, ...]
+    directives: tuple[str, ...]
+    todos: tuple[TodoFact, ...]
+    latest_actions: tuple[str, ...]
+    path_facts: tuple[PathFact, ...] = ()
+    user_prompts: int = 0
+    tool_calls: int = 0
+
+    def items(self, kind: FactKind) -> tuple[str, ...]:
+        """The facts of one kind as the strings retention looks for."""
+        if kind == "paths":
+            return self.paths
+        if kind == "commands":
+            return tuple(c.command for c in self.commands)
+        if kind == "errors":
+            return tuple(e.message for e in self.errors)
+        return self.directives
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def normalize_ws(text: str) -> str:
+    return _WS_RE.sub(" ", text).strip()
+
+
+def unescape_xml(text: str) -> str:
+    """Undo the five XML entities (a snapshot escapes ``<``, ``>`` and ``&`` in the facts it quotes)."""
+    if "&" not in text:
+        return text
+    for entity, char in _XML_ENTITIES:
+        text = text.replace(entity, char)
+    return text
+
+
+def error_key(message: str) -> str:
+    """The distinctive head of an error message that retention looks for.
+
+    The whole normalised message when it is at most ERROR_KEY_MAX_CHARS long; otherwise its head cut back
+    to a word boundary, never shorter than ERROR_KEY_MIN_CHARS.
+    """
+    text = normalize_ws(message)
+    if len(text) <= ERROR_KEY_MAX_CHARS:
+        return text
+    head = text[:ERROR_KEY_MAX_CHARS]
+    cut = head.rfind(" ")
+    return head[:cut] if cut >= ERROR_KEY_MIN_CHARS else head
+
+
+def _parts(content: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    parts = content.get("parts")
+    if not isinstance(parts, list):
+        return []
+    return [p for p in parts if isinstance(p, Mapping)]
+
+
+def _text_of(part: Mapping[str, Any]) -> str | None:
+    text = part.get("text")
+    if not isinstance(text, str) or part.get("thought"):
+        return None
+    return text
+
+
+def is_synthetic_user_text(text: str) -> bool:
+    """True for user-role text Gemini CLI or a compaction wrote, not the user."""
+    stripped = text.lstrip()
+    if stripped.startswith(_SYNTHETIC_PREFIXES):
+        return True
+    return any(marker in text for marker in _SYNTHETIC_MARKERS)
+
+
+def user_typed_text(text: str) -> str:
+    """What the user typed: ``@file`` contents, system notes and injected context removed."""
+    cut = text.find(_REFERENCED_MARKER)
+    if cut >= 0:
+        text = text[:cut]
+    for block in _BLOCK_RES:
+        text = block.sub(" ", text)
+    return text.strip()
+
+
+def real_user_prompts(history: Sequence[Mapping[str, Any]]) -> Iterator[tuple[int, str, str]]:
+    """Yield ``(index, typed_text, raw_text)`` for each user turn that carries a real prompt."""
+    for index, content in enumerate(history):
+        if content.get("role") != "user":
+            continue
+        texts = [t for t in (_text_of(p) for p in _parts(content)) if t is not None and t.strip()]
+        texts = [t for t in texts if not is_synthetic_user_text(t)]
+        if not texts:
+            continue
+        raw = "\n".join(texts)
+        typed = user_typed_text(raw)
+        if typed:
+            yield index, typed, raw
+
+
+# --------------------------------------------------------------------------------------------- paths
+
+_TRAIL_PUNCT = ".,;:!?)]}>'\"`*。，、；：！？）」』】"
+_KNOWN_EXT = frozenset(
+    {
+        "py",
+        "pyi",
+        "ipynb",
+        "ts",
+        "tsx",
+        "js",
+        "jsx",
+        "mjs",
+        "cjs",
+        "json",
+        "jsonl",
+        "md",
+        "mdx",
+        "txt",
+        "rst",
+        "yaml",
+        "yml",
+        "toml",
+        "ini",
+        "cfg",
+        "conf",
+        "env",
+        "lock",
+        "rs",
+        "go",
+        "java",
+        "kt",
+        "kts",
+        "scala",
+        "c",
+        "h",
+        "cc",
+        "cpp",
+        "hpp",
+        "cs",
+        "swift",
+        "rb",
+        "php",
+        "pl",
+        "lua",
+        "r",
+        "sh",
+        "bash",
+        "zsh",
+        "fish",
+        "ps1",
+        "bat",
+        "cmd",
+        "html",
+        "htm",
+        "css",
+        "scss",
+        "sass",
+        "less",
+        "vue",
+        "svelte",
+        "sql",
+        "db",
+        "sqlite",
+        "csv",
+        "tsv",
+        "xml",
+        "svg",
+        "png",
+        "jpg",
+        "jpeg",
+        "gif",
+        "webp",
+        "pdf",
+        "log",
+        "gradle",
+        "properties",
+        "dockerfile",
+        "tf",
+        "hcl",
+        "proto",
+        "graphql",
+        "gql",
+        "mk",
+        "cmake",
+        "dart",
+        "ex",
+        "exs",
+        "erl",
+        "hs",
+        "ml",
+        "clj",
+        "nix",
+    }
+)
+_WIN_PATH_RE = re.compile(r"^[A-Za-z]:[\\/]")
+_EXT_RE = re.compile(r"\.([A-Za-z0-9]{1,10})$")
+_QUOTED_RE = re.compile(r"`([^`\n]{2,260})`|\"([^\"\n]{2,260})\"|'([^'\n]{2,260})'|“([^”\n]{2,260})”")
+_TOKEN_RE = re.compile(r"[^\s\"'`<>|“”()\[\]{},;。，、；：！？（）「」『』【】]+")
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+
+
+def _looks_like_path(candidate: str, quoted: bool) -> bool:
+    if (
+        not candidate
+        or len(candidate) > 260
+        or "://" in candidate
+        or candidate.startswith(("http:", "https:"))
+    ):
+        return False
+    if "*" in candidate or "\n" in candidate or candidate.startswith("--"):
+        return False
+    if _CJK_RE.search(candidate) and not _WIN_PATH_RE.match(candidate) and "/" not in candidate:
+        return False
+    spaced = " " in candidate
+    if _WIN_PATH_RE.match(candidate):
+        return len(candidate) > 3
+    if spaced:
+        return False
+    segments = [s for s in re.split(r"[\\/]", candidate) if s]
+    if not segments or not all(re.search(r"\w", seg) for seg in segments if seg not in (".", "..", "~")):
+        return False
+    ext = _EXT_RE.search(segments[-1])
+    has_ext = ext is not None and not ext.group(1).isdigit()
+    if "/" in candidate or "\\" in candidate:
+        if candidate.startswith(("/", "~/", "./", "../", ".\\", "..\\")):
+            return len(segments) >= 2 or has_ext or candidate.startswith(("~/", "./", "../"))
+        known = has_ext and ext is not None and ext.group(1).lower() in _KNOWN_EXT
+        plain_dirs = all(re.fullmatch(r"[\w-]+", seg) for seg in segments)
+        return known or (plain_dirs and (candidate.endswith(("/", "\\")) or len(segments) >= 3))
+    # A bare name: only with a well-known extension (or quoted with any extension), and not a version number.
+    if not has_ext or ext is None or segments[-1].startswith("."):
+        return False
+    if re.match(r"^v?\d+(\.\d+)+$", candidate) or re.match(r"^[A-Z][a-z]+\.js$", candidate):
+        return False  # a version number, or a product name such as Node.js
+    return ext.group(1).lower() in _KNOWN_EXT or (quoted and ext.group(1).isalpha() and len(candidate) > 4)
+
+
+def _clean_path(candidate: str) -> str:
+    candidate = candidate.strip()
+    if candidate.startswith("@"):
+        candidate = candidate[1:]
+    while candidate and candidate[-1] in _TRAIL_PUNCT:
+        candidate = candidate[:-1]
+    while candidate and candidate[0] in "([{'\"`":
+        candidate = candidate[1:]
+    return candidate
+
+
+def paths_in_text(text: str) -> list[str]:
+    """Paths named in free text: quoted or back-ticked paths (spaces allowed for Windows paths), then bare
+    tokens that look like paths (``/abs/x``, ``src/a.ts``, ``C:\\x\\y``, ``README.md``, ``@file``)."""
+    found: list[str] = []
+    spans: list[tuple[int, int]] = []
+    for match in _QUOTED_RE.finditer(text):
+        inner = next(g for g in match.groups() if g is not None)
+        cleaned = _clean_path(inner)
+        if _looks_like_path(cleaned, quoted=True):
+            found.append(cleaned)
+            spans.append(match.span())
+    for match in _TOKEN_RE.finditer(text):
+        if any(start <= match.start() < end for start, end in spans):
+            continue  # part of a quoted path already taken whole
+        cleaned = _clean_path(match.group(0))
+        if _looks_like_path(cleaned, quoted=False):
+            found.append(cleaned)
+    # Order by position of first occurrence in the text, so that quoted and bare matches interleave.
+    found = list(dict.fromkeys(found))
+    found.sort(key=lambda p: text.find(p) if p in text else len(text))
+    return found
+
+
+def _arg_paths_keyed(name: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(argument name, path) for every path argument of a tool call."""
+    if name in _NON_FS_TOOLS:
+        return []
+    out: list[tuple[str, str]] = []
+    for key in _PATH_ARGS:
+        value = args.get(key)
+        if isinstance(value, str):
+            out.append((key, value.strip()))
+    for key in _PATHS_ARGS:
+        value = args.get(key)
+        if isinstance(value, list):
+            out.extend((key, v.strip()) for v in value if isinstance(v, str))
+    return [(k, p) for k, p in out if p and p not in (".", "./", ".\\", "*", "**")]
+
+
+def _how_for_tool(name: str, key_path_is_cwd: bool) -> str:
+    if key_path_is_cwd:
+        return "cwd"
+    if name in ("write_file", "create_file"):
+        return "written"
+    if name in _WRITE_TOOLS:
+        return "edited"
+    if name in ("list_directory", "ls", "glob", "grep_search", "search_file_content", "grep"):
+        return "listed"
+    return "read"
+
+
+# --------------------------------------------------------------------------------------------- tool results
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_EXIT_RE = re.compile(r"^Exit Code: (-?\d+)\s*$", re.MULTILINE)
+_SIGNAL_RE = re.compile(r"^Signal: (\S.*)$", re.MULTILINE)
+_SHELL_ERROR_FIELD_RE = re.compile(r"^Error: (.+)$", re.MULTILINE)
+_SHELL_TRAILERS = (
+    "Exit Code:",
+    "Signal:",
+    "Background PIDs:",
+    "Process Group PGID:",
+    "Error: (none)",
+    "Output too large.",
+    "</tool_output_masked>",
+    "<tool_output_masked>",
+    "Directory:",
+    "Command:",
+)
+_EXC_RE = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\s*:\s*\S")
+_ERROR_LINE_RE = re.compile(
+    r"(^\s*(?:error|fatal|err!|npm err!|e\d{3,5}|panic)\b[\s:!\[(]"
+    r"|\b[A-Z]\w*(?:Error|Exception)\b"
+    r"|\bcommand not found\b|\bnot recognized as\b|\bno such file or directory\b|\bpermission denied\b"
+    r"|\bcannot (?:find|open|access|resolve|read)\b|\bunable to\b|\bfailed\b|\bfailure\b|\bnot found\b"
+    r"|\bsyntax ?error\b|\btraceback\b|\bdenied\b|\brefused\b|\btimed out\b)",
+    re.IGNORECASE,
+)
+
+
+def _response_payload(part: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]] | None:
+    fr = part.get("functionResponse")
+    if not isinstance(fr, Mapping):
+        return None
+    name = fr.get("name") if isinstance(fr.get("name"), str) else ""
+    call_id = fr.get("id") if isinstance(fr.get("id"), str) else ""
+    response = fr.get("response")
+    if not isinstance(response, Mapping):
+        response = {}
+    return str(name), str(call_id), response
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping | list):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return str(value)
+
+
+def _shell_body_lines(output: str) -> list[str]:
+    lines: list[str] = []
+    for raw in _ANSI_RE.sub("", output).splitlines():
+        line = raw.strip()
+        if line.startswith(("Output:", "Stdout:", "Stderr:")):
+            line = line.split(":", 1)[1].strip()
+        if not line or line in ("(empty)", "(none)") or line.startswith(_SHELL_TRAILERS):
+            continue
+        lines.append(line)
+    return lines
+
+
+def _shell_error_line(output: str) -> str:
+    """The most telling error line of a failed shell command's output; "" when no line looks like an error
+    (the command's outcome still records the failure)."""
+    field = _SHELL_ERROR_FIELD_RE.search(output)
+    if field and field.group(1).strip() not in ("(none)", ""):
+        return field.group(1).strip()
+    lines = _shell_body_lines(output)
+    exceptions = [m for m in (_EXC_RE.search(line) for line in lines) if m is not None]
+    if exceptions:
+        last = exceptions[-1]  # a traceback ends with the exception that matters
+        return last.string[last.start() :]
+    for line in lines:
+        if _ERROR_LINE_RE.search(line) and len(line) >= 8:
+            return line
+    return ""
+
+
+def _clip(text: str, limit: int) -> str:
+    text = normalize_ws(_ANSI_RE.sub("", text))
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _shell_outcome(response: Mapping[str, Any]) -> tuple[str, str]:
+    """(outcome, error message or "") of a run_shell_command response."""
+    error = response.get("error")
+    if error:
+        message = _as_text(error)
+        lowered = message.lower()
+        if "cancel" in lowered:
+            return "cancelled", message
+        if "denied" in lowered:
+            return "denied", message
+        return "error", message
+    output = _as_text(response.get("output", response.get("llmContent", "")))
+    exit_match = _EXIT_RE.search(output)
+    signal_match = _SIGNAL_RE.search(output)
+    if signal_match and signal_match.group(1).strip() not in ("(none)", "0"):
+        return f"signal {signal_match.group(1).strip()}", _shell_error_line(output)
+    if exit_match:
+        code = int(exit_match.group(1))
+        if code != 0:
+            return f"exit {code}", _shell_error_line(output)
+        return "exit 0", ""
+    if "Background PIDs:" in output and "(none)" not in output.split("Background PIDs:", 1)[1][:10]:
+        return "background", ""
+    if not output and not response:
+        return "", ""
+    return "exit 0", ""  # Gemini CLI omits the exit code line when the command succeeded
+
+
+def _tool_error(name: str, response: Mapping[str, Any]) -> str:
+    """The error message of a non-shell tool response ("" when it succeeded)."""
+    error = response.get("error")
+    if error:
+        return _as_text(error)
+    output = response.get("output")
+    if isinstance(output, str):
+        head = output.lstrip()[:200]
+        if re.match(r"(Error\b[^\n:]{0,60}:|Failed to\b)", head):
+            return output.strip()
+    return ""
+
+
+# --------------------------------------------------------------------------------------------- directives
+
+_LEAD_RE = re.compile(r"^(?:[-*•>#]+|\d+[.)]|\(?[a-z]\))\s*", re.IGNORECASE)
+_POLITE_RE = re.compile(
+    r"^(?:(?:please|pls|plz|and|also|then|so|but|now|ok|okay|oh)\b[\s,]*)+", re.IGNORECASE
+)
+_DIRECTIVE_START_RE = re.compile(
+    r"^(?:always|never|don'?t|do not|dont|must|make sure|ensure|use|using|avoid|only|stop|keep|remember|"
+    r"no need to|prefer|stick to|refrain|you must|you should|you need to|we must|we need to|"
+    r"from now on|going forward|under no circumstances|important:|note:|constraint:|"
+    r"n'utilise|ne modifie|utilise|toujours|jamais|no uses|nunca|siempre|immer|niemals)\b",
+    re.IGNORECASE,
+)
+_DIRECTIVE_ANY_RE = re.compile(
+    r"\b(?:must|mustn'?t|(?:never|always)(?=\s+\w)|do not|don'?t|should not|shouldn'?t|make sure|"
+    r"under no circumstances|"
+    r"is not allowed|are not allowed|is forbidden|only use|instead of)\b",
+    re.IGNORECASE,
+)
+_DIRECTIVE_CJK_RE = re.compile(
+    r"不要|別再|别再|不准|不得|禁止|必須|必须|务必|務必|一定要|總是|总是|永遠|永远|始终|始終|只能|只用|不需要|避免|確保|确保|"
+    r"請使用|请使用|使用|從現在|从现在|以後|以后|"
+    r"必ず|しないで|しないでください|禁止|使って|使用して|てください|ないこと|常に|"
+    r"항상|절대|반드시|하지 ?마|금지|이제 ?부터|사용해|해줘|해 ?주세요"
+)
+_SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
+
+
+def _sentences(text: str) -> Iterator[str]:
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        for piece in _SENTENCE_SPLIT_RE.split(line):
+            piece = piece.strip()
+            if piece:
+                yield piece
+
+
+def is_directive(sentence: str) -> bool:
+    body = _POLITE_RE.sub("", _LEAD_RE.sub("", sentence.strip())).strip()
+    if not body:
+        return False
+    cjk = _CJK_RE.search(body) is not None
+    if len(body) < (4 if cjk else 10) or len(sentence) > DIRECTIVE_MAX_CHARS:
+        return False
+    if body.endswith("?") or body.endswith("？"):
+        return False
+    if _DIRECTIVE_START_RE.match(body) or _DIRECTIVE_ANY_RE.search(body):
+        return True
+    return cjk and _DIRECTIVE_CJK_RE.search(body) is not None
+
+
+def directives_in_text(text: str) -> list[str]:
+    out: list[str] = []
+    for sentence in _sentences(text):
+        if is_directive(sentence):
+            out.append(normalize_ws(_LEAD_RE.sub("", sentence)))
+    return out
+
+
+def normalize_directive(sentence: str) -> str:
+    text = normalize_ws(unescape_xml(sentence)).casefold()
+    return text.rstrip(" .!。！;；:")
+
+
+# --------------------------------------------------------------------------------------------- extraction
+
+
+class _Ordered:
+    """An insertion-ordered set keyed by a normalised form."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, Any] = {}
+
+    def add(self, key: str, value: Any) -> None:
+        if key and key not in self.items:
+            self.items[key] = value
+
+
+def _iter_calls(history: Sequence[Mapping[str, Any]]) -> Iterator[tuple[int, str, str, Mapping[str, Any]]]:
+    for index, content in enumerate(history):
+        if content.get("role") != "model":
+            continue
+        for part in _parts(content):
+            fc = part.get("functionCall")
+            if not isinstance(fc, Mapping):
+                continue
+            name = fc.get("name")
+            call_id = fc.get("id")
+            args = fc.get("args")
+            yield (
+                index,
+                name if isinstance(name, str) else "",
+                call_id if isinstance(call_id, str) else "",
+                args if isinstance(args, Mapping) else {},
+            )
+
+
+def _responses(history: Sequence[Mapping[str, Any]]) -> list[tuple[int, str, str, Mapping[str, Any]]]:
+    out: list[tuple[int, str, str, Mapping[str, Any]]] = []
+    for index, content in enumerate(history):
+        for part in _parts(content):
+            payload = _response_payload(part)
+            if payload is not None:
+                out.append((index, *payload))
+    return out
+
+
+def _match_response(
+    responses: list[tuple[int, str, str, Mapping[str, Any]]],
+    used: set[int],
+    call_index: int,
+    name: str,
+    call_id: str,
+) -> Mapping[str, Any] | None:
+    """The response to a call: same id when both have one, else the next unused response of that name."""
+    for i, (index, r_name, r_id, response) in enumerate(responses):
+        if i in used or index <= call_index:
+            continue
+        if (call_id and r_id == call_id) or (not (call_id and r_id) and r_name == name):
+            used.add(i)
+            return response
+    return None
+
+
+def _subject(name: str, args: Mapping[str, Any]) -> str:
+    if name in _SHELL_TOOLS and isinstance(args.get("command"), str):
+        return normalize_ws(str(args["command"]))
+    for key in (*_PATH_ARGS, "pattern", "query", "url", "prompt", "objective", "request", "sql", "name"):
+        value = args.get(key)
+        if isinstance(value, str) and value.strip():
+            return normalize_ws(value)
+    paths = _arg_paths_keyed(name, args)
+    return paths[0][1] if paths else ""
+
+
+def _todos(args: Mapping[str, Any]) -> tuple[TodoFact, ...] | None:
+    todos = args.get("todos")
+    if not isinstance(todos, list):
+        return None
+    out: list[TodoFact] = []
+    for item in todos:
+        if isinstance(item, Mapping) and isinstance(item.get("description"), str):
+            status = item.get("status") if isinstance(item.get("status"), str) else "pending"
+            out.append(TodoFact(normalize_ws(str(item["description"])), str(status)))
+    return tuple(out)
+
+
+def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
+    """Extract the facts of a history in Gemini wire form (see the module docstring)."""
+    paths = _Ordered()
+    commands: dict[str, CommandFact] = {}
+    errors = _Ordered()
+    directives = _Ordered()
+    todos: tuple[TodoFact, ...] = ()
+    actions: list[str] = []
+    goal = ""
+    prompts = 0
+    calls = 0
+
+    events: list[tuple[int, int, str, Any]] = []  # (content index, order, kind, payload) merged in order
+    for order, (index, typed, raw) in enumerate(real_user_prompts(history)):
+        events.append((index, order, "prompt", (typed, raw)))
+    responses = _responses(history)
+    used: set[int] = set()
+    for order, (index, name, call_id, args) in enumerate(_iter_calls(history)):
+        response = _match_response(responses, used, index, name, call_id)
+        events.append((index, 1_000_000 + order, "call", (name, args, response)))
+    events.sort(key=lambda e: (e[0], e[1]))
+
+    for _index, _order, kind, payload in events:
+        if kind == "prompt":
+            typed, raw = payload
+            prompts += 1
+            if not goal:
+                goal = normalize_ws(typed)
+            for path in paths_in_text(typed):
+                paths.add(path, PathFact(path, "mentioned"))
+            for match in _REFERENCED_FILE_RE.finditer(raw):
+                path = _clean_path(match.group(1))
+                paths.add(path, PathFact(path, "referenced"))
+            for sentence in directives_in_text(typed):
+                directives.add(normalize_directive(sentence), sentence)
+            continue
+        name, args, response = payload
+        calls += 1
+        for key, path in _arg_paths_keyed(name, args):
+            _add_path(paths, path, _how_for_tool(name, key == "dir_path" and name in _SHELL_TOOLS))
+        subject = _subject(name, args)
+        outcome = ""
+        if name in _SHELL_TOOLS and isinstance(args.get("command"), str):
+            command = normalize_ws(str(args["command"]))
+            outcome, message = _shell_outcome(response) if response is not None else ("", "")
+            if command:
+                commands[command] = CommandFact(command, outcome, name)  # latest outcome wins
+            if message:
+                _add_error(errors, name, message, command)
+        elif response is not None:
+            message = _tool_error(name, response)
+            if message:
+                outcome = "error"
+                _add_error(errors, name, message, subject)
+        if name in _TODO_TOOLS:
+            new_todos = _todos(args)
+            if new_todos is not None:
+                todos = new_todos
+        actions.append(_action_text(name, subject, outcome))
+
+    return Facts(
+        goal=goal,
+        paths=tuple(paths.items.keys()),
+        commands=_first_seen_commands(history, commands),
+        errors=tuple(errors.items.values()),
+        directives=tuple(directives.items.values()),
+        todos=todos,
+        latest_actions=tuple(actions[-_LATEST_ACTIONS:]),
+        path_facts=tuple(paths.items.values()),
+        user_prompts=prompts,
+        tool_calls=calls,
+    )
+
+
+def _add_path(paths: _Ordered, path: str, how: str) -> None:
+    """Record a path; a later write or edit upgrades a path first seen as read, listed or mentioned."""
+    existing = paths.items.get(path)
+    if existing is None:
+        paths.add(path, PathFact(path, how))
+    elif how in _MODIFIED_HOWS and not existing.modified:
+        paths.items[path] = PathFact(path, how)
+
+
+def _add_error(errors: _Ordered, tool: str, message: str, subject: str) -> None:
+    clipped = _clip(message, ERROR_MAX_CHARS)
+    if len(clipped) < 4:
+        return
+    errors.add(error_key(clipped).casefold(), ErrorFact(tool, clipped, subject))
+
+
+def _action_text(name: str, subject: str, outcome: str) -> str:
+    text = f"{name} {_clip(subject, 120)}".strip() if subject else name
+    return f"{text} → {outcome}" if outcome else text
+
+
+def _first_seen_commands(
+    history: Sequence[Mapping[str, Any]], latest: Mapping[str, CommandFact]
+) -> tuple[CommandFact, ...]:
+    """Commands in order of first run, each with the outcome of its latest run."""
+    order: dict[str, None] = {}
+    for _index, name, _id, args in _iter_calls(history):
+        if name in _SHELL_TOOLS and isinstance(args.get("command"), str):
+            command = normalize_ws(str(args["command"]))
+            if command:
+                order.setdefault(command, None)
+    return tuple(latest[c] for c in order if c in latest)
+
+
+# --------------------------------------------------------------------------------------------- retention
+
+
+@dataclass(frozen=True)
+class KindRetention:
+    """Which facts of one kind were found in a text."""
+
+    kind: FactKind
+    kept: tuple[str, ...]
+    lost: tuple[str, ...]
+
+    @property
+    def total(self) -> int:
+        return len(self.kept) + len(self.lost)
+
+    @property
+    def percent(self) -> float | None:
+        """Share of facts kept, 0-100; None when the history had no fact of this kind."""
+        return None if self.total == 0 else 100.0 * len(self.kept) / self.total
+
+
+@dataclass(frozen=True)
+class Retention:
+    paths: KindRetention
+    commands: KindRetention
+    errors: KindRetention
+    directives: KindRetention
+
+    def kind(self, kind: FactKind) -> KindRetention:
+        result: KindRetention = getattr(self, kind)
+        return result
+
+    def percent(self, kind: FactKind) -> float | None:
+        return self.kind(kind).percent
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        return {
+            k: {
+                "kept": len(self.kind(k).kept),
+                "total": self.kind(k).total,
+                "percent": self.kind(k).percent,
+                "lost": list(self.kind(k).lost),
+            }
+            for k in FACT_KINDS
+        }
+
+
+def _norm_text(text: str) -> str:
+    return normalize_ws(unescape_xml(text)).casefold()
+
+
+def path_forms(path: str) -> tuple[str, ...]:
+    """The forms of a path that count as keeping it: the path itself, or its parent directory name and
+    base name joined by either separator. A path with a single component has only itself."""
+    segments = [s for s in re.split(r"[\\/]", path) if s]
+    forms = [path]
+    if len(segments) >= 2 and not (len(segments) == 2 and _WIN_PATH_RE.match(path)):
+        forms.append(f"{segments[-2]}/{segments[-1]}")
+        forms.append(f"{segments[-2]}\\{segments[-1]}")
+    return tuple(dict.fromkeys(f.casefold() for f in forms))
+
+
+def fact_kept(kind: FactKind, fact: str, normalized_text: str) -> bool:
+    """Whether a fact survives in a text normalised by ``normalize_ws(unescape_xml(.)).casefold()``."""
+    if kind == "paths":
+        return any(form in normalized_text for form in path_forms(fact))
+    if kind == "commands":
+        return normalize_ws(fact).casefold() in normalized_text
+    if kind == "errors":
+        return error_key(fact).casefold() in normalized_text
+    return normalize_directive(fact) in normalized_text
+
+
+def retention(facts: Facts, text: str | Iterable[str]) -> Retention:
+    """Measure which facts survive in ``text`` (or in the concatenation of several texts).
+
+    Matching is containment after normalisation: whitespace collapsed, case folded and the five XML entities
+    decoded. Paths: the exact path, or ``parent/basename`` (either separator). Commands: the whole command.
+    Errors: the distinctive head of the message (``error_key``). Directives: the whole sentence, without
+    trailing punctuation.
+    """
+    joined = text if isinstance(text, str) else "\n".join(text)
+    normalized = _norm_text(joined)
+    per_kind: dict[str, KindRetention] = {}
+    for kind in FACT_KINDS:
+        kept: list[str] = []
+        lost: list[str] = []
+        for fact in facts.items(kind):
+            (kept if fact_kept(kind, fact, normalized) else lost).append(fact)
+        per_kind[kind] = KindRetention(kind, tuple(kept), tuple(lost))
+    return Retention(
+        paths=per_kind["paths"],
+        commands=per_kind["commands"],
+        errors=per_kind["errors"],
+        directives=per_kind["directives"],
+    )
+
+
+def history_text(history: Sequence[Mapping[str, Any]]) -> str:
+    """A plain rendering of a history for retention checks: every text part, every function call's name and
+    arguments, every function response, one per line."""
+    lines: list[str] = []
+    for content in history:
+        for part in _parts(content):
+            if isinstance(part.get("text"), str):
+                lines.append(str(part["text"]))
+            fc = part.get("functionCall")
+            if isinstance(fc, Mapping):
+                lines.append(f"{fc.get('name', '')} {_as_text(fc.get('args'))}")
+                args = fc.get("args")
+                if isinstance(args, Mapping):
+                    lines.extend(str(v) for v in args.values() if isinstance(v, str))
+            payload = _response_payload(part)
+            if payload is not None:
+                name, _id, response = payload
+                lines.append(name)
+                lines.extend(_as_text(v) for v in response.values())
+    return "\n".join(lines)

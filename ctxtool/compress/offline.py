@@ -1,0 +1,428 @@
+"""A deterministic summarizer that needs no model: it writes a ``<state_snapshot>`` from extracted facts.
+
+The snapshot has the sections today's Gemini CLI compression prompt asks the model for (see
+``gemini-cli-compression.md`` §9.1.1, ``getCompressionPrompt`` in ``packages/core/src/prompts/snippets.ts``):
+the overall goal, the constraints the user set, key knowledge (errors met, facts carried from an earlier
+snapshot), the artifact trail (files written or edited), the file system state (other files and directories
+touched), recent actions (every shell command with its outcome, then the latest tool calls) and the task state
+(the todo list). A model writes prose; this summarizer writes facts, quoted exactly so that a later turn (and
+``ctxtool.compress.facts.retention``) can find them.
+
+Budget. The output is kept within ``token_budget * chars_per_token`` characters (characters / 4 is the
+estimate the rest of ctxtool uses for text). When everything does not fit, prose goes first (the goal's tail,
+latest actions, the last request), then the most expensive facts: facts are chosen round by round, each
+round giving the kind with the lowest share kept so far its next cheapest fact, so no kind is starved.
+
+Anchored histories. When the history holds an earlier ``<state_snapshot>`` (written by this class or by a
+model), its sections are parsed and their lines carried into the new snapshot below the new facts of the
+same section; its goal stays the overall goal; its constraints and key knowledge come before new prose.
+
+Probe calls. Gemini CLI asks the model to check its snapshot and repeat or improve it. Offline there is
+nothing to improve with, so a probe returns ``call.previous_summary`` unchanged.
+
+Same input, same bytes: nothing here depends on time, randomness or hash order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ctxtool.compress.facts import (
+    FACT_KINDS,
+    Facts,
+    PathFact,
+    error_key,
+    extract_facts,
+    normalize_ws,
+    real_user_prompts,
+    unescape_xml,
+)
+from ctxtool.compress.summarizer import ModelCall
+from ctxtool.errors import UsageError
+
+SECTIONS = (
+    "overall_goal",
+    "active_constraints",
+    "key_knowledge",
+    "artifact_trail",
+    "file_system_state",
+    "recent_actions",
+    "task_state",
+)
+MIN_TOKEN_BUDGET = 100
+_GOAL_HEAD = 240
+_GOAL_MAX = 1200
+_TODO_MAX = 160
+_PROSE_LINE_MAX = 200
+
+_INVALID_XML_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_SNAPSHOT_RE = re.compile(r"<state_snapshot>(.*?)(?:</state_snapshot>|\Z)", re.DOTALL)
+_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
+_TODO_MARK = {"completed": "DONE", "in_progress": "IN PROGRESS", "cancelled": "CANCELLED", "pending": "TODO"}
+
+
+def xml_text(text: str) -> str:
+    """Escape text for an XML element body, dropping characters XML 1.0 cannot hold (ANSI escapes, NULs)."""
+    text = _INVALID_XML_RE.sub("", text)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _clip(text: str, limit: int) -> str:
+    text = normalize_ws(text)
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+# ----------------------------------------------------------------------------------- previous snapshot
+
+
+def previous_snapshot(history: Sequence[Mapping[str, Any]]) -> dict[str, list[str]] | None:
+    """The sections of the last ``<state_snapshot>`` found in a text part of the history, as unescaped lines
+    (bullets and blank lines removed). None when the history has no snapshot."""
+    found: str | None = None
+    for content in history:
+        parts = content.get("parts")
+        if not isinstance(parts, list):
+            continue
+        for part in parts:
+            text = part.get("text") if isinstance(part, Mapping) else None
+            if isinstance(text, str) and "<state_snapshot>" in text and not part.get("thought"):
+                matches = _SNAPSHOT_RE.findall(text)
+                if matches:
+                    found = matches[-1]
+    if found is None:
+        return None
+    body = _COMMENT_RE.sub("", found)
+    sections: dict[str, list[str]] = {}
+    roots = dict(re.findall(r"^\s*-\s*(\$[A-Z]) = (.+?)\s*$", body, re.MULTILINE))
+    for tag in (*SECTIONS, "current_plan"):
+        match = re.search(rf"<{tag}>(.*?)</{tag}>", body, re.DOTALL)
+        if not match:
+            continue
+        lines = []
+        for raw in match.group(1).splitlines():
+            line = unescape_xml(raw).strip()
+            line = re.sub(r"^(?:[-*•]\s+)", "", line).strip()
+            if re.match(r"^\$[A-Z] = ", line):
+                continue  # a root legend of an earlier ctxtool snapshot: its paths are expanded below
+            if line[:3] in {f"{name}/" for name in roots}:
+                line = roots[line[:2]] + line[3:]
+            if line:
+                lines.append(line)
+        sections["task_state" if tag == "current_plan" else tag] = lines
+    return sections
+
+
+# --------------------------------------------------------------------------------------------- selection
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One line the snapshot may hold. ``order`` keeps the emitted order stable and chronological."""
+
+    section: str
+    group: str
+    text: str  # unescaped line text, without the leading "- "
+    order: int
+    kind: str  # a fact kind, "carried", "core" or "prose"
+
+    @property
+    def line(self) -> str:
+        if self.kind == "commands":
+            return xml_text(self.text)  # "$ command" needs no bullet
+        return f"- {xml_text(self.text)}"
+
+    @property
+    def cost(self) -> int:
+        return len(self.line) + 1
+
+
+_GROUP_TITLES = {
+    ("artifact_trail", "written"): "written:",
+    ("artifact_trail", "edited"): "edited:",
+    ("artifact_trail", "carried"): "from before:",
+    ("file_system_state", "roots"): "roots ($A/x is x under $A):",
+    ("file_system_state", "cwd"): "shell cwd:",
+    ("file_system_state", "read"): "read:",
+    ("file_system_state", "listed"): "listed/searched:",
+    ("file_system_state", "mentioned"): "named by the user:",
+    ("file_system_state", "referenced"): "@-attached:",
+    ("file_system_state", "carried"): "from before:",
+    ("recent_actions", "commands"): "shell commands in order of first run, [latest outcome] unless exit 0:",
+    ("recent_actions", "carried"): "earlier:",
+    ("recent_actions", "latest"): "latest tool calls:",
+    ("key_knowledge", "errors"): "errors (tool: message):",
+    ("key_knowledge", "carried"): "from before:",
+    ("task_state", "todos"): "todo list:",
+    ("task_state", "carried"): "from before:",
+    ("task_state", "current"): "current request:",
+}
+
+
+def _group_header(section: str, group: str) -> str:
+    title = _GROUP_TITLES.get((section, group), "")
+    return title
+
+
+class _Roots:
+    """Shortens absolute paths by naming their common directories ``$A``, ``$B``, ``$C``.
+
+    The parent directory of a file always stays in the shortened form (``$A/infra/pi_bot.py``), so the
+    ``parent/basename`` of every path remains findable.
+    """
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.roots: list[tuple[str, str]] = []  # (name, root directory with trailing separator)
+        remaining = [p for p in paths if p.startswith(("/", "~/")) or re.match(r"^[A-Za-z]:[\\/]", p)]
+        for name in ("$A", "$B", "$C"):
+            best = self._best_root(remaining)
+            if best is None:
+                break
+            self.roots.append((name, best))
+            remaining = [p for p in remaining if not self._under(p, best)]
+
+    @staticmethod
+    def _under(path: str, root: str) -> bool:
+        rest = path[len(root) :]
+        return path.startswith(root) and len(re.split(r"[\\/]", rest)) >= 2
+
+    def _best_root(self, paths: Sequence[str]) -> str | None:
+        savings: dict[str, int] = {}
+        for path in paths:
+            for match in re.finditer(r"[\\/]", path):
+                root = path[: match.end()]
+                if self._under(path, root):
+                    savings[root] = savings.get(root, 0) + len(root) - 3
+        best: str | None = None
+        best_saving = 0
+        for root, saving in sorted(savings.items()):
+            net = saving - len(root) - 8
+            if net > best_saving or (net == best_saving and best is not None and len(root) > len(best)):
+                best, best_saving = root, net
+        return best if best_saving >= 40 else None
+
+    def shorten(self, path: str) -> str:
+        for name, root in self.roots:
+            if self._under(path, root):
+                return f"{name}/{path[len(root) :]}"
+        return path
+
+
+class OfflineSummarizer:
+    """Writes a ``<state_snapshot>`` from the facts of ``call.history``; deterministic and offline."""
+
+    name = "offline"
+    deterministic = True
+
+    def __init__(self, token_budget: int = 2000, chars_per_token: int = 4) -> None:
+        if token_budget < MIN_TOKEN_BUDGET:
+            raise UsageError(
+                f"offline summarizer budget {token_budget} tokens is too small",
+                f"Give at least {MIN_TOKEN_BUDGET} tokens.",
+            )
+        if chars_per_token < 1:
+            raise UsageError(f"chars_per_token must be at least 1, not {chars_per_token}", "Use 4.")
+        self.token_budget = token_budget
+        self.chars_per_token = chars_per_token
+
+    @property
+    def max_chars(self) -> int:
+        return self.token_budget * self.chars_per_token
+
+    def generate(self, call: ModelCall) -> str | None:
+        """Answer a summary call with a snapshot; answer a probe with the summary it checks, unchanged."""
+        if call.kind == "probe":
+            return call.previous_summary
+        return self.summarize(call.history)
+
+    def summarize(self, history: Sequence[Mapping[str, Any]]) -> str:
+        facts = extract_facts(history)
+        previous = previous_snapshot(history)
+        items = _candidate_items(facts, previous, history)
+        merged = "; merges the previous snapshot" if previous is not None else ""
+        header = (
+            f"<!-- generated offline by ctxtool, no model: {len(history)} turns, "
+            f"{facts.user_prompts} prompts, {facts.tool_calls} tool calls{merged} -->"
+        )
+        chosen = _select(items, self.max_chars - len(_render(header, [])))
+        text = _render(header, chosen)
+        while len(text) > self.max_chars and chosen:
+            chosen = _drop_one(chosen)
+            text = _render(header, chosen)
+        return text
+
+
+# --------------------------------------------------------------------------------------------- candidates
+
+
+def _candidate_items(
+    facts: Facts, previous: dict[str, list[str]] | None, history: Sequence[Mapping[str, Any]]
+) -> list[_Item]:
+    items: list[_Item] = []
+    order = 0
+
+    def add(section: str, group: str, text: str, kind: str) -> None:
+        nonlocal order
+        text = normalize_ws(text)
+        if text:
+            items.append(_Item(section, group, text, order, kind))
+            order += 1
+
+    prev = previous or {}
+    goal = " ".join(prev.get("overall_goal", [])) or facts.goal
+    if goal:
+        add("overall_goal", "", _clip(goal, _GOAL_HEAD), "core")
+        if len(normalize_ws(goal)) > _GOAL_HEAD:
+            rest = normalize_ws(goal)[_GOAL_HEAD - 1 :]
+            add("overall_goal", "", "(continued) " + _clip(rest, _GOAL_MAX - _GOAL_HEAD), "prose")
+
+    seen_constraints = set()
+    for line in prev.get("active_constraints", []):
+        seen_constraints.add(line.casefold())
+        add("active_constraints", "", line, "carried")
+    for directive in facts.directives:
+        if directive.casefold() not in seen_constraints:
+            add("active_constraints", "", directive, "directives")
+
+    for error in facts.errors:
+        key = error_key(error.message)
+        shown = key if key == normalize_ws(error.message) else key + " …"
+        add("key_knowledge", "errors", f"{error.tool}: {shown}", "errors")
+    for line in prev.get("key_knowledge", []):
+        if not line.endswith(":"):
+            add("key_knowledge", "carried", line, "carried")
+
+    roots = _Roots(facts.paths)
+    for name, root in roots.roots:
+        add("file_system_state", "roots", f"{name} = {root}", "core")
+    for path_fact in facts.path_facts:
+        _add_path_item(add, roots, path_fact)
+    new_paths = {roots.shorten(p).casefold() for p in facts.paths} | {p.casefold() for p in facts.paths}
+    for section in ("artifact_trail", "file_system_state"):
+        for line in prev.get(section, []):
+            if line.endswith(":") or line.casefold() in new_paths:
+                continue
+            add(section, "carried", roots.shorten(line), "carried")
+
+    for command in facts.commands:
+        outcome = "" if command.outcome == "exit 0" else f" [{command.outcome or 'no result'}]"
+        add("recent_actions", "commands", f"$ {command.command}{outcome}", "commands")
+    for line in prev.get("recent_actions", [])[-12:]:
+        if not line.endswith(":") and not line.startswith("$ "):
+            add("recent_actions", "carried", line, "prose")
+    for action in facts.latest_actions:
+        add("recent_actions", "latest", _clip(action, _PROSE_LINE_MAX), "prose")
+
+    for todo in facts.todos:
+        mark = _TODO_MARK.get(todo.status, todo.status.upper())
+        add("task_state", "todos", f"[{mark}] {_clip(todo.description, _TODO_MAX)}", "core")
+    if not facts.todos:
+        for line in prev.get("task_state", []):
+            if not line.endswith(":"):
+                add("task_state", "carried", line, "carried")
+    prompts = list(real_user_prompts(history))
+    if prompts:
+        add("task_state", "current", _clip(prompts[-1][1], _PROSE_LINE_MAX), "prose")
+    return items
+
+
+def _add_path_item(add: Any, roots: _Roots, path_fact: PathFact) -> None:
+    section = "artifact_trail" if path_fact.modified else "file_system_state"
+    add(section, path_fact.how, roots.shorten(path_fact.path), "paths")
+
+
+def _select(items: Sequence[_Item], budget: int) -> list[_Item]:
+    """Choose the items to emit within ``budget`` characters (see the module docstring for the order)."""
+    chosen: list[_Item] = []
+    used = 0
+    headers: set[tuple[str, str]] = set()
+
+    def cost_with_header(item: _Item) -> int:
+        key = (item.section, item.group)
+        title = _group_header(item.section, item.group)
+        return item.cost + (len(title) + 1 if title and key not in headers else 0)
+
+    def take(item: _Item) -> bool:
+        nonlocal used
+        cost = cost_with_header(item)
+        if used + cost > budget:
+            return False
+        used += cost
+        headers.add((item.section, item.group))
+        chosen.append(item)
+        return True
+
+    for item in items:
+        if item.kind == "core":
+            take(item)
+    # Facts and carried lines: round-robin by lowest share kept, cheapest first within each kind.
+    pools: dict[str, list[_Item]] = {}
+    for kind in (*FACT_KINDS, "carried"):
+        pool = sorted((i for i in items if i.kind == kind), key=lambda i: (i.cost, i.order))
+        if pool:
+            pools[kind] = pool
+    totals = {kind: len(pool) for kind, pool in pools.items()}
+    kept = dict.fromkeys(pools, 0)
+    while pools:
+        kind = min(pools, key=lambda k: (kept[k] / totals[k], _kind_rank(k)))
+        pool = pools[kind]
+        item = pool.pop(0)
+        if take(item):
+            kept[kind] += 1
+        else:
+            # Cheapest remaining does not fit: nothing else of this kind will.
+            del pools[kind]
+            continue
+        if not pool:
+            del pools[kind]
+    for item in items:
+        if item.kind == "prose":
+            take(item)
+    return sorted(chosen, key=lambda i: i.order)
+
+
+def _kind_rank(kind: str) -> int:
+    order: tuple[str, ...] = ("directives", "errors", "commands", "paths", "carried")
+    return order.index(kind) if kind in order else len(order)
+
+
+def _drop_one(chosen: list[_Item]) -> list[_Item]:
+    """Remove the least important, most expensive item (used only if rendering overshoots the estimate)."""
+    rank = {"prose": 0, "carried": 1, "paths": 2, "commands": 2, "errors": 2, "directives": 2, "core": 3}
+    victim = min(chosen, key=lambda i: (rank.get(i.kind, 2), -i.cost, -i.order))
+    return [i for i in chosen if i is not victim]
+
+
+def _render(header: str, chosen: Sequence[_Item]) -> str:
+    by_section: dict[str, list[_Item]] = {s: [] for s in SECTIONS}
+    for item in chosen:
+        by_section[item.section].append(item)
+    lines = ["<state_snapshot>", header]
+    for section in SECTIONS:
+        lines.append(f"<{section}>")
+        section_items = by_section[section]
+        if section == "overall_goal":
+            lines.extend(xml_text(i.text) for i in section_items)
+        else:
+            group_order: list[str] = []
+            for item in section_items:
+                if item.group not in group_order:
+                    group_order.append(item.group)
+            for group in _ordered_groups(section, group_order):
+                title = _group_header(section, group)
+                if title:
+                    lines.append(title)
+                lines.extend(i.line for i in section_items if i.group == group)
+        lines.append(f"</{section}>")
+    lines.append("</state_snapshot>")
+    return "\n".join(lines)
+
+
+def _ordered_groups(section: str, present: Sequence[str]) -> list[str]:
+    preferred = [g for (s, g) in _GROUP_TITLES if s == section]
+    return [g for g in preferred if g in present] + [g for g in present if g not in preferred]
+
+
+__all__ = ["MIN_TOKEN_BUDGET", "SECTIONS", "OfflineSummarizer", "previous_snapshot", "xml_text"]

@@ -1,0 +1,48 @@
+"""Shared test set-up: every test runs with its own HOME and no API keys.
+
+Nothing a test does may touch the developer's ~/.gemini or send a real key anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "fixtures"
+REAL_SESSIONS = REPO.parent / "shared" / "real-sessions"
+
+_SECRET_VARS = (
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GOOGLE_GENAI_USE_VERTEXAI",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_LOCATION",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_GEMINI_BASE_URL",
+    "GEMINI_CLI_HOME",
+    "XDG_CACHE_HOME",
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    for name in _SECRET_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("NO_COLOR", "1")
+    return
+
+
+def write_jsonl(path: Path, records: list[object]) -> Path:
+    import orjson
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return path

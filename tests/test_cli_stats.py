@@ -1,0 +1,170 @@
+"""`ctxtool stats` as a user runs it: formats, exit statuses, streams, defaults."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+
+from ctxtool.cli import run
+from tests.conftest import FIXTURES, write_jsonl
+
+DATA = FIXTURES / "gemini" / "tmp"
+ONE = DATA / "ctxdemo" / "chats" / "session-2026-05-25T09-30-c4e5f6a7.jsonl"
+
+
+def stats(capsysbinary: pytest.CaptureFixture[bytes], *args: str) -> tuple[int, bytes, str]:
+    code = run(["stats", *args])
+    captured = capsysbinary.readouterr()
+    return code, captured.out, captured.err.decode()
+
+
+def test_json_envelope_and_rows(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    code, out, err = stats(capsysbinary, str(DATA), "--format", "json")
+    assert code == 0
+    doc = orjson.loads(out)
+    assert doc["schema_version"] == 1
+    assert doc["by"] == "session"
+    assert doc["view"] == "billed"
+    assert doc["read"]["files"] == 16
+    assert {s["reason"] for s in doc["read"]["skipped"]} == {
+        "temporary file",
+        "unreadable-file backup left by Gemini CLI",
+    }
+    # Subagents roll up into their parent; an orphan subagent stays a row of its own.
+    assert len(doc["rows"]) == doc["read"]["sessions"] - 1
+    assert sum(r["total"] for r in doc["rows"]) == doc["read"]["total_tokens"]
+    assert "broken line" in err  # the fixture with a truncated line is reported, on stderr only
+
+
+def test_one_session_defaults_to_turns(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    code, out, _ = stats(capsysbinary, str(ONE), "-f", "json")
+    doc = orjson.loads(out)
+    assert code == 0
+    assert doc["by"] == "turn"
+    assert [r["turn"] for r in doc["rows"]] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("by", ["turn", "request", "session", "model", "project", "day"])
+def test_every_report_in_every_format(capsysbinary: pytest.CaptureFixture[bytes], by: str, tmp_path: Path) -> None:
+    code, out, _ = stats(capsysbinary, str(DATA), "--by", by, "-f", "json")
+    rows = orjson.loads(out)["rows"]
+    assert code == 0 and rows
+    code, out, _ = stats(capsysbinary, str(DATA), "--by", by, "-f", "jsonl")
+    assert [orjson.loads(line) for line in out.splitlines()] == rows
+    code, out, _ = stats(capsysbinary, str(DATA), "--by", by, "-f", "csv")
+    assert pl.read_csv(io.BytesIO(out)).height == len(rows)
+    target = tmp_path / "out.parquet"
+    code, out, _ = stats(capsysbinary, str(DATA), "--by", by, "-f", "parquet", "-o", str(target))
+    assert code == 0 and out == b""
+    assert pl.read_parquet(target).height == len(rows)
+
+
+def test_table_at_fixed_width(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    code, out, _ = stats(capsysbinary, str(ONE), "--width", "100", "--no-color")
+    text = out.decode()
+    assert code == 0
+    assert "ctxtool stats --by turn" in text
+    assert "total" in text
+    assert "Read 1 file" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "\x1b[" not in text
+
+
+def test_sort_limit_and_filters(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    _, out, _ = stats(capsysbinary, str(DATA), "--by", "request", "--sort", "input", "--desc", "-n", "2", "-f", "json")
+    rows = orjson.loads(out)["rows"]
+    assert len(rows) == 2
+    assert rows[0]["input"] >= rows[1]["input"]
+    _, out, _ = stats(capsysbinary, str(DATA), "--project", "ops-box", "-f", "json")
+    assert {r["project"] for r in orjson.loads(out)["rows"]} == {"ops-box"}
+    _, out, _ = stats(capsysbinary, str(DATA), "--since", "2026-07-01", "--by", "day", "-f", "json")
+    assert all(r["day"] >= "2026-07-01" for r in orjson.loads(out)["rows"])
+
+
+def test_bad_files_are_reported_and_the_rest_still_counts(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    good = write_jsonl(
+        tmp_path / "good.jsonl",
+        [
+            {"sessionId": "g", "projectHash": "h"},
+            {"id": "a", "type": "gemini", "content": "", "model": "gemini-2.5-pro", "tokens": {"input": 5}},
+        ],
+    )
+    (tmp_path / "bad.json").write_text("not json at all")
+    (tmp_path / "half.json").write_text('{\n  "sessionId": "x",\n  "messages": [')
+    code, out, err = stats(capsysbinary, str(tmp_path), "-f", "json")
+    assert code == 0
+    assert orjson.loads(out)["read"]["requests"] == 1
+    lines = err.strip().splitlines()
+    assert any(str(tmp_path / "bad.json") in line and "is not JSON" in line for line in lines)
+    assert any(str(tmp_path / "half.json") in line and "truncated" in line for line in lines)
+    assert "Traceback" not in err
+    code, _, _ = stats(capsysbinary, str(tmp_path), "--strict", "-f", "json")
+    assert code == 1
+    assert good.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--by", "week"], "--by 'week' is not a report"),
+        (["--format", "xml"], "--format 'xml' is not supported"),
+        (["--since", "yesterday"], "Write it as YYYY-MM-DD"),
+        (["--since", "2026-02-01", "--until", "2026-01-01"], "is after --until"),
+        (["--sort", "nope", "-f", "json"], "is not a column"),
+        (["--bogus"], "No such option"),
+    ],
+)
+def test_usage_errors_exit_2(capsysbinary: pytest.CaptureFixture[bytes], args: list[str], message: str) -> None:
+    code, _, err = stats(capsysbinary, str(ONE), *args)
+    assert code == 2
+    assert message in err
+
+
+def test_default_root_from_gemini_cli_home(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(DATA, tmp_path / ".gemini" / "tmp")
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path))
+    code, out, _ = stats(capsysbinary, "-f", "json")
+    assert code == 0
+    assert orjson.loads(out)["read"]["files"] == 16
+
+
+def test_missing_default_root_says_how_to_fix(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    code, _, err = stats(capsysbinary, "-f", "json")
+    assert code == 0
+    assert ".gemini/tmp: matches no file" in err
+    assert "Check the path" in err
+
+
+def test_console_script_and_module_entry_point() -> None:
+    for cmd in (["ctxtool"], [sys.executable, "-m", "ctxtool"]):
+        exe = shutil.which(cmd[0]) or str(Path(sys.executable).parent / cmd[0])
+        proc = subprocess.run([exe, *cmd[1:], "stats", str(ONE), "-f", "json"], capture_output=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert orjson.loads(proc.stdout)["by"] == "turn"
+
+
+def test_unexpected_errors_show_no_traceback_unless_asked(
+    capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ctxtool.frames
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(ctxtool.frames, "load", boom)
+    code, _, err = stats(capsysbinary, str(ONE))
+    assert code == 1
+    assert "kaboom" in err and "--traceback" in err and "Traceback" not in err
+    with pytest.raises(RuntimeError):
+        run(["--traceback", "stats", str(ONE)])

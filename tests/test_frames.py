@@ -1,0 +1,205 @@
+"""Frames: session identity, subagents, turns, token semantics, views and reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from ctxtool.frames import filter_corpus, live_only, load, report
+from tests.conftest import write_jsonl
+
+
+def header(sid: str, **extra: Any) -> dict[str, Any]:
+    return {"sessionId": sid, "projectHash": "f" * 64, "startTime": "2026-05-01T10:00:00Z", **extra}
+
+
+def user(mid: str, content: Any, ts: str = "2026-05-01T10:00:01Z") -> dict[str, Any]:
+    return {"id": mid, "timestamp": ts, "type": "user", "content": content}
+
+
+def gemini(
+    mid: str, inp: int, out: int = 10, cached: int = 0, thoughts: int = 0, tool: int = 0, **extra: Any
+) -> dict[str, Any]:
+    tokens = {"input": inp, "output": out, "cached": cached, "thoughts": thoughts, "tool": tool}
+    tokens["total"] = inp + out + thoughts + tool
+    return {
+        "id": mid,
+        "timestamp": "2026-05-01T10:00:05Z",
+        "type": "gemini",
+        "content": "ok",
+        "model": "gemini-2.5-pro",
+        "tokens": tokens,
+        **extra,
+    }
+
+
+@pytest.fixture
+def chats(tmp_path: Path) -> Path:
+    d = tmp_path / "tmp" / "proj" / "chats"
+    d.mkdir(parents=True)
+    (tmp_path / "tmp" / "proj" / ".project_root").write_text("/home/me/proj\n")
+    return d
+
+
+def test_json_and_resumed_jsonl_are_one_session(chats: Path) -> None:
+    old = [user("u1", "first"), gemini("g1", 100)]
+    (chats / "session-2026-05-01T10-00-aaaa1111.json").write_text(
+        json.dumps({**header("aaaa1111-x"), "messages": old})
+    )
+    write_jsonl(
+        chats / "session-2026-05-01T10-00-aaaa1111.jsonl",
+        [header("aaaa1111-x"), *old, user("u2", "second"), gemini("g2", 300)],
+    )
+    corpus = load([chats])
+    assert corpus.sessions.height == 1
+    assert corpus.requests.get_column("input").to_list() == [100, 300]
+    assert corpus.sessions.row(0, named=True)["project"] == "/home/me/proj"
+    assert corpus.sessions.row(0, named=True)["files"] == 2
+
+
+def test_constant_session_id_files_stay_separate(chats: Path) -> None:
+    for name in ("session-2026-07-22T01-38-a2a-serv.jsonl", "session-2026-07-23T01-38-a2a-serv.jsonl"):
+        write_jsonl(chats / name, [header("a2a-server"), user("u1", "hello"), gemini("g1", 50)])
+    corpus = load([chats])
+    assert corpus.sessions.height == 2
+    assert report(corpus, "session").get_column("input").to_list() == [50, 50]
+
+
+def test_subagents_roll_up_into_parent_and_can_be_excluded(chats: Path) -> None:
+    parent_id = "b1f31681-4b57-4337-8bc5-ac73580f752a"
+    write_jsonl(
+        chats / "session-2026-05-01T10-00-b1f31681.jsonl",
+        [header(parent_id), user("u1", "go"), gemini("g1", 1000)],
+    )
+    write_jsonl(
+        chats / parent_id / "xs82vp.jsonl",
+        [header("xs82vp", kind="subagent"), user("s1", "task"), gemini("s2", 400, cached=100)],
+    )
+    corpus = load([chats])
+    assert corpus.sessions.filter(pl.col("kind") == "subagent").height == 1
+    rows = report(corpus, "session")
+    assert rows.height == 1
+    assert rows.row(0, named=True)["input"] == 1400
+    assert rows.row(0, named=True)["subagents"] == 1
+    assert report(load([chats], subagents=False), "session").row(0, named=True)["input"] == 1000
+
+
+def test_turns_follow_prompts_only(chats: Path) -> None:
+    records = [
+        header("t-1"),
+        user("c0", [{"text": "<session_context>env</session_context>"}]),
+        user("p1", [{"text": "build it"}]),
+        gemini("g1", 100),
+        user("r1", [{"functionResponse": {"name": "ls", "response": {"output": "a"}}}]),
+        gemini("g2", 200),
+        user("cmd", "/stats"),
+        user("q", "?help"),
+        user("empty", "   "),
+        user("hook", "<hook_context>x</hook_context>"),
+        gemini("g3", 250),
+        user("p2", [{"text": ""}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}]),
+        gemini("g4", 300),
+    ]
+    corpus = load([write_jsonl(chats / "session-2026-05-01T10-00-t1.jsonl", records)])
+    turns = report(corpus, "turn")
+    assert turns.get_column("turn").to_list() == [1, 2]
+    assert turns.get_column("requests").to_list() == [3, 1]
+    assert turns.get_column("input").to_list() == [550, 300]
+    assert turns.get_column("peak_context").to_list() == [250, 300]
+    assert turns.row(0, named=True)["prompt"] == "build it"
+
+
+def test_token_semantics_and_cost(chats: Path) -> None:
+    write_jsonl(
+        chats / "session-2026-05-01T10-00-c1.jsonl",
+        [header("c-1"), user("p1", "x"), gemini("g1", 1000, out=100, cached=400, thoughts=50, tool=5)],
+    )
+    row = load([chats]).requests.row(0, named=True)
+    assert row["total"] == 1155  # input + output + thoughts + tool; cached is inside input
+    assert row["cache_ratio"] == pytest.approx(0.4)
+    assert row["context_share"] == pytest.approx(1000 / 1_048_576)
+    # gemini-2.5-pro below 200k: $1.25/M uncached input and tool, $0.125/M cached, $10/M output and thoughts.
+    expected = (600 + 5) * 1.25e-6 + 400 * 0.125e-6 + 150 * 10e-6
+    assert row["cost"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_unknown_model_cost_is_null_with_warning(chats: Path) -> None:
+    g = gemini("g1", 100)
+    g["model"] = "auto-gemini-3"
+    write_jsonl(chats / "session-2026-05-01T10-00-u1.jsonl", [header("u-1"), user("p1", "x"), g])
+    corpus = load([chats])
+    assert corpus.requests.row(0, named=True)["cost"] is None
+    assert report(corpus, "session").row(0, named=True)["cost"] is None
+    assert any("auto-gemini-3" in w for w in corpus.warnings)
+
+
+def test_billed_and_live_views(chats: Path) -> None:
+    records = [
+        header("r-1"),
+        user("p1", "one"),
+        gemini("g1", 100),
+        user("p2", "two"),
+        gemini("g2", 200),
+        {"$rewindTo": "p2"},
+        user("p3", "three"),
+        gemini("g3", 150),
+    ]
+    corpus = load([write_jsonl(chats / "session-2026-05-01T10-00-r1.jsonl", records)])
+    assert corpus.requests.get_column("input").sum() == 450
+    s = corpus.sessions.row(0, named=True)
+    assert (s["rewinds"], s["context"], s["peak_context"]) == (1, 150, 150)
+    live = live_only(corpus)
+    assert live.requests.get_column("input").sum() == 250
+    assert report(live, "turn").get_column("input").to_list() == [100, 150]
+
+
+def test_compression_events_are_flagged(chats: Path) -> None:
+    records = [
+        header("k-1"),
+        user("p1", "go"),
+        gemini("g1", 600_000),
+        {
+            "id": "i1",
+            "type": "info",
+            "content": "Context compressed from 57% to 9%.",
+            "timestamp": "2026-05-01T10:01:00Z",
+        },
+        {
+            "$set": {
+                "messages": [
+                    user("snap", [{"text": "<state_snapshot>…</state_snapshot>"}]),
+                    {"id": "ack", "type": "gemini", "content": "Got it. Thanks for the additional context!"},
+                ]
+            }
+        },
+        user("p2", "next"),
+        gemini("g2", 90_000),
+    ]
+    corpus = load([write_jsonl(chats / "session-2026-05-01T10-00-k1.jsonl", records)])
+    s = corpus.sessions.row(0, named=True)
+    # One compression leaves three traces (info marker, snapshot message, checkpoint): counted once.
+    assert (s["compressions"], s["compression_infos"], s["snapshots"], s["checkpoints"]) == (1, 1, 1, 1)
+    assert report(corpus, "turn").get_column("compressed").to_list() == [True, False]
+
+
+def test_filters_and_group_reports(chats: Path) -> None:
+    write_jsonl(
+        chats / "session-2026-05-01T10-00-d1.jsonl", [header("d-1"), user("p", "x"), gemini("g1", 10)]
+    )
+    g = gemini("g2", 20)
+    g["timestamp"] = "2026-05-03T09:00:00Z"
+    g["model"] = "gemini-2.5-flash"
+    write_jsonl(chats / "session-2026-05-03T09-00-d2.jsonl", [header("d-2"), user("p", "x"), g])
+    corpus = load([chats])
+    assert report(corpus, "day").get_column("input").to_list() == [10, 20]
+    assert report(corpus, "model").get_column("model").to_list() == ["gemini-2.5-flash", "gemini-2.5-pro"]
+    assert report(corpus, "project").row(0, named=True)["sessions"] == 2
+    from datetime import date
+
+    later = filter_corpus(corpus, since=date(2026, 5, 2))
+    assert report(later, "session").get_column("input").to_list() == [20]
+    assert report(filter_corpus(corpus, sessions=["d-1"]), "request").height == 1

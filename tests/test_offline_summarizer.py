@@ -1,0 +1,505 @@
+"""OfflineSummarizer: snapshot shape, escaping, budget, determinism, anchored integration, probe calls, and
+fact retention over the real Gemini CLI sessions in /work/shared/real-sessions (skipped when absent)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxtool.compress.facts import FACT_KINDS, extract_facts, retention
+from ctxtool.compress.offline import SECTIONS, OfflineSummarizer, previous_snapshot, xml_text
+from ctxtool.compress.summarizer import ModelCall, Summarizer
+from ctxtool.errors import UsageError
+
+REAL_SESSIONS = Path("/work/shared/real-sessions")
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "parts": [{"text": text}]}
+
+
+def model(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "model", "parts": list(parts)}
+
+
+def call(name: str, args: dict[str, Any], call_id: str) -> dict[str, Any]:
+    return {"functionCall": {"name": name, "args": args, "id": call_id}}
+
+
+def response(name: str, call_id: str, **payload: Any) -> dict[str, Any]:
+    return {
+        "role": "user",
+        "parts": [{"functionResponse": {"name": name, "id": call_id, "response": payload}}],
+    }
+
+
+HISTORY: list[dict[str, Any]] = [
+    user("<session_context>\nThis is the Gemini CLI. Never trust this turn.\n</session_context>"),
+    user(
+        "Fix the failing parser in `src/parse.py`. Always keep <tags> & entities intact. "
+        "Never touch vendor/lib.js. Use uv run."
+    ),
+    model(
+        {"text": "Let me look.", "thought": True},
+        {"text": "Reading the parser."},
+        call("read_file", {"file_path": "/repo/src/parse.py"}, "c1"),
+    ),
+    response("read_file", "c1", output="def parse(x):\n    return x < 3 && y\n"),
+    model(call("run_shell_command", {"command": "uv run pytest -q  tests/test_parse.py"}, "c2")),
+    response(
+        "run_shell_command",
+        "c2",
+        output="Output: E   AssertionError: expected <a> & got <b>\nFAILED tests/test_parse.py::test_x\n"
+        "Exit Code: 1\nProcess Group PGID: 12",
+    ),
+    model(call("replace", {"file_path": "/repo/src/parse.py", "old_string": "x", "new_string": "y"}, "c3")),
+    response(
+        "replace", "c3", error="Failed to edit, 0 occurrences found for old_string in /repo/src/parse.py."
+    ),
+    model(
+        call(
+            "write_todos",
+            {
+                "todos": [
+                    {"description": "reproduce the failure", "status": "completed"},
+                    {"description": "fix parse()", "status": "in_progress"},
+                ]
+            },
+            "c4",
+        )
+    ),
+    response("write_todos", "c4", output="ok"),
+    model({"text": "Working on it."}),
+]
+
+
+def snapshot_of(history: list[dict[str, Any]], budget: int = 2000) -> str:
+    return OfflineSummarizer(token_budget=budget).summarize(history)
+
+
+def parse(snapshot: str) -> ET.Element:
+    return ET.fromstring(snapshot)
+
+
+def test_protocol_and_identity() -> None:
+    summarizer: Summarizer = OfflineSummarizer()
+    assert summarizer.name == "offline"
+    assert summarizer.deterministic is True
+
+
+def test_snapshot_has_every_section_and_is_well_formed_xml() -> None:
+    text = snapshot_of(HISTORY)
+    root = parse(text)
+    assert root.tag == "state_snapshot"
+    assert [child.tag for child in root] == list(SECTIONS)
+    assert "<!-- generated offline by ctxtool" in text
+    # Text with < and & is escaped on the way out and comes back intact through the XML parser.
+    constraints = root.findtext("active_constraints") or ""
+    assert "Always keep <tags> & entities intact." in constraints
+    assert "Never touch vendor/lib.js" in constraints
+    actions = root.findtext("recent_actions") or ""
+    assert "\n$ uv run pytest -q tests/test_parse.py [exit 1]\n" in actions
+    knowledge = root.findtext("key_knowledge") or ""
+    assert "AssertionError: expected <a> & got <b>" in knowledge
+    assert "replace: Failed to edit, 0 occurrences found" in knowledge
+    assert "/repo/src/parse.py" in (root.findtext("artifact_trail") or "")
+    task = root.findtext("task_state") or ""
+    assert "[DONE] reproduce the failure" in task
+    assert "[IN PROGRESS] fix parse()" in task
+    goal = (root.findtext("overall_goal") or "").strip()
+    assert goal.startswith("Fix the failing parser")
+    assert "Never trust this turn" not in text
+
+
+def test_small_history_keeps_every_fact() -> None:
+    facts = extract_facts(HISTORY)
+    kept = retention(facts, snapshot_of(HISTORY))
+    for kind in FACT_KINDS:
+        assert kept.kind(kind).lost == (), kind
+        assert kept.percent(kind) == 100.0
+
+
+def test_output_is_byte_identical_for_the_same_input() -> None:
+    first = snapshot_of(HISTORY)
+    again = OfflineSummarizer().summarize(json.loads(json.dumps(HISTORY)))
+    assert first.encode() == again.encode()
+
+
+def big_history(n: int) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [
+        user("Refactor the whole service. Never push to main. Always run the tests.")
+    ]
+    for i in range(n):
+        history.append(
+            model(
+                call(
+                    "read_file",
+                    {"file_path": f"/home/dev/project/src/module_{i:03d}/handler_{i}.py"},
+                    f"r{i}",
+                ),
+                call(
+                    "run_shell_command",
+                    {"command": f"python -m pytest tests/test_{i}.py -k case_{i}"},
+                    f"s{i}",
+                ),
+            )
+        )
+        history.append(
+            {
+                "role": "user",
+                "parts": [
+                    {
+                        "functionResponse": {
+                            "name": "read_file",
+                            "id": f"r{i}",
+                            "response": {"output": "x" * 500},
+                        }
+                    },
+                    {
+                        "functionResponse": {
+                            "name": "run_shell_command",
+                            "id": f"s{i}",
+                            "response": {
+                                "output": f"Output: ValueError: bad value {i} in case\nExit Code: 1"
+                            },
+                        }
+                    },
+                ],
+            }
+        )
+        history.append(user(f"Step {i}: do not rename handler_{i}."))
+    return history
+
+
+@pytest.mark.parametrize("budget", [100, 400, 2000])
+def test_budget_is_respected(budget: int) -> None:
+    history = big_history(120)
+    text = snapshot_of(history, budget)
+    assert len(text) <= budget * 4
+    parse(text)
+    assert [child.tag for child in parse(text)] == list(SECTIONS)
+
+
+def test_budget_is_shared_between_kinds_and_prose_goes_first() -> None:
+    history = big_history(120)
+    facts = extract_facts(history)
+    assert len(facts.paths) == 120
+    assert len(facts.commands) == 120
+    assert len(facts.errors) == 120
+    assert len(facts.directives) == 122
+    kept = retention(facts, snapshot_of(history, 2000))
+    shares = [kept.percent(kind) or 0.0 for kind in FACT_KINDS]
+    # Everything cannot fit in 8000 characters, but no kind is starved for the others.
+    assert max(shares) < 100.0
+    assert min(shares) > 15.0
+    roomy = retention(facts, snapshot_of(history, 40_000))
+    assert all(roomy.percent(kind) == 100.0 for kind in FACT_KINDS)
+    assert "latest tool calls:" in snapshot_of(history, 40_000)
+    assert "latest tool calls:" not in snapshot_of(history, 2000)
+
+
+def test_common_directory_is_named_once() -> None:
+    text = snapshot_of(big_history(10), 40_000)
+    assert "- $A = /home/dev/project/src/" in text
+    assert "- $A/module_003/handler_3.py" in text
+
+
+def test_anchored_history_integrates_the_previous_snapshot() -> None:
+    first = snapshot_of(HISTORY)
+    later: list[dict[str, Any]] = [
+        {"role": "user", "parts": [{"text": "<scratchpad>thinking</scratchpad>\n" + first}]},
+        model({"text": "Got it. Thanks for the additional context!"}),
+        user("Now also update docs/CHANGELOG.md. Don't bump the version."),
+        model(call("run_shell_command", {"command": "git diff --stat"}, "d1")),
+        response("run_shell_command", "d1", output="Output: 1 file changed"),
+    ]
+    prev = previous_snapshot(later)
+    assert prev is not None
+    assert prev["overall_goal"][0].startswith("Fix the failing parser")
+    second = snapshot_of(later)
+    root = parse(second)
+    assert (root.findtext("overall_goal") or "").strip().startswith("Fix the failing parser")
+    constraints = root.findtext("active_constraints") or ""
+    assert "Never touch vendor/lib.js" in constraints  # carried from the previous snapshot
+    assert "Don't bump the version." in constraints  # new
+    assert "/repo/src/parse.py" in second  # earlier artifact carried
+    assert "uv run pytest -q tests/test_parse.py" in second  # earlier command carried
+    assert "\n$ git diff --stat\n" in second
+    assert "docs/CHANGELOG.md" in (root.findtext("file_system_state") or "")
+    assert "[IN PROGRESS] fix parse()" in (root.findtext("task_state") or "")
+    assert "merges the previous snapshot" in second
+    # The snapshot text itself is not mistaken for user directives.
+    assert not any("state_snapshot" in d for d in extract_facts(later).directives)
+
+
+def test_probe_returns_the_previous_summary_unchanged() -> None:
+    summarizer = OfflineSummarizer()
+    probe = ModelCall(
+        kind="probe",
+        model="gemini-2.5-flash",
+        system_instruction="",
+        contents=[],
+        history=HISTORY,
+        previous_summary="<state_snapshot>x</state_snapshot>",
+    )
+    assert summarizer.generate(probe) == "<state_snapshot>x</state_snapshot>"
+    summary = ModelCall(
+        kind="summary", model="gemini-2.5-flash", system_instruction="", contents=[], history=HISTORY
+    )
+    assert summarizer.generate(summary) == snapshot_of(HISTORY)
+
+
+def test_control_characters_are_dropped_so_the_xml_parses() -> None:
+    history = [
+        user("Run the build."),
+        model(call("run_shell_command", {"command": "make"}, "m1")),
+        response(
+            "run_shell_command",
+            "m1",
+            output="Output: \x1b[31merror: missing \x00 target\x1b[0m\nExit Code: 2",
+        ),
+    ]
+    text = snapshot_of(history)
+    parse(text)
+    assert "missing" in text
+
+
+def test_too_small_budget_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="at least 100"):
+        OfflineSummarizer(token_budget=10)
+    with pytest.raises(UsageError, match="chars_per_token"):
+        OfflineSummarizer(chars_per_token=0)
+
+
+# --------------------------------------------------------------------------------------------- real sessions
+
+
+def load_messages(path: Path) -> list[dict[str, Any]]:
+    """Session messages of a legacy .json record or a .jsonl log (upsert by id, $set, $rewindTo)."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        document = None
+    if isinstance(document, dict) and isinstance(document.get("messages"), list):
+        return [m for m in document["messages"] if isinstance(m, dict)]
+    messages: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        if "$rewindTo" in record:
+            ids = list(messages)
+            target = record["$rewindTo"]
+            for key in ids[ids.index(target) :] if target in ids else ids:
+                del messages[key]
+        elif isinstance(record.get("$set"), dict):
+            if isinstance(record["$set"].get("messages"), list):
+                messages = {m["id"]: m for m in record["$set"]["messages"] if isinstance(m, dict)}
+        elif isinstance(record.get("id"), str):
+            messages[record["id"]] = record
+        elif isinstance(record.get("messages"), list):
+            messages = {m["id"]: m for m in record["messages"] if isinstance(m, dict) and "id" in m}
+    return list(messages.values())
+
+
+def as_parts(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"text": value}]
+    if isinstance(value, list):
+        return [{"text": v} if isinstance(v, str) else v for v in value if isinstance(v, str | dict)]
+    if isinstance(value, dict):
+        return [value]
+    return []
+
+
+def to_wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    for message in messages:
+        kind = message.get("type")
+        if kind == "user":
+            parts = as_parts(message.get("content"))
+            if parts:
+                history.append({"role": "user", "parts": parts})
+        elif kind == "gemini":
+            parts = [
+                p for p in as_parts(message.get("content")) if p.get("text") or len(p) > 1 or "text" not in p
+            ]
+            calls = message.get("toolCalls") or []
+            for tc in calls:
+                parts.append(
+                    {
+                        "functionCall": {
+                            "name": tc.get("name"),
+                            "args": tc.get("args") or {},
+                            "id": tc.get("id"),
+                        }
+                    }
+                )
+            if parts:
+                history.append({"role": "model", "parts": parts})
+            results: list[dict[str, Any]] = []
+            for tc in calls:
+                result = tc.get("result")
+                if isinstance(result, str) and result:
+                    results.append(
+                        {
+                            "functionResponse": {
+                                "id": tc.get("id"),
+                                "name": tc.get("name"),
+                                "response": {"output": result},
+                            }
+                        }
+                    )
+                elif result:
+                    results.extend(as_parts(result))
+            if results:
+                history.append({"role": "user", "parts": results})
+    return history
+
+
+def split_point(history: list[dict[str, Any]], fraction: float = 0.7) -> int:
+    """Index of the first plain user turn at or after ``fraction`` of the characters (Gemini CLI's rule)."""
+    counts = [len(json.dumps(c, separators=(",", ":"), ensure_ascii=False)) for c in history]
+    target = sum(counts) * fraction
+    last = 0
+    cumulative = 0
+    for index, content in enumerate(history):
+        is_prompt = content["role"] == "user" and not any("functionResponse" in p for p in content["parts"])
+        if is_prompt:
+            if cumulative >= target:
+                return index
+            last = index
+        cumulative += counts[index]
+    return last
+
+
+def real_histories() -> list[tuple[str, list[dict[str, Any]]]]:
+    out = []
+    for path in sorted(REAL_SESSIONS.iterdir()):
+        if path.suffix not in (".json", ".jsonl"):
+            continue
+        history = to_wire(load_messages(path))
+        cut = split_point(history)
+        if cut == 0:
+            cut = round(len(history) * 0.7)
+        if history[:cut]:
+            out.append((path.name, history[:cut]))
+    return out
+
+
+def commands_ceiling(summarizer: OfflineSummarizer, history: list[dict[str, Any]]) -> int:
+    """How many commands of a history could survive if the whole budget went to command lines alone."""
+    room = summarizer.max_chars - len(summarizer.summarize([])) - 80
+    costs = sorted(len(xml_text("$ " + c.command)) + 1 for c in extract_facts(history).commands)
+    fitted = 0
+    for cost in costs:
+        if cost > room:
+            break
+        room -= cost
+        fitted += 1
+    return fitted
+
+
+@dataclass(frozen=True)
+class RealFigures:
+    percent: dict[str, float]
+    kept: dict[str, int]
+    total: dict[str, int]
+    commands_ceiling: float
+    rows: tuple[str, ...]
+
+
+@functools.cache
+def real_figures() -> RealFigures:
+    """Summarise the first 70% of every real session at the default budget and measure retention."""
+    summarizer = OfflineSummarizer()
+    kept = dict.fromkeys(FACT_KINDS, 0)
+    total = dict.fromkeys(FACT_KINDS, 0)
+    ceiling_kept = 0
+    rows = []
+    for name, history in real_histories():
+        snapshot = summarizer.summarize(history)
+        assert len(snapshot) <= summarizer.max_chars, name
+        ET.fromstring(snapshot)
+        assert snapshot == summarizer.summarize(history), name
+        measured = retention(extract_facts(history), snapshot)
+        cells = []
+        for kind in FACT_KINDS:
+            k = measured.kind(kind)
+            kept[kind] += len(k.kept)
+            total[kind] += k.total
+            cells.append(f"{len(k.kept)}/{k.total}")
+        rows.append(f"{name[:60]:60} " + " ".join(f"{c:>9}" for c in cells))
+        ceiling_kept += commands_ceiling(summarizer, history)
+    percent = {kind: 100.0 * kept[kind] / total[kind] for kind in FACT_KINDS if total[kind]}
+    ceiling = 100.0 * ceiling_kept / total["commands"] if total["commands"] else 100.0
+    return RealFigures(percent, kept, total, ceiling, tuple(rows))
+
+
+needs_real_sessions = pytest.mark.skipif(not REAL_SESSIONS.is_dir(), reason="real sessions folder absent")
+
+
+@needs_real_sessions
+def test_real_sessions_retention(capsys: pytest.CaptureFixture[str]) -> None:
+    figures = real_figures()
+    percent = figures.percent
+    with capsys.disabled():
+        print("\nreal-session retention at the default budget (kept/total: paths commands errors directives)")
+        print("\n".join(figures.rows))
+        print(
+            "aggregate: "
+            + ", ".join(f"{k} {percent[k]:.1f}% ({figures.kept[k]}/{figures.total[k]})" for k in percent)
+        )
+        print(f"commands ceiling (whole budget spent on commands alone): {figures.commands_ceiling:.1f}%")
+    assert set(percent) == set(FACT_KINDS)
+    assert percent["paths"] >= 95.0
+    assert percent["errors"] >= 90.0
+    assert percent["directives"] >= 90.0
+    # Regression floor for commands; the 95% target is tracked by the strict xfail test below.
+    assert percent["commands"] >= 85.0
+
+
+@needs_real_sessions
+@pytest.mark.xfail(
+    strict=True,
+    reason="95% of commands cannot fit in 2000 tokens: some commands are whole heredoc files or python -c "
+    "scripts (up to 3,300 chars) and survive only verbatim; even with the whole budget spent on commands "
+    "alone at most ~93.7% fit (measured 85.8% with every section filled)",
+)
+def test_real_sessions_command_retention_target() -> None:
+    assert real_figures().percent["commands"] >= 95.0  # strict: flags the day this starts to pass
+
+
+def test_converter_handles_jsonl_replay(tmp_path: Path) -> None:
+    lines = [
+        {"sessionId": "s", "projectHash": "h"},
+        {"id": "1", "type": "user", "content": "first"},
+        {"id": "2", "type": "gemini", "content": "answer"},
+        {"id": "2", "type": "gemini", "content": "answer, edited"},
+        {"id": "3", "type": "user", "content": "second"},
+        {"$rewindTo": "3"},
+        {"$set": {"lastUpdated": "x"}},
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\nnot json\n")
+    assert [m["content"] for m in load_messages(path)] == ["first", "answer, edited"]
+    checkpoint = tmp_path / "c.jsonl"
+    checkpoint.write_text(
+        json.dumps({"$set": {"messages": [{"id": "9", "type": "user", "content": "only"}]}})
+    )
+    assert [m["id"] for m in load_messages(checkpoint)] == ["9"]
+    assert (
+        re.sub(r"\s", "", json.dumps(to_wire(load_messages(path))[1]))
+        == '{"role":"model","parts":[{"text":"answer,edited"}]}'
+    )

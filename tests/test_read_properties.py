@@ -1,0 +1,126 @@
+"""Property tests: the JSONL fold against a plain model of Gemini CLI's replay rules, and frame totals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxtool.frames import load
+from ctxtool.session.read import parse_session_bytes
+
+IDS = st.sampled_from([f"m{i}" for i in range(8)])
+TOKENS = st.fixed_dictionaries(
+    {
+        "input": st.integers(0, 300_000),
+        "output": st.integers(0, 5_000),
+        "cached": st.integers(0, 100_000),
+        "thoughts": st.integers(0, 5_000),
+        "tool": st.integers(0, 100),
+    }
+)
+
+
+@st.composite
+def operations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    ops: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(0, 25))):
+        kind = draw(st.sampled_from(["user", "gemini", "gemini", "set", "rewind", "checkpoint"]))
+        if kind == "user":
+            ops.append(
+                {"id": draw(IDS), "type": "user", "content": [{"text": draw(st.sampled_from(["go", "/x"]))}]}
+            )
+        elif kind == "gemini":
+            tokens = draw(TOKENS)
+            tokens["total"] = tokens["input"] + tokens["output"] + tokens["thoughts"] + tokens["tool"]
+            ops.append(
+                {
+                    "id": draw(IDS),
+                    "type": "gemini",
+                    "content": "ok",
+                    "model": "gemini-2.5-pro",
+                    "tokens": tokens,
+                }
+            )
+        elif kind == "set":
+            ops.append({"$set": {"lastUpdated": "2026-05-01T10:00:00Z"}})
+        elif kind == "rewind":
+            ops.append({"$rewindTo": draw(IDS)})
+        else:
+            ops.append(
+                {
+                    "$set": {
+                        "messages": [{"id": i, "type": "user", "content": "c"} for i in draw(st.lists(IDS))]
+                    }
+                }
+            )
+    return ops
+
+
+def model_fold(ops: list[dict[str, Any]]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """An independent, deliberately naive statement of the rules: (live ids in order, billed by id)."""
+    live: list[tuple[str, dict[str, Any]]] = []
+    billed: dict[str, dict[str, Any]] = {}
+    for op in ops:
+        if "$rewindTo" in op:
+            pos = next((i for i, (k, _) in enumerate(live) if k == op["$rewindTo"]), 0)
+            live = live[:pos]
+        elif "$set" in op:
+            if "messages" in op["$set"]:
+                live = []
+                for m in op["$set"]["messages"]:
+                    existing = [i for i, (k, _) in enumerate(live) if k == m["id"]]
+                    if existing:
+                        live[existing[0]] = (m["id"], m)
+                    else:
+                        live.append((m["id"], m))
+                    prev = billed.get(m["id"], {})
+                    billed[m["id"]] = (
+                        m if "tokens" in m or "tokens" not in prev else {**m, "tokens": prev["tokens"]}
+                    )
+        else:
+            existing = [i for i, (k, _) in enumerate(live) if k == op["id"]]
+            if existing:
+                live[existing[0]] = (op["id"], op)
+            else:
+                live.append((op["id"], op))
+            prev = billed.get(op["id"], {})
+            billed[op["id"]] = (
+                op if "tokens" in op or "tokens" not in prev else {**op, "tokens": prev["tokens"]}
+            )
+    return [k for k, _ in live], billed
+
+
+HEADER = {"sessionId": "s", "projectHash": "h", "startTime": "2026-05-01T10:00:00Z"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(operations())
+def test_fold_matches_model(ops: list[dict[str, Any]]) -> None:
+    data = b"".join(orjson.dumps(r) + b"\n" for r in [HEADER, *ops])
+    sf = parse_session_bytes(data, "p.jsonl")
+    live_ids, billed = model_fold(ops)
+    assert [m["id"] for m in sf.messages] == live_ids
+    assert {m["id"]: m for m in sf.billed} == billed
+    # Every live message is billed, and the live view never holds more than the billed one.
+    assert set(live_ids) <= set(billed)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations())
+def test_frame_totals_equal_sum_of_request_tokens(tmp_path: Path, ops: list[dict[str, Any]]) -> None:
+    path = tmp_path / "chats" / "session-2026-05-01T10-00-s.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [HEADER, *ops]))
+    corpus = load([path])
+    _, billed = model_fold(ops)
+    requests = [m for m in billed.values() if m.get("type") == "gemini" and isinstance(m.get("tokens"), dict)]
+    for key in ("input", "output", "cached", "thoughts", "tool", "total"):
+        expected = sum(m["tokens"][key] for m in requests)
+        assert corpus.requests.get_column(key).sum() == expected
+        assert corpus.sessions.get_column(key).sum() == expected
+        assert corpus.turns.get_column(key).sum() == expected
+    assert corpus.requests.height == len(requests)
