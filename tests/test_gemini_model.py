@@ -18,6 +18,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
+from ctxtool.compress import gemini_cli
 from ctxtool.compress.gemini_model import GeminiSummarizer, compression_model_for, get_response_text
 from ctxtool.compress.prompts import (
     CTXTOOL_COMPRESSION_PROMPT,
@@ -33,17 +34,9 @@ KEY = "AIzaTEST-secret-key-0123456789"
 MODEL = "gemini-2.5-pro"
 PATH = f"/v1beta/models/{MODEL}:generateContent"
 
-# Upstream fixed strings (spec §9.2 and §9.4), typed here because the strategy that owns them is wired later.
-INSTRUCTION = (
-    "Generate a new <state_snapshot> based on the provided history."
-    "\n\nFirst, reason in your scratchpad. Then, generate the updated <state_snapshot>."
-)
-PROBE = (
-    "Critically evaluate the <state_snapshot> you just generated. Did you omit any specific technical "
-    "details, file paths, tool results, or user constraints mentioned in the history? If anything is "
-    "missing or could be more precise, generate a FINAL, improved <state_snapshot>. Otherwise, repeat the "
-    "exact same <state_snapshot> again."
-)
+# The instruction and probe turns the strategy sends (ctxtool's wording, upstream's layout: spec §9.2, §9.4).
+INSTRUCTION = f"{gemini_cli.ANCHOR_NEW}\n\n{gemini_cli.INSTRUCTION_SUFFIX}"
+PROBE = gemini_cli.PROBE_TEXT
 
 # A history with every part kind the SDK might rewrite: thought signatures, function calls with a float
 # and a null argument, function responses, inline data (the SDK would rename mimeType to mime_type).

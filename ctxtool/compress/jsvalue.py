@@ -1,0 +1,259 @@
+"""JavaScript-exact JSON values: ``JSON.stringify``, ``Number::toString``, UTF-16 strings, truthiness.
+
+Gemini CLI measures history in UTF-16 code units of ``JSON.stringify`` output, slices strings by code units,
+formats numbers the ECMAScript way and tests ``part.functionResponse`` by JS truthiness. Python differs on
+every one of these (``1.0`` vs ``1``, ``1e+21`` vs ``1e21``, code points vs code units, ``{}`` being falsy,
+lone surrogates left raw). This module owns those differences so the port can be written as plainly as
+the upstream TypeScript (spec: gemini-cli-compression.md section 16).
+
+Values are what ``json.loads``/``orjson.loads`` produce: dict, list, str, int, float, bool, None. A key that
+JS would hold as ``undefined`` is simply absent. No I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from decimal import Decimal
+from typing import Any
+
+# ECMAScript WhiteSpace + LineTerminator code points, the set String.prototype.trim removes. Python's
+# str.strip() also strips U+001C..U+001F and U+0085 and keeps U+FEFF, so it is not the same set.
+JS_WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Largest integer a double holds exactly; beyond it JSON.parse already rounded the value.
+_MAX_SAFE_INTEGER = 2**53 - 1
+_MAX_ARRAY_INDEX = 2**32 - 2
+
+
+def js_trim(s: str) -> str:
+    """``String.prototype.trim``."""
+    return s.strip(JS_WHITESPACE)
+
+
+def js_truthy(value: Any) -> bool:
+    """JS truthiness of a JSON value: ``{}`` and ``[]`` are truthy; ``""``, ``0``, ``NaN``, null are not."""
+    if value is None or value is False:
+        return False
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int | float):
+        return not (value == 0 or (isinstance(value, float) and math.isnan(value)))
+    if isinstance(value, str):
+        return value != ""
+    return True
+
+
+# --------------------------------------------------------------------------------------------------
+# UTF-16
+
+
+def _utf16(s: str) -> bytes:
+    return s.encode("utf-16-le", "surrogatepass")
+
+
+def utf16_len(s: str) -> int:
+    """``s.length`` in JS: UTF-16 code units (an astral character counts 2, a lone surrogate 1)."""
+    if s.isascii():
+        return len(s)
+    return len(_utf16(s)) // 2
+
+
+def utf16_units(s: str) -> list[int]:
+    """The code units ``s.charCodeAt(i)`` would return, in order."""
+    if s.isascii():
+        return [ord(c) for c in s]
+    b = _utf16(s)
+    return [b[i] | (b[i + 1] << 8) for i in range(0, len(b), 2)]
+
+
+def _from_utf16(b: bytes) -> str:
+    return b.decode("utf-16-le", "surrogatepass")
+
+
+def js_slice(s: str, start: int, end: int | None = None) -> str:
+    """``String.prototype.slice(start, end)`` on code units; may split a surrogate pair as JS does.
+
+    Negative indexes count from the end and ``slice(-0)`` is ``slice(0)``: the whole string.
+    """
+    n = utf16_len(s)
+    lo = max(n + start, 0) if start < 0 else min(start, n)
+    hi = n if end is None else (max(n + end, 0) if end < 0 else min(end, n))
+    if lo >= hi:
+        return ""
+    if s.isascii():
+        return s[lo:hi]
+    return _from_utf16(_utf16(s)[2 * lo : 2 * hi])
+
+
+def normalize_surrogates(s: str) -> str:
+    """Join surrogate halves that Python holds as two code points into one character.
+
+    JS sees a high surrogate followed by a low one as a pair whatever produced them; Python keeps them
+    apart when a string is built by concatenation, which would make them look lone.
+    """
+    if _SURROGATE.search(s) is None:
+        return s
+    return _from_utf16(_utf16(s))
+
+
+# --------------------------------------------------------------------------------------------------
+# Numbers
+
+
+def js_number_to_string(x: float) -> str:
+    """ECMAScript ``Number::toString(x)`` (radix 10), e.g. ``1.0 -> "1"``, ``1e21 -> "1e+21"``."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "0"  # includes -0
+    if x < 0:
+        return "-" + js_number_to_string(-x)
+    # repr() gives the shortest round-tripping digits, the same digits ECMAScript requires.
+    _sign, digit_tuple, exp = Decimal(repr(x)).as_tuple()
+    assert isinstance(exp, int)
+    digits = "".join(str(d) for d in digit_tuple).rstrip("0")
+    exp += len(digit_tuple) - len(digits)
+    digits = digits.lstrip("0") or "0"
+    k = len(digits)
+    n = k + exp  # x = 0.digits * 10**n
+    if k <= n <= 21:
+        return digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * (-n) + digits
+    e = n - 1
+    exp_str = ("+" if e >= 0 else "-") + str(abs(e))
+    if k == 1:
+        return digits + "e" + exp_str
+    return digits[0] + "." + digits[1:] + "e" + exp_str
+
+
+def _json_number(x: int | float) -> str:
+    if isinstance(x, int):
+        if -_MAX_SAFE_INTEGER <= x <= _MAX_SAFE_INTEGER:
+            return str(x)
+        x = float(x)  # JSON.parse would already have rounded it to a double
+    if math.isnan(x) or math.isinf(x):
+        return "null"
+    return js_number_to_string(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON.stringify
+
+
+def _quote(s: str) -> str:
+    # json.dumps escapes exactly the characters JSON.stringify escapes (", \, and < 0x20 with the same
+    # short forms and lowercase \u00xx), except lone surrogates, which ES2019 well-formed stringify escapes.
+    out = json.dumps(s, ensure_ascii=False)
+    if _SURROGATE.search(out) is None:
+        return out
+    out = json.dumps(normalize_surrogates(s), ensure_ascii=False)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
+
+
+def _is_array_index(key: str) -> bool:
+    return (
+        key.isascii()
+        and key.isdigit()
+        and (key == "0" or not key.startswith("0"))
+        and int(key) <= _MAX_ARRAY_INDEX
+    )
+
+
+def js_key_order(obj: dict[str, Any]) -> list[str]:
+    """Own-key order of a JS object built from ``obj``: integer-like keys ascending, then insertion order."""
+    keys = list(obj)
+    index_keys = [k for k in keys if _is_array_index(k)]
+    if not index_keys:
+        return keys
+    index_keys.sort(key=int)
+    return index_keys + [k for k in keys if not _is_array_index(k)]
+
+
+def js_stringify(value: Any, indent: int | None = None) -> str:
+    """``JSON.stringify(value)`` or ``JSON.stringify(value, null, indent)``.
+
+    Raises TypeError for values JSON cannot hold (JS would give ``undefined`` for the whole call).
+    """
+    parts: list[str] = []
+    _emit(value, parts, indent, "")
+    return "".join(parts)
+
+
+def _emit(value: Any, out: list[str], indent: int | None, cur: str) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, str):
+        out.append(_quote(value))
+    elif isinstance(value, int | float):
+        out.append(_json_number(value))
+    elif isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        inner = cur + " " * indent if indent else cur
+        sep = ",\n" + inner if indent else ","
+        out.append("{\n" + inner if indent else "{")
+        first = True
+        for key in js_key_order(value):
+            if not isinstance(key, str):
+                raise TypeError(f"object keys must be strings, not {type(key).__name__}")
+            if not first:
+                out.append(sep)
+            first = False
+            out.append(_quote(key))
+            out.append(": " if indent else ":")
+            _emit(value[key], out, indent, inner)
+        out.append("\n" + cur + "}" if indent else "}")
+    elif isinstance(value, list | tuple):
+        if not value:
+            out.append("[]")
+            return
+        inner = cur + " " * indent if indent else cur
+        sep = ",\n" + inner if indent else ","
+        out.append("[\n" + inner if indent else "[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(sep)
+            _emit(item, out, indent, inner)
+        out.append("\n" + cur + "]" if indent else "]")
+    else:
+        raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+def json_length(value: Any) -> int:
+    """``JSON.stringify(value).length``: UTF-16 code units of the compact JS serialisation."""
+    return utf16_len(js_stringify(value))
+
+
+def js_template(value: Any, *, missing: bool = False) -> str:
+    """How a value prints inside a JS template literal (``${value}``); ``missing`` means ``undefined``."""
+    if missing:
+        return "undefined"
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return js_number_to_string(float(value)) if isinstance(value, float) else _json_number(value)
+    if isinstance(value, list):
+        return ",".join("" if v is None else js_template(v) for v in value)
+    return "[object Object]"
