@@ -452,7 +452,14 @@ def _sessions(
             *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
             *[
                 pl.col(k).fill_null(0)
-                for k in ("billed_messages", "turns", "tool_calls", "tool_errors", "compression_infos", "snapshots")
+                for k in (
+                    "billed_messages",
+                    "turns",
+                    "tool_calls",
+                    "tool_errors",
+                    "compression_infos",
+                    "snapshots",
+                )
             ],
             pl.col("context_limit").fill_null(DEFAULT_TOKEN_LIMIT),
             start=pl.coalesce(_ts("start_time"), pl.col("first_ts")),

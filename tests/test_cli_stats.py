@@ -52,17 +52,21 @@ def test_one_session_defaults_to_turns(capsysbinary: pytest.CaptureFixture[bytes
 
 
 @pytest.mark.parametrize("by", ["turn", "request", "session", "model", "project", "day"])
-def test_every_report_in_every_format(capsysbinary: pytest.CaptureFixture[bytes], by: str, tmp_path: Path) -> None:
+def test_every_report_in_every_format(
+    capsysbinary: pytest.CaptureFixture[bytes], by: str, tmp_path: Path
+) -> None:
     code, out, _ = stats(capsysbinary, str(DATA), "--by", by, "-f", "json")
     rows = orjson.loads(out)["rows"]
-    assert code == 0 and rows
+    assert code == 0
+    assert rows
     code, out, _ = stats(capsysbinary, str(DATA), "--by", by, "-f", "jsonl")
     assert [orjson.loads(line) for line in out.splitlines()] == rows
     code, out, _ = stats(capsysbinary, str(DATA), "--by", by, "-f", "csv")
     assert pl.read_csv(io.BytesIO(out)).height == len(rows)
     target = tmp_path / "out.parquet"
     code, out, _ = stats(capsysbinary, str(DATA), "--by", by, "-f", "parquet", "-o", str(target))
-    assert code == 0 and out == b""
+    assert code == 0
+    assert out == b""
     assert pl.read_parquet(target).height == len(rows)
 
 
@@ -78,7 +82,9 @@ def test_table_at_fixed_width(capsysbinary: pytest.CaptureFixture[bytes]) -> Non
 
 
 def test_sort_limit_and_filters(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
-    _, out, _ = stats(capsysbinary, str(DATA), "--by", "request", "--sort", "input", "--desc", "-n", "2", "-f", "json")
+    _, out, _ = stats(
+        capsysbinary, str(DATA), "--by", "request", "--sort", "input", "--desc", "-n", "2", "-f", "json"
+    )
     rows = orjson.loads(out)["rows"]
     assert len(rows) == 2
     assert rows[0]["input"] >= rows[1]["input"]
@@ -123,7 +129,9 @@ def test_bad_files_are_reported_and_the_rest_still_counts(
         (["--bogus"], "No such option"),
     ],
 )
-def test_usage_errors_exit_2(capsysbinary: pytest.CaptureFixture[bytes], args: list[str], message: str) -> None:
+def test_usage_errors_exit_2(
+    capsysbinary: pytest.CaptureFixture[bytes], args: list[str], message: str
+) -> None:
     code, _, err = stats(capsysbinary, str(ONE), *args)
     assert code == 2
     assert message in err
@@ -149,7 +157,9 @@ def test_missing_default_root_says_how_to_fix(capsysbinary: pytest.CaptureFixtur
 def test_console_script_and_module_entry_point() -> None:
     for cmd in (["ctxtool"], [sys.executable, "-m", "ctxtool"]):
         exe = shutil.which(cmd[0]) or str(Path(sys.executable).parent / cmd[0])
-        proc = subprocess.run([exe, *cmd[1:], "stats", str(ONE), "-f", "json"], capture_output=True, check=False)
+        proc = subprocess.run(
+            [exe, *cmd[1:], "stats", str(ONE), "-f", "json"], capture_output=True, check=False
+        )
         assert proc.returncode == 0, proc.stderr
         assert orjson.loads(proc.stdout)["by"] == "turn"
 
@@ -165,6 +175,8 @@ def test_unexpected_errors_show_no_traceback_unless_asked(
     monkeypatch.setattr(ctxtool.frames, "load", boom)
     code, _, err = stats(capsysbinary, str(ONE))
     assert code == 1
-    assert "kaboom" in err and "--traceback" in err and "Traceback" not in err
+    assert "kaboom" in err
+    assert "--traceback" in err
+    assert "Traceback" not in err
     with pytest.raises(RuntimeError):
         run(["--traceback", "stats", str(ONE)])
