@@ -11,11 +11,7 @@ recorded, rewound or checkpointed away included); context figures use the **live
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -23,18 +19,17 @@ from typing import Any, Literal
 
 import polars as pl
 
-from ctxtool.session.columns import MESSAGE_COLUMNS, TOOL_COLUMNS, FileColumns, extract_file
-from ctxtool.session.discover import Discovery, SessionPath, discover
-from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, token_limit
+from ctxtool.session.columns import MESSAGE_COLUMNS, TOOL_COLUMNS, FileColumns
+from ctxtool.session.discover import Discovery, discover
+from ctxtool.session.scan import read_files
+from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS
 
 SCHEMA_VERSION = 1
 By = Literal["turn", "request", "session", "model", "project", "day"]
-BY_CHOICES: tuple[str, ...] = ("turn", "request", "session", "model", "project", "day")
+from ctxtool.choices import BY_CHOICES  # noqa: E402  (re-exported)
+
 TOKEN_COLUMNS = ("input", "output", "cached", "thoughts", "tool", "total")
 Progress = Callable[[int, int], None]
-
-# Below this many bytes, worker processes cost more than they save.
-_PARALLEL_MIN_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -74,50 +69,11 @@ def load(
     return build_corpus(results, found)
 
 
-def read_files(
-    files: Sequence[SessionPath], *, progress: Progress | None = None, workers: int | None = None
-) -> list[FileColumns]:
-    sizes = []
-    for sp in files:
-        try:
-            sizes.append(sp.path.stat().st_size)
-        except OSError:
-            sizes.append(0)
-    total = sum(sizes)
-    n_workers = workers if workers is not None else (os.cpu_count() or 1)
-    done = 0
-    if n_workers <= 1 or len(files) < 2 or total < _PARALLEL_MIN_BYTES:
-        out = []
-        for sp, size in zip(files, sizes, strict=True):
-            out.append(extract_file(sp))
-            done += size
-            if progress:
-                progress(done, total)
-        return out
-    # Largest files first so no worker is left with a giant file at the end; results keep input order.
-    order = sorted(range(len(files)), key=lambda i: -sizes[i])
-    results: list[FileColumns | None] = [None] * len(files)
-    with ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context()) as pool:
-        futures = {pool.submit(extract_file, files[i]): i for i in order}
-        from concurrent.futures import as_completed
+def warm_up() -> None:
+    """Load what building frames needs (price data), so it can overlap with parsing."""
+    from ctxtool.pricing import warm_up as warm_prices
 
-        for fut in as_completed(futures):
-            i = futures[fut]
-            results[i] = fut.result()
-            done += sizes[i]
-            if progress:
-                progress(done, total)
-    return [r for r in results if r is not None]
-
-
-def _mp_context() -> multiprocessing.context.BaseContext:
-    # fork is cheapest, but forking a process whose polars thread pool is running can deadlock; polars is
-    # imported at module level here, so use forkserver (workers import only the reader and orjson).
-    if sys.platform == "linux":
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["ctxtool.session.columns"])
-        return ctx
-    return multiprocessing.get_context("spawn")
+    warm_prices()
 
 
 _MESSAGE_SCHEMA: dict[str, Any] = {
@@ -126,6 +82,7 @@ _MESSAGE_SCHEMA: dict[str, Any] = {
     "timestamp": pl.String,
     "live": pl.Boolean,
     "text_chars": pl.Int64,
+    "content_bytes": pl.Int64,
     "is_prompt": pl.Boolean,
     "is_command": pl.Boolean,
     "is_snapshot": pl.Boolean,
@@ -142,7 +99,7 @@ _TOOL_SCHEMA: dict[str, Any] = {
     "name": pl.String,
     "status": pl.String,
     "timestamp": pl.String,
-    "result_chars": pl.Int64,
+    "result_bytes": pl.Int64,
 }
 assert tuple(_MESSAGE_SCHEMA) == MESSAGE_COLUMNS
 assert tuple(_TOOL_SCHEMA) == TOOL_COLUMNS
@@ -228,6 +185,7 @@ def _merged_columns(s: _Session) -> tuple[dict[str, list[Any]], dict[str, list[A
 
 
 def build_corpus(results: list[FileColumns], found: Discovery | None = None) -> Corpus:
+    """Frames from flattened files. Consumes the rows of ``results`` (their column lists are emptied)."""
     problems = [Problem(r.path, r.error) for r in results if r.error]
     good = [r for r in results if not r.error]
     sessions = _group_sessions(good)
@@ -292,15 +250,20 @@ def build_corpus(results: list[FileColumns], found: Discovery | None = None) -> 
         msg_session.extend([s.key] * n)
         msg_position.extend(range(n))
         tool_session.extend([s.key] * len(t["message_id"]))
+        for f in s.files:  # the rows now live in the merged lists; let the per-file copies go
+            f.messages = {}
+            f.tools = {}
 
     files_meta = pl.DataFrame(srow, schema=_SESSION_META_SCHEMA)
     messages = pl.DataFrame(
         {"session_key": msg_session, "position": msg_position, **msg_cols},
         schema={"session_key": pl.String, "position": pl.Int64, **_MESSAGE_SCHEMA},
     )
+    del msg_cols, msg_session, msg_position
     tools = pl.DataFrame(
         {"session_key": tool_session, **tool_cols}, schema={"session_key": pl.String, **_TOOL_SCHEMA}
     )
+    del tool_cols, tool_session
     corpus = _derive(files_meta, messages, tools)
     corpus.problems = problems
     corpus.files_read = len(good)
@@ -332,14 +295,13 @@ def _derive(meta: pl.DataFrame, messages: pl.DataFrame, tools: pl.DataFrame) -> 
         turn=pl.col("is_prompt").cast(pl.Int64).cum_sum().over("session_key"),
         ts=_ts("timestamp"),
         compression=(pl.col("compression_info") | pl.col("is_snapshot")),
-    ).join(ids, on="session_key", how="left")
-
-    requests = messages.filter((pl.col("type") == "gemini") & pl.col("input").is_not_null())
-    requests = requests.with_columns(
-        context_limit=pl.col("model").map_elements(token_limit, return_dtype=pl.Int64, skip_nulls=False)
-        if requests.height
-        else pl.lit(DEFAULT_TOKEN_LIMIT, dtype=pl.Int64),
     )
+
+    # Identity columns are joined onto the smaller frames only; messages keep just the session key.
+    requests = messages.filter((pl.col("type") == "gemini") & pl.col("input").is_not_null()).join(
+        ids, on="session_key", how="left"
+    )
+    requests = requests.with_columns(context_limit=context_limit_expr(pl.col("model")))
     requests = requests.with_columns(
         context=pl.col("input"),
         context_share=pl.col("input") / pl.col("context_limit"),
@@ -376,15 +338,21 @@ def _derive(meta: pl.DataFrame, messages: pl.DataFrame, tools: pl.DataFrame) -> 
         how="left",
     ).join(ids, on="session_key", how="left")
 
-    turns = _turns(messages, requests)
+    turns = _turns(messages, requests, meta)
     sessions = _sessions(meta, messages, requests, turns)
     return Corpus(sessions, messages, requests, tool_calls, turns, warnings=warnings)
 
 
-def _turns(messages: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
+def context_limit_expr(model: pl.Expr) -> pl.Expr:
+    """``token_limit(model)`` as a vectorised expression over a model column."""
+    expr = pl.lit(DEFAULT_TOKEN_LIMIT, dtype=pl.Int64)
+    for name, limit in MODEL_LIMITS.items():
+        expr = pl.when(model == name).then(pl.lit(limit, dtype=pl.Int64)).otherwise(expr)
+    return expr
+
+
+def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:
     per_msg = messages.group_by("session_key", "turn", maintain_order=True).agg(
-        pl.col("session").first(),
-        pl.col("project").first(),
         pl.col("preview").filter(pl.col("is_prompt")).first().alias("prompt"),
         pl.col("ts").min().alias("start"),
         pl.col("ts").max().alias("end"),
@@ -416,6 +384,7 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
     ).drop("cost_unknown")
     # Messages before the first prompt (a <session_context> block, a resumed history) form turn 0; keep it
     # only when it holds something.
+    turns = turns.join(meta.select("session_key", "session", "project"), on="session_key", how="left")
     return turns.filter((pl.col("turn") > 0) | (pl.col("requests") > 0) | pl.col("compressed"))
 
 
@@ -748,7 +717,7 @@ def live_only(corpus: Corpus) -> Corpus:
     """The live view: only requests and turns still in the history Gemini CLI would resume."""
     requests = corpus.requests.filter(pl.col("live"))
     messages = corpus.messages.filter(pl.col("live"))
-    turns = _turns(messages, requests)
+    turns = _turns(messages, requests, corpus.sessions)
     meta = corpus.sessions.drop(
         "requests", *TOKEN_COLUMNS, "cost", "context", "peak_context", "models", "live_requests"
     )

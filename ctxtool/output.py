@@ -17,8 +17,9 @@ from typing import IO, Any
 import orjson
 import polars as pl
 
-MACHINE_FORMATS = ("json", "jsonl", "csv", "parquet")
-FORMATS = ("table", *MACHINE_FORMATS)
+from ctxtool.choices import FORMATS, MACHINE_FORMATS
+
+__all__ = ["FORMATS", "MACHINE_FORMATS", "atomic_write", "dumps", "encode", "json_document"]
 
 
 def _default(value: Any) -> Any:

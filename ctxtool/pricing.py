@@ -24,19 +24,26 @@ then applies those rates with vectorised polars expressions. Tests compare the t
 
 A model the library does not know (e.g. Gemini CLI's routing alias ``auto-gemini-3``) gets a null cost and a
 warning, never $0.
+
+Start-up: importing genai-prices and loading its data costs about a quarter of a second, more than parsing a
+few hundred megabytes of sessions takes here. The rates derived for a model are a pure function of the
+installed genai-prices data and the day, so they are memoised in a small JSON file in ctxtool's cache
+directory (``$CTXTOOL_CACHE_DIR``, else the platform's user cache dir), keyed by the library's data file and
+the UTC date; genai-prices is imported only when a model is not in that file yet. Delete the file (or set
+``CTXTOOL_NO_PRICE_CACHE=1``) to always ask the library.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import polars as pl
-from genai_prices import Usage, calc_price, data_snapshot
-from genai_prices import __version__ as _genai_prices_version
-from genai_prices.types import TieredPrices
 
 __all__ = [
     "PROVIDER_ID",
@@ -108,8 +115,19 @@ class PriceTable:
         )
 
 
+def warm_up() -> None:
+    """Load what pricing will need: the memoised rates, or genai-prices' data when there are none."""
+    if _load_rate_cache() is None:
+        from genai_prices import data_snapshot
+
+        data_snapshot.get_snapshot()
+
+
 def pricing_source() -> str:
     """Which genai-prices version and data snapshot prices come from, for reports to state."""
+    from genai_prices import __version__ as _genai_prices_version
+    from genai_prices import data_snapshot
+
     snapshot = data_snapshot.get_snapshot()
     if snapshot.from_auto_update:
         return (
@@ -120,6 +138,8 @@ def pricing_source() -> str:
 
 
 def _probe(model: str, at: datetime, input_tokens: int, cached: int = 0, output: int = 0) -> Decimal:
+    from genai_prices import Usage, calc_price
+
     usage = Usage(input_tokens=input_tokens, cache_read_tokens=cached, output_tokens=output)
     result = calc_price(usage, model, provider_id=PROVIDER_ID, genai_request_timestamp=at)
     return result.total_price
@@ -127,6 +147,9 @@ def _probe(model: str, at: datetime, input_tokens: int, cached: int = 0, output:
 
 def _tier_starts(model: str, at: datetime) -> list[int]:
     """Every tier threshold of any price key of the model, as the library will apply them at ``at``."""
+    from genai_prices import data_snapshot
+    from genai_prices.types import TieredPrices
+
     _, info = data_snapshot.get_snapshot().find_provider_model(model, None, PROVIDER_ID, None)
     prices = info.get_prices(at)
     starts: set[int] = set()
@@ -142,6 +165,8 @@ def _model_rates(model: str, at: datetime) -> ModelRates:
     Within one tier the library's price is linear: ``fixed + in*(I - C) + cached*C + out*O``. Two probes a
     token apart give the input rate and the fixed part; one more each gives the cache-read and output rates.
     """
+    from genai_prices import data_snapshot
+
     _, info = data_snapshot.get_snapshot().find_provider_model(model, None, PROVIDER_ID, None)
     starts = _tier_starts(model, at)
     bounds = [-1, *starts]
@@ -171,17 +196,101 @@ def _model_rates(model: str, at: datetime) -> ModelRates:
 def price_table(models: Iterable[str | None], at: datetime | None = None) -> PriceTable:
     """Resolve each distinct model name once; names the library does not know go to ``unknown``.
 
-    ``at`` is the request time prices are taken for (the library keeps dated prices); default now.
+    ``at`` is the request time prices are taken for (the library keeps dated prices); default now, in which
+    case memoised rates for today are used when present (see the module docstring).
     """
+    wanted = sorted({m for m in models if m is not None})
+    if at is None:
+        cached = _load_rate_cache()
+        if cached is not None and all(m in cached.rates or m in cached.unknown for m in wanted):
+            return PriceTable(
+                rates={m: cached.rates[m] for m in wanted if m in cached.rates},
+                unknown=tuple(m for m in wanted if m in cached.unknown),
+                at=cached.at,
+                source=cached.source,
+            )
     when = at or datetime.now(tz=UTC)
     rates: dict[str, ModelRates] = {}
     unknown: list[str] = []
-    for model in sorted({m for m in models if m is not None}):
+    for model in wanted:
         try:
             rates[model] = _model_rates(model, when)
         except LookupError:
             unknown.append(model)
-    return PriceTable(rates=rates, unknown=tuple(unknown), at=when)
+    table = PriceTable(rates=rates, unknown=tuple(unknown), at=when)
+    if at is None:
+        _save_rate_cache(table)
+    return table
+
+
+def _rate_cache_path() -> Path | None:
+    """The memo file for today's rates under the installed genai-prices data, or None when disabled."""
+    if os.environ.get("CTXTOOL_NO_PRICE_CACHE"):
+        return None
+    import importlib.util
+
+    spec = importlib.util.find_spec("genai_prices")
+    if spec is None or spec.origin is None:
+        return None
+    data = Path(spec.origin).parent / "data.py"
+    try:
+        st = data.stat()
+    except OSError:
+        return None
+    base = os.environ.get("CTXTOOL_CACHE_DIR")
+    if not base:
+        from platformdirs import user_cache_dir
+
+        base = user_cache_dir("ctxtool", appauthor=False)
+    day = datetime.now(tz=UTC).date().isoformat()
+    return Path(base) / "prices" / f"rates-v{_RATE_CACHE_VERSION}-{st.st_size}-{st.st_mtime_ns}-{day}.json"
+
+
+_RATE_CACHE_VERSION = 1
+
+
+def _load_rate_cache() -> PriceTable | None:
+    path = _rate_cache_path()
+    if path is None:
+        return None
+    try:
+        doc = json.loads(path.read_bytes())
+        return PriceTable(
+            rates={
+                name: ModelRates(name, r["model_id"], tuple(TierRates(**t) for t in r["tiers"]))
+                for name, r in doc["rates"].items()
+            },
+            unknown=tuple(doc["unknown"]),
+            at=datetime.fromisoformat(doc["at"]),
+            source=doc["source"],
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save_rate_cache(table: PriceTable) -> None:
+    path = _rate_cache_path()
+    if path is None:
+        return
+    previous = _load_rate_cache()
+    if previous is not None:
+        table = previous.merged(table)
+    doc = {
+        "source": table.source,
+        "at": table.at.isoformat(),
+        "unknown": list(table.unknown),
+        "rates": {
+            name: {"model_id": r.model_id, "tiers": [vars(t) for t in r.tiers]}
+            for name, r in table.rates.items()
+        },
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        return  # a read-only cache directory only costs speed
 
 
 def _count(value: int | None) -> int:

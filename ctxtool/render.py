@@ -323,3 +323,151 @@ def print_table(console: Console, table: Table) -> None:
 
 def problem_lines(problems: Sequence[tuple[str, str]]) -> list[str]:
     return [f"{path}: {message}" if not message.startswith(path) else message for path, message in problems]
+
+
+# --- ctxtool audit ----------------------------------------------------------------------------------
+
+_STATUS_STYLE = {
+    "fail": "bold red",
+    "skip": "dim",
+    "pass": "green",
+    "removed": "red",
+    "added": "green",
+    "changed": "yellow",
+    "kept": "dim",
+}
+
+
+def audit_table(
+    checks: Sequence[Mapping[str, Any]], *, title: str, caption: str | None = None, width: int = 120
+) -> Table:
+    """One row per check: status, subject (session or day), rule, value, limit and the worst offender.
+
+    ``checks`` rows carry ``status``, ``subject``, ``rule``, ``value`` and ``limit`` already formatted as
+    text, and ``offender``."""
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left", width=None)
+    table.add_column("status", no_wrap=True)
+    # Rich narrows only wrappable columns; the cells themselves are no_wrap, so they end in an ellipsis.
+    table.add_column("session / day", overflow="ellipsis", no_wrap=False, max_width=36)
+    table.add_column("rule", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("limit", justify="right", no_wrap=True)
+    table.add_column("worst", overflow="ellipsis", no_wrap=False, min_width=min(12, width // 8))
+    for c in checks:
+        status = str(c["status"])
+        table.add_row(
+            Text(status.upper(), style=_STATUS_STYLE.get(status, "")),
+            Text(str(c["subject"]).removeprefix("session-"), overflow="ellipsis", no_wrap=True),
+            Text(str(c["rule"])),
+            Text(str(c["value"])),
+            Text(str(c["limit"])),
+            Text(str(c.get("offender") or ""), overflow="ellipsis", no_wrap=True),
+        )
+    return table
+
+
+# --- ctxtool diff -----------------------------------------------------------------------------------
+
+
+def diff_summary_table(rows: Sequence[Sequence[str]], *, title: str, headers: Sequence[str]) -> Table:
+    """A small table of preformatted cells: the first column left-aligned, the others right-aligned."""
+    table = Table(title=title, title_justify="left")
+    for i, name in enumerate(headers):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def diff_message_table(rows: Sequence[Mapping[str, Any]], *, title: str, width: int = 120) -> Table:
+    """One row per message: status, before/after position, type, estimated tokens and an elided preview."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("status", no_wrap=True)
+    table.add_column("#b", justify="right", no_wrap=True)
+    table.add_column("#a", justify="right", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("est.", justify="right", no_wrap=True)
+    table.add_column("content", overflow="ellipsis", no_wrap=False, min_width=min(20, width // 4))
+    for r in rows:
+        status = str(r["status"])
+        table.add_row(
+            Text(status, style=_STATUS_STYLE.get(status, "")),
+            Text("" if r["before_index"] is None else str(r["before_index"])),
+            Text("" if r["after_index"] is None else str(r["after_index"])),
+            Text(str(r["type"])),
+            Text(str(r["estimate"])),
+            Text(str(r["content"]), overflow="ellipsis", no_wrap=True),
+        )
+    return table
+
+
+_COMPACT_STATUS_STYLE = {
+    "COMPRESSED": "green",
+    "CONTENT_TRUNCATED": "cyan",
+    "NOOP": "dim",
+    "FAILED": "bold red",
+}
+
+
+def compact_table(
+    reports: Sequence[Mapping[str, Any]], *, title: str = "ctxtool compact", plan: bool = False
+) -> Table:
+    """One row per session of ``ctxtool compact``: status, tokens before → after, messages summarised /
+    kept, fact retention (paths, commands, errors, directives) and where the result went. ``plan`` (a dry
+    run) adds the threshold, the split turn and the number of tool outputs the budget would cut."""
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("session", no_wrap=True, overflow="ellipsis", max_width=40)
+    table.add_column("status", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("msgs sum/kept", justify="right", no_wrap=True)
+    table.add_column("kept facts p/c/e/d", justify="right", no_wrap=True)
+    if plan:
+        table.add_column("threshold", justify="right", no_wrap=True)
+        table.add_column("split", justify="right", no_wrap=True)
+        table.add_column("cut outputs", justify="right", no_wrap=True)
+    table.add_column("output", overflow="fold", min_width=24)
+    for r in reports:
+        name = str(r.get("input_path", "")).rsplit("/", 1)[-1]
+        status = str(r.get("status"))
+        before, after = r.get("tokens_before"), r.get("tokens_after")
+        tokens = "–" if before is None else f"{human_int(before)} → {human_int(after)}"
+        summarised, kept = r.get("messages_summarised"), r.get("messages_kept")
+        msgs = "–" if summarised is None else f"{summarised}/{kept}"
+        retention = r.get("retention") or {}
+        kinds = ("paths", "commands", "errors", "directives")
+        facts = "/".join(_retention_cell(retention.get(k)) for k in kinds)
+        if not retention:
+            facts = "–"
+        if r.get("error"):
+            where = str(r["error"])
+        elif r.get("output_path"):
+            where = ("would write " if r.get("dry_run") else "") + _short_path(str(r["output_path"]))
+        else:
+            where = "nothing written"
+        styled = Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow"))
+        extra: list[str] = []
+        if plan:
+            limit, share = r.get("token_limit"), r.get("threshold")
+            extra = [
+                "–" if limit is None or share is None else human_int(int(share * limit)),
+                "–" if r.get("split_index") is None else str(r["split_index"]),
+                str(len(r.get("tool_outputs_truncated") or [])),
+            ]
+        table.add_row(name, styled, tokens, msgs, facts, *extra, where)
+    return table
+
+
+def _short_path(path: str) -> str:
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def _retention_cell(kind: Any) -> str:
+    if not isinstance(kind, Mapping) or not kind.get("total"):
+        return "–"
+    return f"{100 * int(kind['kept']) // int(kind['total'])}%"

@@ -9,7 +9,7 @@ from __future__ import annotations
 # except the two Gemma 4 models.
 DEFAULT_TOKEN_LIMIT = 1_048_576
 GEMMA_4_TOKEN_LIMIT = 256_000
-_LIMITS: dict[str, int] = {
+MODEL_LIMITS: dict[str, int] = {
     "gemma-4-31b-it": GEMMA_4_TOKEN_LIMIT,
     "gemma-4-26b-a4b-it": GEMMA_4_TOKEN_LIMIT,
 }
@@ -20,4 +20,4 @@ COMPRESSION_THRESHOLD = 0.5
 
 def token_limit(model: str | None) -> int:
     """Gemini CLI's ``tokenLimit(model)`` at HEAD (tokenLimits.ts @ d4c5333dcf)."""
-    return _LIMITS.get(model or "", DEFAULT_TOKEN_LIMIT)
+    return MODEL_LIMITS.get(model or "", DEFAULT_TOKEN_LIMIT)

@@ -172,7 +172,7 @@ def test_unexpected_errors_show_no_traceback_unless_asked(
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(ctxtool.frames, "load", boom)
+    monkeypatch.setattr(ctxtool.frames, "build_corpus", boom)
     code, _, err = stats(capsysbinary, str(ONE))
     assert code == 1
     assert "kaboom" in err

@@ -203,3 +203,13 @@ def test_filters_and_group_reports(chats: Path) -> None:
     later = filter_corpus(corpus, since=date(2026, 5, 2))
     assert report(later, "session").get_column("input").to_list() == [20]
     assert report(filter_corpus(corpus, sessions=["d-1"]), "request").height == 1
+
+
+def test_context_limit_follows_gemini_cli_table(chats: Path) -> None:
+    g = gemini("g1", 128_000)
+    g["model"] = "gemma-4-31b-it"
+    write_jsonl(
+        chats / "session-2026-05-01T10-00-gm.jsonl", [header("gm"), user("p", "x"), g, gemini("g2", 10)]
+    )
+    rows = load([chats]).requests.select("model", "context_limit", "context_share").rows()
+    assert rows == [("gemma-4-31b-it", 256_000, 0.5), ("gemini-2.5-pro", 1_048_576, 10 / 1_048_576)]

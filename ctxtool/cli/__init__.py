@@ -48,9 +48,12 @@ def _root(
 
 
 def _register() -> None:
-    from ctxtool.cli import stats
+    from ctxtool.cli import audit, compact, diff, stats
 
     stats.register(app)
+    compact.register(app)
+    diff.register(app)
+    audit.register(app)
 
 
 _register()

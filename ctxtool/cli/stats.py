@@ -108,14 +108,12 @@ def stats(
     color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
     width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
 ) -> int:
-    from ctxtool import frames, render
-    from ctxtool import output as out
-    from ctxtool.frames import BY_CHOICES
+    from ctxtool.choices import BY_CHOICES, FORMATS
 
     if by is not None and by not in BY_CHOICES:
         raise UsageError(f"--by {by!r} is not a report", f"Use one of: {', '.join(BY_CHOICES)}")
-    if fmt not in out.FORMATS:
-        raise UsageError(f"--format {fmt!r} is not supported", f"Use one of: {', '.join(out.FORMATS)}")
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r} is not supported", f"Use one of: {', '.join(FORMATS)}")
     if fmt == "parquet" and output is None and sys.stdout.isatty():
         raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
     since_d = _parse_date(since, "--since")
@@ -123,14 +121,20 @@ def stats(
     if since_d and until_d and since_d > until_d:
         raise UsageError(f"--since {since} is after --until {until}", "Swap the two dates")
 
-    from ctxtool.session.discover import default_root
+    from ctxtool.session.discover import default_root, discover
+    from ctxtool.session.scan import read_files
 
-    targets = paths or [str(default_root())]
+    found = discover(paths or [str(default_root())], subagents=subagents)
     progress = _DelayedProgress(sys.stderr.isatty())
     try:
-        corpus = frames.load(targets, subagents=subagents, progress=progress)
+        # Workers are started before polars is imported; the frames and price data load meanwhile.
+        results = read_files(found.files, progress=progress, while_waiting=_load_frames)
     finally:
         progress.close()
+    from ctxtool import frames, render
+    from ctxtool import output as out
+
+    corpus = frames.build_corpus(results, found)
     corpus = frames.filter_corpus(
         corpus, since=since_d, until=until_d, projects=project or (), sessions=session or ()
     )
@@ -196,6 +200,12 @@ def stats(
 
     failed = bool(corpus.problems) or corpus.broken_lines > 0
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
+
+
+def _load_frames() -> None:
+    from ctxtool import frames
+
+    frames.warm_up()
 
 
 def _warn(message: str) -> None:

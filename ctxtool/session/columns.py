@@ -1,19 +1,32 @@
 """Flatten one session file into plain columns, cheaply, so worker processes can hand back lists, not objects.
 
 Owns: what a message *is* for reporting (a prompt, a command, a compression event, a request with tokens),
-the per-file summary, and the worker entry point ``extract_file``. Imports only the reader and orjson, so a
-worker process starts fast. Must not: import polars (the parent builds frames once from these lists).
+the per-file summary, and the worker entry point ``extract_file``.
+
+Speed: session files are mostly tool output (file contents, diffs, ``resultDisplay``) that a token report
+never looks at. Records are decoded with msgspec into small typed structs that *skip* those fields instead
+of building Python objects for them (about 2.4x faster than a full parse); a tool result is kept only as its
+raw JSON bytes, measured, never decoded. The fold itself is ``ctxtool.session.read.replay``, the same one the
+full reader uses, so both views obey one statement of Gemini CLI's rules. A record that does not fit the
+structs (a fork's odd types) is decoded generically and converted leniently, never dropped.
+
+Must not: import polars (the parent builds frames once from these lists).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import msgspec
+import orjson
 
 from ctxtool.errors import SessionFormatError
 from ctxtool.session.discover import SessionPath
-from ctxtool.session.read import SessionFile, read_session
+from ctxtool.session.read import BrokenLine, Event, check_document, replay, sniff
+from ctxtool.session.schema import TOKEN_KEYS
 
 MESSAGE_COLUMNS = (
     "message_id",
@@ -21,6 +34,7 @@ MESSAGE_COLUMNS = (
     "timestamp",
     "live",
     "text_chars",
+    "content_bytes",
     "is_prompt",
     "is_command",
     "is_snapshot",
@@ -37,7 +51,8 @@ MESSAGE_COLUMNS = (
     "total",
 )
 PREVIEW_CHARS = 80
-TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_chars")
+# result_bytes: size of the tool result as stored (its JSON text, in bytes); results are never decoded.
+TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes")
 
 # Markers the interactive UI records as `info` messages when it compresses (spec §12.1).
 _COMPRESSED_INFO = re.compile(
@@ -127,116 +142,307 @@ def _int(value: Any) -> int | None:
     return None
 
 
-def _result_chars(result: Any) -> int:
-    if result is None:
-        return 0
-    if isinstance(result, str):
-        return len(result)
-    if isinstance(result, dict):
-        result = [result]
-    total = 0
-    if isinstance(result, list):
-        for part in result:
-            if isinstance(part, str):
-                total += len(part)
-            elif isinstance(part, dict):
-                fr = part.get("functionResponse")
-                if isinstance(fr, dict):
-                    resp = fr.get("response")
-                    if isinstance(resp, dict):
-                        for v in resp.values():
-                            total += len(v) if isinstance(v, str) else 0
-                elif isinstance(part.get("text"), str):
-                    total += len(part["text"])
-    return total
+class _Call(msgspec.Struct):
+    id: Any = None
+    name: Any = None
+    status: Any = None
+    timestamp: Any = None
+    result: msgspec.Raw = msgspec.Raw(b"null")
 
 
-def columns_from_session(sf: SessionFile, sp: SessionPath) -> FileColumns:
-    meta = sf.metadata
-    out = FileColumns(
-        path=str(sp.path),
-        group_key=sp.group_key,
-        project=sp.project,
-        project_dir=sp.project_dir,
-        parent_ref=sp.parent_ref,
-        era=sf.era,
-        size=sf.size,
-        session_id=sf.session_id,
-        project_hash=_str(meta.get("projectHash")),
-        kind=sf.kind,
-        start_time=_str(meta.get("startTime")),
-        last_updated=_str(meta.get("lastUpdated")),
-        summary=_str(meta.get("summary")),
-        lines=sf.lines,
-        blank_lines=sf.blank_lines,
-        broken_lines=sf.broken_lines,
-        first_broken_line=sf.first_broken_line,
-        unknown_records=sf.unknown_records,
-        rewinds=sf.rewinds,
-        checkpoints=sf.checkpoints,
-        live_messages=len(sf.messages),
+class _Tokens(msgspec.Struct):
+    input: Any = None
+    output: Any = None
+    cached: Any = None
+    thoughts: Any = None
+    tool: Any = None
+    total: Any = None
+
+
+class _Patch(msgspec.Struct):
+    messages: list[_Record] | msgspec.UnsetType | None = msgspec.UNSET
+    sessionId: Any = msgspec.UNSET
+    projectHash: Any = msgspec.UNSET
+    startTime: Any = msgspec.UNSET
+    lastUpdated: Any = msgspec.UNSET
+    kind: Any = msgspec.UNSET
+    summary: Any = msgspec.UNSET
+
+
+class _Record(msgspec.Struct):
+    """Any line of a session file (or a whole legacy document): only the fields reports read."""
+
+    id: Any = msgspec.UNSET
+    type: Any = None
+    timestamp: Any = None
+    content: msgspec.Raw = msgspec.Raw(b"null")
+    model: Any = None
+    tokens: _Tokens | None = None
+    toolCalls: list[_Call] | None = None
+    messages: list[_Record] | msgspec.UnsetType | None = msgspec.UNSET
+    sessionId: Any = msgspec.UNSET
+    projectHash: Any = msgspec.UNSET
+    startTime: Any = msgspec.UNSET
+    lastUpdated: Any = msgspec.UNSET
+    kind: Any = msgspec.UNSET
+    summary: Any = msgspec.UNSET
+    set_: Any = msgspec.field(default=msgspec.UNSET, name="$set")
+    rewind: Any = msgspec.field(default=msgspec.UNSET, name="$rewindTo")
+
+
+_META_FIELDS = ("sessionId", "projectHash", "startTime", "lastUpdated", "kind", "summary")
+_decode_record = msgspec.json.Decoder(_Record).decode
+_decode_patch = msgspec.convert
+_decode_any = msgspec.json.decode
+
+# A message as the fold carries it: its row (without the live flag) and its tool-call rows.
+_Row = tuple[tuple[Any, ...], list[tuple[Any, ...]]]
+_INPUT = 13  # index of `input` in a row without the live flag
+
+
+def _lenient(obj: Any) -> _Record:
+    """Build a record from a generically decoded object, keeping what fits and dropping what cannot."""
+    if not isinstance(obj, dict):
+        return _Record()
+    calls = obj.get("toolCalls")
+    msgs = obj.get("messages")
+    return _Record(
+        id=obj.get("id", msgspec.UNSET),
+        type=obj.get("type"),
+        timestamp=obj.get("timestamp"),
+        content=msgspec.Raw(orjson.dumps(obj.get("content"))),
+        model=obj.get("model"),
+        tokens=_Tokens(**{k: v for k, v in tokens.items() if k in TOKEN_KEYS})
+        if isinstance(tokens := obj.get("tokens"), dict)
+        else None,
+        toolCalls=[
+            _Call(
+                id=c.get("id"),
+                name=c.get("name"),
+                status=c.get("status"),
+                timestamp=c.get("timestamp"),
+                result=msgspec.Raw(orjson.dumps(c.get("result"))),
+            )
+            for c in calls
+            if isinstance(c, dict)
+        ]
+        if isinstance(calls, list)
+        else None,
+        messages=[_lenient(m) for m in msgs if isinstance(m, dict)]
+        if isinstance(msgs, list)
+        else msgspec.UNSET,
+        **{k: obj[k] for k in _META_FIELDS if k in obj},
+        set_=obj.get("$set", msgspec.UNSET),
+        rewind=obj.get("$rewindTo", msgspec.UNSET),
     )
-    m: dict[str, list[Any]] = {name: [] for name in MESSAGE_COLUMNS}
-    t: dict[str, list[Any]] = {name: [] for name in TOOL_COLUMNS}
-    live_ids = {id(msg) for msg in sf.messages}
-    live_keys = {msg.get("id") for msg in sf.messages}
-    for msg in sf.billed:
-        mid = msg.get("id")
-        mtype = msg.get("type")
-        mtype = mtype if isinstance(mtype, str) else "unknown"
-        content = msg.get("content")
-        is_prompt = is_command = is_snapshot = compression = False
-        if mtype == "user":
-            is_prompt, is_command, is_snapshot = classify_user(content)
-            text_chars = len(message_text(content))
+
+
+def _decode_line(line: bytes) -> _Record | None:
+    """A record, or None when the line is JSON but not an object; BrokenLine when it is not JSON."""
+    try:
+        return _decode_record(line)
+    except msgspec.ValidationError:
+        pass
+    except (msgspec.DecodeError, RecursionError):
+        raise BrokenLine from None
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise BrokenLine from None
+    return _lenient(obj) if isinstance(obj, dict) else None
+
+
+def _meta(rec: Any) -> dict[str, Any]:
+    return {k: v for k in _META_FIELDS if (v := getattr(rec, k)) is not msgspec.UNSET}
+
+
+def _pairs(messages: Any) -> list[tuple[str, _Row]]:
+    return [(m.id, _row(m)) for m in messages if isinstance(m.id, str)]
+
+
+def _classify(line: bytes) -> Event:
+    rec = _decode_line(line)
+    if rec is None:
+        return "unknown", None, None
+    if rec.rewind is not msgspec.UNSET:
+        return "rewind", rec.rewind, None
+    if rec.set_ is not msgspec.UNSET:
+        patch = rec.set_
+        if not isinstance(patch, dict):
+            return "set", {}, None
+        try:
+            typed = _decode_patch(patch, _Patch)
+        except msgspec.ValidationError:
+            typed = _Patch(**{k: patch[k] for k in _META_FIELDS if k in patch})
+            msgs = patch.get("messages")
+            if isinstance(msgs, list):
+                typed.messages = [_lenient(m) for m in msgs if isinstance(m, dict)]
+        messages = typed.messages
+        return "set", _meta(typed), _pairs(messages) if isinstance(messages, list) else None
+    if isinstance(rec.id, str):
+        return "message", rec.id, _row(rec)
+    if rec.sessionId is not msgspec.UNSET:
+        messages = rec.messages
+        return "meta", _meta(rec), _pairs(messages) if isinstance(messages, list) else None
+    return "unknown", None, None
+
+
+def _is_null(raw: msgspec.Raw) -> bool:
+    return len(raw) == 4 and bytes(raw) == b"null"
+
+
+def _carry_tokens(previous: _Row, new: _Row) -> _Row | None:
+    if new[0][_INPUT] is None and previous[0][_INPUT] is not None:
+        row = new[0]
+        return (row[:_INPUT] + previous[0][_INPUT:], new[1])
+    return None
+
+
+def _row(rec: _Record) -> _Row:
+    """The report row of one message record (every column but ``live``) and its tool-call rows."""
+    mid = rec.id if isinstance(rec.id, str) else None
+    mtype = rec.type if isinstance(rec.type, str) else "unknown"
+    raw = rec.content
+    content: Any = None if _is_null(raw) else _decode_any(raw)
+    is_prompt = is_command = is_snapshot = compression = False
+    preview = None
+    if mtype == "user":
+        is_prompt, is_command, is_snapshot = classify_user(content)
+        text_chars = len(message_text(content))
+        if is_prompt:
+            preview = _preview(content)
+    else:
+        text = content if isinstance(content, str) else message_text(content)
+        text_chars = len(text)
+        if mtype == "info":
+            compression = _COMPRESSED_INFO.match(text) is not None
+    n_calls = n_errors = 0
+    tool_rows: list[tuple[Any, ...]] = []
+    if rec.toolCalls:
+        for call in rec.toolCalls:
+            n_calls += 1
+            if call.status == "error":
+                n_errors += 1
+            result = call.result
+            tool_rows.append(
+                (
+                    mid,
+                    _str(call.id),
+                    _str(call.name),
+                    _str(call.status),
+                    _str(call.timestamp),
+                    0 if _is_null(result) else len(result),
+                )
+            )
+    t = rec.tokens
+    if mtype == "gemini" and t is not None:
+        counts: tuple[Any, ...] = (
+            _count(t.input),
+            _count(t.output),
+            _count(t.cached),
+            _count(t.thoughts),
+            _count(t.tool),
+            _count(t.total),
+        )
+    else:
+        counts = (None, None, None, None, None, None)
+    row = (
+        mid,
+        mtype,
+        _str(rec.timestamp),
+        text_chars,
+        0 if content is None else len(raw),
+        is_prompt,
+        is_command,
+        is_snapshot,
+        compression,
+        _str(rec.model),
+        preview,
+        n_calls,
+        n_errors,
+        *counts,
+    )
+    return row, tool_rows
+
+
+def _assemble(out: FileColumns, billed: list[_Row], live_ids: set[str] | None) -> None:
+    rows: list[tuple[Any, ...]] = []
+    tool_rows: list[tuple[Any, ...]] = []
+    for row, calls in billed:
+        live = True if live_ids is None else row[0] in live_ids
+        rows.append((*row[:3], live, *row[3:]))
+        tool_rows.extend(calls)
+    out.messages = _transpose(rows, MESSAGE_COLUMNS)
+    out.tools = _transpose(tool_rows, TOOL_COLUMNS)
+
+
+def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
+    """Read one file's bytes into columns. Raises SessionFormatError like the full reader."""
+    p = Path(sp.path)
+    out = FileColumns(str(sp.path), sp.group_key, sp.project, sp.project_dir, sp.parent_ref, size=len(data))
+    whole_error = None
+    if sniff(data, p) == "document":
+        try:
+            doc = _decode_record(data)
+        except msgspec.ValidationError:
+            obj = orjson.loads(data)
+            check_document(obj, p)
+            doc = _lenient(obj)
+        except msgspec.DecodeError as exc:
+            whole_error = str(exc)
         else:
-            text = message_text(content)
-            text_chars = len(text)
-            if mtype == "info":
-                compression = _COMPRESSED_INFO.match(text) is not None
-        calls = msg.get("toolCalls")
-        n_calls = n_errors = 0
-        if isinstance(calls, list):
-            for call in calls:
-                if not isinstance(call, dict):
-                    continue
-                n_calls += 1
-                status = call.get("status")
-                if status == "error":
-                    n_errors += 1
-                t["message_id"].append(mid)
-                t["call_id"].append(_str(call.get("id")))
-                t["name"].append(_str(call.get("name")))
-                t["status"].append(_str(status))
-                t["timestamp"].append(_str(call.get("timestamp")))
-                t["result_chars"].append(_result_chars(call.get("result")))
-        tokens = msg.get("tokens")
-        m["message_id"].append(mid)
-        m["type"].append(mtype)
-        m["timestamp"].append(_str(msg.get("timestamp")))
-        m["live"].append(id(msg) in live_ids or mid in live_keys)
-        m["text_chars"].append(text_chars)
-        m["is_prompt"].append(is_prompt)
-        m["is_command"].append(is_command)
-        m["is_snapshot"].append(is_snapshot)
-        m["compression_info"].append(compression)
-        m["model"].append(_str(msg.get("model")))
-        m["preview"].append(_preview(content) if is_prompt else None)
-        m["tool_calls"].append(n_calls)
-        m["tool_errors"].append(n_errors)
-        if isinstance(tokens, dict) and mtype == "gemini":
-            for key in ("input", "output", "cached", "thoughts", "tool", "total"):
-                m[key].append(_int(tokens.get(key)) or 0)
-        else:
-            for key in ("input", "output", "cached", "thoughts", "tool", "total"):
-                m[key].append(None)
-    out.messages = m
-    out.tools = t
+            if doc.messages is msgspec.UNSET and doc.sessionId is msgspec.UNSET:
+                check_document({}, p)
+        if whole_error is None:
+            if doc.messages is not msgspec.UNSET and not isinstance(doc.messages, list):
+                raise SessionFormatError(
+                    p, "has a 'messages' field that is not a list", "Pass only session files"
+                )
+            _set_meta(out, _meta(doc), "json", lines=1)
+            billed = [_row(m) for m in (doc.messages or [])] if isinstance(doc.messages, list) else []
+            out.live_messages = len(billed)
+            _assemble(out, billed, None)
+            return out
+    r = replay(data, p, _classify, _carry_tokens, whole_error)
+    _set_meta(out, r.metadata, "jsonl", lines=r.lines)
+    out.blank_lines, out.broken_lines, out.first_broken_line = (
+        r.blank_lines,
+        r.broken_lines,
+        r.first_broken_line,
+    )
+    out.unknown_records, out.rewinds, out.checkpoints = r.unknown_records, r.rewinds, r.checkpoints
+    out.live_messages = len(r.live)
+    _assemble(out, list(r.billed.values()), set(r.live))
     return out
 
 
+def _set_meta(out: FileColumns, meta: dict[str, Any], era: str, *, lines: int) -> None:
+    out.era = era
+    out.lines = lines
+    out.session_id = _str(meta.get("sessionId"))
+    out.project_hash = _str(meta.get("projectHash"))
+    kind = meta.get("kind")
+    out.kind = kind if isinstance(kind, str) else "main"
+    out.start_time = _str(meta.get("startTime"))
+    out.last_updated = _str(meta.get("lastUpdated"))
+    out.summary = _str(meta.get("summary"))
+
+
+def _transpose(rows: list[tuple[Any, ...]], names: tuple[str, ...]) -> dict[str, list[Any]]:
+    if not rows:
+        return {name: [] for name in names}
+    return {name: list(col) for name, col in zip(names, zip(*rows, strict=True), strict=True)}
+
+
+def _count(value: Any) -> int:
+    """A token count as recorded: ints as they are; a missing, null or non-numeric field counts 0."""
+    if type(value) is int:
+        return value
+    return _int(value) or 0
+
+
 def _preview(content: Any) -> str:
-    text = " ".join(message_text(content).split())
+    text = " ".join(message_text(content)[: PREVIEW_CHARS * 4].split())
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
@@ -246,28 +452,25 @@ def _str(value: Any) -> str | None:
 
 def extract_file(sp: SessionPath) -> FileColumns:
     """Worker entry point: read and flatten one file; a bad file comes back with ``error`` set."""
+
+    def failed(message: str) -> FileColumns:
+        return FileColumns(
+            str(sp.path), sp.group_key, sp.project, sp.project_dir, sp.parent_ref, error=message
+        )
+
     try:
-        sf = read_session(sp.path)
+        data = Path(sp.path).read_bytes()
+    except IsADirectoryError:
+        return failed(f"{sp.path}: is a directory. Pass the directory itself as a PATH to scan it")
+    except OSError as exc:
+        return failed(
+            f"{sp.path}: cannot be read ({exc.strerror or exc}). Check that it exists and is readable"
+        )
+    try:
+        return columns_from_bytes(data, sp)
     except SessionFormatError as exc:
-        return FileColumns(
-            str(sp.path), sp.group_key, sp.project, sp.project_dir, sp.parent_ref, error=str(exc)
-        )
+        return failed(str(exc))
     except RecursionError:
-        return FileColumns(
-            str(sp.path),
-            sp.group_key,
-            sp.project,
-            sp.project_dir,
-            sp.parent_ref,
-            error=f"{sp.path}: is nested too deeply to read. Pass only Gemini CLI session files",
-        )
+        return failed(f"{sp.path}: is nested too deeply to read. Pass only Gemini CLI session files")
     except MemoryError:
-        return FileColumns(
-            str(sp.path),
-            sp.group_key,
-            sp.project,
-            sp.project_dir,
-            sp.parent_ref,
-            error=f"{sp.path}: is too large to read into memory. Free memory or read it on a larger machine",
-        )
-    return columns_from_session(sf, sp)
+        return failed(f"{sp.path}: is too large to read into memory. Free memory or use a larger machine")

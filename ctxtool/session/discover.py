@@ -52,6 +52,8 @@ def skip_reason(name: str) -> str | None:
     """Why a file name is not a session to read, or None."""
     if ".unreadable-" in name:
         return "unreadable-file backup left by Gemini CLI"
+    if ".ctxtool-backup-" in name:
+        return "backup made by ctxtool compact --in-place"
     if name.startswith(".") or name.endswith((".tmp", "~", ".swp", ".part")) or ".tmp." in name:
         return "temporary file"
     return None
@@ -60,15 +62,21 @@ def skip_reason(name: str) -> str | None:
 def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discovery:
     """Resolve PATH arguments (files, directories, globs) to session files, each listed once."""
     result = Discovery()
-    seen: set[Path] = set()
+    seen: set[str] = set()
     project_names: dict[Path, str] = {}
+    real_dirs: dict[Path, str] = {}
 
     def add(path: Path) -> None:
-        resolved = path.resolve()
-        if resolved in seen:
+        # One realpath per folder, not per file: thousands of files share a handful of folders.
+        parent = path.parent
+        real_parent = real_dirs.get(parent)
+        if real_parent is None:
+            real_parent = real_dirs[parent] = os.path.realpath(parent)
+        key = os.path.join(real_parent, path.name)
+        if key in seen:
             return
-        seen.add(resolved)
-        sp = _describe(path, project_names)
+        seen.add(key)
+        sp = _describe(path, real_parent, project_names)
         if sp.parent_ref is not None and not subagents:
             return
         result.files.append(sp)
@@ -118,11 +126,17 @@ def _scan_dir(root: Path, result: Discovery) -> Iterable[Path]:
         yield from _filter(loose, result)
         return
     for chats in sorted(chats_dirs):
-        entries = sorted(chats.iterdir())
-        top = [e for e in entries if e.is_file() and e.name.startswith(("session-", ".session-"))]
+        with os.scandir(chats) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        top = [
+            chats / e.name for e in entries if e.name.startswith(("session-", ".session-")) and e.is_file()
+        ]
         yield from _filter(top, result)
         for sub in (e for e in entries if e.is_dir()):
-            yield from _filter(sorted(f for f in sub.iterdir() if f.is_file()), result)
+            folder = chats / sub.name
+            with os.scandir(folder) as it:
+                names = sorted(f.name for f in it if f.is_file())
+            yield from _filter([folder / n for n in names], result)
 
 
 def _filter(files: Iterable[Path], result: Discovery) -> Iterable[Path]:
@@ -136,7 +150,7 @@ def _filter(files: Iterable[Path], result: Discovery) -> Iterable[Path]:
         yield f
 
 
-def _describe(path: Path, project_names: dict[Path, str]) -> SessionPath:
+def _describe(path: Path, real_parent: str, project_names: dict[Path, str]) -> SessionPath:
     parent = path.parent
     parent_ref: str | None = None
     if parent.name == "chats":
@@ -155,7 +169,7 @@ def _describe(path: Path, project_names: dict[Path, str]) -> SessionPath:
         project=project_names[project_dir],
         project_dir=project_dir.name,
         parent_ref=parent_ref,
-        group_key=str(path.parent.resolve() / stem),
+        group_key=os.path.join(real_parent, stem),
     )
 
 

@@ -14,9 +14,10 @@ Must not: print, import polars/rich/typer, or guess at anything it cannot read (
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Generic, Literal, TypeVar, cast
 
 import orjson
 
@@ -78,30 +79,66 @@ def read_session(path: Path | str) -> SessionFile:
 def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFile:
     """Parse the bytes of a session file; ``path`` is only used in messages and the result."""
     p = Path(path)
-    stripped = data.lstrip()
-    if not stripped:
-        raise SessionFormatError(p, "is empty", "Delete it, or pass only files Gemini CLI finished writing")
-    if stripped[:1] not in (b"{", b"["):
-        raise _not_json(p, data)
+    whole_error = None
+    if sniff(data, p) == "document":
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            whole_error = str(exc)
+        else:
+            check_document(doc, p)
+            return _from_document(p, doc, len(data))
+    replayed = replay(data, p, _classify_dict, _carry_tokens_dict, whole_error)
+    return SessionFile(
+        p,
+        "jsonl",
+        replayed.metadata,
+        list(replayed.live.values()),
+        list(replayed.billed.values()),
+        size=len(data),
+        lines=replayed.lines,
+        blank_lines=replayed.blank_lines,
+        broken_lines=replayed.broken_lines,
+        first_broken_line=replayed.first_broken_line,
+        unknown_records=replayed.unknown_records,
+        rewinds=replayed.rewinds,
+        checkpoints=replayed.checkpoints,
+        set_records=replayed.set_records,
+    )
 
-    # A whole JSON document: legacy .json (pretty or compact), a .jsonl holding one document, or a
-    # header-only .jsonl. Failing that, the file is read line by line (current .jsonl, or .json as lines).
+
+def sniff(data: bytes, p: Path) -> Literal["document", "lines"]:
+    """One JSON document or JSON lines? Decided from the content, never the extension.
+
+    Lines when the first line is a complete JSON object (current .jsonl, a .json written as lines, a
+    header-only .jsonl), unless that one line is the whole file and holds ``messages`` (a compact legacy
+    document); otherwise a document (legacy .json, pretty or compact, or a .jsonl holding one). Only the
+    first line is parsed here, so a large file is never parsed twice. A "document" whose parse fails is
+    read as lines by the caller (a truncated document then reports itself as such).
+    """
+    body = data.strip()
+    if not body:
+        raise SessionFormatError(p, "is empty", "Delete it, or pass only files Gemini CLI finished writing")
+    if body[:1] not in (b"{", b"["):
+        raise _not_json(p, data)
+    newline = body.find(b"\n")
     try:
-        whole = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        whole_error: str | None = str(exc)
-    else:
-        whole_error = None
-        if isinstance(whole, dict) and whole.get("messages") is not None:
-            return _from_document(p, whole, len(data))
-        if isinstance(whole, dict) and "sessionId" in whole and b"\n" in data.strip():
-            # A pretty-printed document with no messages yet: a legacy file written before any message.
-            return _from_document(p, whole, len(data))
-        if not isinstance(whole, dict):
-            raise SessionFormatError(
-                p, f"is JSON ({type(whole).__name__}) but not a Gemini CLI session", _NOT_A_SESSION_FIX
-            )
-    return _from_lines(p, data, whole_error)
+        head = orjson.loads(body if newline < 0 else body[:newline])
+    except orjson.JSONDecodeError:
+        return "lines" if newline < 0 else "document"
+    if isinstance(head, dict) and (newline >= 0 or head.get("messages") is None):
+        return "lines"
+    return "document"
+
+
+def check_document(doc: Any, p: Path) -> None:
+    """A parsed whole document must be a session: an object with ``messages`` or ``sessionId``."""
+    if not isinstance(doc, dict):
+        raise SessionFormatError(
+            p, f"is JSON ({type(doc).__name__}) but not a Gemini CLI session", _NOT_A_SESSION_FIX
+        )
+    if doc.get("messages") is None and "sessionId" not in doc:
+        raise SessionFormatError(p, "is JSON but not a Gemini CLI session", _NOT_A_SESSION_FIX)
 
 
 def _not_json(p: Path, data: bytes) -> SessionFormatError:
@@ -124,112 +161,166 @@ def _from_document(p: Path, doc: dict[str, Any], size: int) -> SessionFile:
     return SessionFile(p, "json", metadata, messages, list(messages), size=size, lines=1)
 
 
-def _from_lines(p: Path, data: bytes, whole_error: str | None) -> SessionFile:
-    metadata: dict[str, Any] = {}
-    live: dict[str, MessageRecord] = {}
-    billed: dict[str, MessageRecord] = {}
-    result = SessionFile(p, "jsonl", metadata, [], [], size=len(data))
+# --- the JSONL replay, shared by every representation of a record -----------------------------------
+
+M = TypeVar("M")
+
+
+class BrokenLine(Exception):
+    """A line that is not valid JSON (a half-written last line, a stray edit)."""
+
+
+# What one line says, whatever parsed it:
+#   ("message", id, message) | ("rewind", target, None) | ("set", metadata, messages | None)
+#   | ("meta", metadata, messages | None) | ("unknown", None, None)
+# where messages is a list of (id, message) pairs.
+Event = tuple[str, Any, Any]
+
+
+@dataclass(slots=True)
+class Replayed(Generic[M]):
+    metadata: dict[str, Any] = field(default_factory=dict)
+    live: dict[str, M] = field(default_factory=dict)
+    billed: dict[str, M] = field(default_factory=dict)
+    lines: int = 0
+    blank_lines: int = 0
+    broken_lines: int = 0
+    first_broken_line: int | None = None
+    unknown_records: int = 0
+    rewinds: int = 0
+    checkpoints: int = 0
+    set_records: int = 0
+
+
+def replay(
+    data: bytes,
+    p: Path,
+    classify: Callable[[bytes], Event],
+    carry_tokens: Callable[[M, M], M | None],
+    whole_error: str | None = None,
+) -> Replayed[M]:
+    """Apply Gemini CLI's JSONL rules (``loadConversationRecord`` @ 5411f113ca) line by line.
+
+    * a message is upserted by id: a repeated id replaces the content and keeps the first position;
+    * ``$rewindTo`` drops that message and everything after it; an id that is not there drops everything;
+    * ``$set`` merges metadata, and ``$set.messages`` clears the list and rebuilds it (a checkpoint);
+    * any other object with ``sessionId`` is a metadata line (merged; it may repeat);
+    * blank and unparseable lines are skipped and counted.
+
+    ``carry_tokens(previous, new)`` returns ``new`` with the previous copy's tokens when ``new`` has none
+    (else None): the billed view keeps what was recorded as paid.
+    """
+    out: Replayed[M] = Replayed()
+    live, billed = out.live, out.billed
     records = 0
     saw_session = False
-    loads = orjson.loads
+
+    def bill(mid: str, message: M) -> None:
+        previous = billed.get(mid)
+        if previous is not None:
+            merged = carry_tokens(previous, message)
+            if merged is not None:
+                message = merged
+        billed[mid] = message
+
+    def checkpoint(messages: list[tuple[str, M]]) -> None:
+        live.clear()
+        for mid, message in messages:
+            live[mid] = message
+            bill(mid, message)
+
     chunks = data.split(b"\n")
     if chunks and not chunks[-1]:
         chunks.pop()  # the newline that ends the last record
     for number, line in enumerate(chunks, 1):
-        if not line.strip():
-            result.blank_lines += 1
+        if not line or line.isspace():
+            out.blank_lines += 1
             continue
-        result.lines += 1
+        out.lines += 1
         try:
-            record = loads(line)
-        except orjson.JSONDecodeError:
-            result.broken_lines += 1
-            if result.first_broken_line is None:
-                result.first_broken_line = number
+            kind, a, b = classify(line)
+        except BrokenLine:
+            out.broken_lines += 1
+            if out.first_broken_line is None:
+                out.first_broken_line = number
             continue
         records += 1
-        if not isinstance(record, dict):
-            result.unknown_records += 1
-            continue
-        if "$rewindTo" in record:
-            _rewind(live, record["$rewindTo"])
-            result.rewinds += 1
+        if kind == "message":
+            live[a] = b
+            bill(a, b)
             saw_session = True
-        elif "$set" in record:
-            patch = record["$set"]
-            result.set_records += 1
-            if isinstance(patch, dict):
-                for key, value in patch.items():
-                    if key == "messages":
-                        if isinstance(value, list):
-                            _checkpoint(live, billed, value)
-                            result.checkpoints += 1
-                    else:
-                        metadata[key] = value
+        elif kind == "rewind":
+            keys = list(live)
+            try:
+                index = keys.index(a)
+            except ValueError:
+                live.clear()
+            else:
+                for key in keys[index:]:
+                    del live[key]
+            out.rewinds += 1
             saw_session = True
-        elif isinstance(record.get("id"), str):
-            message = cast(MessageRecord, record)
-            live[record["id"]] = message
-            _bill(billed, message)
-            saw_session = True
-        elif "sessionId" in record:
-            # A metadata (header) line; it may repeat when a session is re-initialised. A legacy whole
-            # record that also carries `messages` replaces the list.
-            msgs = record.get("messages")
-            for key, value in record.items():
-                if key != "messages":
-                    metadata[key] = value
-            if isinstance(msgs, list):
-                _checkpoint(live, billed, msgs)
+        elif kind in ("set", "meta"):
+            out.metadata.update(a)
+            if kind == "set":
+                out.set_records += 1
+            if b is not None:
+                checkpoint(b)
+                if kind == "set":
+                    out.checkpoints += 1
             saw_session = True
         else:
-            result.unknown_records += 1
-
+            out.unknown_records += 1
     if not saw_session:
         if records == 0:
             reason = _describe_broken(whole_error, data)
             raise SessionFormatError(p, reason, _fix_for(reason))
         raise SessionFormatError(p, "is JSON but not a Gemini CLI session", _NOT_A_SESSION_FIX)
-    result.messages = list(live.values())
-    result.billed = list(billed.values())
-    return result
+    return out
 
 
-def _bill(billed: dict[str, MessageRecord], message: MessageRecord) -> None:
-    """Keep the last copy of each id; a later copy without tokens keeps the tokens already recorded."""
-    key = cast(str, message.get("id"))
-    previous = billed.get(key)
-    if previous is not None and message.get("tokens") is None and previous.get("tokens") is not None:
-        message = cast(MessageRecord, {**message, "tokens": previous.get("tokens")})
-    billed[key] = message
-
-
-def _checkpoint(
-    live: dict[str, MessageRecord], billed: dict[str, MessageRecord], messages: list[Any]
-) -> None:
-    # `$set.messages` clears the map and rebuilds it from the list (chatRecordingService.ts, 055e0f6452).
-    live.clear()
-    for raw in messages:
-        if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-            message = cast(MessageRecord, raw)
-            live[raw["id"]] = message
-            _bill(billed, message)
-
-
-def _rewind(live: dict[str, MessageRecord], target: Any) -> None:
-    # Drop the message and everything after it; an id that is not there clears everything
-    # (loadConversationRecord @ 5411f113ca).
-    keys = list(live)
+def _classify_dict(line: bytes) -> Event:
     try:
-        index = keys.index(target)
-    except ValueError:
-        live.clear()
-        return
-    for key in keys[index:]:
-        del live[key]
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise BrokenLine from None
+    if not isinstance(record, dict):
+        return "unknown", None, None
+    if "$rewindTo" in record:
+        return "rewind", record["$rewindTo"], None
+    if "$set" in record:
+        patch = record["$set"]
+        if not isinstance(patch, dict):
+            return "set", {}, None
+        msgs = patch.get("messages")
+        meta = {k: v for k, v in patch.items() if k != "messages"}
+        return "set", meta, _id_pairs(msgs) if isinstance(msgs, list) else None
+    mid = record.get("id")
+    if isinstance(mid, str):
+        return "message", mid, record
+    if "sessionId" in record:
+        msgs = record.get("messages")
+        meta = {k: v for k, v in record.items() if k != "messages"}
+        return "meta", meta, _id_pairs(msgs) if isinstance(msgs, list) else None
+    return "unknown", None, None
+
+
+def _id_pairs(messages: list[Any]) -> list[tuple[str, Any]]:
+    return [(m["id"], m) for m in messages if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+def _carry_tokens_dict(previous: MessageRecord, message: MessageRecord) -> MessageRecord | None:
+    if message.get("tokens") is None and previous.get("tokens") is not None:
+        return cast(MessageRecord, {**message, "tokens": previous.get("tokens")})
+    return None
 
 
 def _describe_broken(whole_error: str | None, data: bytes) -> str:
+    if whole_error is None:
+        try:
+            orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            whole_error = str(exc)
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -237,7 +328,7 @@ def _describe_broken(whole_error: str | None, data: bytes) -> str:
     message = (whole_error or "").lower()
     if "recursion" in message or "depth limit" in message:
         return "is nested too deeply to parse (over 1024 levels)"
-    if "eof" in message or "end of" in message or "unexpected end" in message:
+    if any(word in message for word in ("eof", "end of", "unexpected end", "truncated")):
         return "is a truncated JSON document (the file ends mid-record; was it still being written?)"
     return "is not JSON"
 

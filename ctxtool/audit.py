@@ -1,0 +1,835 @@
+"""Budgets for Gemini CLI sessions: rules in, checks out. Knows nothing about exit codes or terminals.
+
+Owns: the rule set (flags and the ``ctxtool.toml`` / ``[tool.ctxtool.audit]`` configuration, flags winning),
+scoping rules to projects and models, measuring every metric per session (subagents rolled up into their
+parent, as ``ctxtool stats --by session`` does) or per day, naming the offending turn, request or tool call,
+the comparison with an earlier report (``--baseline``), and the report formats that are data (JSON, JUnit
+XML, markdown, GitHub workflow annotations). The CLI turns an ``AuditReport`` into an exit status.
+
+Metric definitions (the README repeats them):
+
+* ``max-session-tokens``: the session's billed ``total`` tokens (every request recorded, subagents included);
+  the offender named is the turn with the most tokens.
+* ``max-turn-tokens``: the largest turn's ``total`` tokens; ``max-request-tokens``: the largest single
+  request's ``total``.
+* ``max-context-share``: the largest request prompt (``input``) over the model's context window
+  (``tokenLimit``), over every request recorded.
+* ``max-session-cost`` / ``max-daily-cost`` (USD, from genai-prices; per UTC day over all audited sessions).
+* ``min-cache-ratio``: cached over input tokens of the session.
+* ``max-compressions``: compression events (an info marker or a ``<state_snapshot>`` message per event).
+* ``max-tool-output-share``: the size of tool results (their stored JSON, as the frames record it) over that
+  size plus the characters of all message text, over every message recorded. Size-based, so it needs no
+  tokenizer and is the same whatever the model.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+from xml.etree import ElementTree as ET
+
+import polars as pl
+
+from ctxtool.errors import CtxtoolError, UsageError
+from ctxtool.frames import SCHEMA_VERSION, Corpus, read_summary, report
+
+Kind = Literal["tokens", "share", "cost", "count"]
+CheckStatus = Literal["pass", "fail", "skip"]
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    name: str
+    kind: Kind
+    lower_is_better: bool  # False only for min-cache-ratio
+    help: str
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("max-session-tokens", "tokens", True, "total tokens of a session (subagents included)"),
+        Metric("max-turn-tokens", "tokens", True, "total tokens of one turn"),
+        Metric("max-request-tokens", "tokens", True, "total tokens of one request"),
+        Metric("max-context-share", "share", True, "one request's prompt over the model's context window"),
+        Metric("max-session-cost", "cost", True, "cost of a session in USD"),
+        Metric("max-daily-cost", "cost", True, "cost of all audited sessions per UTC day in USD"),
+        Metric("min-cache-ratio", "share", False, "cached over input tokens of a session"),
+        Metric("max-compressions", "count", True, "compression events in a session"),
+        Metric("max-tool-output-share", "share", True, "tool-result characters over all content characters"),
+    )
+}
+CONFIG_FILE = "ctxtool.toml"
+_FIX_CONFIG = "See `ctxtool audit --help` and the README section on the configuration file"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    metric: str
+    limit: float
+    projects: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    source: str = "flag"  # "flag", or the config file it came from
+
+    @property
+    def scoped(self) -> bool:
+        return bool(self.projects or self.models)
+
+    @property
+    def scope(self) -> str:
+        parts = []
+        if self.projects:
+            parts.append("projects " + ",".join(self.projects))
+        if self.models:
+            parts.append("models " + ",".join(self.models))
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.metric,
+            "limit": self.limit,
+            "projects": list(self.projects),
+            "models": list(self.models),
+            "source": self.source,
+        }
+
+
+# --------------------------------------------------------------------------------------------- limits
+
+
+_TOKENS_RE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([kKmMgG]?)\s*$")
+
+
+def parse_limit(metric: str, value: Any, where: str = "") -> float:
+    """A limit as written on the command line or in TOML: ``2_000_000``, ``2M``, ``500k`` (tokens),
+    ``60%`` or ``0.6`` (shares), ``5``, ``$5`` or ``2.50`` (USD), ``3`` (counts)."""
+    m = METRICS.get(metric)
+    if m is None:
+        raise UsageError(f"{where}unknown rule {metric!r}", f"Use one of: {', '.join(METRICS)}")
+    label = f"{where}{metric} {value!r}"
+    if isinstance(value, bool):
+        raise UsageError(f"{label} is not a number", _example(m))
+    if m.kind == "share":
+        if isinstance(value, str) and value.strip().endswith("%"):
+            number = _number(value.strip()[:-1], label, m) / 100
+        else:
+            number = _number(value, label, m)
+            if number > 1:
+                raise UsageError(f"{label} is a share above 1", f"Write it as a percentage, e.g. {number:g}%")
+        if not 0 <= number <= 1:
+            raise UsageError(f"{label} is outside 0-100%", _example(m))
+        return number
+    if m.kind == "cost":
+        text = value.strip().removeprefix("$") if isinstance(value, str) else value
+        number = _number(text, label, m)
+    elif m.kind == "tokens" and isinstance(value, str):
+        match = _TOKENS_RE.match(value)
+        if not match:
+            raise UsageError(f"{label} is not a token count", _example(m))
+        scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[match.group(2).lower()]
+        number = float(match.group(1).replace("_", "").replace(",", "")) * scale
+    else:
+        number = _number(value, label, m)
+    if number < 0:
+        raise UsageError(f"{label} is negative", _example(m))
+    return number
+
+
+def _number(value: Any, label: str, m: Metric) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip().replace("_", ""))
+        except ValueError:
+            raise UsageError(f"{label} is not a number", _example(m)) from None
+    else:
+        raise UsageError(f"{label} is not a number", _example(m))
+    if math.isnan(number) or math.isinf(number):
+        raise UsageError(f"{label} is not a finite number", _example(m))
+    return number
+
+
+def _example(m: Metric) -> str:
+    examples = {"tokens": "2000000 or 2M", "share": "60% or 0.6", "cost": "5 or 2.50 (USD)", "count": "3"}
+    return f"Write {m.name} as e.g. {examples[m.kind]}"
+
+
+def parse_tolerance(value: str) -> float:
+    """``10%`` or ``0.1`` → 0.1."""
+    text = value.strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise UsageError(
+            f"--tolerance {value!r} is not a percentage", "Write it as e.g. 10% or 0.1"
+        ) from None
+    if number < 0 or math.isnan(number) or math.isinf(number):
+        raise UsageError(f"--tolerance {value!r} must be 0 or more", "Write it as e.g. 10% or 0.1")
+    return number
+
+
+# --------------------------------------------------------------------------------------------- config
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest ``ctxtool.toml``, or ``pyproject.toml`` with ``[tool.ctxtool.audit]``, in ``start`` or a
+    parent directory."""
+    for folder in [start, *start.parents]:
+        candidate = folder / CONFIG_FILE
+        if candidate.is_file():
+            return candidate
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                continue
+            if isinstance(data.get("tool"), dict) and "audit" in data["tool"].get("ctxtool", {}):
+                return pyproject
+    return None
+
+
+def load_config(path: Path) -> list[Rule]:
+    """Rules from a config file: ``[audit]`` in ``ctxtool.toml``, ``[tool.ctxtool.audit]`` in pyproject.toml.
+
+    Each key is a rule name; its value is a limit, a table ``{limit, projects, models}``, or an array of such
+    tables (one scoped rule each)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CtxtoolError(
+            f"{path}: cannot be read ({exc.strerror or exc})", "Check the --config path"
+        ) from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(
+            f"{path}: is not valid TOML ({exc})", "Fix the syntax; see the README example"
+        ) from None
+    if path.name == "pyproject.toml":
+        section = data.get("tool", {}).get("ctxtool", {}).get("audit")
+        where = "[tool.ctxtool.audit]"
+    else:
+        section = data.get("audit")
+        where = "[audit]"
+    if section is None:
+        raise UsageError(f"{path}: has no {where} table", _FIX_CONFIG)
+    if not isinstance(section, dict):
+        raise UsageError(f"{path}: {where} is not a table", _FIX_CONFIG)
+    rules: list[Rule] = []
+    for key, value in section.items():
+        metric = key.replace("_", "-")
+        prefix = f"{path.name} {where}: "
+        if metric not in METRICS:
+            raise UsageError(f"{prefix}unknown rule {key!r}", f"Use one of: {', '.join(METRICS)}")
+        entries = value if isinstance(value, list) else [value]
+        for entry in entries:
+            rules.append(_rule_from_toml(metric, entry, prefix, str(path)))
+    return rules
+
+
+def _rule_from_toml(metric: str, entry: Any, prefix: str, source: str) -> Rule:
+    if not isinstance(entry, dict):
+        return Rule(metric, parse_limit(metric, entry, prefix), source=source)
+    unknown = set(entry) - {"limit", "projects", "models"}
+    if unknown:
+        raise UsageError(
+            f"{prefix}{metric} has unknown key(s) {', '.join(sorted(unknown))}",
+            "Use limit, projects and models",
+        )
+    if "limit" not in entry:
+        raise UsageError(f"{prefix}{metric} has no limit", "Add limit = …")
+    scopes: dict[str, tuple[str, ...]] = {}
+    for name in ("projects", "models"):
+        raw = entry.get(name, [])
+        raw = [raw] if isinstance(raw, str) else raw
+        if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+            raise UsageError(f"{prefix}{metric}.{name} is not a list of strings", f'Write {name} = ["…"]')
+        scopes[name] = tuple(raw)
+    return Rule(
+        metric,
+        parse_limit(metric, entry["limit"], prefix),
+        projects=scopes["projects"],
+        models=scopes["models"],
+        source=source,
+    )
+
+
+def merge_rules(config: Sequence[Rule], flags: Mapping[str, float | None]) -> list[Rule]:
+    """Flags win: a flag replaces every configured rule (scoped or not) of its metric."""
+    flagged = {name for name, v in flags.items() if v is not None}
+    out = [r for r in config if r.metric not in flagged]
+    out.extend(Rule(name, float(v)) for name, v in flags.items() if v is not None)
+    order = list(METRICS)
+    return sorted(out, key=lambda r: (order.index(r.metric), r.scoped, r.projects, r.models))
+
+
+# --------------------------------------------------------------------------------------------- checks
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One rule applied to one subject (a session, or a UTC day for max-daily-cost)."""
+
+    rule: str
+    subject: str  # session name, or YYYY-MM-DD
+    session_id: str | None
+    project: str | None
+    file: str | None
+    status: CheckStatus
+    value: float | None
+    limit: float
+    offender: str | None = None  # the turn, request or tool call that set the value
+    message: str = ""
+    scope: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "subject": self.subject,
+            "session_id": self.session_id,
+            "project": self.project,
+            "file": self.file,
+            "status": self.status,
+            "value": self.value,
+            "limit": self.limit,
+            "offender": self.offender,
+            "message": self.message,
+            "scope": self.scope,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Regression:
+    metric: str
+    subject: str  # "summary" or a session id
+    baseline: float
+    current: float
+    tolerance: float
+
+    @property
+    def change(self) -> float | None:
+        return None if self.baseline == 0 else (self.current - self.baseline) / abs(self.baseline)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "subject": self.subject,
+            "baseline": self.baseline,
+            "current": self.current,
+            "change": self.change,
+            "tolerance": self.tolerance,
+        }
+
+
+@dataclass(slots=True)
+class AuditReport:
+    rules: list[Rule]
+    checks: list[Check]
+    metrics: dict[str, dict[str, float | None]]  # session key → metric → value (all metrics, for baselines)
+    sessions: dict[str, dict[str, Any]]  # session key → {session, session_id, project, file}
+    summary: dict[str, float | None]  # worst value of each metric over all subjects
+    read: dict[str, Any]
+    errors: list[dict[str, str]] = field(default_factory=list)  # files that could not be read
+    regressions: list[Regression] = field(default_factory=list)
+    baseline: str | None = None
+    tolerance: float | None = None
+    baseline_compared: int = 0
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def exceeded(self) -> bool:
+        """A budget was exceeded or a metric regressed past the tolerance."""
+        return bool(self.failures or self.regressions)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "ok": not self.exceeded and not self.errors,
+            "exceeded": self.exceeded,
+            "counts": {
+                "checks": len(self.checks),
+                "passed": sum(c.status == "pass" for c in self.checks),
+                "failed": len(self.failures),
+                "skipped": sum(c.status == "skip" for c in self.checks),
+                "errors": len(self.errors),
+                "regressions": len(self.regressions),
+            },
+            "rules": [r.as_dict() for r in self.rules],
+            "checks": [c.as_dict() for c in self.checks],
+            "summary": dict(self.summary),
+            "sessions": [{**self.sessions[key], "metrics": self.metrics[key]} for key in self.sessions],
+            "baseline": None
+            if self.baseline is None
+            else {
+                "file": self.baseline,
+                "tolerance": self.tolerance,
+                "compared": self.baseline_compared,
+                "regressions": [r.as_dict() for r in self.regressions],
+            },
+            "errors": list(self.errors),
+            "read": self.read,
+        }
+
+
+def _matches(patterns: Sequence[str], values: Iterable[str | None]) -> bool:
+    vals = [v for v in values if v]
+    return any(fnmatch.fnmatchcase(v, p) for p in patterns for v in vals)
+
+
+def _rules_for(
+    rules: Sequence[Rule], metric: str, projects: Sequence[str | None], models: Sequence[str]
+) -> list[Rule]:
+    """The rules of one metric that apply to a subject: the scoped ones that match, else the unscoped ones
+    (a scoped rule replaces the unscoped rule for what it covers)."""
+    mine = [r for r in rules if r.metric == metric]
+    scoped = [
+        r
+        for r in mine
+        if r.scoped
+        and (not r.projects or _matches(r.projects, projects))
+        and (not r.models or _matches(r.models, models))
+    ]
+    return scoped or [r for r in mine if not r.scoped]
+
+
+def _fmt(metric: str, value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    kind = METRICS[metric].kind
+    if kind == "share":
+        return f"{value * 100:.1f}%"
+    if kind == "cost":
+        return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+    return f"{value:,.0f}"
+
+
+def format_value(metric: str, value: float | None) -> str:
+    """A metric's value as the reports show it (tokens with separators, shares as %, costs in USD)."""
+    return _fmt(metric, value)
+
+
+@dataclass(slots=True)
+class _Measure:
+    value: float | None
+    offender: str | None = None
+    note: str = ""  # why there is no value
+
+
+def _session_measures(
+    corpus: Corpus, key: str, row: Mapping[str, Any], models: Sequence[str] | None
+) -> dict[str, _Measure]:
+    """Every session metric of one root session (and its subagents), optionally restricted to models."""
+    family = pl.col("root_session_key") == key
+    req = corpus.requests.filter(family)
+    turns = corpus.turns.join(
+        corpus.sessions.select("session_key", "root_session_key"), on="session_key", how="left"
+    ).filter(family)
+    tools = corpus.tool_calls.filter(family)
+    members = corpus.sessions.filter(family).get_column("session_key")
+    msgs = corpus.messages.filter(pl.col("session_key").is_in(members.implode()))
+    if models is not None:
+        req = req.filter(pl.col("model").is_in(list(models)))
+    out: dict[str, _Measure] = {}
+
+    def where(r: Mapping[str, Any]) -> str:
+        sub = f" of subagent {r['session']}" if r["session_key"] != key else ""
+        return f"turn {r['turn']}{sub}"
+
+    total = int(req.get_column("total").sum() or 0) if models is not None else int(row["total"] or 0)
+    top_turn = None
+    if req.height:
+        per_turn = (
+            req.group_by("session_key", "session", "turn")
+            .agg(pl.col("total").sum())
+            .sort("total", "session_key", "turn", descending=[True, False, False])
+        )
+        top_turn = per_turn.row(0, named=True)
+    out["max-session-tokens"] = _Measure(
+        float(total), f"{where(top_turn)} ({top_turn['total']:,} tokens)" if top_turn else None
+    )
+    if models is None and turns.height:
+        t = turns.sort("total", "session_key", "turn", descending=[True, False, False]).row(0, named=True)
+        out["max-turn-tokens"] = _Measure(float(t["total"]), where(t))
+    elif top_turn:
+        out["max-turn-tokens"] = _Measure(float(top_turn["total"]), where(top_turn))
+    else:
+        out["max-turn-tokens"] = _Measure(0.0)
+    if req.height:
+        r = req.sort("total", "position", descending=[True, False]).row(0, named=True)
+        out["max-request-tokens"] = _Measure(float(r["total"]), f"{where(r)}, request {r['message_id']}")
+        c = req.sort("context_share", "position", descending=[True, False], nulls_last=True).row(
+            0, named=True
+        )
+        out["max-context-share"] = _Measure(
+            c["context_share"],
+            f"{where(c)}, request {c['message_id']} ({c['input']:,} of {c['context_limit']:,} tokens)",
+        )
+        costs = req.get_column("cost")
+        cost = None if costs.null_count() else float(costs.sum())
+        unknown = sorted({m or "(unknown)" for m in req.filter(pl.col("cost").is_null()).get_column("model")})
+        out["max-session-cost"] = _Measure(
+            cost, None, "" if cost is not None else "no price known for " + ", ".join(unknown)
+        )
+        inp = int(req.get_column("input").sum() or 0)
+        cached = int(req.get_column("cached").sum() or 0)
+        out["min-cache-ratio"] = _Measure(
+            cached / inp if inp else None, None, "" if inp else "no input tokens"
+        )
+    else:
+        out["max-request-tokens"] = _Measure(0.0)
+        out["max-context-share"] = _Measure(0.0)
+        out["max-session-cost"] = _Measure(0.0)
+        out["min-cache-ratio"] = _Measure(None, None, "no requests")
+    out["max-compressions"] = _Measure(float(row.get("compressions") or 0))
+    # Both sides measured the same way: bytes of the JSON as stored in the session file.
+    result_bytes = int(tools.get_column("result_bytes").sum() or 0)
+    content_bytes = int(msgs.get_column("content_bytes").sum() or 0)
+    stored = result_bytes + content_bytes
+    share = result_bytes / stored if stored else 0.0
+    top_tool = None
+    if tools.height and result_bytes:
+        tt = tools.sort("result_bytes", "session_key", "turn", descending=[True, False, False]).row(
+            0, named=True
+        )
+        top_tool = f"{tt['name']} in {where(tt)} ({tt['result_bytes']:,} bytes)"
+    out["max-tool-output-share"] = _Measure(share, top_tool)
+    return out
+
+
+def run_audit(corpus: Corpus, rules: Sequence[Rule]) -> AuditReport:
+    """Apply ``rules`` to every root session of ``corpus`` (and to each UTC day for max-daily-cost)."""
+    sessions = report(corpus, "session")
+    key_of = dict(
+        zip(corpus.sessions.get_column("file"), corpus.sessions.get_column("session_key"), strict=True)
+    )
+    dirs = dict(
+        zip(corpus.sessions.get_column("session_key"), corpus.sessions.get_column("project_dir"), strict=True)
+    )
+
+    checks: list[Check] = []
+    metrics: dict[str, dict[str, float | None]] = {}
+    info: dict[str, dict[str, Any]] = {}
+    for row in sessions.iter_rows(named=True):
+        key = key_of[row["file"]]
+        models = [m for m in (row["models"] or "").split(",") if m]
+        projects = [row["project"], dirs.get(key)]
+        info[key] = {
+            "session": row["session"],
+            "session_id": row["session_id"],
+            "project": row["project"],
+            "file": row["file"],
+            "models": models,
+        }
+        measures = _session_measures(corpus, key, row, None)
+        metrics[key] = {name: m.value for name, m in measures.items() if name != "max-daily-cost"}
+        for metric in METRICS:
+            if metric == "max-daily-cost":
+                continue
+            for rule in _rules_for(rules, metric, projects, models):
+                measure = (
+                    _session_measures(corpus, key, row, _models_matching(rule.models, models))[metric]
+                    if rule.models
+                    else measures[metric]
+                )
+                checks.append(
+                    _check(rule, measure, row["session"], row["session_id"], row["project"], row["file"])
+                )
+
+    summary: dict[str, float | None] = {}
+    for metric, m in METRICS.items():
+        values = [x for v in metrics.values() if (x := v.get(metric)) is not None]
+        summary[metric] = None if not values else (max(values) if m.lower_is_better else min(values))
+    daily = _daily_costs(corpus, None, None)
+    summary["max-daily-cost"] = max((c for _, c in daily if c is not None), default=None) if daily else None
+    for rule in [r for r in rules if r.metric == "max-daily-cost"]:
+        scoped = _daily_costs(corpus, rule.projects or None, rule.models or None) if rule.scoped else daily
+        for day, cost in scoped:
+            checks.append(
+                _check(
+                    rule,
+                    _Measure(cost, None, "" if cost is not None else "no price known"),
+                    day,
+                    None,
+                    None,
+                    None,
+                )
+            )
+
+    summary_read = read_summary(corpus)
+    errors = list(summary_read["errors"])
+    return AuditReport(list(rules), checks, metrics, info, summary, summary_read, errors=errors)
+
+
+def _models_matching(patterns: Sequence[str], models: Sequence[str]) -> list[str]:
+    return [m for m in models if any(fnmatch.fnmatchcase(m, p) for p in patterns)]
+
+
+def _check(
+    rule: Rule, measure: _Measure, subject: str, session_id: str | None, project: str | None, file: str | None
+) -> Check:
+    value = measure.value
+    metric = METRICS[rule.metric]
+    if value is None:
+        status: CheckStatus = "skip"
+        message = f"{rule.metric}: not measured ({measure.note or 'no data'})"
+    else:
+        over = value < rule.limit if not metric.lower_is_better else value > rule.limit
+        status = "fail" if over else "pass"
+        relation = ("<" if over else "≥") if not metric.lower_is_better else (">" if over else "≤")
+        message = f"{rule.metric}: {_fmt(rule.metric, value)} {relation} {_fmt(rule.metric, rule.limit)}"
+        if measure.offender:
+            message += f" (worst: {measure.offender})"
+    return Check(
+        rule=rule.metric,
+        subject=subject,
+        session_id=session_id,
+        project=project,
+        file=file,
+        status=status,
+        value=value,
+        limit=rule.limit,
+        offender=measure.offender,
+        message=message,
+        scope=rule.scope,
+    )
+
+
+def _daily_costs(
+    corpus: Corpus, projects: Sequence[str] | None, models: Sequence[str] | None
+) -> list[tuple[str, float | None]]:
+    req = corpus.requests
+    if projects:
+        keys = [
+            k
+            for k, name, folder in corpus.sessions.select("session_key", "project", "project_dir").iter_rows()
+            if _matches(projects, (name, folder))
+        ]
+        req = req.filter(pl.col("session_key").is_in(keys))
+    if models:
+        names = [m for m in req.get_column("model").unique().to_list() if m and _matches(models, (m,))]
+        req = req.filter(pl.col("model").is_in(names))
+    if req.height == 0:
+        return []
+    days = (
+        req.with_columns(day=pl.col("ts").dt.date())
+        .filter(pl.col("day").is_not_null())
+        .group_by("day")
+        .agg(pl.col("cost").sum(), pl.col("cost").is_null().any().alias("unknown"))
+        .sort("day")
+    )
+    return [
+        (r["day"].isoformat(), None if r["unknown"] else float(r["cost"])) for r in days.iter_rows(named=True)
+    ]
+
+
+# --------------------------------------------------------------------------------------------- baseline
+
+
+def load_baseline(path: Path) -> dict[str, Any]:
+    import orjson
+
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise CtxtoolError(
+            f"--baseline {path}: cannot be read ({exc.strerror or exc})",
+            "Pass a report written by `ctxtool audit --format json --output FILE`",
+        ) from None
+    except orjson.JSONDecodeError:
+        raise UsageError(
+            f"--baseline {path}: is not JSON", "Pass a report written by `ctxtool audit --format json`"
+        ) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict) or "schema_version" not in doc:
+        raise UsageError(
+            f"--baseline {path}: is not a ctxtool audit report",
+            "Pass a report written by `ctxtool audit --format json`",
+        )
+    return doc
+
+
+def compare_baseline(
+    report_: AuditReport, baseline: Mapping[str, Any], tolerance: float, name: str
+) -> AuditReport:
+    """Regressions of the summary (worst value of each metric) and of each session present in both, by
+    session id: a lower-is-better metric regresses when it grows by more than ``tolerance`` of the baseline
+    value, min-cache-ratio when it falls by more than that. From a baseline of 0, any growth regresses."""
+    regressions: list[Regression] = []
+    compared = 0
+
+    def check(metric: str, subject: str, old: Any, new: Any) -> None:
+        nonlocal compared
+        if metric not in METRICS or not isinstance(old, int | float) or not isinstance(new, int | float):
+            return
+        compared += 1
+        m = METRICS[metric]
+        worse = new > old * (1 + tolerance) if m.lower_is_better else new < old * (1 - tolerance)
+        if m.lower_is_better and old == 0:
+            worse = new > 0
+        if worse:
+            regressions.append(Regression(metric, subject, float(old), float(new), tolerance))
+
+    for metric, old in (baseline.get("summary") or {}).items():
+        check(metric, "summary", old, report_.summary.get(metric))
+    old_sessions = {
+        s.get("session_id"): s.get("metrics", {})
+        for s in baseline.get("sessions") or []
+        if isinstance(s, dict) and s.get("session_id")
+    }
+    for key, info in report_.sessions.items():
+        old_metrics = old_sessions.get(info["session_id"])
+        if not isinstance(old_metrics, dict):
+            continue
+        for metric, old in old_metrics.items():
+            check(metric, info["session"], old, report_.metrics[key].get(metric))
+    return replace(
+        report_, regressions=regressions, baseline=name, tolerance=tolerance, baseline_compared=compared
+    )
+
+
+# --------------------------------------------------------------------------------------------- reports
+
+
+def junit_xml(report_: AuditReport) -> bytes:
+    """JUnit XML: one test case per session and rule (classname ``ctxtool.audit.<session>``), one per
+    unreadable file (an error) and one per baseline regression (a failure)."""
+    suite = ET.Element("testsuite", name="ctxtool audit")
+    for c in report_.checks:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"ctxtool.audit.{c.subject}",
+            name=c.rule + (f" [{c.scope}]" if c.scope else ""),
+            time="0",
+        )
+        if c.file:
+            case.set("file", c.file)
+        if c.status == "fail":
+            failure = ET.SubElement(case, "failure", message=c.message, type="BudgetExceeded")
+            failure.text = c.message
+        elif c.status == "skip":
+            ET.SubElement(case, "skipped", message=c.message)
+        else:
+            out = ET.SubElement(case, "system-out")
+            out.text = c.message
+    for e in report_.errors:
+        case = ET.SubElement(suite, "testcase", classname="ctxtool.audit.read", name=e["file"], time="0")
+        error = ET.SubElement(case, "error", message=e["message"], type="SessionFormatError")
+        error.text = e["message"]
+    for r in report_.regressions:
+        case = ET.SubElement(
+            suite, "testcase", classname="ctxtool.audit.baseline", name=f"{r.metric} [{r.subject}]", time="0"
+        )
+        text = regression_text(r)
+        failure = ET.SubElement(case, "failure", message=text, type="Regression")
+        failure.text = text
+    cases = suite.findall("testcase")
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+    suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
+    suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
+    suite.set("time", "0")
+    root = ET.Element("testsuites", name="ctxtool")
+    for attr in ("tests", "failures", "errors", "skipped", "time"):
+        root.set(attr, suite.get(attr, "0"))
+    root.append(suite)
+    ET.indent(root)
+    return (
+        b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode").encode() + b"\n"
+    )
+
+
+def regression_text(r: Regression) -> str:
+    change = "from 0" if r.change is None else f"{r.change * 100:+.1f}%"
+    return (
+        f"{r.metric} [{r.subject}] regressed: {_fmt(r.metric, r.baseline)} → {_fmt(r.metric, r.current)} "
+        f"({change}, tolerance {r.tolerance * 100:g}%)"
+    )
+
+
+def verdict(report_: AuditReport) -> str:
+    n_fail, n_reg, n_err = len(report_.failures), len(report_.regressions), len(report_.errors)
+    parts = []
+    if n_fail:
+        parts.append(f"{n_fail} budget{'s' if n_fail != 1 else ''} exceeded")
+    if n_reg:
+        parts.append(f"{n_reg} regression{'s' if n_reg != 1 else ''}")
+    if n_err:
+        parts.append(f"{n_err} file{'s' if n_err != 1 else ''} unreadable")
+    if not parts:
+        n = len(report_.checks)
+        return f"within budget ({n} check{'s' if n != 1 else ''} passed or skipped)"
+    return ", ".join(parts)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(report_: AuditReport) -> str:
+    """GitHub-flavoured markdown for ``$GITHUB_STEP_SUMMARY``."""
+    failed = report_.exceeded or bool(report_.errors)
+    lines = [f"## ctxtool audit: {'FAIL' if failed else 'PASS'}, {verdict(report_)}", ""]
+    if report_.checks:
+        lines += ["| status | session | rule | value | limit | worst |", "|---|---|---|---:|---:|---|"]
+        for c in sorted(
+            report_.checks, key=lambda c: ({"fail": 0, "skip": 1, "pass": 2}[c.status], c.subject)
+        ):
+            rule = c.rule + (f" ({c.scope})" if c.scope else "")
+            lines.append(
+                f"| {c.status.upper()} | {_md_cell(c.subject)} | {_md_cell(rule)} | "
+                f"{_fmt(c.rule, c.value)} | {_fmt(c.rule, c.limit)} | {_md_cell(c.offender or '')} |"
+            )
+        lines.append("")
+    if report_.baseline is not None:
+        lines.append(
+            f"Baseline `{report_.baseline}` (tolerance {(report_.tolerance or 0) * 100:g}%): "
+            f"{report_.baseline_compared} metrics compared, {len(report_.regressions)} regressed."
+        )
+        lines.append("")
+        if report_.regressions:
+            lines += ["| metric | subject | baseline | now | change |", "|---|---|---:|---:|---:|"]
+            for r in report_.regressions:
+                change = "from 0" if r.change is None else f"{r.change * 100:+.1f}%"
+                lines.append(
+                    f"| {r.metric} | {_md_cell(r.subject)} | {_fmt(r.metric, r.baseline)} | "
+                    f"{_fmt(r.metric, r.current)} | {change} |"
+                )
+            lines.append("")
+    if report_.errors:
+        lines.append("Files that could not be read:")
+        lines.append("")
+        lines += [f"- `{e['file']}`: {_md_cell(e['message'])}" for e in report_.errors]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(report_: AuditReport) -> list[str]:
+    """GitHub Actions workflow commands (``::error …::…``) for failures, regressions and unreadable files."""
+    out = []
+    for c in report_.failures:
+        title = _escape_property(f"ctxtool audit: {c.rule}")
+        out.append(f"::error title={title}::{_escape_data(f'{c.subject}: {c.message}')}")
+    for r in report_.regressions:
+        title = _escape_property(f"ctxtool audit: {r.metric} regressed")
+        out.append(f"::error title={title}::{_escape_data(regression_text(r))}")
+    for e in report_.errors:
+        title = _escape_property("ctxtool audit: unreadable file")
+        out.append(f"::warning title={title}::{_escape_data(e['message'])}")
+    return out

@@ -1,0 +1,212 @@
+"""``ctxtool audit``: check sessions against token, context, cost and cache budgets (for CI)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from ctxtool.cli.status import ExitStatus
+from ctxtool.errors import CtxtoolError, UsageError
+
+if TYPE_CHECKING:
+    from ctxtool.audit import AuditReport
+
+FORMATS = ("table", "json", "junit", "markdown")
+
+HELP = """Check Gemini CLI sessions against budgets: tokens per session, turn and request, context-window
+share, cost per session and per day, cache ratio, compressions and the share of tool output.
+
+PATHS are session files, directories or globs, as for `ctxtool stats` (default: the Gemini CLI data root).
+Budgets come from the flags or from a configuration file: --config FILE, else the nearest ctxtool.toml
+([audit] table) or pyproject.toml ([tool.ctxtool.audit] table) in the current directory or a parent; a flag
+replaces the configured rules of its metric. In the file each rule can be scoped to projects or models.
+Limits: tokens as 2000000 or 2M, shares as 60% or 0.6, costs in USD.
+
+Exit status: 0 within budget; 3 a budget was exceeded or a metric regressed past --tolerance (this wins
+over 1); 1 an error (a session file could not be read, or no session was found); 2 usage error.
+"""
+
+
+def _limit(metric: str, value: str | None) -> float | None:
+    from ctxtool.audit import parse_limit
+
+    return None if value is None else parse_limit(metric, value, "--")
+
+
+def audit(
+    paths: list[str] = typer.Argument(
+        None, help="Session files, directories or globs (default: the data root)."
+    ),
+    max_session_tokens: str = typer.Option(
+        None, "--max-session-tokens", help="Total tokens of a session, subagents included (e.g. 2M)."
+    ),
+    max_turn_tokens: str = typer.Option(None, "--max-turn-tokens", help="Total tokens of one turn."),
+    max_request_tokens: str = typer.Option(None, "--max-request-tokens", help="Total tokens of one request."),
+    max_context_share: str = typer.Option(
+        None, "--max-context-share", help="One request's prompt over the model's context window (e.g. 50%)."
+    ),
+    max_session_cost: str = typer.Option(None, "--max-session-cost", help="Cost of a session in USD."),
+    max_daily_cost: str = typer.Option(
+        None, "--max-daily-cost", help="Cost of all audited sessions per UTC day in USD."
+    ),
+    min_cache_ratio: str = typer.Option(
+        None, "--min-cache-ratio", help="Cached over input tokens of a session, at least (e.g. 30%)."
+    ),
+    max_compressions: str = typer.Option(
+        None, "--max-compressions", help="Compression events in a session, at most."
+    ),
+    max_tool_output_share: str = typer.Option(
+        None,
+        "--max-tool-output-share",
+        help="Size of tool results (stored JSON) over that plus all message text of a session (e.g. 70%).",
+    ),
+    config: Path = typer.Option(
+        None, "--config", "-c", help="Read budgets from this TOML file (ctxtool.toml or pyproject.toml)."
+    ),
+    no_config: bool = typer.Option(False, "--no-config", help="Ignore any configuration file."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json, junit or markdown."),
+    output: Path = typer.Option(None, "--output", "-o", help="Write the report to FILE instead of stdout."),
+    github: bool = typer.Option(
+        False, "--github", help="Also print GitHub Actions annotations (::error ...) for every failure."
+    ),
+    baseline: Path = typer.Option(
+        None, "--baseline", help="An earlier `ctxtool audit --format json` report to compare with."
+    ),
+    tolerance: str = typer.Option(
+        "10%", "--tolerance", help="With --baseline: how much worse a metric may get (e.g. 10% or 0.1)."
+    ),
+    subagents: bool = typer.Option(
+        True, "--subagents/--no-subagents", help="Include subagent sessions (rolled up into their parent)."
+    ),
+    color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
+    width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
+) -> int:
+    from ctxtool import audit as lib
+    from ctxtool import frames
+    from ctxtool.session.discover import default_root
+
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r} is not supported by audit", f"Use one of: {', '.join(FORMATS)}")
+    if github and fmt in ("json", "junit") and output is None:
+        raise UsageError(
+            "--github annotations and a JSON or JUnit report cannot share standard output",
+            "Pass --output FILE for the report",
+        )
+    if config is not None and no_config:
+        raise UsageError("--config and --no-config contradict each other", "Pass only one of them")
+    flags = {
+        "max-session-tokens": _limit("max-session-tokens", max_session_tokens),
+        "max-turn-tokens": _limit("max-turn-tokens", max_turn_tokens),
+        "max-request-tokens": _limit("max-request-tokens", max_request_tokens),
+        "max-context-share": _limit("max-context-share", max_context_share),
+        "max-session-cost": _limit("max-session-cost", max_session_cost),
+        "max-daily-cost": _limit("max-daily-cost", max_daily_cost),
+        "min-cache-ratio": _limit("min-cache-ratio", min_cache_ratio),
+        "max-compressions": _limit("max-compressions", max_compressions),
+        "max-tool-output-share": _limit("max-tool-output-share", max_tool_output_share),
+    }
+    tol = lib.parse_tolerance(tolerance)
+    config_path = None if no_config else (config if config is not None else lib.find_config(Path.cwd()))
+    configured = lib.load_config(config_path) if config_path is not None else []
+    rules = lib.merge_rules(configured, flags)
+    if not rules and baseline is None:
+        raise UsageError(
+            "no budget to check",
+            "Pass a budget flag such as --max-session-tokens 2M, --baseline REPORT.json, or write a "
+            "ctxtool.toml with an [audit] table",
+        )
+    base_doc = lib.load_baseline(baseline) if baseline is not None else None
+
+    corpus = frames.load(paths or [str(default_root())], subagents=subagents)
+    for problem in corpus.problems:
+        _warn(
+            problem.message
+            if problem.message.startswith(problem.path)
+            else f"{problem.path}: {problem.message}"
+        )
+    for path, broken, first in frames.broken_files(corpus):
+        _warn(f"{path}: skipped {broken} broken line{'s' if broken != 1 else ''} (first at line {first})")
+    for warning in corpus.warnings:
+        _warn(warning)
+    if corpus.sessions.height == 0:
+        raise CtxtoolError(
+            "no session to audit"
+            + (f" ({len(corpus.problems)} file(s) could not be read)" if corpus.problems else ""),
+            "Check the PATHS (or GEMINI_CLI_HOME); Gemini CLI writes <home>/.gemini/tmp/<project>/chats",
+        )
+
+    result = lib.run_audit(corpus, rules)
+    if base_doc is not None:
+        result = lib.compare_baseline(result, base_doc, tol, str(baseline))
+
+    if github:
+        for line in lib.github_annotations(result):
+            print(line, flush=True)
+    _write_report(result, fmt, output, width=width, color=color)
+    if result.exceeded:
+        return ExitStatus.BUDGET_EXCEEDED
+    return ExitStatus.ERROR if result.errors else ExitStatus.OK
+
+
+def _write_report(
+    result: AuditReport, fmt: str, output: Path | None, *, width: int | None, color: bool | None
+) -> None:
+    from ctxtool import audit as lib
+    from ctxtool import output as out
+
+    if fmt == "table":
+        _print_table(result, output, width=width, color=color)
+        return
+    if fmt == "json":
+        data = out.dumps(result.as_dict()) + b"\n"
+    elif fmt == "junit":
+        data = lib.junit_xml(result)
+    else:
+        data = lib.markdown(result).encode()
+    if output:
+        out.atomic_write(output, data)
+    else:
+        out.write_stdout(data, sys.stdout.buffer)
+
+
+def _print_table(result: AuditReport, output: Path | None, *, width: int | None, color: bool | None) -> None:
+    from ctxtool import audit as lib
+    from ctxtool import render
+
+    order = {"fail": 0, "skip": 1, "pass": 2}
+    rows = [
+        {
+            "status": c.status,
+            "subject": c.subject,
+            "rule": c.rule + (f" [{c.scope}]" if c.scope else ""),
+            "value": lib.format_value(c.rule, c.value),
+            "limit": lib.format_value(c.rule, c.limit),
+            "offender": c.offender,
+        }
+        for c in sorted(result.checks, key=lambda c: order[c.status])
+    ]
+    stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
+    try:
+        console = render.make_console(stream, width=width, color=color)
+        verdict = ("FAIL: " if result.exceeded or result.errors else "PASS: ") + lib.verdict(result)
+        if rows:
+            table = render.audit_table(rows, title="ctxtool audit", caption=verdict, width=console.width)
+            render.print_table(console, table)
+        else:
+            console.print(verdict)
+        for r in result.regressions:
+            console.print(lib.regression_text(r), markup=False, highlight=False)
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("audit", help=HELP)(audit)

@@ -1,0 +1,258 @@
+"""``ctxtool compact``: compact Gemini CLI sessions offline into files Gemini CLI can resume."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ctxtool.cli.status import ExitStatus
+from ctxtool.compress.profiles import DEFAULT_PROFILE, PROFILES
+from ctxtool.compress.summarizer import ModelCall, Summarizer
+from ctxtool.errors import CtxtoolError, SummarizerError, UsageError
+
+
+def _profiles_help() -> str:
+    rows = [f"  {p.name:<26} {p.since} .. {p.until or 'now':<10}  {p.description}" for p in PROFILES.values()]
+    return "\n".join(rows)
+
+
+HELP = f"""Compact Gemini CLI sessions the way Gemini CLI's /compress does, offline, into files it can resume.
+
+Each SESSION_OR_DIR (file, directory or glob) is read as Gemini CLI would resume it and run through a port
+of its compression (--profile). A compacted session holds the summary as a user message, the reply
+"Got it. Thanks for the additional context!", then the newest ~30% of the messages unchanged (same ids,
+same bytes), in the input's own format (.jsonl or .json). Tool outputs cut by the token budget are saved
+under tool-outputs/ in the output's project folder and referenced by path.
+
+Where results go: --out DIR (default ./ctxtool-compacted, keeping <project>/chats/); --as-new-session
+(a new session beside the original, listed by `gemini --resume`); --in-place (backup, then an atomic
+replace that is refused if the file changed meanwhile). Nothing is written on NOOP or failed statuses.
+
+The summary comes from --summarizer offline (deterministic, no model: it writes the facts it extracts and
+says so in the summary) or gemini (two model calls, summary and verification, as upstream; these are the
+only non-deterministic step; needs GEMINI_API_KEY).
+
+Profiles (Gemini CLI behaviour by date; default {DEFAULT_PROFILE}):
+
+\b
+{_profiles_help()}
+
+Exit status: 0 every file processed (whatever its outcome), 1 a file could not be read, summarised or
+written, 2 usage error.
+"""
+
+
+class _LazySummarizer:
+    """Builds the real summarizer on the first model call, so a missing API key fails only the files that
+    need a model (a NOOP does not) and fails each of them with the same one-line error."""
+
+    name = "gemini"
+    deterministic = False
+
+    def __init__(self, factory: Callable[[], Summarizer]) -> None:
+        self._factory = factory
+        self._inner: Summarizer | None = None
+        self._error: SummarizerError | None = None
+
+    def generate(self, call: ModelCall) -> str | None:
+        if self._error is not None:
+            raise self._error
+        if self._inner is None:
+            try:
+                self._inner = self._factory()
+            except SummarizerError as exc:
+                self._error = exc
+                raise
+        return self._inner.generate(call)
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if callable(close):
+            close()
+
+
+class _Progress:
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.bar: Any = None
+        if enabled and total > 1:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.bar = Progress(
+                TextColumn("compacting"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("", total=total)
+
+    def advance(self, name: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=name)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def compact(
+    paths: list[str] = typer.Argument(..., help="Session files, directories or globs to compact."),
+    out: Path = typer.Option(
+        None, "--out", "-o", help="Write compacted sessions under DIR (default: ./ctxtool-compacted)."
+    ),
+    as_new_session: bool = typer.Option(
+        False, "--as-new-session", help="Write each result as a new session beside its original."
+    ),
+    in_place: bool = typer.Option(
+        False, "--in-place", help="Replace each input (after a backup <file>.ctxtool-backup-<time>)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show the plan; write nothing."),
+    force: bool = typer.Option(False, "--force", help="Compact even under the threshold (as /compress)."),
+    threshold: float = typer.Option(
+        None, "--threshold", help="Share of the token limit that triggers compaction (default: profile's)."
+    ),
+    truncate_only: bool = typer.Option(
+        False,
+        "--truncate-only",
+        help="Only cut old tool outputs to the budget (CONTENT_TRUNCATED); no summary.",
+    ),
+    summarizer: str = typer.Option("offline", "--summarizer", help="offline (deterministic) or gemini."),
+    profile: str = typer.Option(
+        DEFAULT_PROFILE, "--profile", help="Gemini CLI behaviour to replay (see the list above)."
+    ),
+    chat_model: str = typer.Option(
+        None, "--chat-model", help="Model the session ran on (default: the newest one it recorded)."
+    ),
+    model: str = typer.Option(
+        None, "--model", help="Summarizer model (gemini; default: upstream's chat-compression alias)."
+    ),
+    base_url: str = typer.Option(
+        None, "--base-url", envvar="GOOGLE_GEMINI_BASE_URL", help="Gemini API base URL (gemini summarizer)."
+    ),
+    prompt_file: Path = typer.Option(
+        None, "--prompt-file", help="System prompt for the summarizer, from FILE."
+    ),
+    prompt_from_gemini_cli: bool = typer.Option(
+        False, "--prompt-from-gemini-cli", help="Use the compression prompt of the installed Gemini CLI."
+    ),
+    summary_budget: int = typer.Option(
+        None, "--summary-budget", help="Offline summarizer: at most TOKENS in the summary (default 2000)."
+    ),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+    color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
+    width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
+) -> int:
+    from ctxtool import compact as lib
+    from ctxtool.compress.profiles import get_profile
+    from ctxtool.session.discover import discover
+
+    if fmt not in ("table", "json"):
+        raise UsageError(f"--format {fmt!r} is not supported", "Use table or json")
+    if sum((out is not None, as_new_session, in_place)) > 1:
+        raise UsageError("--out, --as-new-session and --in-place exclude each other", "Pass only one of them")
+    if summarizer not in ("offline", "gemini"):
+        raise UsageError(f"--summarizer {summarizer!r} is not known", "Use offline or gemini")
+    if threshold is not None and not 0 < threshold <= 1:
+        raise UsageError(
+            f"--threshold {threshold} is not a share of the token limit", "Pass a number in (0, 1]"
+        )
+    if prompt_file is not None and prompt_from_gemini_cli:
+        raise UsageError("--prompt-file and --prompt-from-gemini-cli exclude each other", "Pass only one")
+    if summarizer == "offline" and model:
+        raise UsageError("--model applies to --summarizer gemini", "Add --summarizer gemini, or drop --model")
+    if summarizer == "gemini" and summary_budget is not None:
+        raise UsageError(
+            "--summary-budget applies to the offline summarizer", "Drop it or use --summarizer offline"
+        )
+    get_profile(profile)
+
+    system_prompt: str | None = None
+    if prompt_file is not None:
+        from ctxtool.compress.prompts import load_prompt_file
+
+        system_prompt = load_prompt_file(prompt_file)
+    elif prompt_from_gemini_cli:
+        from ctxtool.compress.prompts import find_gemini_cli_prompt
+
+        system_prompt = find_gemini_cli_prompt().text
+
+    summ: Summarizer
+    if summarizer == "offline":
+        from ctxtool.compress.offline import OfflineSummarizer
+
+        summ = (
+            OfflineSummarizer() if summary_budget is None else OfflineSummarizer(token_budget=summary_budget)
+        )
+    else:
+
+        def make() -> Summarizer:
+            from ctxtool.compress.gemini_model import GeminiSummarizer
+
+            return GeminiSummarizer(model=model, base_url=base_url, system_prompt=system_prompt)
+
+        summ = _LazySummarizer(make)
+
+    found = discover(paths)
+    sources = [sp for sp in found.files if not lib.is_backup(sp.path)]
+    if not sources and not found.missing:
+        raise UsageError(f"no session files in {', '.join(paths)}", "Pass session files or a chats/ folder")
+    mode: lib.Mode = "in-place" if in_place else "new-session" if as_new_session else "out"
+    destination = lib.Destination(mode, out if out is not None else Path(lib.DEFAULT_OUT_DIR))
+    lib.check_destination(sources, destination)
+    options = lib.CompactOptions(
+        profile=profile,
+        force=force,
+        threshold=threshold,
+        truncate_only=truncate_only,
+        dry_run=dry_run,
+        chat_model=chat_model,
+        system_prompt=system_prompt,
+    )
+
+    reports: list[lib.CompactionReport] = [
+        lib.CompactionReport.failed(m, f"{m}: no such file or directory") for m in found.missing
+    ]
+    progress = _Progress(len(sources), sys.stderr.isatty())
+    try:
+        for sp in sources:
+            try:
+                report = lib.compact_session(sp, summ, options, destination)
+            except (CtxtoolError, OSError) as exc:
+                message = str(exc) if isinstance(exc, CtxtoolError) else f"{sp.path}: {exc}"
+                report = lib.CompactionReport.failed(sp.path, message)
+            reports.append(report)
+            progress.advance(sp.path.name)
+    finally:
+        progress.close()
+        if isinstance(summ, _LazySummarizer):
+            summ.close()
+
+    for report in reports:
+        if report.error:
+            print(f"Error: {report.error}", file=sys.stderr)
+
+    rows = [r.as_dict() for r in reports]
+    if fmt == "json":
+        from ctxtool import output
+        from ctxtool.frames import SCHEMA_VERSION
+
+        doc = {"schema_version": SCHEMA_VERSION, "command": "compact", "dry_run": dry_run, "sessions": rows}
+        output.write_stdout(output.dumps(doc) + b"\n", sys.stdout.buffer)
+    else:
+        from ctxtool import render
+
+        console = render.make_console(width=width, color=color)
+        title = "ctxtool compact" + (" --dry-run (nothing written)" if dry_run else "")
+        render.print_table(console, render.compact_table(rows, title=title, plan=dry_run))
+    return ExitStatus.ERROR if any(r.status == lib.FAILED for r in reports) else ExitStatus.OK
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compact", help=HELP)(compact)

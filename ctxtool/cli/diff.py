@@ -1,0 +1,112 @@
+"""``ctxtool diff BEFORE AFTER``: what changed between two session files, message by message."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from ctxtool.cli.status import ExitStatus
+from ctxtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from ctxtool.diff import SessionDiff
+
+FORMATS = ("table", "json", "markdown")
+
+HELP = """Compare two Gemini CLI session files: an original and its compaction, or two snapshots of a session.
+
+Messages of the live histories are aligned by id, falling back to a hash of their content, and each is
+shown as removed, kept, changed (e.g. a truncated tool output, with how much) or added (the state snapshot and
+its ack). Token deltas are given as recorded in the files (billed requests) and as Gemini CLI's local
+estimate of the live history, in total and per message type, wire role and tool, with the context share
+before and after against the model's limit. The facts (paths, commands, errors, directives) of the removed
+and changed messages are checked against the after history: lost ones are listed.
+
+Exit status: 0 ok (with --exit-code: the sessions are the same), 1 with --exit-code when they differ, or an
+error (a file cannot be read), 2 usage error.
+"""
+
+
+def diff(
+    before: Path = typer.Argument(..., help="The earlier session file (e.g. the original)."),
+    after: Path = typer.Argument(..., help="The later session file (e.g. the compacted copy)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
+    output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
+    exit_code: bool = typer.Option(
+        False, "--exit-code", help="Exit 1 when the sessions differ, 0 when they do not (like git diff)."
+    ),
+    color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
+    width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
+) -> int:
+    from ctxtool import diff as diff_lib
+    from ctxtool import output as out
+    from ctxtool.session.read import read_session
+
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r} is not supported by diff", f"Use one of: {', '.join(FORMATS)}")
+    result = diff_lib.diff_sessions(read_session(before), read_session(after))
+
+    if fmt == "json":
+        data = out.dumps(result.as_dict()) + b"\n"
+    elif fmt == "markdown":
+        data = diff_lib.markdown(result).encode()
+    else:
+        data = b""
+    if fmt != "table":
+        if output:
+            out.atomic_write(output, data)
+        else:
+            out.write_stdout(data, sys.stdout.buffer)
+    else:
+        _print_table(result, output, width=width, color=color)
+    return ExitStatus.ERROR if exit_code and result.differs else ExitStatus.OK
+
+
+def _print_table(result: SessionDiff, output: Path | None, *, width: int | None, color: bool | None) -> None:
+    from ctxtool import diff as diff_lib
+    from ctxtool import render
+
+    stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
+    try:
+        console = render.make_console(stream, width=width, color=color)
+        console.print(f"ctxtool diff {result.before.path} → {result.after.path}", soft_wrap=True)
+        console.print(
+            f"{diff_lib.counts_line(result)}; "
+            + ("the sessions differ." if result.differs else "no differences."),
+            soft_wrap=True,
+        )
+        render.print_table(
+            console,
+            render.diff_summary_table(
+                diff_lib.summary_rows(result), title="Tokens", headers=("", "before", "after", "delta")
+            ),
+        )
+        render.print_table(
+            console,
+            render.diff_summary_table(
+                diff_lib.group_rows(result),
+                title="Tokens by message type, wire role and tool",
+                headers=("group", "rec. before", "rec. after", "est. before", "est. after", "est. delta"),
+            ),
+        )
+        for i, snapshot in enumerate(result.snapshots, 1):
+            console.print(f"\nState snapshot{f' {i}' if len(result.snapshots) > 1 else ''}:", style="bold")
+            console.print(snapshot, markup=False, highlight=False)
+        console.print()
+        for line in diff_lib.retention_lines(result):
+            console.print(line, markup=False, highlight=False)
+        console.print()
+        render.print_table(
+            console,
+            render.diff_message_table(diff_lib.message_rows(result), title="Messages", width=console.width),
+        )
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diff", help=HELP)(diff)

@@ -1,0 +1,533 @@
+"""Compact one Gemini CLI session file: plan with the Gemini CLI port, then write a file Gemini CLI resumes.
+
+Owns the mapping between the port (``ctxtool.compress.gemini_cli``, which works on curated history turns)
+and session files (message records), where the result goes, and the per-session report. It is pure apart
+from the writes it is asked to do; it never prints.
+
+How the output is built (spec gemini-cli-compression.md sections 4, 10-13):
+
+* The session is read as Gemini CLI would resume it (``SessionFile.messages``), converted and curated
+  (section 11.4) and handed to ``compress``. Its split index points into the curated turns. The split always
+  lands on a plain user turn (or past the end), whose id is the id of the user message that opened it
+  (``coalesceConsecutiveRoles`` keeps the first id). Every session message from that one on is kept,
+  including ``info``/``error``/``warning`` messages and the other records ``convertSessionToClientHistory``
+  skips, in their original order; every message before it is summarised away.
+* COMPRESSED writes ``[stored <session_context> message (if the session had one), summary (user),
+  "Got it. Thanks for the additional context!" (gemini), ...kept messages]``. Summary and ack have the HEAD
+  shapes of section 12 (``{id, timestamp, type, content: [{text}]}``). Kept messages are the records as
+  loaded, re-serialised canonically, so they keep their ids and bytes; the one exception is a tool output
+  that upstream's budget truncation (section 6) replaced inside the kept span: its ``toolCalls[].result`` (or
+  ``functionResponse`` part) is set to the truncated response, as Gemini CLI's masking sync does, and the
+  report lists those message ids in ``synced_messages``.
+* CONTENT_TRUNCATED (``truncate_only``, or an automatic attempt after an inflated result) writes every
+  message, with truncated tool outputs synced the same way.
+* NOOP, COMPRESSION_FAILED_EMPTY_SUMMARY and COMPRESSION_FAILED_INFLATED_TOKEN_COUNT write nothing.
+* Truncated tool outputs are saved to ``<project temp dir of the output>/tool-outputs/`` (upstream's
+  ``saveTruncatedToolOutput`` without a session id), named ``<tool>_<n>.txt``; ``n`` starts after the highest
+  number already in that folder, so compacting several sessions of one project never overwrites a file.
+
+The two summarizer calls are the only non-deterministic step; with the offline summarizer, an injected clock
+and id generator, the same input gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from ctxtool.compress import gemini_cli as g
+from ctxtool.compress.facts import extract_facts, history_text, retention
+from ctxtool.compress.jsvalue import js_trim, js_truthy
+from ctxtool.compress.offline import OfflineSummarizer
+from ctxtool.compress.profiles import DEFAULT_PROFILE, get_profile
+from ctxtool.compress.summarizer import Content, Summarizer
+from ctxtool.errors import CtxtoolError, UsageError
+from ctxtool.session.discover import SessionPath
+from ctxtool.session.read import parse_session_bytes
+from ctxtool.session.write import (
+    BACKUP_MARKER,
+    FileStamp,
+    atomic_write,
+    replace_checked,
+    session_bytes,
+    write_backup,
+)
+
+Mode = Literal["out", "new-session", "in-place"]
+FAILED = "FAILED"  # status of a file that could not be read or written (not an upstream status)
+DEFAULT_CHAT_MODEL = "gemini-2.5-pro"  # DEFAULT_GEMINI_MODEL (packages/core/src/config/models.ts)
+DEFAULT_OUT_DIR = "ctxtool-compacted"
+TOOL_OUTPUTS_DIR = "tool-outputs"
+# The smallest positive threshold: with it the "under the threshold" test never holds, which is how
+# `--force` reaches the truncation-only path (upstream forces it only after a latched failure).
+_ALWAYS = 5e-324
+
+
+@dataclass(frozen=True)
+class CompactOptions:
+    profile: str = DEFAULT_PROFILE
+    force: bool = False
+    threshold: float | None = None  # of the token limit; None: the profile's default
+    truncate_only: bool = False
+    dry_run: bool = False
+    chat_model: str | None = None  # None: the newest model recorded in the session
+    system_prompt: str | None = (
+        None  # replaces the profile's prompt (--prompt-file, --prompt-from-gemini-cli)
+    )
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where compacted files go: ``out`` (a separate tree), ``new-session`` or ``in-place``."""
+
+    mode: Mode = "out"
+    out_dir: Path = Path(DEFAULT_OUT_DIR)
+
+
+@dataclass
+class CompactionReport:
+    """What happened to one session file; ``as_dict`` is the JSON form (``ctxtool compact --format json``)."""
+
+    input_path: str
+    status: str  # a CompressionStatus name, or FAILED
+    written: bool = False
+    dry_run: bool = False
+    output_path: str | None = None
+    era: str | None = None
+    profile: str | None = None
+    model: str | None = None  # the chat model the session ran on (token limit, summarizer alias)
+    summarizer: str | None = None
+    summarizer_model: str | None = None
+    deterministic: bool | None = None
+    threshold: float | None = None
+    token_limit: int | None = None
+    tokens_before: int | None = None
+    tokens_before_source: str | None = None  # "recorded" promptTokenCount or local "estimate"
+    tokens_after: int | None = None
+    split_index: int | None = None  # into the curated turns
+    split_message_id: str | None = None
+    messages_total: int | None = None
+    messages_summarised: int | None = None
+    messages_kept: int | None = None
+    turns_summarised: int | None = None
+    turns_kept: int | None = None
+    tool_outputs_truncated: list[str] = field(default_factory=list)
+    synced_messages: list[str] = field(default_factory=list)
+    env_synthesized: bool | None = None
+    anchored: bool | None = None
+    retention: dict[str, dict[str, Any]] | None = None
+    backup_path: str | None = None
+    session_id: str | None = None
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def failed(cls, path: Path | str, error: str) -> CompactionReport:
+        return cls(input_path=str(path), status=FAILED, error=error)
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def js_iso(now: datetime) -> str:
+    """``new Date().toISOString()``: UTC with milliseconds and a Z."""
+    utc = now.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def new_session_file_name(session_id: str, now: datetime, ext: str) -> str:
+    """``session-<YYYY-MM-DDTHH-MM>-<first 8 of id>.<ext>`` (chatRecordingService.ts, UTC minute)."""
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H-%M")
+    return f"session-{stamp}-{session_id[:8]}.{ext}"
+
+
+def chat_model(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The newest model recorded on a gemini message, else Gemini CLI's default model."""
+    for msg in reversed(messages):
+        model = msg.get("model")
+        if msg.get("type") == "gemini" and isinstance(model, str) and model:
+            return model
+    return DEFAULT_CHAT_MODEL
+
+
+def _recorded_input(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    for msg in reversed(messages):
+        if msg.get("type") != "gemini":
+            continue
+        tokens = msg.get("tokens")
+        if isinstance(tokens, dict) and isinstance(tokens.get("input"), int | float):
+            return int(tokens["input"])
+    return None
+
+
+def _stored_env_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """Index of the stored ``<session_context>`` message, found as the port finds it."""
+    for i, msg in enumerate(messages):
+        if msg.get("type") != "user":
+            continue
+        if msg.get("id") == g.ENVIRONMENT_CONTEXT_ID:
+            return i
+        if js_trim(g.part_list_union_to_string(msg.get("content"))).startswith("<session_context>"):
+            return i
+    return None
+
+
+_NUMBERED = re.compile(r"_(\d+)\.txt$|^(\d+)\.txt$")
+
+
+def next_truncation_id(directory: Path) -> int:
+    """One more than the highest ``<n>`` of the ``…_<n>.txt`` files already in ``directory``."""
+    highest = 0
+    try:
+        names = [p.name for p in directory.iterdir()]
+    except OSError:
+        return 1
+    for name in names:
+        m = _NUMBERED.search(name)
+        if m:
+            highest = max(highest, int(m.group(1) or m.group(2)))
+    return highest + 1
+
+
+def output_location(
+    source: SessionPath, destination: Destination, *, new_name: str | None = None
+) -> tuple[Path, Path]:
+    """(output file, project temp dir) for ``source``.
+
+    ``out`` keeps ``<project>/chats[/<parent>]/<name>`` under the output directory (``<project>/<name>``
+    for a file outside a ``chats/`` folder); ``new-session`` writes ``new_name`` beside the input;
+    ``in-place`` is the input itself. The project temp dir is the folder above ``chats/`` (where Gemini
+    CLI keeps ``tool-outputs/``), or the output's own folder outside that layout.
+    """
+    path = source.path
+    in_chats = path.parent.name == "chats" or (
+        source.parent_ref is not None and path.parent.parent.name == "chats"
+    )
+    if destination.mode == "in-place":
+        target = path
+    elif destination.mode == "new-session":
+        target = path.with_name(new_name or path.name)
+    else:
+        base = destination.out_dir / source.project_dir
+        if in_chats:
+            base = base / "chats"
+            if source.parent_ref is not None:
+                base = base / source.parent_ref
+        target = base / path.name
+    if in_chats:
+        chats = target.parent if target.parent.name == "chats" else target.parent.parent
+        return target, chats.parent
+    return target, target.parent
+
+
+def _replacements(before: Sequence[Content], after: Sequence[Content]) -> dict[str, dict[str, Any]]:
+    """Call id -> truncated functionResponse, for every part budget truncation replaced."""
+    out: dict[str, dict[str, Any]] = {}
+    for b, a in zip(before, after, strict=True):
+        for pb, pa in zip(b.get("parts") or [], a.get("parts") or [], strict=True):
+            if pa is not pb and isinstance(pa, dict):
+                fr = pa.get("functionResponse")
+                if isinstance(fr, dict) and isinstance(fr.get("id"), str):
+                    out[fr["id"]] = fr
+    return out
+
+
+def _sync_parts(parts: Any, rep: Mapping[str, dict[str, Any]], used: set[str]) -> Any:
+    if isinstance(parts, dict):
+        fr = parts.get("functionResponse")
+        if isinstance(fr, dict) and fr.get("id") in rep:
+            used.add(fr["id"])
+            return {"functionResponse": rep[fr["id"]]}
+        return parts
+    if isinstance(parts, list):
+        new = [_sync_parts(p, rep, used) for p in parts]
+        return parts if all(n is p for n, p in zip(new, parts, strict=True)) else new
+    return parts
+
+
+def _sync_message(msg: dict[str, Any], rep: Mapping[str, dict[str, Any]], used: set[str]) -> dict[str, Any]:
+    """``msg`` with truncated tool outputs written back (a copy), or ``msg`` itself when none applies."""
+    out = msg
+    calls = msg.get("toolCalls")
+    if isinstance(calls, list):
+        new_calls: list[Any] = []
+        for tc in calls:
+            if isinstance(tc, dict) and tc.get("id") in rep and js_truthy(tc.get("result")):
+                result = tc["result"]
+                fr = rep[tc["id"]]
+                if isinstance(result, str):
+                    used.add(tc["id"])
+                    output = fr.get("response", {}).get("output")
+                    tc = {**tc, "result": output if isinstance(output, str) else result}
+                else:
+                    new_result = _sync_parts(result, rep, used)
+                    if new_result is not result:
+                        tc = {**tc, "result": new_result}
+            new_calls.append(tc)
+        if any(n is not c for n, c in zip(new_calls, calls, strict=True)):
+            out = {**out, "toolCalls": new_calls}
+    content = msg.get("content")
+    new_content = _sync_parts(content, rep, used)
+    if new_content is not content:
+        out = {**out, "content": new_content}
+    return out
+
+
+def _sync(
+    messages: Sequence[dict[str, Any]], rep: Mapping[str, dict[str, Any]], report: CompactionReport
+) -> list[dict[str, Any]]:
+    if not rep:
+        return list(messages)
+    used: set[str] = set()
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        new = _sync_message(msg, rep, used)
+        if new is not msg:
+            report.synced_messages.append(str(msg.get("id")))
+        out.append(new)
+    missing = sorted(set(rep) - used)
+    if missing:
+        report.notes.append(
+            f"{len(missing)} truncated tool output(s) matched no stored tool call; "
+            "they stay in full in the file"
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The library call
+
+
+def compact_session(
+    source: SessionPath | Path | str,
+    summarizer: Summarizer,
+    options: CompactOptions | None = None,
+    destination: Destination | None = None,
+    *,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    before_replace: Callable[[], object] | None = None,
+) -> CompactionReport:
+    """Plan and (unless ``options.dry_run``) apply the compaction of one session file.
+
+    Raises CtxtoolError (SessionFormatError, SummarizerError, FileChangedError…) or OSError when the file
+    cannot be read, summarised or written; the caller turns that into a FAILED row. ``before_replace`` runs
+    between writing the temporary file and the checked rename of ``--in-place`` (tests simulate a racing
+    writer with it).
+    """
+    opts = options or CompactOptions()
+    dest = destination or Destination()
+    sp = source if isinstance(source, SessionPath) else _describe(Path(source))
+    profile = get_profile(opts.profile)
+    now = clock()
+
+    data = sp.path.read_bytes()
+    stamp = FileStamp.of_bytes(data, sp.path) if dest.mode == "in-place" else None
+    session = parse_session_bytes(data, sp.path)
+    messages = cast(list[dict[str, Any]], session.messages)
+    model = opts.chat_model or chat_model(messages)
+    report = CompactionReport(
+        input_path=str(sp.path),
+        status=FAILED,
+        dry_run=opts.dry_run,
+        era=session.era,
+        profile=profile.name,
+        model=model,
+        summarizer=summarizer.name,
+        deterministic=summarizer.deterministic,
+        messages_total=len(messages),
+        session_id=session.session_id,
+    )
+
+    new_session_id = new_id() if dest.mode == "new-session" else None
+    ext = "jsonl" if session.era == "jsonl" else "json"
+    new_name = new_session_file_name(new_session_id, now, ext) if new_session_id else None
+    target, project_tmp = output_location(sp, dest, new_name=new_name)
+    tool_dir = project_tmp / profile.tool_output_subdir if profile.tool_output_subdir else project_tmp
+
+    curated = g.session_to_curated_history(messages, model, profile=profile)
+    report.env_synthesized = curated.env_synthesized
+    if curated.env_synthesized:
+        report.notes.append("the session stored no <session_context> message; a stand-in was synthesised")
+    recorded = _recorded_input(messages)
+    if recorded:
+        original, report.tokens_before_source = recorded, "recorded"
+    else:
+        unrecorded = [{**m, "tokens": None} if m.get("type") == "gemini" else m for m in messages]
+        original = g.original_token_count(unrecorded, estimator=profile.estimator)
+        report.tokens_before_source = "estimate"
+        if recorded == 0:
+            report.notes.append("the recorded promptTokenCount is 0; the local estimate is used instead")
+
+    plan_summarizer = summarizer
+    if opts.dry_run and not summarizer.deterministic:
+        plan_summarizer = OfflineSummarizer()
+        report.notes.append("dry run: the new token count is estimated with an offline summary")
+
+    contents = curated.contents
+
+    def run(force: bool, threshold: float | None, failed_before: bool) -> g.CompressionResult:
+        return g.compress(
+            contents,
+            original_token_count=original,
+            model=model,
+            summarizer=plan_summarizer,
+            profile=profile,
+            force=force,
+            threshold=threshold,
+            has_failed_compression_attempt=failed_before,
+            env_turn=curated.env_turn["content"],
+            tool_output_dir=str(tool_dir.absolute()),
+            first_truncation_id=next_truncation_id(tool_dir),
+            system_prompt=opts.system_prompt,
+        )
+
+    if opts.truncate_only:
+        result = run(False, _ALWAYS if opts.force else opts.threshold, True)
+    else:
+        result = run(opts.force, opts.threshold, False)
+        if result.status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT and not opts.force:
+            # tryCompressChat latches the failure; the next automatic attempt only truncates (section 4.1).
+            fallback = run(False, opts.threshold, True)
+            if fallback.status == g.CompressionStatus.CONTENT_TRUNCATED:
+                report.notes.append(
+                    f"the summary inflated the history ({result.new_token_count} > {original} tokens); "
+                    "fell back to truncating tool outputs, as Gemini CLI's next automatic attempt does"
+                )
+                result = fallback
+
+    report.status = result.status.name
+    report.threshold = result.threshold
+    report.token_limit = result.token_limit
+    report.tokens_before = result.original_token_count
+    report.tokens_after = result.new_token_count
+    report.split_index = result.split_index
+    report.anchored = result.anchored
+    report.tool_outputs_truncated = [s.path for s in result.truncated_outputs]
+    if result.calls:
+        report.summarizer_model = result.calls[0].model
+    status = result.status
+    if result.split_index is not None:
+        report.turns_summarised = result.split_index
+        report.turns_kept = len(contents) - result.split_index
+
+    out_messages: list[dict[str, Any]] | None = None
+    if status == g.CompressionStatus.COMPRESSED:
+        assert result.new_history is not None
+        assert result.split_index is not None
+        assert result.summary is not None
+        split = result.split_index
+        keep_from = _message_index(curated.turns, split, messages, sp.path)
+        report.split_message_id = str(messages[keep_from].get("id")) if keep_from < len(messages) else None
+        env_index = _stored_env_index(messages)
+        head = [messages[env_index]] if env_index is not None and env_index < keep_from else []
+        ts = js_iso(now)
+        summary_msg = {"id": new_id(), "timestamp": ts, "type": "user", "content": [{"text": result.summary}]}
+        ack_msg = {
+            "id": new_id(),
+            "timestamp": ts,
+            "type": "gemini",
+            "content": [{"text": g.SUMMARY_ACK_TEXT}],
+        }
+        rep = _replacements(contents[split:], result.kept_history)
+        kept = _sync(messages[keep_from:], rep, report)
+        out_messages = [*head, summary_msg, ack_msg, *kept]
+        report.messages_kept = len(kept)
+        report.messages_summarised = keep_from - len(head)
+        facts = extract_facts(contents[:split])
+        report.retention = retention(facts, history_text(result.new_history)).as_dict()
+    elif status == g.CompressionStatus.CONTENT_TRUNCATED:
+        assert result.new_history is not None
+        out_messages = _sync(messages, _replacements(contents, result.new_history), report)
+        report.messages_kept = len(out_messages)
+        report.messages_summarised = 0
+        facts = extract_facts(contents)
+        report.retention = retention(facts, history_text(result.new_history)).as_dict()
+    elif status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT:
+        report.notes.append(
+            f"the new history would be larger ({result.new_token_count} > "
+            f"{result.original_token_count} tokens); nothing was written"
+        )
+    elif status == g.CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY:
+        report.notes.append("the summarizer returned an empty summary; nothing was written")
+
+    if out_messages is None:
+        return report
+    report.output_path = str(target)
+    if opts.dry_run:
+        return report
+
+    metadata = dict(session.metadata)
+    metadata["lastUpdated"] = js_iso(now)
+    if new_session_id is not None:
+        metadata["sessionId"] = new_session_id
+        metadata["startTime"] = js_iso(now)
+        report.session_id = new_session_id
+    payload = session_bytes(session.era, metadata, out_messages)
+
+    for saved in result.truncated_outputs:
+        atomic_write(Path(saved.path), saved.text.encode("utf-8", "surrogatepass"))
+    if dest.mode == "in-place":
+        assert stamp is not None
+        report.backup_path = str(write_backup(sp.path, data, now))
+        replace_checked(sp.path, payload, stamp, before_replace=before_replace)
+    else:
+        atomic_write(target, payload, exclusive=dest.mode == "new-session")
+    report.written = True
+    return report
+
+
+def _message_index(
+    turns: Sequence[Mapping[str, Any]], split: int, messages: Sequence[Mapping[str, Any]], path: Path
+) -> int:
+    """Index of the session message that opens curated turn ``split`` (``len(messages)`` past the end)."""
+    if split >= len(turns):
+        return len(messages)
+    turn_id = turns[split].get("id")
+    for i, msg in enumerate(messages):
+        if msg.get("id") == turn_id:
+            return i
+    raise CtxtoolError(
+        f"{path}: the split point (turn {split}, id {turn_id!r}) matches no message of the session",
+        "Report this with --traceback; compact with a different --profile meanwhile",
+    )
+
+
+def _describe(path: Path) -> SessionPath:
+    from ctxtool.session.discover import discover
+
+    found = discover([path]).files
+    if not found:
+        raise UsageError(f"{path} is not a session file", "Pass a Gemini CLI session file")
+    return found[0]
+
+
+def is_backup(path: Path) -> bool:
+    """Whether ``path`` is a backup ``--in-place`` left (never compacted again)."""
+    return BACKUP_MARKER in path.name
+
+
+def check_destination(sources: Sequence[SessionPath], destination: Destination) -> None:
+    """Refuse an ``--out`` directory inside an input's Gemini CLI project folder (UsageError)."""
+    if destination.mode != "out":
+        return
+    out = destination.out_dir.resolve()
+    for sp in sources:
+        target, project_tmp = output_location(sp, Destination("in-place"))
+        if project_tmp == target.parent:
+            continue  # a file outside Gemini CLI's layout: writing under a sibling folder is harmless
+        root = project_tmp.resolve()
+        if out == root or root in out.parents:
+            raise UsageError(
+                f"the output directory {destination.out_dir} is inside the input tree {project_tmp}",
+                "Pass --out DIR elsewhere, or --as-new-session / --in-place to write into the session folder",
+            )

@@ -1,0 +1,836 @@
+"""Compare two session files message by message: what was removed, kept, changed or added, and what it cost.
+
+Owns: aligning two live histories (by message id, falling back to a hash of the content), classifying each
+message, token deltas (recorded in the files and estimated the way Gemini CLI estimates locally), the context
+share before and after, and the fact-retention check of what the second file no longer holds. Pure: takes
+two ``SessionFile`` values and returns a ``SessionDiff``; never reads files, prints or imports rich.
+
+Two token measures, never mixed:
+
+* **recorded**: the ``tokens`` fields written in the files, summed over the billed view (every request the
+  file records, rewound or checkpointed ones included). Only ``gemini`` messages carry them, so recorded
+  tokens have no per-tool split.
+* **estimated**: Gemini CLI's local estimate (``estimate_token_count``) of the live history in wire form
+  (``convert_session_to_client_history``). Each message is estimated on its own (floored per wire turn),
+  so the per-message figures add up to the per-group figures; the session total is one estimate over the
+  whole history, as Gemini CLI computes it, and may exceed the sum of the parts by less than one token per
+  wire turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from ctxtool.compress.facts import FACT_KINDS, Retention, extract_facts, history_text, retention
+from ctxtool.compress.gemini_cli import convert_session_to_client_history, estimate_token_count
+from ctxtool.session.read import SessionFile
+from ctxtool.tokens import token_limit
+
+Status = Literal["removed", "kept", "changed", "added"]
+Match = Literal["id", "hash"]
+STATUSES: tuple[Status, ...] = ("removed", "kept", "changed", "added")
+RECORDED_KEYS = ("input", "output", "cached", "thoughts", "tool", "total")
+SNAPSHOT_TAG = "<state_snapshot>"
+# The model turn Gemini CLI appends after the snapshot (chatCompressionService.ts, HEAD 5411f113ca).
+ACK_TEXT = "Got it. Thanks for the additional context!"
+PREVIEW_CHARS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One field of a kept message that differs. ``before``/``after`` are character counts when the field is
+    content (text, tool output), else None; ``detail`` says what changed in words."""
+
+    field: str
+    detail: str
+    before: int | None = None
+    after: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "detail": self.detail, "before": self.before, "after": self.after}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDiff:
+    status: Status
+    match: Match | None
+    before_index: int | None
+    after_index: int | None
+    id: str | None
+    type: str
+    note: str  # "state snapshot", "compression ack" or ""
+    preview: str
+    tools: tuple[str, ...]
+    chars_before: int | None
+    chars_after: int | None
+    estimated_before: int | None
+    estimated_after: int | None
+    recorded_before: int | None  # tokens.total of this message's request, if it is one
+    recorded_after: int | None
+    changes: tuple[Change, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "match": self.match,
+            "before_index": self.before_index,
+            "after_index": self.after_index,
+            "id": self.id,
+            "type": self.type,
+            "note": self.note,
+            "preview": self.preview,
+            "tools": list(self.tools),
+            "chars_before": self.chars_before,
+            "chars_after": self.chars_after,
+            "estimated_before": self.estimated_before,
+            "estimated_after": self.estimated_after,
+            "recorded_before": self.recorded_before,
+            "recorded_after": self.recorded_after,
+            "changes": [c.as_dict() for c in self.changes],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDelta:
+    """Tokens of one message type, wire role or tool, before and after. ``recorded_*`` is None for tools."""
+
+    dimension: Literal["type", "role", "tool"]
+    key: str
+    recorded_before: int | None
+    recorded_after: int | None
+    estimated_before: int
+    estimated_after: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dimension": self.dimension,
+            "key": self.key,
+            "recorded_before": self.recorded_before,
+            "recorded_after": self.recorded_after,
+            "recorded_delta": None
+            if self.recorded_before is None or self.recorded_after is None
+            else self.recorded_after - self.recorded_before,
+            "estimated_before": self.estimated_before,
+            "estimated_after": self.estimated_after,
+            "estimated_delta": self.estimated_after - self.estimated_before,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SideSummary:
+    """One file's figures."""
+
+    path: str
+    session_id: str | None
+    era: str
+    live_messages: int
+    billed_messages: int
+    model: str | None
+    context_limit: int
+    recorded: dict[str, int]  # sums over billed requests, plus "requests" and "context" (last live input)
+    estimated: int
+
+    @property
+    def recorded_context_share(self) -> float | None:
+        ctx = self.recorded.get("context")
+        return None if not ctx else ctx / self.context_limit
+
+    @property
+    def estimated_context_share(self) -> float:
+        return self.estimated / self.context_limit
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "session_id": self.session_id,
+            "era": self.era,
+            "live_messages": self.live_messages,
+            "billed_messages": self.billed_messages,
+            "model": self.model,
+            "context_limit": self.context_limit,
+            "recorded": dict(self.recorded),
+            "estimated": self.estimated,
+            "context_share": {
+                "recorded": self.recorded_context_share,
+                "estimated": self.estimated_context_share,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SessionDiff:
+    before: SideSummary
+    after: SideSummary
+    messages: tuple[MessageDiff, ...]
+    groups: tuple[GroupDelta, ...]
+    snapshots: tuple[str, ...]  # text of <state_snapshot> messages the after file added
+    retention: Retention | None  # facts of the removed and changed messages found in the after history
+    facts_from: int = 0  # how many messages the facts were extracted from
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def differs(self) -> bool:
+        return any(m.status != "kept" for m in self.messages)
+
+    def as_dict(self) -> dict[str, Any]:
+        from ctxtool.frames import SCHEMA_VERSION
+
+        rec_b, rec_a = self.before.recorded, self.after.recorded
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "differs": self.differs,
+            "counts": dict(self.counts),
+            "before": self.before.as_dict(),
+            "after": self.after.as_dict(),
+            "tokens": {
+                "recorded_delta": {
+                    k: rec_a.get(k, 0) - rec_b.get(k, 0) for k in (*RECORDED_KEYS, "requests")
+                },
+                "estimated_delta": self.after.estimated - self.before.estimated,
+                "groups": [g.as_dict() for g in self.groups],
+            },
+            "snapshots": list(self.snapshots),
+            "retention": None
+            if self.retention is None
+            else {"from_messages": self.facts_from, **_retention_dict(self.retention)},
+            "messages": [m.as_dict() for m in self.messages],
+        }
+
+
+def _retention_dict(r: Retention) -> dict[str, Any]:
+    out = r.as_dict()
+    for kind in FACT_KINDS:
+        out[kind]["kept_facts"] = list(r.kind(kind).kept)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _canonical(msg: Mapping[str, Any], *, drop: Iterable[str] = ()) -> bytes:
+    skip = set(drop)
+    return orjson.dumps({k: v for k, v in msg.items() if k not in skip}, option=orjson.OPT_SORT_KEYS)
+
+
+def content_hash(msg: Mapping[str, Any]) -> str:
+    """Hash of what a message says (type, content, tool calls), not of when or under which id."""
+    body = {"type": msg.get("type"), "content": msg.get("content"), "toolCalls": _calls_without_ts(msg)}
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _calls_without_ts(msg: Mapping[str, Any]) -> list[Any]:
+    calls = msg.get("toolCalls")
+    if not isinstance(calls, list):
+        return []
+    return [{k: v for k, v in c.items() if k != "timestamp"} if isinstance(c, dict) else c for c in calls]
+
+
+def value_chars(value: Any) -> int:
+    """Characters of every string inside a JSON value (a message's content, a tool result)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(value_chars(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(value_chars(v) for v in value)
+    return 0
+
+
+def result_chars(result: Any) -> int:
+    """Characters of a tool result: the strings of each functionResponse's ``response`` and of text parts
+    (ids and names excluded), so a truncation shows as exactly the characters it removed."""
+    if isinstance(result, str):
+        return len(result)
+    parts = [result] if isinstance(result, dict) else result if isinstance(result, list) else []
+    total = 0
+    for part in parts:
+        if isinstance(part, str):
+            total += len(part)
+        elif isinstance(part, dict):
+            fr = part.get("functionResponse")
+            if isinstance(fr, dict):
+                total += value_chars(fr.get("response"))
+            elif isinstance(part.get("text"), str):
+                total += len(part["text"])
+    return total
+
+
+def message_text(content: Any) -> str:
+    """The text parts of a message's content (a string, or its ``text`` parts joined)."""
+    if isinstance(content, str):
+        return content
+    parts = [content] if isinstance(content, dict) else content if isinstance(content, list) else []
+    return "".join(
+        p if isinstance(p, str) else p["text"]
+        for p in parts
+        if isinstance(p, str)
+        or (isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought"))
+    )
+
+
+def _preview(msg: Mapping[str, Any]) -> str:
+    text = " ".join(message_text(msg.get("content")).split())
+    if not text:
+        names = _tool_names(msg)
+        if names:
+            text = "[" + ", ".join(names) + "]"
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _tool_names(msg: Mapping[str, Any]) -> tuple[str, ...]:
+    names: list[str] = []
+    calls = msg.get("toolCalls")
+    for c in calls if isinstance(calls, list) else []:
+        if isinstance(c, dict) and isinstance(c.get("name"), str):
+            names.append(c["name"])
+    content = msg.get("content")
+    for p in content if isinstance(content, list) else []:
+        if isinstance(p, dict):
+            for key in ("functionResponse", "functionCall"):
+                inner = p.get(key)
+                if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+                    names.append(inner["name"])
+    return tuple(dict.fromkeys(names))
+
+
+def _note(msg: Mapping[str, Any]) -> str:
+    text = message_text(msg.get("content")).strip()
+    if msg.get("type") == "user" and text.startswith(SNAPSHOT_TAG):
+        return "state snapshot"
+    if msg.get("type") == "gemini" and text == ACK_TEXT:
+        return "compression ack"
+    return ""
+
+
+def _recorded_total(msg: Mapping[str, Any]) -> int | None:
+    tokens = msg.get("tokens")
+    if msg.get("type") != "gemini" or not isinstance(tokens, dict):
+        return None
+    return _int(tokens.get("total"))
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return 0
+
+
+@dataclass(slots=True)
+class _Estimate:
+    total: int = 0
+    by_role: dict[str, int] = field(default_factory=dict)
+    by_tool: dict[str, int] = field(default_factory=dict)
+
+
+def _estimate_message(msg: Mapping[str, Any]) -> _Estimate:
+    """Gemini CLI's local estimate of the wire turns one message becomes, split by role and by tool."""
+    est = _Estimate()
+    for turn in convert_session_to_client_history([dict(msg)]):
+        content = turn["content"]
+        role = str(content.get("role", "user"))
+        parts = content.get("parts") or []
+        n = estimate_token_count(parts)
+        est.total += n
+        est.by_role[role] = est.by_role.get(role, 0) + n
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            for key in ("functionCall", "functionResponse"):
+                inner = part.get(key)
+                if isinstance(inner, dict):
+                    name = inner.get("name") if isinstance(inner.get("name"), str) else "(unnamed)"
+                    est.by_tool[str(name)] = est.by_tool.get(str(name), 0) + estimate_token_count([part])
+    return est
+
+
+def _last_model(sf: SessionFile) -> str | None:
+    for msg in reversed(sf.billed):
+        model = msg.get("model")
+        if msg.get("type") == "gemini" and isinstance(model, str) and model:
+            return model
+    return None
+
+
+def _side(sf: SessionFile, model: str | None) -> SideSummary:
+    recorded = dict.fromkeys(RECORDED_KEYS, 0)
+    requests = 0
+    for msg in sf.billed:
+        tokens = msg.get("tokens")
+        if msg.get("type") == "gemini" and isinstance(tokens, dict):
+            requests += 1
+            for k in RECORDED_KEYS:
+                recorded[k] += _int(tokens.get(k))
+    context = 0
+    for msg in reversed(sf.messages):
+        tokens = msg.get("tokens")
+        if msg.get("type") == "gemini" and isinstance(tokens, dict) and _int(tokens.get("input")):
+            context = _int(tokens.get("input"))
+            break
+    recorded["requests"] = requests
+    recorded["context"] = context
+    turns = convert_session_to_client_history([dict(m) for m in sf.messages])
+    # One estimate over the whole history, as Gemini CLI computes it (not the sum of per-message floors).
+    estimated = estimate_token_count([p for t in turns for p in (t["content"].get("parts") or [])])
+    return SideSummary(
+        path=str(sf.path),
+        session_id=sf.session_id,
+        era=sf.era,
+        live_messages=len(sf.messages),
+        billed_messages=len(sf.billed),
+        model=model,
+        context_limit=token_limit(model),
+        recorded=recorded,
+        estimated=estimated,
+    )
+
+
+# --------------------------------------------------------------------------------------------- alignment
+
+
+def align(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+) -> list[tuple[int | None, int | None, Match | None]]:
+    """Pairs (before index, after index, how matched) in display order; every index appears exactly once.
+
+    Ids first; messages left over are matched by ``content_hash`` (first unused copy, in order). The order
+    follows the after file, with removed messages shown where they stood: before the first later message
+    that both files share.
+    """
+    by_id: dict[str, list[int]] = {}
+    for j, msg in enumerate(after):
+        mid = msg.get("id")
+        if isinstance(mid, str):
+            by_id.setdefault(mid, []).append(j)
+    pair_of_after: dict[int, tuple[int, Match]] = {}
+    matched_before: set[int] = set()
+    for i, msg in enumerate(before):
+        mid = msg.get("id")
+        candidates = by_id.get(mid, []) if isinstance(mid, str) else []
+        while candidates:
+            j = candidates.pop(0)
+            if j not in pair_of_after:
+                pair_of_after[j] = (i, "id")
+                matched_before.add(i)
+                break
+    by_hash: dict[str, list[int]] = {}
+    for j, msg in enumerate(after):
+        if j not in pair_of_after:
+            by_hash.setdefault(content_hash(msg), []).append(j)
+    for i, msg in enumerate(before):
+        if i in matched_before:
+            continue
+        candidates = by_hash.get(content_hash(msg), [])
+        if candidates:
+            pair_of_after[candidates.pop(0)] = (i, "hash")
+            matched_before.add(i)
+
+    # For each after position, the before index of the next matched message (where removed ones go).
+    next_before = [len(before)] * (len(after) + 1)
+    for j in range(len(after) - 1, -1, -1):
+        next_before[j] = pair_of_after[j][0] if j in pair_of_after else next_before[j + 1]
+
+    out: list[tuple[int | None, int | None, Match | None]] = []
+    emitted: set[int] = set()
+
+    def flush(upto: int) -> None:
+        for i in range(upto):
+            if i not in matched_before and i not in emitted:
+                emitted.add(i)
+                out.append((i, None, None))
+
+    for j in range(len(after)):
+        flush(next_before[j])
+        if j in pair_of_after:
+            i, how = pair_of_after[j]
+            out.append((i, j, how))
+        else:
+            out.append((None, j, None))
+    flush(len(before))
+    return out
+
+
+def _changes(b: Mapping[str, Any], a: Mapping[str, Any]) -> tuple[Change, ...]:
+    changes: list[Change] = []
+    if b.get("id") != a.get("id"):
+        changes.append(Change("id", f"id {b.get('id')} → {a.get('id')}"))
+    if _canonical({"c": b.get("content")}) != _canonical({"c": a.get("content")}):
+        cb, ca = value_chars(b.get("content")), value_chars(a.get("content"))
+        changes.append(Change("content", _size_detail("content", cb, ca), cb, ca))
+    changes.extend(_tool_changes(b, a))
+    for key in sorted((set(b) | set(a)) - {"id", "content", "toolCalls"}):
+        if _canonical({"v": b.get(key)}) != _canonical({"v": a.get(key)}):
+            if key in ("thoughts", "displayContent"):
+                cb, ca = value_chars(b.get(key)), value_chars(a.get(key))
+                changes.append(Change(key, _size_detail(key, cb, ca), cb, ca))
+            elif key == "tokens":
+                changes.append(Change(key, f"tokens.total {_recorded_total(b)} → {_recorded_total(a)}"))
+            else:
+                changes.append(Change(key, f"{key} changed" if key in a and key in b else _presence(key, a)))
+    return tuple(changes)
+
+
+def _presence(key: str, a: Mapping[str, Any]) -> str:
+    return f"{key} added" if key in a else f"{key} removed"
+
+
+def _size_detail(what: str, before: int, after: int) -> str:
+    if before == after:
+        return f"{what} rewritten ({after:,} chars)"
+    verb = "truncated" if after < before else "grew"
+    return f"{what} {verb}: {before:,} → {after:,} chars ({after - before:+,})"
+
+
+def _tool_changes(b: Mapping[str, Any], a: Mapping[str, Any]) -> list[Change]:
+    calls_b = [c for c in (b.get("toolCalls") or []) if isinstance(c, dict)]
+    calls_a = [c for c in (a.get("toolCalls") or []) if isinstance(c, dict)]
+    if _canonical({"c": calls_b}) == _canonical({"c": calls_a}):
+        return []
+    out: list[Change] = []
+    after_by_id = {c.get("id"): c for c in calls_a if isinstance(c.get("id"), str)}
+    seen: set[Any] = set()
+    for pos, cb in enumerate(calls_b):
+        cid = cb.get("id")
+        ca = after_by_id.get(cid) if isinstance(cid, str) else (calls_a[pos] if pos < len(calls_a) else None)
+        name = cb.get("name") if isinstance(cb.get("name"), str) else "tool"
+        where = f"toolCalls[{cid if isinstance(cid, str) else pos}]"
+        if ca is None:
+            out.append(Change(where, f"{name} call removed", result_chars(cb.get("result")), None))
+            continue
+        seen.add(id(ca))
+        if _canonical({"r": cb.get("result")}) != _canonical({"r": ca.get("result")}):
+            rb, ra = result_chars(cb.get("result")), result_chars(ca.get("result"))
+            out.append(Change(f"{where}.result", _size_detail(f"{name} output", rb, ra), rb, ra))
+        rest_b = {k: v for k, v in cb.items() if k != "result"}
+        rest_a = {k: v for k, v in ca.items() if k != "result"}
+        if _canonical(rest_b) != _canonical(rest_a):
+            keys = sorted(k for k in set(rest_b) | set(rest_a) if rest_b.get(k) != rest_a.get(k))
+            out.append(Change(where, f"{name} call changed ({', '.join(keys)})"))
+    for ca in calls_a:
+        if id(ca) not in seen:
+            name = ca.get("name") if isinstance(ca.get("name"), str) else "tool"
+            out.append(Change("toolCalls", f"{name} call added", None, result_chars(ca.get("result"))))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- the diff
+
+
+def diff_sessions(before: SessionFile, after: SessionFile) -> SessionDiff:
+    """Compare the live histories of two session files (see the module docstring)."""
+    bm, am = before.messages, after.messages
+    est_b = [_estimate_message(m) for m in bm]
+    est_a = [_estimate_message(m) for m in am]
+    pairs = align(bm, am)
+
+    messages: list[MessageDiff] = []
+    counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+    for i, j, how in pairs:
+        b = bm[i] if i is not None else None
+        a = am[j] if j is not None else None
+        changes = _changes(b, a) if b is not None and a is not None else ()
+        status: Status = (
+            "removed" if a is None else "added" if b is None else "changed" if changes else "kept"
+        )
+        counts[status] += 1
+        shown = a if a is not None else b
+        assert shown is not None
+        mtype = shown.get("type")
+        mid = shown.get("id")
+        messages.append(
+            MessageDiff(
+                status=status,
+                match=how,
+                before_index=i,
+                after_index=j,
+                id=mid if isinstance(mid, str) else None,
+                type=mtype if isinstance(mtype, str) else "unknown",
+                note=_note(shown),
+                preview=_preview(shown),
+                tools=_tool_names(shown),
+                chars_before=value_chars(b.get("content")) if b is not None else None,
+                chars_after=value_chars(a.get("content")) if a is not None else None,
+                estimated_before=est_b[i].total if i is not None else None,
+                estimated_after=est_a[j].total if j is not None else None,
+                recorded_before=_recorded_total(b) if b is not None else None,
+                recorded_after=_recorded_total(a) if a is not None else None,
+                changes=changes,
+            )
+        )
+
+    model = _last_model(after) or _last_model(before)
+    side_b = _side(before, model)
+    side_a = _side(after, model)
+    groups = _groups(before, after, est_b, est_a)
+
+    snapshots = tuple(
+        message_text(am[m.after_index].get("content")).strip()
+        for m in messages
+        if m.status == "added" and m.note == "state snapshot" and m.after_index is not None
+    )
+    gone = [
+        bm[m.before_index]
+        for m in messages
+        if m.status in ("removed", "changed") and m.before_index is not None
+    ]
+    kept_retention: Retention | None = None
+    if gone:
+        facts = extract_facts(_wire(gone))
+        kept_retention = retention(facts, history_text(_wire(am)))
+    return SessionDiff(
+        before=side_b,
+        after=side_a,
+        messages=tuple(messages),
+        groups=groups,
+        snapshots=snapshots,
+        retention=kept_retention,
+        facts_from=len(gone),
+        counts=counts,
+    )
+
+
+def _wire(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    return [t["content"] for t in convert_session_to_client_history([dict(m) for m in messages])]
+
+
+def _groups(
+    before: SessionFile, after: SessionFile, est_b: Sequence[_Estimate], est_a: Sequence[_Estimate]
+) -> tuple[GroupDelta, ...]:
+    def recorded_by(sf: SessionFile, key: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for msg in sf.billed:
+            total = _recorded_total(msg)
+            if total is not None:
+                name = "gemini" if key == "type" else "model"
+                out[name] = out.get(name, 0) + total
+        return out
+
+    def estimated_by(sf: SessionFile, ests: Sequence[_Estimate], dim: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for msg, est in zip(sf.messages, ests, strict=True):
+            if dim == "type":
+                mtype = msg.get("type")
+                items: Mapping[str, int] = {mtype if isinstance(mtype, str) else "unknown": est.total}
+            elif dim == "role":
+                items = est.by_role
+            else:
+                items = est.by_tool
+            for k, v in items.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    groups: list[GroupDelta] = []
+    dims: tuple[Literal["type", "role", "tool"], ...] = ("type", "role", "tool")
+    for dim in dims:
+        eb, ea = estimated_by(before, est_b, dim), estimated_by(after, est_a, dim)
+        rb = recorded_by(before, dim) if dim != "tool" else None
+        ra = recorded_by(after, dim) if dim != "tool" else None
+        for key in sorted(set(eb) | set(ea) | set(rb or {}) | set(ra or {})):
+            groups.append(
+                GroupDelta(
+                    dimension=dim,
+                    key=key,
+                    recorded_before=None if rb is None else rb.get(key, 0),
+                    recorded_after=None if ra is None else ra.get(key, 0),
+                    estimated_before=eb.get(key, 0),
+                    estimated_after=ea.get(key, 0),
+                )
+            )
+    return tuple(groups)
+
+
+# --------------------------------------------------------------------------------------------- text views
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.1f}%"
+
+
+def _delta(before: int | None, after: int | None) -> str:
+    if before is None or after is None:
+        return ""
+    return f"{after - before:+,}"
+
+
+def summary_rows(d: SessionDiff) -> list[tuple[str, str, str, str]]:
+    """(measure, before, after, delta) rows: message counts, recorded and estimated tokens, context share."""
+    b, a = d.before, d.after
+    rows = [
+        (
+            "live messages",
+            f"{b.live_messages:,}",
+            f"{a.live_messages:,}",
+            _delta(b.live_messages, a.live_messages),
+        ),
+        (
+            "recorded requests",
+            f"{b.recorded['requests']:,}",
+            f"{a.recorded['requests']:,}",
+            _delta(b.recorded["requests"], a.recorded["requests"]),
+        ),
+        (
+            "recorded tokens (total)",
+            f"{b.recorded['total']:,}",
+            f"{a.recorded['total']:,}",
+            _delta(b.recorded["total"], a.recorded["total"]),
+        ),
+        (
+            "recorded context (last input)",
+            f"{b.recorded['context']:,}",
+            f"{a.recorded['context']:,}",
+            _delta(b.recorded["context"], a.recorded["context"]),
+        ),
+        ("estimated context", f"{b.estimated:,}", f"{a.estimated:,}", _delta(b.estimated, a.estimated)),
+        (
+            f"context share (estimated, of {a.context_limit:,})",
+            _pct(b.estimated_context_share),
+            _pct(a.estimated_context_share),
+            "",
+        ),
+        ("context share (recorded)", _pct(b.recorded_context_share), _pct(a.recorded_context_share), ""),
+    ]
+    return rows
+
+
+def group_rows(d: SessionDiff) -> list[tuple[str, ...]]:
+    """(group, recorded before, recorded after, estimated before, estimated after, estimated delta) per
+    message type, wire role and tool; recorded is blank where the files record nothing (tools)."""
+    rows: list[tuple[str, ...]] = []
+    for g in d.groups:
+        rec_b = "" if g.recorded_before is None else f"{g.recorded_before:,}"
+        rec_a = "" if g.recorded_after is None else f"{g.recorded_after:,}"
+        rows.append(
+            (
+                f"{g.dimension} {g.key}",
+                rec_b,
+                rec_a,
+                f"{g.estimated_before:,}",
+                f"{g.estimated_after:,}",
+                _delta(g.estimated_before, g.estimated_after),
+            )
+        )
+    return rows
+
+
+def counts_line(d: SessionDiff) -> str:
+    c = d.counts
+    return (
+        f"{c.get('removed', 0)} removed, {c.get('kept', 0)} kept, {c.get('changed', 0)} changed, "
+        f"{c.get('added', 0)} added"
+    )
+
+
+def message_content(m: MessageDiff) -> str:
+    """What the message list shows for a message: a note, the preview and what changed."""
+    bits = []
+    if m.note:
+        bits.append(f"[{m.note}]")
+    if m.match == "hash":
+        bits.append("[matched by content]")
+    bits.append(m.preview)
+    if m.changes:
+        bits.append("; ".join(c.detail for c in m.changes))
+    return " ".join(b for b in bits if b)
+
+
+def message_rows(d: SessionDiff) -> list[dict[str, Any]]:
+    """Rows of the message list, for the table and markdown views."""
+    rows = []
+    for m in d.messages:
+        if m.status == "removed":
+            est = f"-{m.estimated_before or 0:,}"
+        elif m.status == "added":
+            est = f"+{m.estimated_after or 0:,}"
+        elif m.estimated_before != m.estimated_after:
+            est = f"{(m.estimated_after or 0) - (m.estimated_before or 0):+,}"
+        else:
+            est = f"{m.estimated_after or 0:,}"
+        rows.append(
+            {
+                "status": m.status,
+                "before_index": m.before_index,
+                "after_index": m.after_index,
+                "type": m.type,
+                "estimate": est,
+                "content": message_content(m),
+            }
+        )
+    return rows
+
+
+def retention_lines(d: SessionDiff) -> list[str]:
+    """Per fact kind: how many survive, and every lost fact."""
+    r = d.retention
+    if r is None:
+        return ["Fact retention: nothing was removed or changed."]
+    lines = [
+        f"Fact retention ({d.facts_from} removed or changed message(s) checked against the after history):"
+    ]
+    for kind in FACT_KINDS:
+        k = r.kind(kind)
+        pct = "–" if k.percent is None else f"{k.percent:.0f}%"
+        lines.append(f"  {kind}: {len(k.kept)}/{k.total} kept ({pct})")
+        lines.extend(f"    lost: {fact}" for fact in k.lost)
+    return lines
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(d: SessionDiff, *, preview_chars: int = 80) -> str:
+    """The diff as GitHub-flavoured markdown: summary, snapshot, retention, message list."""
+    lines = [
+        f"## ctxtool diff: {'sessions differ' if d.differs else 'no differences'}",
+        "",
+        f"`{d.before.path}` → `{d.after.path}`: {counts_line(d)}.",
+        "",
+        "| | before | after | delta |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {_md(m)} | {b} | {a} | {x} |" for m, b, a, x in summary_rows(d)]
+    lines += [
+        "",
+        "| group | recorded before | recorded after | estimated before | estimated after | estimated delta |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in group_rows(d)]
+    lines.append("")
+    for i, snap in enumerate(d.snapshots, 1):
+        lines += [
+            f"### State snapshot {i}" if len(d.snapshots) > 1 else "### State snapshot",
+            "",
+            "```xml",
+            snap,
+            "```",
+            "",
+        ]
+    lines += ["### Fact retention", ""]
+    lines += [
+        f"- {line.strip()}" if not line.startswith("    ") else f"  - {line.strip()}"
+        for line in retention_lines(d)[1:]
+    ] or ["- nothing was removed or changed"]
+    lines += [
+        "",
+        "### Messages",
+        "",
+        "| status | #before | #after | type | est. tokens | content |",
+        "|---|---:|---:|---|---:|---|",
+    ]
+    for r in message_rows(d):
+        content = r["content"]
+        if len(content) > preview_chars:
+            content = content[: preview_chars - 1] + "…"
+        b = "" if r["before_index"] is None else r["before_index"]
+        a = "" if r["after_index"] is None else r["after_index"]
+        lines.append(f"| {r['status']} | {b} | {a} | {r['type']} | {r['estimate']} | {_md(content)} |")
+    lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,293 @@
+"""Write Gemini CLI session files: canonical serialisation in a file's own era, atomic replacement, backups.
+
+Owns the bytes ctxtool writes for a session:
+
+* ``.jsonl`` (current era): the metadata line, then one line per message, then an optional
+  ``{"$set":{"memoryScratchpad":…}}`` line, each ``JSON.stringify(x)`` followed by ``"\\n"``. This is the
+  form ``rewriteConversationFile`` writes (packages/core/src/services/chatRecordingService.ts, 348fc35f17).
+* ``.json`` (legacy era): one document, ``JSON.stringify(conversation, null, 2)``, no trailing newline, as
+  ``ChatRecordingService.writeConversation`` wrote it before 2026-04-09.
+
+"Canonical" means what JavaScript would print for the value as loaded: orjson does the work and this
+module corrects the two places where it differs from ``JSON.stringify``: numbers (``1e-6`` vs
+``0.000001``, ``1e+16`` vs ``10000000000000000``) and objects with integer-like keys, which a JS object
+lists first in ascending order. A record Gemini CLI wrote therefore comes back with the same bytes.
+
+Writes go to a temporary file in the target's directory, are fsynced and renamed over the target, so a
+reader never sees half a file. ``replace_checked`` also refuses to rename when the target changed since
+it was read (Gemini CLI still appending to the session, say).
+
+Must not: import ``ctxtool.compress`` (the session layer sits below it), print, or decide where files go.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from ctxtool.errors import CtxtoolError
+
+Era = Literal["json", "jsonl"]
+
+BACKUP_MARKER = ".ctxtool-backup-"
+_MAX_SAFE_INTEGER = 2**53 - 1
+_MAX_ARRAY_INDEX = 2**32 - 2
+# Metadata keys Gemini CLI writes first, in its own order (ConversationRecord, chatRecordingTypes.ts).
+_HEAD_KEYS = ("sessionId", "projectHash", "startTime", "lastUpdated")
+_SCRATCHPAD_KEY = "memoryScratchpad"
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON.stringify
+
+
+def js_number(x: float) -> str:
+    """ECMAScript ``Number::toString`` as ``JSON.stringify`` prints a number (NaN and ±Infinity: null).
+
+    Mirrors ``ctxtool.compress.jsvalue.js_number_to_string`` (which this layer may not import); a test
+    checks the two agree.
+    """
+    if math.isnan(x) or math.isinf(x):
+        return "null"
+    if x == 0:
+        return "0"
+    if x < 0:
+        return "-" + js_number(-x)
+    _sign, digit_tuple, exp = Decimal(repr(x)).as_tuple()
+    assert isinstance(exp, int)
+    digits = "".join(str(d) for d in digit_tuple).rstrip("0")
+    exp += len(digit_tuple) - len(digits)
+    digits = digits.lstrip("0") or "0"
+    k = len(digits)
+    n = k + exp
+    if k <= n <= 21:
+        return digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * (-n) + digits
+    e = n - 1
+    mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
+    return f"{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+
+
+def _is_array_index(key: str) -> bool:
+    return (
+        key.isascii()
+        and key.isdigit()
+        and (key == "0" or not key.startswith("0"))
+        and int(key) <= _MAX_ARRAY_INDEX
+    )
+
+
+def _js_ready(value: Any) -> Any:
+    """``value`` with what orjson would print differently from ``JSON.stringify`` fixed; the same object
+    when nothing needs fixing (the common case: no floats, no integer-like keys)."""
+    if isinstance(value, str) or value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER:
+            return value
+        return orjson.Fragment(js_number(float(value)))  # JSON.parse already rounded it to a double
+    if isinstance(value, float):
+        text = js_number(value)
+        return value if orjson.dumps(value) == text.encode() else orjson.Fragment(text)
+    if isinstance(value, dict):
+        changed: dict[str, Any] | None = None
+        for key, item in value.items():
+            fixed = _js_ready(item)
+            if fixed is not item:
+                if changed is None:
+                    changed = dict(value)
+                changed[key] = fixed
+        out = value if changed is None else changed
+        if any(_is_array_index(k) for k in out):
+            index_keys = sorted((k for k in out if _is_array_index(k)), key=int)
+            out = {
+                **{k: out[k] for k in index_keys},
+                **{k: v for k, v in out.items() if not _is_array_index(k)},
+            }
+        return out
+    if isinstance(value, list):
+        fixed_list: list[Any] | None = None
+        for i, item in enumerate(value):
+            fixed = _js_ready(item)
+            if fixed is not item:
+                if fixed_list is None:
+                    fixed_list = list(value)
+                fixed_list[i] = fixed
+        return value if fixed_list is None else fixed_list
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+def stringify(value: Any, *, indent: bool = False) -> bytes:
+    """``JSON.stringify(value)`` (or ``JSON.stringify(value, null, 2)`` with ``indent``) as UTF-8 bytes."""
+    option = orjson.OPT_INDENT_2 if indent else 0
+    try:
+        return orjson.dumps(_js_ready(value), option=option)
+    except orjson.JSONEncodeError as exc:  # lone surrogates, keys that are not strings
+        raise CtxtoolError(
+            f"a session value cannot be written as JSON ({exc})", "Report this with --traceback"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Whole files
+
+
+def _split_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    head = {k: v for k, v in metadata.items() if k != _SCRATCHPAD_KEY and k != "messages"}
+    return head, metadata.get(_SCRATCHPAD_KEY)
+
+
+def session_bytes(era: Era, metadata: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]) -> bytes:
+    """The canonical bytes of a session with ``metadata`` and ``messages`` in ``era``.
+
+    ``.json``: ``messages`` follows the four standard keys present (sessionId, projectHash, startTime,
+    lastUpdated), then the other metadata keys in their order; this is where Gemini CLI's record has them.
+    """
+    head, scratchpad = _split_metadata(metadata)
+    if era == "jsonl":
+        lines = [stringify(head), *(stringify(m) for m in messages)]
+        if scratchpad is not None:
+            lines.append(stringify({"$set": {_SCRATCHPAD_KEY: scratchpad}}))
+        return b"\n".join(lines) + b"\n"
+    doc: dict[str, Any] = {k: head[k] for k in _HEAD_KEYS if k in head}
+    doc["messages"] = list(messages)
+    doc.update((k, v) for k, v in head.items() if k not in doc)
+    if scratchpad is not None:
+        doc[_SCRATCHPAD_KEY] = scratchpad
+    return stringify(doc, indent=True)
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What a file looked like when ctxtool read it: compared again right before replacing it."""
+
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    @classmethod
+    def of_bytes(cls, data: bytes, path: Path) -> FileStamp:
+        st = path.stat()
+        return cls(len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+
+    @classmethod
+    def of_file(cls, path: Path) -> FileStamp:
+        data = path.read_bytes()
+        return cls.of_bytes(data, path)
+
+
+class FileChangedError(CtxtoolError):
+    """The file changed on disk between ctxtool reading it and replacing it."""
+
+
+def _temp_in(directory: Path, name: str) -> tuple[int, Path]:
+    """A temporary file beside ``name`` with the mode the final file should have: the existing file's, or
+    what a plain ``open()`` would give (mkstemp's 0600 would hide a session from its owner's other tools)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        mode = (directory / name).stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    os.fchmod(fd, mode)
+    return fd, Path(tmp)
+
+
+def _write_fd(fd: int, chunks: Iterable[bytes]) -> None:
+    with os.fdopen(fd, "wb") as fh:
+        for chunk in chunks:
+            fh.write(chunk)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def atomic_write(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename.
+
+    ``exclusive``: refuse (FileExistsError) when ``path`` already exists, instead of replacing it.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _temp_in(path.parent, path.name)
+    try:
+        _write_fd(fd, [data])
+        if exclusive:
+            os.link(tmp, path)  # fails if path exists; the temp name is removed below
+            tmp.unlink()
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def replace_checked(
+    path: Path,
+    data: bytes,
+    expected: FileStamp,
+    *,
+    before_replace: Callable[[], object] | None = None,
+) -> None:
+    """Replace ``path`` with ``data`` atomically, but only if it still matches ``expected``.
+
+    The temporary file is written first, then the target's size, mtime and sha256 are compared with
+    ``expected`` right before the rename. ``before_replace`` runs between the two (tests use it to
+    simulate a writer racing ctxtool). A changed file raises FileChangedError and is left untouched.
+    """
+    path = Path(path)
+    fd, tmp = _temp_in(path.parent, path.name)
+    try:
+        _write_fd(fd, [data])
+        if before_replace is not None:
+            before_replace()
+        try:
+            now = FileStamp.of_file(path)
+        except OSError:
+            now = None
+        if (
+            now is None
+            or now.size != expected.size
+            or now.sha256 != expected.sha256
+            or (now.mtime_ns != expected.mtime_ns)
+        ):
+            raise FileChangedError(
+                f"{path}: changed on disk while ctxtool was compacting it (is Gemini CLI still writing it?); "
+                "nothing was replaced",
+                "Close the Gemini CLI session that uses it and run the command again",
+            )
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def backup_path(path: Path, now: datetime) -> Path:
+    """``<file>.ctxtool-backup-<UTC timestamp>``; a counter is added if that name is taken."""
+    stamp = now.strftime("%Y%m%dT%H%M%S%fZ")
+    candidate = path.with_name(f"{path.name}{BACKUP_MARKER}{stamp}")
+    n = 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}{BACKUP_MARKER}{stamp}-{n}")
+    return candidate
+
+
+def write_backup(path: Path, data: bytes, now: datetime) -> Path:
+    """Save ``data`` (the bytes read from ``path``) beside it, never replacing an existing file."""
+    target = backup_path(path, now)
+    atomic_write(target, data, exclusive=True)
+    return target

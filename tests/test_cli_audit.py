@@ -1,0 +1,218 @@
+"""`ctxtool audit` as a CI job runs it: exit statuses, report formats, config files and baselines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import orjson
+import pytest
+
+from ctxtool.cli import run
+from tests.conftest import FIXTURES, write_jsonl
+
+CHATS = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats"
+ONE = CHATS / "session-2026-05-25T09-30-c4e5f6a7.jsonl"  # 302,100 tokens, peak request prompt 120,000
+
+
+def audit(capsysbinary: pytest.CaptureFixture[bytes], *args: str) -> tuple[int, str, str]:
+    code = run(["audit", *args])
+    captured = capsysbinary.readouterr()
+    return code, captured.out.decode(), captured.err.decode()
+
+
+def test_within_budget_exits_0(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    code, out, _ = audit(capsysbinary, str(ONE), "--max-session-tokens", "1M", "--width", "100")
+    assert code == 0
+    assert "PASS: within budget (1 check passed or skipped)" in out
+
+
+def test_budget_exceeded_exits_3(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    code, out, _ = audit(capsysbinary, str(ONE), "--max-context-share", "10%", "-f", "json")
+    assert code == 3
+    doc = orjson.loads(out)
+    assert doc["schema_version"] == 1
+    assert doc["exceeded"] is True
+    (check,) = doc["checks"]
+    assert check["status"] == "fail"
+    assert check["offender"].startswith("turn 2, request 91000000-0000-4000-8000-000000000006")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--max-session-tokens", "lots"],
+        ["--max-context-share", "60"],
+        ["--format", "xml", "--max-compressions", "1"],
+        [],  # no budget at all
+        ["--max-compressions", "1", "--tolerance", "x"],
+        ["--max-compressions", "1", "--github", "--format", "junit"],
+        ["--max-compressions", "1", "--bogus"],
+    ],
+)
+def test_usage_errors_exit_2(capsysbinary: pytest.CaptureFixture[bytes], args: list[str]) -> None:
+    code, out, err = audit(capsysbinary, str(ONE), *args)
+    assert code == 2, err
+    assert out == ""
+    assert "Error" in err or "Usage" in err
+
+
+def test_unreadable_file_exits_1_unless_a_budget_is_exceeded(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    bad = tmp_path / "session-2026-01-01T00-00-deadbeef.jsonl"
+    bad.write_text("not json at all\n")
+    code, _, err = audit(capsysbinary, str(ONE), str(bad), "--max-session-tokens", "1M")
+    assert code == 1
+    assert err.count("warning:") == 1
+    assert "is not JSON" in err
+    # A budget exceeded wins over the unreadable file: 3 is the more specific verdict.
+    code, out, _ = audit(capsysbinary, str(ONE), str(bad), "--max-session-tokens", "1k", "-f", "json")
+    assert code == 3
+    assert orjson.loads(out)["errors"][0]["file"] == str(bad)
+
+
+def test_nothing_to_audit_exits_1(capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path) -> None:
+    code, _, err = audit(capsysbinary, str(tmp_path / "missing.jsonl"), "--max-compressions", "1")
+    assert code == 1
+    assert "no session to audit" in err
+
+
+def test_junit_file_parses_with_one_case_per_session_and_rule(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    target = tmp_path / "reports" / "audit.xml"
+    code, out, _ = audit(
+        capsysbinary,
+        str(FIXTURES / "gemini" / "tmp"),
+        "--max-session-tokens",
+        "200k",
+        "--max-compressions",
+        "0",
+        "-f",
+        "junit",
+        "-o",
+        str(target),
+    )
+    assert code == 3
+    assert out == ""
+    root = ET.parse(target).getroot()
+    cases = root.findall("./testsuite/testcase")
+    sessions = {c.get("classname") for c in cases}
+    assert len(cases) == 2 * len(sessions)
+    assert {c.get("name") for c in cases} == {"max-session-tokens", "max-compressions"}
+    failed = [(c.get("classname"), c.get("name")) for c in cases if c.find("failure") is not None]
+    assert failed == [
+        ("ctxtool.audit.session-2026-05-25T09-30-c4e5f6a7", "max-session-tokens"),
+        ("ctxtool.audit.session-2026-05-25T09-30-c4e5f6a7", "max-compressions"),
+    ]
+    assert root.get("failures") == "2"
+
+
+def test_markdown_and_table_at_fixed_width(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    code, out, _ = audit(capsysbinary, str(ONE), "--max-session-tokens", "200k", "-f", "markdown")
+    assert code == 3
+    assert out.splitlines()[:4] == [
+        "## ctxtool audit: FAIL, 1 budget exceeded",
+        "",
+        "| status | session | rule | value | limit | worst |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    assert out.splitlines()[4] == (
+        "| FAIL | session-2026-05-25T09-30-c4e5f6a7 | max-session-tokens | 302,100 | 200,000 | "
+        "turn 1 (156,800 tokens) |"
+    )
+    code, out, _ = audit(
+        capsysbinary, str(ONE), "--max-session-tokens", "200k", "--width", "80", "--no-color"
+    )
+    assert code == 3
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "\x1b[" not in out
+    assert any(line.startswith("│ FAIL") and "302,100" in line and "200,000" in line for line in lines)
+    assert lines[-1].strip() == "FAIL: 1 budget exceeded"
+
+
+def test_github_annotations(capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path) -> None:
+    code, out, _ = audit(
+        capsysbinary,
+        str(ONE),
+        "--max-session-tokens",
+        "200k",
+        "--github",
+        "-f",
+        "json",
+        "-o",
+        str(tmp_path / "r"),
+    )
+    assert code == 3
+    assert out.splitlines() == [
+        "::error title=ctxtool audit%3A max-session-tokens::session-2026-05-25T09-30-c4e5f6a7: "
+        "max-session-tokens: 302,100 > 200,000 (worst: turn 1 (156,800 tokens))"
+    ]
+
+
+def test_config_file_and_flags_win(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ctxtool.toml").write_text('[audit]\nmax-session-tokens = "100k"\n')
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = audit(capsysbinary, str(ONE))
+    assert code == 3
+    code, _, _ = audit(capsysbinary, str(ONE), "--max-session-tokens", "1M")
+    assert code == 0
+    code, _, err = audit(capsysbinary, str(ONE), "--no-config")
+    assert code == 2
+    assert "no budget" in err
+    other = tmp_path / "other.toml"
+    other.write_text("[audit.max-session-tokens]\nlimit = 1\nprojects = ['nothing-matches']\n")
+    code, out, _ = audit(capsysbinary, str(ONE), "--config", str(other), "-f", "json")
+    assert code == 0  # the only rule is scoped to another project
+    assert orjson.loads(out)["checks"] == []
+    (tmp_path / "ctxtool.toml").write_text("[audit]\nmax-tokens = 1\n")
+    code, _, err = audit(capsysbinary, str(ONE))
+    assert code == 2
+    assert "unknown rule 'max-tokens'" in err
+
+
+def test_baseline_regression_and_tolerance(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    base = tmp_path / "base.json"
+    code, _, _ = audit(capsysbinary, str(ONE), "--max-session-tokens", "1M", "-f", "json", "-o", str(base))
+    assert code == 0
+    code, out, _ = audit(capsysbinary, str(ONE), "--baseline", str(base), "--tolerance", "0%", "-f", "json")
+    assert code == 0
+    assert orjson.loads(out)["baseline"]["regressions"] == []
+    doc = orjson.loads(base.read_bytes())
+    doc["summary"]["max-session-tokens"] = 280_000  # the new run is 7.9% worse
+    base.write_bytes(orjson.dumps(doc))
+    code, out, _ = audit(
+        capsysbinary, str(ONE), "--baseline", str(base), "--tolerance", "5%", "-f", "markdown"
+    )
+    assert code == 3
+    assert "| max-session-tokens | summary | 280,000 | 302,100 | +7.9% |" in out
+    code, _, _ = audit(capsysbinary, str(ONE), "--baseline", str(base), "--tolerance", "10%")
+    assert code == 0
+    base.write_text("{}")
+    code, _, err = audit(capsysbinary, str(ONE), "--baseline", str(base))
+    assert code == 2
+    assert "not a ctxtool audit report" in err
+    code, _, err = audit(capsysbinary, str(ONE), "--baseline", str(tmp_path / "missing.json"))
+    assert code == 1
+    assert "cannot be read" in err
+
+
+def test_bad_session_lines_only_warn(capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "session-2026-01-01T00-00-0000aaaa.jsonl",
+        [
+            {"sessionId": "0000aaaa-0000-4000-8000-000000000000", "projectHash": "x"},
+            {"id": "u1", "type": "user", "content": "Hello there", "timestamp": "2026-01-01T00:00:00Z"},
+        ],
+    )
+    with path.open("a") as fh:
+        fh.write('{"id": "broken\n')
+    code, _, err = audit(capsysbinary, str(path), "--max-compressions", "0")
+    assert code == 0
+    assert "broken line" in err

@@ -1,0 +1,231 @@
+"""`ctxtool compact` as a user runs it: formats, exit statuses, batches, the gemini summarizer over HTTP."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from pytest_httpserver import HTTPServer
+
+from ctxtool.cli import run
+from ctxtool.compress import gemini_cli as g
+from ctxtool.session.read import read_session
+from tests.conftest import FIXTURES
+
+FIXTURE_CHATS = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats"
+COMPRESSION_FIXTURE = "session-2026-05-25T09-30-c4e5f6a7.jsonl"
+
+
+@pytest.fixture
+def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the fixture data root, and a working directory outside it."""
+    root = tmp_path / "gemini" / "tmp"
+    shutil.copytree(FIXTURES / "gemini" / "tmp", root)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return root
+
+
+def compact(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = run(["compact", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def sessions_of(out: str) -> list[dict[str, Any]]:
+    doc = json.loads(out)
+    assert doc["schema_version"] == 1
+    assert doc["command"] == "compact"
+    rows: list[dict[str, Any]] = doc["sessions"]
+    return rows
+
+
+def test_json_report_and_default_output_dir(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE
+    code, out, err = compact(capsys, str(path), "--force", "--format", "json")
+    assert code == 0, err
+    (row,) = sessions_of(out)
+    assert row["status"] == "COMPRESSED"
+    assert row["profile"] == "gemini-cli@latest"
+    assert row["summarizer"] == "offline"
+    assert row["deterministic"] is True
+    for key in ("tokens_before", "tokens_after", "split_index", "messages_summarised", "messages_kept"):
+        assert isinstance(row[key], int)
+    assert set(row["retention"]) == {"paths", "commands", "errors", "directives"}
+    assert row["env_synthesized"] is True
+    expected = Path.cwd() / "ctxtool-compacted" / "ctxdemo" / "chats" / COMPRESSION_FIXTURE
+    assert Path(row["output_path"]).resolve() == expected.resolve()
+    assert read_session(expected).messages[1]["content"][0]["text"] == g.SUMMARY_ACK_TEXT
+
+
+def test_batch_with_a_broken_file_goes_on(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chats = data / "ctxdemo" / "chats"
+    (chats / "session-2026-01-01T00-00-deadbeef.json").write_text("not json at all")
+    code, out, err = compact(capsys, str(chats), "--force", "-f", "json", "--out", str(data.parent / "out"))
+    assert code == 1
+    rows = sessions_of(out)
+    statuses = {Path(r["input_path"]).name: r["status"] for r in rows}
+    assert statuses["session-2026-01-01T00-00-deadbeef.json"] == "FAILED"
+    assert statuses[COMPRESSION_FIXTURE] == "COMPRESSED"
+    assert list(statuses.values()).count("COMPRESSED") >= 5
+    assert "deadbeef.json: is not JSON" in err
+
+
+def test_table_output(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = compact(capsys, str(data / "ctxdemo" / "chats"), "--force", "--width", "200")
+    assert code == 0
+    assert "COMPRESSED" in out
+    assert "NOOP" in out
+    assert "ctxtool-compacted/ctxdemo/chats/" in out
+
+
+def test_dry_run_writes_nothing(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = sorted(p for p in data.parent.rglob("*"))
+    code, out, _ = compact(capsys, str(data), "--force", "--dry-run", "-f", "json")
+    assert code == 0
+    rows = sessions_of(out)
+    assert any(r["status"] == "COMPRESSED" and r["output_path"] for r in rows)
+    assert not any(r["written"] for r in rows)
+    assert sorted(p for p in data.parent.rglob("*")) == before
+    code, out, _ = compact(capsys, str(data), "--force", "--dry-run", "--width", "200")
+    assert "nothing written" in out
+    assert "split" in out
+
+
+def test_noop_without_force(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = compact(capsys, str(data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE), "-f", "json")
+    assert code == 0
+    (row,) = sessions_of(out)
+    assert row["status"] == "NOOP"
+    assert row["written"] is False
+    assert not (Path.cwd() / "ctxtool-compacted").exists()
+
+
+def test_as_new_session_and_in_place(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chats = data / "ctxdemo" / "chats"
+    path = chats / COMPRESSION_FIXTURE
+    code, out, _ = compact(capsys, str(path), "--force", "--as-new-session", "-f", "json")
+    assert code == 0
+    (row,) = sessions_of(out)
+    new = Path(row["output_path"])
+    assert new.parent == chats
+    assert new.name.startswith("session-")
+    assert new.name != path.name
+    assert read_session(new).session_id == row["session_id"] != read_session(path).session_id
+
+    before = path.read_bytes()
+    code, out, _ = compact(capsys, str(path), "--force", "--in-place", "-f", "json")
+    assert code == 0
+    (row,) = sessions_of(out)
+    assert Path(row["backup_path"]).read_bytes() == before
+    assert path.read_bytes() != before
+    # A second batch over the folder never compacts the backup.
+    code, out, _ = compact(capsys, str(chats), "--dry-run", "-f", "json")
+    assert not any(".ctxtool-backup-" in r["input_path"] for r in sessions_of(out))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--in-place", "--as-new-session"],
+        ["--summarizer", "claude"],
+        ["--format", "csv"],
+        ["--threshold", "1.5"],
+        ["--profile", "gemini-cli@9"],
+        ["--summary-budget", "10"],
+        ["--model", "gemini-2.5-flash"],
+    ],
+)
+def test_usage_errors(data: Path, capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    code, _, err = compact(capsys, str(data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE), *args)
+    assert code == 2
+    assert err.startswith("Error:")
+
+
+def test_out_inside_the_input_tree_is_refused(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chats = data / "ctxdemo" / "chats"
+    code, _, err = compact(capsys, str(chats), "--force", "--out", str(chats.parent / "compacted"))
+    assert code == 2
+    assert "inside the input tree" in err
+
+
+def test_help_lists_profiles_with_dates(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = compact(capsys, "--help")
+    assert code == 0
+    assert "gemini-cli@latest" in out
+    assert "gemini-cli@0.26" in out
+    assert "2026-01-20" in out
+    for option in ("--out", "--as-new-session", "--in-place", "--dry-run", "--summarizer", "--base-url"):
+        assert option in out
+
+
+# --------------------------------------------------------------------------------------------------
+# The gemini summarizer over HTTP (a local server; the key is a dummy)
+
+SNAPSHOT = "<state_snapshot>\n<overall_goal>Move storage to SQLite.</overall_goal>\n</state_snapshot>"
+
+
+@pytest.fixture
+def httpserver() -> Iterator[HTTPServer]:
+    server = HTTPServer(host="127.0.0.1", port=0)
+    server.start()
+    yield server
+    server.clear()
+    server.stop()
+
+
+def answer(text: str) -> dict[str, Any]:
+    return {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}]}
+
+
+def test_gemini_summarizer_through_the_cli(
+    data: Path, capsys: pytest.CaptureFixture[str], httpserver: HTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", "dummy-key-for-tests")
+    path = data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE
+    route = "/v1beta/models/gemini-2.5-flash:generateContent"
+    httpserver.expect_ordered_request(route, method="POST").respond_with_json(answer("draft " + SNAPSHOT))
+    httpserver.expect_ordered_request(route, method="POST").respond_with_json(answer("  " + SNAPSHOT + "\n"))
+    code, out, err = compact(
+        capsys,
+        str(path),
+        "--force",
+        "--summarizer",
+        "gemini",
+        "--model",
+        "gemini-2.5-flash",
+        "--base-url",
+        httpserver.url_for("/"),
+        "-f",
+        "json",
+    )
+    assert code == 0, err
+    httpserver.check_assertions()
+    (row,) = sessions_of(out)
+    assert row["status"] == "COMPRESSED"
+    assert row["summarizer"] == "gemini"
+    assert row["deterministic"] is False
+    assert "dummy-key-for-tests" not in out + err
+    written = read_session(row["output_path"])
+    assert written.messages[0]["content"] == [{"text": SNAPSHOT}]  # the probe's answer, trimmed
+    (_first, _), (second, _) = httpserver.log
+    body = orjson.loads(second.get_data())
+    assert body["contents"][-2] == {"role": "model", "parts": [{"text": "draft " + SNAPSHOT}]}
+
+
+def test_missing_key_fails_that_file_in_one_line(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE
+    code, out, err = compact(capsys, str(path), "--force", "--summarizer", "gemini", "-f", "json")
+    assert code == 1
+    (row,) = sessions_of(out)
+    assert row["status"] == "FAILED"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("Error: no Gemini API key found")
+    assert "GEMINI_API_KEY" in lines[0]
