@@ -69,6 +69,78 @@ def load(
     return build_corpus(results, found)
 
 
+def load_cached(
+    paths: Sequence[str | Path], *, subagents: bool = True, cache_dir: str | Path | None = None
+) -> Corpus:
+    """``load`` through ctxtool's incremental index (see ``ctxtool.loading``)."""
+    from ctxtool.loading import load_corpus
+
+    return load_corpus(paths, subagents=subagents, cache=True, cache_dir=cache_dir)[0]
+
+
+_FRAME_NAMES = ("sessions", "messages", "requests", "tool_calls", "turns")
+
+
+def corpus_cache_dir(root: Path, key: str) -> Path:
+    return root / "corpus" / key
+
+
+def save_corpus_cache(corpus: Corpus, root: Path, key: str, *, keep: int = 3) -> None:
+    """Store built frames under the scan's fingerprint, so an unchanged corpus is not read again."""
+    import json
+    import os
+    import shutil
+
+    folder = corpus_cache_dir(root, key)
+    tmp = folder.with_name(f".{key}.{os.getpid()}.tmp")
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+        for name in _FRAME_NAMES:
+            getattr(corpus, name).write_ipc(tmp / f"{name}.arrow", compression="uncompressed")
+        meta = {
+            "files_read": corpus.files_read,
+            "files_found": corpus.files_found,
+            "bytes_read": corpus.bytes_read,
+            "broken_lines": corpus.broken_lines,
+            "problems": [[p.path, p.message] for p in corpus.problems],
+            "skipped": corpus.skipped,
+            "warnings": corpus.warnings,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+        entries = sorted(
+            (d for d in folder.parent.iterdir() if d.is_dir() and not d.name.startswith(".")),
+            key=lambda d: d.stat().st_mtime,
+        )
+        for old in entries[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # a read-only cache costs speed, not correctness
+
+
+def load_corpus_cache(root: Path, key: str) -> Corpus | None:
+    """Frames stored for exactly this scan, or None."""
+    import json
+
+    folder = corpus_cache_dir(root, key)
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        frames = [pl.read_ipc(folder / f"{name}.arrow") for name in _FRAME_NAMES]
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return None
+    corpus = Corpus(frames[0], frames[1], frames[2], frames[3], frames[4])
+    corpus.files_read = meta["files_read"]
+    corpus.files_found = meta["files_found"]
+    corpus.bytes_read = meta["bytes_read"]
+    corpus.broken_lines = meta["broken_lines"]
+    corpus.problems = [Problem(path, message) for path, message in meta["problems"]]
+    corpus.skipped = [(path, why) for path, why in meta["skipped"]]
+    corpus.warnings = list(meta["warnings"])
+    return corpus
+
+
 def warm_up() -> None:
     """Load what building frames needs (price data), so it can overlap with parsing."""
     from ctxtool.pricing import warm_up as warm_prices

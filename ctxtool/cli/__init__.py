@@ -48,12 +48,14 @@ def _root(
 
 
 def _register() -> None:
-    from ctxtool.cli import audit, compact, diff, stats
+    from ctxtool.cli import audit, cache, compact, diff, export, stats
 
     stats.register(app)
     compact.register(app)
     diff.register(app)
     audit.register(app)
+    export.register(app)
+    cache.register(app)
 
 
 _register()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from datetime import date, datetime
@@ -16,7 +17,8 @@ from ctxtool.errors import UsageError
 HELP = """Report token usage, context-window share, cache hits and cost of Gemini CLI sessions.
 
 PATHS are session files, directories or globs; with none, the Gemini CLI data root is scanned
-($GEMINI_CLI_HOME/.gemini/tmp if set, else ~/.gemini/tmp). Token sums count every request ever billed
+($GEMINI_CLI_HOME/.gemini/tmp if set, else ~/.gemini/tmp). A PATH may instead be one dataset directory
+written by `ctxtool export`. Token sums count every request ever billed
 (including requests later removed by a rewind or a checkpoint); --live keeps only the history Gemini CLI
 would resume. Exit status: 0 ok, 1 with --strict when a file could not be read in full, 2 usage error.
 """
@@ -105,6 +107,15 @@ def stats(
     strict: bool = typer.Option(
         False, "--strict", help="Exit 1 when any file could not be read or had broken lines."
     ),
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="Read every file again; neither use nor update ctxtool's index."
+    ),
+    cache_dir: Path = typer.Option(
+        None,
+        "--cache-dir",
+        envvar="CTXTOOL_CACHE_DIR",
+        help="Where ctxtool keeps its index (default: the platform's user cache directory).",
+    ),
     color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
     width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
 ) -> int:
@@ -121,20 +132,31 @@ def stats(
     if since_d and until_d and since_d > until_d:
         raise UsageError(f"--since {since} is after --until {until}", "Swap the two dates")
 
-    from ctxtool.session.discover import default_root, discover
-    from ctxtool.session.scan import read_files
+    from ctxtool import export
+    from ctxtool.loading import CacheUse, load_corpus
 
-    found = discover(paths or [str(default_root())], subagents=subagents)
-    progress = _DelayedProgress(sys.stderr.isatty())
-    try:
-        # Workers are started before polars is imported; the frames and price data load meanwhile.
-        results = read_files(found.files, progress=progress, while_waiting=_load_frames)
-    finally:
-        progress.close()
+    datasets = [p for p in paths or () if export.is_dataset(p)]
+    if datasets and len(paths) > 1:
+        raise UsageError(
+            "a ctxtool dataset cannot be combined with other paths",
+            f"Pass {datasets[0]} alone, or export the sessions into it first (ctxtool export PATH --to DIR)",
+        )
+    if datasets:
+        corpus = export.load_dataset(datasets[0], subagents=subagents)
+        cache_use = CacheUse()
+    else:
+        if no_cache:
+            os.environ["CTXTOOL_NO_PRICE_CACHE"] = "1"  # a cold run asks genai-prices too
+        progress = _DelayedProgress(sys.stderr.isatty())
+        try:
+            corpus, cache_use = load_corpus(
+                paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir, progress=progress
+            )
+        finally:
+            progress.close()
     from ctxtool import frames, render
     from ctxtool import output as out
 
-    corpus = frames.build_corpus(results, found)
     corpus = frames.filter_corpus(
         corpus, since=since_d, until=until_d, projects=project or (), sessions=session or ()
     )
@@ -165,6 +187,13 @@ def stats(
         rows = rows.head(limit)
 
     summary = frames.read_summary(corpus)
+    summary["index"] = {
+        "enabled": cache_use.enabled,
+        "corpus_from_cache": cache_use.corpus_hit,
+        "files_from_index": cache_use.files_cached,
+        "files_resumed": cache_use.files_resumed,
+        "files_parsed": cache_use.files_parsed,
+    }
     if fmt == "table" and rows.height == 0:
         print(f"{frames.describe_read(summary)} Nothing to report.", file=sys.stderr)
     elif fmt == "table":
@@ -200,12 +229,6 @@ def stats(
 
     failed = bool(corpus.problems) or corpus.broken_lines > 0
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
-
-
-def _load_frames() -> None:
-    from ctxtool import frames
-
-    frames.warm_up()
 
 
 def _warn(message: str) -> None:

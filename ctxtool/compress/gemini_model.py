@@ -205,7 +205,9 @@ class GeminiSummarizer:
         attempt = 0
         while True:
             try:
-                response = client.models.generate_content(model=model, contents=call.contents, config=config)
+                # The SDK's accepted types vary with optional packages (PIL); the body is sent via extra_body.
+                contents: Any = call.contents
+                response = client.models.generate_content(model=model, contents=contents, config=config)
             except errors.APIError as exc:
                 code = int(exc.code or 0)
                 retryable = code in _RETRY_STATUS

@@ -15,17 +15,27 @@ Must not: import polars (the parent builds frames once from these lists).
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import orjson
 
 from ctxtool.errors import SessionFormatError
 from ctxtool.session.discover import SessionPath
-from ctxtool.session.read import BrokenLine, Event, check_document, replay, sniff
+from ctxtool.session.read import (
+    BrokenLine,
+    Event,
+    Replayed,
+    check_document,
+    iter_file_lines,
+    sniff,
+    split_lines,
+)
 from ctxtool.session.schema import TOKEN_KEYS
 
 MESSAGE_COLUMNS = (
@@ -51,6 +61,9 @@ MESSAGE_COLUMNS = (
     "total",
 )
 PREVIEW_CHARS = 80
+# Bump when the rows produced here change meaning or shape: it invalidates every cached index entry.
+COLUMNS_VERSION = 1
+
 # result_bytes: size of the tool result as stored (its JSON text, in bytes); results are never decoded.
 TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes")
 
@@ -90,6 +103,13 @@ class FileColumns:
     live_messages: int = 0
     messages: dict[str, list[Any]] = field(default_factory=dict)
     tools: dict[str, list[Any]] = field(default_factory=dict)
+    # For a JSONL file that ended on a complete line: where reading can resume when it grows, the live
+    # history's order, and fingerprints of its first and last bytes before that point.
+    resume_offset: int | None = None
+    live_order: list[str] | None = None
+    head_hash: str | None = None
+    tail_hash: str | None = None
+    resumed: bool = False
 
 
 def message_text(content: Any) -> str:
@@ -379,7 +399,7 @@ def _assemble(out: FileColumns, billed: list[_Row], live_ids: set[str] | None) -
 def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
     """Read one file's bytes into columns. Raises SessionFormatError like the full reader."""
     p = Path(sp.path)
-    out = FileColumns(str(sp.path), sp.group_key, sp.project, sp.project_dir, sp.parent_ref, size=len(data))
+    out = _empty(sp, len(data))
     whole_error = None
     if sniff(data, p) == "document":
         try:
@@ -394,16 +414,120 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
             if doc.messages is msgspec.UNSET and doc.sessionId is msgspec.UNSET:
                 check_document({}, p)
         if whole_error is None:
-            if doc.messages is not msgspec.UNSET and not isinstance(doc.messages, list):
-                raise SessionFormatError(
-                    p, "has a 'messages' field that is not a list", "Pass only session files"
-                )
-            _set_meta(out, _meta(doc), "json", lines=1)
-            billed = [_row(m) for m in (doc.messages or [])] if isinstance(doc.messages, list) else []
-            out.live_messages = len(billed)
-            _assemble(out, billed, None)
+            _from_document(out, doc, p)
             return out
-    r = replay(data, p, _classify, _carry_tokens, whole_error)
+    r: Replayed[_Row] = Replayed()
+    r.feed(split_lines(data), _classify, _carry_tokens)
+    r.finish(p, whole_error, data)
+    _from_replay(out, r, data if data.endswith(b"\n") else None)
+    return out
+
+
+# Files above this size are streamed line by line instead of read whole (memory stays bounded).
+STREAM_MIN_BYTES = 64 * 1024 * 1024
+_FINGERPRINT_BYTES = 4096
+
+
+def columns_from_file(sp: SessionPath, resume: FileColumns | None = None) -> FileColumns:
+    """Read one file into columns: whole when small, streamed when large, resumed when it only grew.
+
+    ``resume`` is an earlier result for the same path; when the file still starts and (up to the earlier
+    end) ends with the same bytes, only the appended lines are read. Raises SessionFormatError.
+    """
+    p = Path(sp.path)
+    with open(p, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if resume is not None and resume.resume_offset is not None and size > resume.resume_offset:
+            resumed = _resume(fh, sp, resume, size)
+            if resumed is not None:
+                return resumed
+            fh.seek(0)
+        if size < STREAM_MIN_BYTES:
+            return columns_from_bytes(fh.read(), sp)
+        head = fh.read(1 << 20)
+        if sniff(head + (b"" if b"\n" in head else fh.read()), p) == "document":
+            _check_memory(p, size)
+            fh.seek(0)
+            return columns_from_bytes(fh.read(), sp)
+        fh.seek(0)
+        out = _empty(sp, size)
+        r: Replayed[_Row] = Replayed()
+        r.feed(iter_file_lines(fh), _classify, _carry_tokens)
+        r.finish(p, None, head)
+        _from_replay(out, r, None)
+        return out
+
+
+def _resume(fh: BinaryIO, sp: SessionPath, old: FileColumns, size: int) -> FileColumns | None:
+    offset = old.resume_offset
+    assert offset is not None
+    head = fh.read(min(offset, _FINGERPRINT_BYTES))
+    fh.seek(max(0, offset - _FINGERPRINT_BYTES))
+    tail = fh.read(min(offset, _FINGERPRINT_BYTES))
+    if _digest(head) != old.head_hash or _digest(tail) != old.tail_hash:
+        return None  # rewritten, not appended to (e.g. a legacy file resumed as a new .jsonl)
+    r = _replayed_from(old)
+    fh.seek(offset)
+    rest = fh.read()
+    r.feed(split_lines(rest), _classify, _carry_tokens)
+    out = _empty(sp, size)
+    if rest.endswith(b"\n"):
+        out.resume_offset = size
+        fh.seek(0)
+        out.head_hash = _digest(fh.read(min(size, _FINGERPRINT_BYTES)))
+        fh.seek(size - min(size, _FINGERPRINT_BYTES))
+        out.tail_hash = _digest(fh.read())
+    _from_replay(out, r, None, keep_resume=out.resume_offset is not None)
+    out.resumed = True
+    return out
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _check_memory(p: Path, size: int) -> None:
+    """Refuse a whole-document read that the machine's free memory cannot hold, with a clear message."""
+    available = _available_memory()
+    if available is not None and size * 2 > available:
+        raise SessionFormatError(
+            p,
+            f"is a single {size / 1e9:.1f} GB JSON document and only {available / 1e9:.1f} GB of memory "
+            "is free to read it",
+            "Free memory, or let Gemini CLI resume it once so that it is rewritten as JSONL (streamed)",
+        )
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _empty(sp: SessionPath, size: int) -> FileColumns:
+    return FileColumns(str(sp.path), sp.group_key, sp.project, sp.project_dir, sp.parent_ref, size=size)
+
+
+def _from_document(out: FileColumns, doc: _Record, p: Path) -> None:
+    if doc.messages is not msgspec.UNSET and not isinstance(doc.messages, list):
+        raise SessionFormatError(p, "has a 'messages' field that is not a list", "Pass only session files")
+    _set_meta(out, _meta(doc), "json", lines=1)
+    billed = [_row(m) for m in (doc.messages or [])] if isinstance(doc.messages, list) else []
+    out.live_messages = len(billed)
+    _assemble(out, billed, None)
+
+
+def _from_replay(
+    out: FileColumns, r: Replayed[_Row], whole: bytes | None, *, keep_resume: bool = False
+) -> None:
     _set_meta(out, r.metadata, "jsonl", lines=r.lines)
     out.blank_lines, out.broken_lines, out.first_broken_line = (
         r.blank_lines,
@@ -412,8 +536,47 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
     )
     out.unknown_records, out.rewinds, out.checkpoints = r.unknown_records, r.rewinds, r.checkpoints
     out.live_messages = len(r.live)
+    out.live_order = list(r.live)
+    if whole is not None:  # ended on a complete line: reading can resume here when the file grows
+        out.resume_offset = len(whole)
+        out.head_hash = _digest(whole[:_FINGERPRINT_BYTES])
+        out.tail_hash = _digest(whole[-_FINGERPRINT_BYTES:])
+    elif not keep_resume:
+        out.resume_offset = None
     _assemble(out, list(r.billed.values()), set(r.live))
-    return out
+
+
+def _replayed_from(old: FileColumns) -> Replayed[_Row]:
+    """Rebuild the replay state an earlier result ended with, to feed it the lines appended since."""
+    r: Replayed[_Row] = Replayed()
+    m, t = old.messages, old.tools
+    calls: dict[str, list[tuple[Any, ...]]] = {}
+    for row in zip(*(t[k] for k in TOOL_COLUMNS), strict=True):
+        calls.setdefault(row[0], []).append(row)
+    live_col = MESSAGE_COLUMNS.index("live")
+    for row in zip(*(m[k] for k in MESSAGE_COLUMNS), strict=True):
+        mid = row[0]
+        r.billed[mid] = (row[:live_col] + row[live_col + 1 :], calls.get(mid, []))
+    for mid in old.live_order or []:
+        r.live[mid] = r.billed[mid]
+    r.metadata = {
+        k: v
+        for k, v in (
+            ("sessionId", old.session_id),
+            ("projectHash", old.project_hash),
+            ("startTime", old.start_time),
+            ("lastUpdated", old.last_updated),
+            ("kind", old.kind),
+            ("summary", old.summary),
+        )
+        if v is not None
+    }
+    r.lines, r.blank_lines, r.broken_lines = old.lines, old.blank_lines, old.broken_lines
+    r.first_broken_line, r.unknown_records = old.first_broken_line, old.unknown_records
+    r.rewinds, r.checkpoints = old.rewinds, old.checkpoints
+    r.records, r.saw_session = max(old.lines - old.broken_lines, 1), True
+    r.next_line = old.lines + old.blank_lines + 1
+    return r
 
 
 def _set_meta(out: FileColumns, meta: dict[str, Any], era: str, *, lines: int) -> None:
@@ -450,7 +613,7 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def extract_file(sp: SessionPath) -> FileColumns:
+def extract_file(sp: SessionPath, resume: FileColumns | None = None) -> FileColumns:
     """Worker entry point: read and flatten one file; a bad file comes back with ``error`` set."""
 
     def failed(message: str) -> FileColumns:
@@ -459,15 +622,13 @@ def extract_file(sp: SessionPath) -> FileColumns:
         )
 
     try:
-        data = Path(sp.path).read_bytes()
+        return columns_from_file(sp, resume)
     except IsADirectoryError:
         return failed(f"{sp.path}: is a directory. Pass the directory itself as a PATH to scan it")
     except OSError as exc:
         return failed(
             f"{sp.path}: cannot be read ({exc.strerror or exc}). Check that it exists and is readable"
         )
-    try:
-        return columns_from_bytes(data, sp)
     except SessionFormatError as exc:
         return failed(str(exc))
     except RecursionError:

@@ -14,10 +14,10 @@ Must not: print, import polars/rich/typer, or guess at anything it cannot read (
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Any, BinaryIO, Generic, Literal, TypeVar, cast
 
 import orjson
 
@@ -179,6 +179,8 @@ Event = tuple[str, Any, Any]
 
 @dataclass(slots=True)
 class Replayed(Generic[M]):
+    """The state of a JSONL replay; more lines can be fed later (a file Gemini CLI appended to)."""
+
     metadata: dict[str, Any] = field(default_factory=dict)
     live: dict[str, M] = field(default_factory=dict)
     billed: dict[str, M] = field(default_factory=dict)
@@ -190,6 +192,113 @@ class Replayed(Generic[M]):
     rewinds: int = 0
     checkpoints: int = 0
     set_records: int = 0
+    records: int = 0
+    saw_session: bool = False
+    next_line: int = 1
+
+    def feed(
+        self,
+        lines: Iterable[bytes],
+        classify: Callable[[bytes], Event],
+        carry_tokens: Callable[[M, M], M | None],
+    ) -> None:
+        """Apply Gemini CLI's JSONL rules (``loadConversationRecord`` @ 5411f113ca) to more lines.
+
+        * a message is upserted by id: a repeated id replaces the content and keeps the first position;
+        * ``$rewindTo`` drops that message and everything after it; an id that is not there drops all;
+        * ``$set`` merges metadata, and ``$set.messages`` clears the list and rebuilds it (a checkpoint);
+        * any other object with ``sessionId`` is a metadata line (merged; it may repeat);
+        * blank and unparseable lines are skipped and counted.
+
+        ``carry_tokens(previous, new)`` returns ``new`` with the previous copy's tokens when ``new`` has
+        none (else None): the billed view keeps what was recorded as paid.
+        """
+        live, billed = self.live, self.billed
+
+        def bill(mid: str, message: M) -> None:
+            previous = billed.get(mid)
+            if previous is not None:
+                merged = carry_tokens(previous, message)
+                if merged is not None:
+                    message = merged
+            billed[mid] = message
+
+        number = self.next_line - 1
+        for line in lines:
+            number += 1
+            if not line or line.isspace():
+                self.blank_lines += 1
+                continue
+            self.lines += 1
+            try:
+                kind, a, b = classify(line)
+            except BrokenLine:
+                self.broken_lines += 1
+                if self.first_broken_line is None:
+                    self.first_broken_line = number
+                continue
+            self.records += 1
+            if kind == "message":
+                live[a] = b
+                bill(a, b)
+                self.saw_session = True
+            elif kind == "rewind":
+                keys = list(live)
+                try:
+                    index = keys.index(a)
+                except ValueError:
+                    live.clear()
+                else:
+                    for key in keys[index:]:
+                        del live[key]
+                self.rewinds += 1
+                self.saw_session = True
+            elif kind in ("set", "meta"):
+                self.metadata.update(a)
+                if kind == "set":
+                    self.set_records += 1
+                if b is not None:
+                    live.clear()
+                    for mid, message in b:
+                        live[mid] = message
+                        bill(mid, message)
+                    if kind == "set":
+                        self.checkpoints += 1
+                self.saw_session = True
+            else:
+                self.unknown_records += 1
+        self.next_line = number + 1
+
+    def finish(self, p: Path, whole_error: str | None, sample: bytes) -> None:
+        """Raise SessionFormatError when the lines held no session at all (``sample``: the file's start)."""
+        if self.saw_session:
+            return
+        if self.records == 0:
+            reason = _describe_broken(whole_error, sample)
+            raise SessionFormatError(p, reason, _fix_for(reason))
+        raise SessionFormatError(p, "is JSON but not a Gemini CLI session", _NOT_A_SESSION_FIX)
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of a JSONL buffer; the newline that ends the last record does not make an empty line."""
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def iter_file_lines(fh: BinaryIO, chunk_size: int = 16 * 1024 * 1024) -> Iterator[bytes]:
+    """The lines of a file read ``chunk_size`` bytes at a time (memory stays bounded by the longest line)."""
+    rest = b""
+    while True:
+        chunk = fh.read(chunk_size)
+        if not chunk:
+            break
+        parts = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
+        rest = parts.pop()
+        yield from parts
+    if rest:
+        yield rest
 
 
 def replay(
@@ -199,83 +308,10 @@ def replay(
     carry_tokens: Callable[[M, M], M | None],
     whole_error: str | None = None,
 ) -> Replayed[M]:
-    """Apply Gemini CLI's JSONL rules (``loadConversationRecord`` @ 5411f113ca) line by line.
-
-    * a message is upserted by id: a repeated id replaces the content and keeps the first position;
-    * ``$rewindTo`` drops that message and everything after it; an id that is not there drops everything;
-    * ``$set`` merges metadata, and ``$set.messages`` clears the list and rebuilds it (a checkpoint);
-    * any other object with ``sessionId`` is a metadata line (merged; it may repeat);
-    * blank and unparseable lines are skipped and counted.
-
-    ``carry_tokens(previous, new)`` returns ``new`` with the previous copy's tokens when ``new`` has none
-    (else None): the billed view keeps what was recorded as paid.
-    """
+    """Replay a whole JSONL buffer (see ``Replayed.feed``); raises when it holds no session."""
     out: Replayed[M] = Replayed()
-    live, billed = out.live, out.billed
-    records = 0
-    saw_session = False
-
-    def bill(mid: str, message: M) -> None:
-        previous = billed.get(mid)
-        if previous is not None:
-            merged = carry_tokens(previous, message)
-            if merged is not None:
-                message = merged
-        billed[mid] = message
-
-    def checkpoint(messages: list[tuple[str, M]]) -> None:
-        live.clear()
-        for mid, message in messages:
-            live[mid] = message
-            bill(mid, message)
-
-    chunks = data.split(b"\n")
-    if chunks and not chunks[-1]:
-        chunks.pop()  # the newline that ends the last record
-    for number, line in enumerate(chunks, 1):
-        if not line or line.isspace():
-            out.blank_lines += 1
-            continue
-        out.lines += 1
-        try:
-            kind, a, b = classify(line)
-        except BrokenLine:
-            out.broken_lines += 1
-            if out.first_broken_line is None:
-                out.first_broken_line = number
-            continue
-        records += 1
-        if kind == "message":
-            live[a] = b
-            bill(a, b)
-            saw_session = True
-        elif kind == "rewind":
-            keys = list(live)
-            try:
-                index = keys.index(a)
-            except ValueError:
-                live.clear()
-            else:
-                for key in keys[index:]:
-                    del live[key]
-            out.rewinds += 1
-            saw_session = True
-        elif kind in ("set", "meta"):
-            out.metadata.update(a)
-            if kind == "set":
-                out.set_records += 1
-            if b is not None:
-                checkpoint(b)
-                if kind == "set":
-                    out.checkpoints += 1
-            saw_session = True
-        else:
-            out.unknown_records += 1
-    if not saw_session:
-        if records == 0:
-            reason = _describe_broken(whole_error, data)
-            raise SessionFormatError(p, reason, _fix_for(reason))
-        raise SessionFormatError(p, "is JSON but not a Gemini CLI session", _NOT_A_SESSION_FIX)
+    out.feed(split_lines(data), classify, carry_tokens)
+    out.finish(p, whole_error, data)
     return out
 
 

@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ctxtool.session.columns import FileColumns, extract_file
 from ctxtool.session.discover import SessionPath
+from ctxtool.session.index import FileIndex
 
 Progress = Callable[[int, int], None]
 
@@ -28,41 +29,72 @@ def read_files(
     progress: Progress | None = None,
     workers: int | None = None,
     while_waiting: Callable[[], object] | None = None,
+    index: FileIndex | None = None,
 ) -> list[FileColumns]:
-    """Flatten every file, in input order. ``while_waiting`` runs in this process while workers parse."""
-    sizes = []
+    """Flatten every file, in input order. ``while_waiting`` runs in this process while workers parse.
+
+    With an ``index``, unchanged files come from it, grown JSONL files are read from where they ended, and
+    the index is updated and saved before returning.
+    """
+    stats: list[os.stat_result | None] = []
     for sp in files:
         try:
-            sizes.append(sp.path.stat().st_size)
+            stats.append(os.stat(sp.path))
         except OSError:
-            sizes.append(0)
+            stats.append(None)
+    sizes = [st.st_size if st is not None else 0 for st in stats]
     total = sum(sizes)
-    n_workers = min(workers if workers is not None else (os.cpu_count() or 1), len(files))
-    done = 0
-    if n_workers <= 1 or total < PARALLEL_MIN_BYTES:
-        if while_waiting:
-            while_waiting()
-        out = []
-        for sp, size in zip(files, sizes, strict=True):
-            out.append(extract_file(sp))
-            done += size
-            if progress:
-                progress(done, total)
-        return out
-    # Largest files first so no worker is left alone with a giant file at the end.
-    order = sorted(range(len(files)), key=lambda i: -sizes[i])
     results: list[FileColumns | None] = [None] * len(files)
-    with ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context()) as pool:
-        futures = {pool.submit(extract_file, files[i]): i for i in order}
+    resume: list[FileColumns | None] = [None] * len(files)
+    todo: list[int] = []
+    done = 0
+    for i, sp in enumerate(files):
+        st = stats[i]
+        if index is not None and st is not None:
+            hit, earlier = index.lookup(sp, st)
+            if hit is not None:
+                results[i] = hit
+                index.hits += 1
+                done += sizes[i]
+                continue
+            resume[i] = earlier
+        todo.append(i)
+    # Work still to do: resumed files cost only their new bytes.
+    cost = {i: sizes[i] - (resume[i].size if resume[i] is not None else 0) for i in todo}  # type: ignore[union-attr]
+    n_workers = min(workers if workers is not None else (os.cpu_count() or 1), len(todo))
+    if n_workers <= 1 or sum(cost.values()) < PARALLEL_MIN_BYTES:
         if while_waiting:
             while_waiting()
-        for fut in as_completed(futures):
-            i = futures[fut]
-            results[i] = fut.result()
+        for i in todo:
+            results[i] = extract_file(files[i], resume[i])
             done += sizes[i]
             if progress:
                 progress(done, total)
-    return [r for r in results if r is not None]
+    else:
+        # Largest files first so no worker is left alone with a giant file at the end.
+        order = sorted(todo, key=lambda i: -cost[i])
+        with ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context()) as pool:
+            futures = {pool.submit(extract_file, files[i], resume[i]): i for i in order}
+            if while_waiting:
+                while_waiting()
+            for fut in as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()
+                done += sizes[i]
+                if progress:
+                    progress(done, total)
+    out = [r for r in results if r is not None]
+    if index is not None:
+        for i in todo:
+            fc = results[i]
+            if fc is not None:
+                index.store(fc, stats[i])
+                if fc.resumed:
+                    index.resumed += 1
+                else:
+                    index.parsed += 1
+        index.save()
+    return out
 
 
 def _mp_context() -> multiprocessing.context.BaseContext:

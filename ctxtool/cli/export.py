@@ -1,0 +1,102 @@
+"""``ctxtool export [PATH...] --to DIR``: keep session history as a hive-partitioned Parquet dataset."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from ctxtool.cli.status import ExitStatus
+from ctxtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from ctxtool.export import ExportResult
+
+HELP = """Copy the frames of Gemini CLI sessions into a Parquet dataset that outlives Gemini CLI's retention.
+
+PATHS are session files, directories or globs; with none, the Gemini CLI data root is scanned
+($GEMINI_CLI_HOME/.gemini/tmp if set, else ~/.gemini/tmp). DIR gets one folder per table (sessions, messages,
+requests, tool_calls, turns), partitioned as project=<p>/day=<YYYY-MM-DD>, and a manifest
+_ctxtool_manifest.json. Run it as often as you like: new sessions are appended, sessions Gemini CLI appended
+to since are replaced (never duplicated), unchanged ones are skipped, and sessions whose files were deleted
+stay. Read it back with `ctxtool stats DIR`, or query it with DuckDB, Spark or polars.
+
+Exit status: 0 ok, 1 with --strict when a file could not be read in full, 2 usage error.
+"""
+
+
+def export(
+    paths: list[str] = typer.Argument(
+        None, help="Session files, directories or globs (default: the data root)."
+    ),
+    to: Path = typer.Option(..., "--to", "-t", help="The dataset directory (created if missing)."),
+    prompts: bool = typer.Option(
+        True,
+        "--prompts/--no-prompts",
+        help="Keep prompt text (turn prompts, message previews, session summaries) in the dataset.",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print what the run did as JSON on standard output."),
+    strict: bool = typer.Option(
+        False, "--strict", help="Exit 1 when any file could not be read or had broken lines."
+    ),
+) -> int:
+    from ctxtool import export as ex
+
+    for p in paths or []:
+        if ex.is_dataset(p):
+            raise UsageError(f"{p} is a ctxtool dataset, not sessions", "Pass session files or directories")
+
+    from ctxtool import frames
+    from ctxtool.output import dumps
+    from ctxtool.session.discover import default_root
+
+    # Session keys are paths: make them absolute so a later run from another directory finds the same ones.
+    sources = [os.path.abspath(p) for p in paths] if paths else [str(default_root())]
+    corpus = frames.load(sources)
+    for problem in corpus.problems:
+        where = "" if problem.message.startswith(problem.path) else f"{problem.path}: "
+        print(f"warning: {where}{problem.message}", file=sys.stderr)
+    result = ex.export_corpus(corpus, to, prompts=prompts)
+
+    if json_out:
+        doc: dict[str, Any] = {
+            "schema_version": ex.DATASET_SCHEMA_VERSION,
+            "directory": str(result.directory),
+            "run": result.run,
+            "added": list(result.added),
+            "replaced": list(result.replaced),
+            "unchanged": result.unchanged,
+            "retained": result.retained,
+            "sessions": result.sessions,
+            "rows": result.rows,
+            "parts_written": result.parts_written,
+            "parts_removed": result.parts_removed,
+        }
+        sys.stdout.buffer.write(dumps(doc) + b"\n")
+        sys.stdout.flush()
+    else:
+        print(describe(result), file=sys.stderr)
+    failed = bool(corpus.problems) or corpus.broken_lines > 0
+    return ExitStatus.ERROR if strict and failed else ExitStatus.OK
+
+
+def describe(result: ExportResult) -> str:
+    """One line saying what an export run did."""
+    if result.run is None:
+        text = f"Nothing new: {result.unchanged:,} session(s) already in {result.directory} and unchanged."
+    else:
+        text = (
+            f"Run {result.run}: added {len(result.added):,} and replaced {len(result.replaced):,} session(s) "
+            f"({result.rows.get('requests', 0):,} requests) in {result.directory}; "
+            f"{result.unchanged:,} unchanged."
+        )
+    if result.retained:
+        text += f" {result.retained:,} kept from earlier runs (not in this input)."
+    return text + f" The dataset holds {result.sessions:,} session(s)."
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export", help=HELP)(export)

@@ -1,0 +1,593 @@
+"""History that outlives Gemini CLI: the frames as a hive-partitioned Parquet dataset, appended run by run.
+
+Owns: the on-disk layout ``DIR/<table>/project=<p>/day=<YYYY-MM-DD>/part-<run>.parquet`` for the tables
+sessions, messages, requests, tool_calls and turns, the manifest ``DIR/_ctxtool_manifest.json`` (which parts
+are live, which sessions are in, with what content fingerprint, and one entry per run that changed
+something), and reading a dataset back into a :class:`~ctxtool.frames.Corpus`. Must not: read session
+files (callers hand over a Corpus), print, or import typer or rich.
+
+Rules that keep the dataset correct:
+
+* ``project`` and ``day`` are partition columns (the hive convention): they live in the directory names,
+  not in the files, so DuckDB, Spark and polars see them as columns. Directory names percent-encode the
+  characters hive readers treat specially; the manifest keeps the exact value for ctxtool's own reader.
+* A session is written again only when its fingerprint changed (Gemini CLI appended to it, a rewind,
+  new prices). Its old rows are removed by rewriting the parts that held them: new parts are written
+  first (to a hidden temporary name, then renamed), then the manifest, then superseded parts are deleted.
+  A run interrupted at any point leaves the previous manifest valid; its leftover files are removed by
+  the next run. ``load_dataset`` reads only the parts the manifest lists.
+* Sessions absent from a run's input (Gemini CLI's 30-day retention deleted the file) stay in the dataset.
+
+polars and the frames module are imported inside the functions that need them, so that ``ctxtool stats``
+can call :func:`is_dataset` without paying for polars before its worker processes start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
+
+import orjson
+
+from ctxtool import __version__
+from ctxtool.errors import CtxtoolError, UsageError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ctxtool.frames import Corpus
+
+MANIFEST_NAME = "_ctxtool_manifest.json"
+DATASET_FORMAT = "ctxtool-dataset"
+DATASET_SCHEMA_VERSION = 1
+TABLES: tuple[str, ...] = ("sessions", "messages", "requests", "tool_calls", "turns")
+PARTITION_COLUMNS: tuple[str, ...] = ("project", "day")
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # what hive, Spark, DuckDB and polars read back as NULL
+_LOCK_NAME = ".ctxtool-export.lock"
+# Characters Spark's ExternalCatalogUtils.escapePathName percent-encodes, plus the ones Windows forbids.
+_HIVE_SPECIAL = frozenset("\"#%'*/:=?\\{[]^<>|\x7f")
+_MAX_DIR_BYTES = 200  # file systems allow 255 bytes per name; keep room for "project="
+
+
+# --- the manifest, as it is on disk -----------------------------------------------------------------
+
+
+class PartEntry(TypedDict):
+    path: str  # relative to the dataset directory, "/"-separated
+    table: str
+    project: str  # exact value (the directory name is an encoding of it)
+    day: str | None  # YYYY-MM-DD (UTC), None for rows without a timestamp
+    rows: int
+    sessions: list[str]  # session keys with rows in this part
+    run: int
+
+
+class SessionEntry(TypedDict):
+    fingerprint: str
+    project: str
+    session_id: str | None
+    file: str
+    run: int  # the run that wrote its current rows
+
+
+class RunEntry(TypedDict):
+    run: int
+    at: str
+    ctxtool_version: str
+    added: int
+    replaced: int
+    unchanged: int
+    retained: int
+    prompts: bool
+    rows: dict[str, int]
+
+
+class Manifest(TypedDict):
+    format: str
+    schema_version: int
+    ctxtool_version: str
+    tables: list[str]
+    partitioning: list[str]
+    sessions: dict[str, SessionEntry]
+    parts: list[PartEntry]
+    runs: list[RunEntry]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    """What one export run did."""
+
+    directory: Path
+    run: int | None  # None when nothing changed (the dataset was left as it was)
+    added: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
+    unchanged: int = 0
+    retained: int = 0  # in the dataset but not in this run's input (deleted by Gemini CLI, or not asked for)
+    sessions: int = 0  # in the dataset after the run
+    rows: dict[str, int] = field(default_factory=dict)  # rows written for added/replaced sessions
+    parts_written: int = 0
+    parts_removed: int = 0
+
+
+# --- small pure helpers --------------------------------------------------------------------------------
+
+
+def hive_escape(value: str | None) -> str:
+    """A partition value as a directory-name-safe string that hive readers decode back to ``value``.
+
+    ASCII characters that hive, Spark or Windows treat specially (and control characters) become ``%XX``;
+    other characters, non-ASCII included, stay as they are (DuckDB and polars decode UTF-8 ``%XX``, Spark
+    only single bytes, so escaping non-ASCII would garble it there). A name too long for a file system is
+    cut and given a hash suffix; ctxtool's own reader takes the exact value from the manifest.
+    """
+    if value is None or value == "":
+        return NULL_PARTITION
+
+    def enc(text: str) -> str:
+        return "".join(f"%{ord(c):02X}" if c in _HIVE_SPECIAL or ord(c) < 0x20 else c for c in text)
+
+    out = enc(value)
+    if len(out.encode()) <= _MAX_DIR_BYTES:
+        return out
+    digest = hashlib.sha256(value.encode()).hexdigest()[:12]
+    cut = value
+    while len(enc(cut).encode()) > _MAX_DIR_BYTES - 13:
+        cut = cut[: len(cut) * 9 // 10]
+    return f"{enc(cut)}~{digest}"
+
+
+def is_dataset(path: str | Path) -> bool:
+    """True when ``path`` is a directory ``ctxtool export`` wrote (it holds the manifest)."""
+    p = Path(path)
+    return p.is_dir() and (p / MANIFEST_NAME).is_file()
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _empty_manifest() -> Manifest:
+    return {
+        "format": DATASET_FORMAT,
+        "schema_version": DATASET_SCHEMA_VERSION,
+        "ctxtool_version": __version__,
+        "tables": list(TABLES),
+        "partitioning": list(PARTITION_COLUMNS),
+        "sessions": {},
+        "parts": [],
+        "runs": [],
+    }
+
+
+def read_manifest(directory: str | Path) -> Manifest:
+    """The manifest of a dataset; a clear error when it is missing, damaged or from a newer ctxtool."""
+    path = Path(directory) / MANIFEST_NAME
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise UsageError(
+            f"{directory} is not a ctxtool dataset (no {MANIFEST_NAME})",
+            "Create one with: ctxtool export --to DIR",
+        ) from None
+    except orjson.JSONDecodeError as exc:
+        raise CtxtoolError(
+            f"{path} is not valid JSON ({exc})",
+            "Restore it from a backup, or export the sessions again into a new directory",
+        ) from None
+    if not isinstance(doc, dict) or doc.get("format") != DATASET_FORMAT:
+        raise CtxtoolError(f"{path} is not a ctxtool dataset manifest", "Point --to at another directory")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or version > DATASET_SCHEMA_VERSION:
+        raise CtxtoolError(
+            f"{directory} was written by a newer ctxtool (dataset schema_version {version})",
+            f"Upgrade ctxtool (this is {__version__}, which reads schema_version {DATASET_SCHEMA_VERSION})",
+        )
+    manifest: Manifest = doc  # type: ignore[assignment]  # checked above: our own format
+    return manifest
+
+
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
+    from ctxtool.output import atomic_write
+
+    atomic_write(path, data)
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the dataset so two exports cannot interleave (released if we crash)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no advisory locks, run one export at a time
+        yield
+        return
+    with open(directory / _LOCK_NAME, "a+b") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CtxtoolError(
+                f"another ctxtool export is writing {directory}", "Wait for it to finish, then run again"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+# --- fingerprints and partitions ---------------------------------------------------------------------
+
+
+def fingerprints(corpus: Corpus) -> dict[str, str]:
+    """A content fingerprint per session key: changes whenever any row exported for the session would.
+
+    Built from the session's row (counts, token sums, cost, last timestamp, live messages, rewinds) and
+    sums over its messages and tool calls, so an appended message, a rewind or a changed price all show.
+    """
+    import polars as pl
+
+    msg = corpus.messages.group_by("session_key").agg(
+        pl.len().alias("n"),
+        pl.col("live").sum().alias("live"),
+        pl.col("text_chars").sum().alias("chars"),
+        pl.col("content_bytes").sum().alias("bytes"),
+        pl.col("timestamp").max().alias("last"),
+        pl.col("total").sum().alias("total"),
+    )
+    tools = corpus.tool_calls.group_by("session_key").agg(
+        pl.len().alias("n"), pl.col("result_bytes").sum().alias("bytes"), pl.col("live").sum().alias("live")
+    )
+    by_msg = {r.pop("session_key"): r for r in msg.iter_rows(named=True)}
+    by_tool = {r.pop("session_key"): r for r in tools.iter_rows(named=True)}
+    out: dict[str, str] = {}
+    for row in corpus.sessions.iter_rows(named=True):
+        key = row["session_key"]
+        blob = orjson.dumps(
+            [row, by_msg.get(key), by_tool.get(key)],
+            default=str,
+            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+        )
+        out[key] = "sha256:" + hashlib.sha256(blob).hexdigest()
+    return out
+
+
+def _day_expr(table: str) -> pl.Expr:
+    """The UTC day a row belongs to: request/message time, turn start, tool-call time, session start."""
+    import polars as pl
+
+    if table in ("requests", "messages"):
+        return pl.col("ts").dt.date()
+    if table == "turns":
+        return pl.col("start").dt.date()
+    if table == "sessions":
+        return pl.col("start").dt.date()
+    return pl.col("timestamp").str.to_datetime(time_zone="UTC", strict=False).dt.date()
+
+
+def _with_partitions(table: str, df: pl.DataFrame, projects: pl.DataFrame) -> pl.DataFrame:
+    """``df`` plus string columns ``_project`` and ``_day`` (None when unknown)."""
+    import polars as pl
+
+    if "project" in df.columns:
+        df = df.with_columns(_project=pl.col("project"))
+    else:  # messages carry only the session key
+        mapping = dict(projects.iter_rows())
+        df = df.with_columns(
+            _project=pl.col("session_key").replace_strict(mapping, default=None, return_dtype=pl.String)
+        )
+    return df.with_columns(_day=_day_expr(table).dt.strftime("%Y-%m-%d"))
+
+
+def _strip_for_privacy(table: str, df: pl.DataFrame) -> pl.DataFrame:
+    import polars as pl
+
+    text = {"messages": ["preview"], "turns": ["prompt"], "sessions": ["summary"]}.get(table, [])
+    cols = [c for c in text if c in df.columns]
+    return df.with_columns([pl.lit(None, dtype=pl.String).alias(c) for c in cols]) if cols else df
+
+
+# --- export ------------------------------------------------------------------------------------------
+
+
+def export_corpus(
+    corpus: Corpus, to_dir: str | Path, *, prompts: bool = True, now: str | None = None
+) -> ExportResult:
+    """Add the sessions of ``corpus`` to the dataset at ``to_dir`` (created if needed).
+
+    New sessions are appended; a session whose fingerprint changed since it was exported has its rows
+    replaced; unchanged sessions are skipped, so running twice on the same input changes nothing (not even
+    the manifest). ``prompts=False`` leaves out prompt text, message previews and session summaries for the
+    sessions written in this run.
+    """
+    import polars as pl
+
+    directory = Path(to_dir)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"--to {directory} is a file", "Pass a directory (it is created if missing)")
+    # Only our own leftovers (an interrupted first run) may be there already.
+    ours = {_LOCK_NAME, *TABLES}
+    if (
+        directory.is_dir()
+        and not is_dataset(directory)
+        and any(p.name not in ours for p in directory.iterdir())
+    ):
+        raise UsageError(
+            f"{directory} is not empty and holds no ctxtool dataset",
+            "Pass a new or empty directory, or one an earlier ctxtool export wrote",
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    with _locked(directory):
+        manifest = read_manifest(directory) if is_dataset(directory) else _empty_manifest()
+        _remove_leftovers(directory, manifest)
+
+        prints = fingerprints(corpus)
+        known = manifest["sessions"]
+        added = sorted(k for k in prints if k not in known)
+        replaced = sorted(k for k in prints if k in known and known[k]["fingerprint"] != prints[k])
+        unchanged = len(prints) - len(added) - len(replaced)
+        retained = sum(1 for k in known if k not in prints)
+        if not added and not replaced:
+            if not is_dataset(directory):  # a first run with nothing to add still makes a dataset
+                _write_bytes_atomic(
+                    directory / MANIFEST_NAME, orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
+                )
+            return ExportResult(directory, None, unchanged=unchanged, retained=retained, sessions=len(known))
+
+        run = (manifest["runs"][-1]["run"] if manifest["runs"] else 0) + 1
+        write = set(added) | set(replaced)
+        gone = set(replaced)
+        write_list = pl.Series(sorted(write), dtype=pl.String).implode()
+        projects = corpus.sessions.select("session_key", "project")
+
+        new_parts: list[PartEntry] = []
+        superseded: list[PartEntry] = []
+        rows: dict[str, int] = {}
+        for table in TABLES:
+            frame: pl.DataFrame = getattr(corpus, table)
+            new = frame.filter(pl.col("session_key").is_in(write_list))
+            if not prompts:
+                new = _strip_for_privacy(table, new)
+            rows[table] = new.height
+            new = _with_partitions(table, new, projects)
+            old_parts = [p for p in manifest["parts"] if p["table"] == table and gone & set(p["sessions"])]
+            superseded.extend(old_parts)
+            kept = [_read_part(directory, p, keep_project=False) for p in old_parts]
+            kept = [
+                k.filter(~pl.col("session_key").is_in(pl.Series(sorted(gone), dtype=pl.String).implode()))
+                for k in kept
+            ]
+            new_parts.extend(_write_partitions(directory, table, run, new, kept, old_parts))
+
+        # Commit point: the manifest names the live parts. Superseded parts are deleted only afterwards.
+        live = [p for p in manifest["parts"] if p not in superseded] + new_parts
+        live.sort(key=lambda p: p["path"])
+        for key in write:
+            srow = corpus.sessions.filter(pl.col("session_key") == key).row(0, named=True)
+            known[key] = {
+                "fingerprint": prints[key],
+                "project": srow["project"],
+                "session_id": srow["session_id"],
+                "file": srow["file"],
+                "run": run,
+            }
+        manifest["sessions"] = dict(sorted(known.items()))
+        manifest["parts"] = live
+        manifest["ctxtool_version"] = __version__
+        manifest["runs"].append(
+            {
+                "run": run,
+                "at": now or _now(),
+                "ctxtool_version": __version__,
+                "added": len(added),
+                "replaced": len(replaced),
+                "unchanged": unchanged,
+                "retained": retained,
+                "prompts": prompts,
+                "rows": rows,
+            }
+        )
+        _write_bytes_atomic(directory / MANIFEST_NAME, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+        live_paths = {p["path"] for p in live}
+        removed = 0
+        for part in superseded:
+            if part["path"] not in live_paths:
+                (directory / part["path"]).unlink(missing_ok=True)
+                removed += 1
+        _prune_empty_dirs(directory)
+        return ExportResult(
+            directory,
+            run,
+            added=tuple(added),
+            replaced=tuple(replaced),
+            unchanged=unchanged,
+            retained=retained,
+            sessions=len(known),
+            rows=rows,
+            parts_written=len(new_parts),
+            parts_removed=removed,
+        )
+
+
+def _write_partitions(
+    directory: Path,
+    table: str,
+    run: int,
+    new: pl.DataFrame,
+    kept: list[pl.DataFrame],
+    old_parts: list[PartEntry],
+) -> list[PartEntry]:
+    """One new part per (project, day): the new rows plus the surviving rows of superseded parts there."""
+    import polars as pl
+
+    groups: dict[tuple[str, str | None], list[pl.DataFrame]] = {}
+    for part, df in zip(old_parts, kept, strict=True):
+        if df.height:
+            groups.setdefault((part["project"], part["day"]), []).append(df)
+    if new.height:
+        for (project, day), df in new.group_by("_project", "_day", maintain_order=True):
+            groups.setdefault((str(project), None if day is None else str(day)), []).append(
+                df.drop("_project", "_day", "project", strict=False)
+            )
+    out: list[PartEntry] = []
+    for (project, day), frames in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        df = pl.concat(frames, how="diagonal_relaxed")
+        rel = f"{table}/project={hive_escape(project)}/day={hive_escape(day)}/part-{run:05d}.parquet"
+        target = directory / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # A hidden temporary name is invisible to `**/*.parquet` globs until the rename.
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        try:
+            df.write_parquet(tmp, compression="zstd", statistics=True)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        keys = sorted(set(df.get_column("session_key").to_list()))
+        out.append(
+            {
+                "path": rel,
+                "table": table,
+                "project": project,
+                "day": day,
+                "rows": df.height,
+                "sessions": keys,
+                "run": run,
+            }
+        )
+    return out
+
+
+def _remove_leftovers(directory: Path, manifest: Manifest) -> None:
+    """Delete part files no manifest lists (an interrupted run's) and temporary files."""
+    live = {p["path"] for p in manifest["parts"]}
+    for table in TABLES:
+        root = directory / table
+        if not root.is_dir():
+            continue
+        for path in root.rglob("*"):
+            if not path.is_file():
+                continue
+            rel = path.relative_to(directory).as_posix()
+            stray_part = path.name.startswith("part-") and path.suffix == ".parquet" and rel not in live
+            if stray_part or (path.name.startswith(".part-") and path.name.endswith(".tmp")):
+                path.unlink()
+    _prune_empty_dirs(directory)
+
+
+def _prune_empty_dirs(directory: Path) -> None:
+    for table in TABLES:
+        root = directory / table
+        if not root.is_dir():
+            continue
+        for sub in sorted(
+            (p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+        ):
+            if not any(sub.iterdir()):
+                sub.rmdir()
+
+
+# --- reading back ------------------------------------------------------------------------------------
+
+
+def _read_part(directory: Path, part: PartEntry, *, keep_project: bool = True) -> pl.DataFrame:
+    import polars as pl
+
+    path = directory / part["path"]
+    try:
+        df = pl.read_parquet(path, hive_partitioning=False)
+    except FileNotFoundError:
+        raise CtxtoolError(
+            f"{directory} is damaged: {part['path']}, listed in {MANIFEST_NAME}, is missing",
+            "Restore the directory from a backup, or export the sessions again into a new directory",
+        ) from None
+    if keep_project:
+        df = df.with_columns(project=pl.lit(part["project"], dtype=pl.String))
+    return df
+
+
+def load_dataset(directory: str | Path, *, subagents: bool = True) -> Corpus:
+    """Read a dataset back as a Corpus, so every report works on it as on the sessions themselves.
+
+    Only parts the manifest lists are read. Columns follow the current frames (a column an older export
+    lacks comes back null). ``subagents=False`` leaves out subagent sessions.
+    """
+    import polars as pl
+
+    from ctxtool import frames
+
+    root = Path(directory)
+    manifest = read_manifest(root)
+    template = frames.build_corpus([])
+    tables: dict[str, pl.DataFrame] = {}
+    files = 0
+    size = 0
+    for table in TABLES:
+        base: pl.DataFrame = getattr(template, table)
+        parts = [p for p in manifest["parts"] if p["table"] == table]
+        pieces = [base]
+        for part in parts:
+            pieces.append(_read_part(root, part, keep_project="project" in base.columns))
+            files += 1
+            size += (root / part["path"]).stat().st_size
+        df = pl.concat(pieces, how="diagonal_relaxed")
+        df = df.select(
+            [
+                pl.col(c).cast(dtype, strict=False) if c in df.columns else pl.lit(None, dtype=dtype).alias(c)
+                for c, dtype in base.schema.items()
+            ]
+        )
+        tables[table] = df.sort(_order(table), maintain_order=True, nulls_last=True)
+
+    sessions = tables["sessions"]
+    if not subagents:
+        keep = sessions.filter(
+            pl.col("parent_session_key").is_null() & (pl.col("kind") != "subagent")
+        ).get_column("session_key")
+        tables = {t: df.filter(pl.col("session_key").is_in(keep.implode())) for t, df in tables.items()}
+        sessions = tables["sessions"]
+    # A parent's subagent count follows the sessions now in the dataset (a child may have been added
+    # in a later run than its parent, or deleted by Gemini CLI since).
+    children = (
+        sessions.filter(pl.col("parent_session_key").is_not_null())
+        .group_by("parent_session_key")
+        .agg(pl.len().alias("_n"))
+    )
+    tables["sessions"] = (
+        sessions.join(children, left_on="session_key", right_on="parent_session_key", how="left")
+        .with_columns(pl.col("_n").fill_null(0).cast(sessions.schema["subagents"]).alias("subagents"))
+        .drop("_n")
+    )
+    corpus = frames.Corpus(
+        tables["sessions"],
+        tables["messages"],
+        tables["requests"],
+        tables["tool_calls"],
+        tables["turns"],
+        files_read=files,
+        files_found=files,
+        bytes_read=size,
+    )
+    corpus.broken_lines = int(corpus.sessions.get_column("broken_lines").sum() or 0)
+    return corpus
+
+
+def _order(table: str) -> list[str]:
+    """Row order within a session, as the frames build it (reports and ``live_only`` rely on it)."""
+    return {
+        "sessions": ["session_key"],
+        "messages": ["session_key", "position"],
+        "requests": ["session_key", "position"],
+        "tool_calls": ["session_key", "turn"],
+        "turns": ["session_key", "turn"],
+    }[table]
+
+
+def dataset_paths(paths: Sequence[str | Path]) -> list[str]:
+    """The PATH arguments that are datasets (for commands that accept both datasets and session paths)."""
+    return [str(p) for p in paths if is_dataset(p)]

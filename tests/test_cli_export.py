@@ -1,0 +1,105 @@
+"""`ctxtool export` and `ctxtool stats DIR` as a user runs them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from ctxtool import export
+from ctxtool.cli import run
+from tests.conftest import FIXTURES
+
+DATA = FIXTURES / "gemini" / "tmp"
+
+
+def rounded(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Rows with floats rounded: sums over a different row order differ in the last bits."""
+    return [{k: round(v, 9) if isinstance(v, float) else v for k, v in r.items()} for r in rows]
+
+
+def cli(capsysbinary: pytest.CaptureFixture[bytes], *args: str) -> tuple[int, bytes, str]:
+    code = run(list(args))
+    captured = capsysbinary.readouterr()
+    return code, captured.out, captured.err.decode()
+
+
+def test_export_then_stats_reads_the_dataset(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    ds = tmp_path / "history"
+    code, out, err = cli(capsysbinary, "export", str(DATA), "--to", str(ds))
+    assert code == 0
+    assert out == b""
+    assert "Run 1: added 15 and replaced 0 session(s) (33 requests)" in err
+    assert export.is_dataset(ds)
+
+    code, out, err = cli(capsysbinary, "export", str(DATA), "--to", str(ds), "--json")
+    doc = orjson.loads(out)
+    assert code == 0
+    assert doc["run"] is None
+    assert doc["unchanged"] == 15
+    assert doc["added"] == []
+
+    for by in ("session", "turn", "day"):
+        _, direct, _ = cli(capsysbinary, "stats", str(DATA), "--by", by, "-f", "json")
+        code, from_ds, _ = cli(capsysbinary, "stats", str(ds), "--by", by, "-f", "json")
+        assert code == 0
+        want, got = orjson.loads(direct), orjson.loads(from_ds)
+        rows = got["rows"]
+        if by == "session":  # the file column names the absolute path the export read
+            for r in [*rows, *want["rows"]]:
+                r["file"] = Path(r["file"]).name
+        assert rounded(rows) == rounded(want["rows"])
+        assert got["read"]["total_tokens"] == want["read"]["total_tokens"]
+
+
+def test_stats_filters_work_on_a_dataset(capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path) -> None:
+    ds = tmp_path / "history"
+    assert cli(capsysbinary, "export", str(DATA), "--to", str(ds))[0] == 0
+    args = ("--by", "request", "-f", "json", "--since", "2026-04-01", "--project", "ops-box")
+    _, direct, _ = cli(capsysbinary, "stats", str(DATA), *args)
+    _, from_ds, _ = cli(capsysbinary, "stats", str(ds), *args)
+    assert rounded(orjson.loads(from_ds)["rows"]) == rounded(orjson.loads(direct)["rows"]) != []
+
+
+def test_usage_errors(capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path) -> None:
+    ds = tmp_path / "history"
+    assert cli(capsysbinary, "export", str(DATA), "--to", str(ds))[0] == 0
+    code, _, err = cli(capsysbinary, "stats", str(ds), str(DATA))
+    assert code == 2
+    assert "cannot be combined" in err
+    code, _, err = cli(capsysbinary, "export", str(ds), "--to", str(tmp_path / "other"))
+    assert code == 2
+    assert "is a ctxtool dataset" in err
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x.txt").write_text("x", encoding="utf-8")
+    code, _, err = cli(capsysbinary, "export", str(DATA), "--to", str(tmp_path / "full"))
+    assert code == 2
+    assert "not empty" in err
+    assert err.rstrip().endswith("wrote")
+    code, _, err = cli(capsysbinary, "export", str(DATA))
+    assert code == 2
+    assert "--to" in err
+
+
+def test_default_root_and_strict(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(DATA, home / ".gemini" / "tmp")
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(home))
+    code, _, err = cli(capsysbinary, "export", "--to", str(tmp_path / "ds"), "--strict")
+    assert code == 1
+    assert "Run 1: added 15" in err
+
+
+def test_help(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    code, out, _ = cli(capsysbinary, "export", "--help")
+    assert code == 0
+    assert b"_ctxtool_manifest.json" in out
+    assert b"--no-prompts" in out

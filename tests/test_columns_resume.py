@@ -1,0 +1,96 @@
+"""Large and growing files: streamed reads and resumed reads give exactly what a whole read gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from ctxtool.errors import SessionFormatError
+from ctxtool.session import columns
+from ctxtool.session.columns import FileColumns, columns_from_bytes, columns_from_file
+from ctxtool.session.discover import SessionPath
+from tests.test_read_properties import HEADER, operations
+
+
+def sp_for(path: Path) -> SessionPath:
+    return SessionPath(path, "proj", "proj", None, str(path.with_suffix("")))
+
+
+def same(a: FileColumns, b: FileColumns) -> None:
+    for name in ("messages", "tools", "lines", "blank_lines", "broken_lines", "first_broken_line", "rewinds"):
+        assert getattr(a, name) == getattr(b, name), name
+    assert (a.session_id, a.live_messages, a.checkpoints) == (b.session_id, b.live_messages, b.checkpoints)
+
+
+def lines(records: list[Any]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+def test_streamed_read_equals_whole_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxtool.session import read
+
+    src = (
+        Path(__file__).parents[1]
+        / "fixtures/gemini/tmp/ctxdemo/chats/session-2026-04-20T10-00-e1e2e3e4.jsonl"
+    )
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(src.read_bytes())
+    whole = columns_from_bytes(path.read_bytes(), sp_for(path))
+    monkeypatch.setattr(columns, "STREAM_MIN_BYTES", 1)
+    real_iter = read.iter_file_lines
+    monkeypatch.setattr(columns, "iter_file_lines", lambda fh: real_iter(fh, chunk_size=7))
+    same(columns_from_file(sp_for(path)), whole)
+
+
+def test_whole_document_too_large_for_memory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "big.json"
+    path.write_text(
+        json.dumps({**HEADER, "messages": [{"id": "a", "type": "user", "content": "x" * 5000}]}, indent=2)
+    )
+    monkeypatch.setattr(columns, "STREAM_MIN_BYTES", 1)
+    monkeypatch.setattr(columns, "_available_memory", lambda: 1000)
+    with pytest.raises(SessionFormatError, match=r"single 0\.0 GB JSON document and only 0\.0 GB of memory"):
+        columns_from_file(sp_for(path))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(operations(), operations())
+def test_resumed_read_equals_full_read(tmp_path: Path, first: list[Any], second: list[Any]) -> None:
+    path = tmp_path / "grow.jsonl"
+    path.write_bytes(lines([HEADER, *first]))
+    before = columns_from_file(sp_for(path))
+    assert before.resume_offset == path.stat().st_size
+    with open(path, "ab") as fh:
+        fh.write(lines(second))
+    after = columns_from_file(sp_for(path), resume=before)
+    full = columns_from_bytes(path.read_bytes(), sp_for(path))
+    assert after.resumed == bool(second)
+    same(after, full)
+    assert after.live_order == full.live_order
+
+
+def test_rewritten_file_is_read_again_not_resumed(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(lines([HEADER, {"id": "a", "type": "user", "content": "one"}]))
+    before = columns_from_file(sp_for(path))
+    path.write_bytes(
+        lines([{**HEADER, "sessionId": "other"}, {"id": "b", "type": "user", "content": "two"}]) * 2
+    )
+    after = columns_from_file(sp_for(path), resume=before)
+    assert not after.resumed
+    same(after, columns_from_bytes(path.read_bytes(), sp_for(path)))
+
+
+def test_a_half_written_last_line_gives_no_resume_point(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(lines([HEADER]) + b'{"id": "a", "ty')
+    fc = columns_from_file(sp_for(path))
+    assert fc.broken_lines == 1
+    assert fc.resume_offset is None

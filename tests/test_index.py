@@ -1,0 +1,103 @@
+"""The incremental index as a user meets it: second runs served from it, grown files resumed, clearing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from ctxtool.cli import run
+from ctxtool.session import index as index_module
+from tests.conftest import FIXTURES
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    target = tmp_path / "gemini" / "tmp"
+    shutil.copytree(FIXTURES / "gemini" / "tmp", target)
+    return target
+
+
+def stats_json(capsysbinary: pytest.CaptureFixture[bytes], *args: str) -> dict[str, object]:
+    assert run(["stats", *args, "-f", "json", "--by", "request"]) == 0
+    return orjson.loads(capsysbinary.readouterr().out)  # type: ignore[no-any-return]
+
+
+def test_second_run_comes_from_the_index_with_the_same_rows(
+    capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path
+) -> None:
+    cache = str(tmp_path / "cache")
+    first = stats_json(capsysbinary, str(data), "--cache-dir", cache)
+    second = stats_json(capsysbinary, str(data), "--cache-dir", cache)
+    cold = stats_json(capsysbinary, str(data), "--no-cache")
+    assert first["read"]["index"]["files_parsed"] == 16  # type: ignore[index]
+    assert second["read"]["index"]["corpus_from_cache"] is True  # type: ignore[index]
+    assert first["rows"] == second["rows"] == cold["rows"]
+    assert cold["read"]["index"]["enabled"] is False  # type: ignore[index]
+
+
+def test_a_grown_session_is_resumed_and_counted_once(
+    capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path
+) -> None:
+    cache = str(tmp_path / "cache")
+    stats_json(capsysbinary, str(data), "--cache-dir", cache)
+    grown = data / "ctxdemo" / "chats" / "session-2026-05-25T09-30-c4e5f6a7.jsonl"
+    with open(grown, "ab") as fh:
+        fh.write(
+            orjson.dumps({"id": "late-1", "type": "user", "content": [{"text": "one more thing"}]}) + b"\n"
+        )
+        record = {
+            "id": "late-2",
+            "type": "gemini",
+            "content": "done",
+            "model": "gemini-2.5-pro",
+            "tokens": {"input": 1234, "output": 5, "cached": 0, "thoughts": 0, "tool": 0, "total": 1239},
+        }
+        fh.write(orjson.dumps(record) + b"\n")
+    after = stats_json(capsysbinary, str(data), "--cache-dir", cache)
+    cold = stats_json(capsysbinary, str(data), "--no-cache")
+    assert after["read"]["index"]["files_resumed"] == 1  # type: ignore[index]
+    assert after["read"]["index"]["files_from_index"] == 15  # type: ignore[index]
+    assert after["rows"] == cold["rows"]
+    assert any(r["message_id"] == "late-2" for r in after["rows"])  # type: ignore[attr-defined]
+
+
+def test_a_new_reader_version_invalidates_the_index(
+    capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = str(tmp_path / "cache")
+    stats_json(capsysbinary, str(data), "--cache-dir", cache)
+    monkeypatch.setattr(index_module, "STAMP", index_module.STAMP + "-next")
+    again = stats_json(capsysbinary, str(data), "--cache-dir", cache)
+    assert again["read"]["index"]["files_parsed"] == 16  # type: ignore[index]
+    assert len(list((tmp_path / "cache" / "index").glob("files-*.pkl"))) == 1
+
+
+def test_a_damaged_index_is_rebuilt(
+    capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
+    for path in (cache / "index").glob("*.pkl"):
+        path.write_bytes(b"garbage")
+    shutil.rmtree(cache / "corpus")
+    again = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
+    assert again["read"]["index"]["files_parsed"] == 16  # type: ignore[index]
+
+
+def test_no_cache_writes_nothing_and_clear_empties(
+    capsys: pytest.CaptureFixture[str], data: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    assert run(["stats", str(data), "--no-cache", "--cache-dir", str(cache), "-f", "csv"]) == 0
+    assert not cache.exists()
+    assert run(["stats", str(data), "--cache-dir", str(cache), "-f", "csv"]) == 0
+    capsys.readouterr()
+    assert run(["cache", "info", "--cache-dir", str(cache)]) == 0
+    assert "indexed files:   16" in capsys.readouterr().out
+    assert run(["cache", "clear", "--cache-dir", str(cache)]) == 0
+    assert "cleared" in capsys.readouterr().out
+    assert not (cache / "index").exists()
+    assert not (cache / "corpus").exists()
