@@ -141,11 +141,11 @@ def load_corpus_cache(root: Path, key: str) -> Corpus | None:
     return corpus
 
 
-def warm_up() -> None:
+def warm_up(*, price_memo: bool = True) -> None:
     """Load what building frames needs (price data), so it can overlap with parsing."""
     from ctxtool.pricing import warm_up as warm_prices
 
-    warm_prices()
+    warm_prices(memo=price_memo)
 
 
 _MESSAGE_SCHEMA: dict[str, Any] = {
@@ -256,7 +256,9 @@ def _merged_columns(s: _Session) -> tuple[dict[str, list[Any]], dict[str, list[A
     return msgs, tools
 
 
-def build_corpus(results: list[FileColumns], found: Discovery | None = None) -> Corpus:
+def build_corpus(
+    results: list[FileColumns], found: Discovery | None = None, *, price_memo: bool = True
+) -> Corpus:
     """Frames from flattened files. Consumes the rows of ``results`` (their column lists are emptied)."""
     problems = [Problem(r.path, r.error) for r in results if r.error]
     good = [r for r in results if not r.error]
@@ -336,7 +338,7 @@ def build_corpus(results: list[FileColumns], found: Discovery | None = None) -> 
         {"session_key": tool_session, **tool_cols}, schema={"session_key": pl.String, **_TOOL_SCHEMA}
     )
     del tool_cols, tool_session
-    corpus = _derive(files_meta, messages, tools)
+    corpus = _derive(files_meta, messages, tools, price_memo=price_memo)
     corpus.problems = problems
     corpus.files_read = len(good)
     corpus.files_found = len(results)
@@ -359,7 +361,9 @@ def _ts(col: str) -> pl.Expr:
     return pl.col(col).str.to_datetime(time_zone="UTC", strict=False, format=None)
 
 
-def _derive(meta: pl.DataFrame, messages: pl.DataFrame, tools: pl.DataFrame) -> Corpus:
+def _derive(
+    meta: pl.DataFrame, messages: pl.DataFrame, tools: pl.DataFrame, *, price_memo: bool = True
+) -> Corpus:
     from ctxtool.pricing import add_costs
 
     ids = meta.select("session_key", "session", "session_id", "project", "kind", "root_session_key")
@@ -379,7 +383,7 @@ def _derive(meta: pl.DataFrame, messages: pl.DataFrame, tools: pl.DataFrame) -> 
         context_share=pl.col("input") / pl.col("context_limit"),
         cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")).otherwise(None),
     )
-    requests, warnings = add_costs(requests)
+    requests, warnings = add_costs(requests, memo=price_memo)
     requests = requests.select(
         "session_key",
         "session",

@@ -71,7 +71,7 @@ def load_corpus(
     def warm() -> None:
         from ctxtool import frames
 
-        frames.warm_up()
+        frames.warm_up(price_memo=cache)
 
     index = FileIndex(root) if root is not None else None
     results = read_files(found.files, progress=progress, workers=workers, while_waiting=warm, index=index)
@@ -81,7 +81,8 @@ def load_corpus(
         use.files_parsed = len(results)
     from ctxtool import frames
 
-    corpus = frames.build_corpus(results, found)
+    # Without the cache, prices come straight from genai-prices too (a truly cold run).
+    corpus = frames.build_corpus(results, found, price_memo=cache)
     if root is not None:
         frames.save_corpus_cache(corpus, root, key)
     return corpus, use

@@ -115,9 +115,9 @@ class PriceTable:
         )
 
 
-def warm_up() -> None:
+def warm_up(*, memo: bool = True) -> None:
     """Load what pricing will need: the memoised rates, or genai-prices' data when there are none."""
-    if _load_rate_cache() is None:
+    if not memo or _load_rate_cache() is None:
         from genai_prices import data_snapshot
 
         data_snapshot.get_snapshot()
@@ -193,14 +193,14 @@ def _model_rates(model: str, at: datetime) -> ModelRates:
     return ModelRates(model=model, model_id=info.id, tiers=tuple(tiers))
 
 
-def price_table(models: Iterable[str | None], at: datetime | None = None) -> PriceTable:
+def price_table(models: Iterable[str | None], at: datetime | None = None, *, memo: bool = True) -> PriceTable:
     """Resolve each distinct model name once; names the library does not know go to ``unknown``.
 
     ``at`` is the request time prices are taken for (the library keeps dated prices); default now, in which
     case memoised rates for today are used when present (see the module docstring).
     """
     wanted = sorted({m for m in models if m is not None})
-    if at is None:
+    if at is None and memo:
         cached = _load_rate_cache()
         if cached is not None and all(m in cached.rates or m in cached.unknown for m in wanted):
             return PriceTable(
@@ -218,7 +218,7 @@ def price_table(models: Iterable[str | None], at: datetime | None = None) -> Pri
         except LookupError:
             unknown.append(model)
     table = PriceTable(rates=rates, unknown=tuple(unknown), at=when)
-    if at is None:
+    if at is None and memo:
         _save_rate_cache(table)
     return table
 
@@ -327,7 +327,7 @@ def request_cost(
 
 
 def add_costs(
-    df: pl.DataFrame, table: PriceTable | None = None, *, at: datetime | None = None
+    df: pl.DataFrame, table: PriceTable | None = None, *, at: datetime | None = None, memo: bool = True
 ) -> tuple[pl.DataFrame, list[str]]:
     """Add a Float64 ``cost`` column (USD) to a frame of requests; return it with warning messages.
 
@@ -343,11 +343,11 @@ def add_costs(
     present: list[str | None] = df.get_column("model").cast(pl.String).unique().sort().to_list()
     names = [m for m in present if m is not None]
     if table is None:
-        table = price_table(names, at)
+        table = price_table(names, at, memo=memo)
     else:
         uncovered = [m for m in names if not table.covers(m)]
         if uncovered:
-            table = table.merged(price_table(uncovered, table.at))
+            table = table.merged(price_table(uncovered, table.at, memo=memo))
     warnings = [table.unknown_model_warning(m) for m in names if m in table.unknown]
     if None in present:
         nameless = df.get_column("model").null_count()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from datetime import date, datetime
@@ -145,8 +144,6 @@ def stats(
         corpus = export.load_dataset(datasets[0], subagents=subagents)
         cache_use = CacheUse()
     else:
-        if no_cache:
-            os.environ["CTXTOOL_NO_PRICE_CACHE"] = "1"  # a cold run asks genai-prices too
         progress = _DelayedProgress(sys.stderr.isatty())
         try:
             corpus, cache_use = load_corpus(
