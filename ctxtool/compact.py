@@ -79,6 +79,9 @@ class CompactOptions:
     system_prompt: str | None = (
         None  # replaces the profile's prompt (--prompt-file, --prompt-from-gemini-cli)
     )
+    strategy: str = "gemini-cli"  # ctxtool.compress.strategies name; others than gemini-cli ignore profile
+    context_window: int | None = None  # other strategies: window for their trigger (None: their default)
+    custom_instructions: str | None = None  # other strategies: focus text appended to their prompt
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,9 @@ class CompactionReport:
     session_id: str | None = None
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    strategy: str = "gemini-cli"
+    trigger: dict[str, Any] | None = None  # other strategies: their own trigger replayed on the session
+    strategy_tokens: dict[str, Any] | None = None  # other strategies: {measure, before, after} in their unit
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -327,7 +333,8 @@ def compact_session(
     opts = options or CompactOptions()
     dest = destination or Destination()
     sp = source if isinstance(source, SessionPath) else _describe(Path(source))
-    profile = get_profile(opts.profile)
+    base_strategy, _, variant = opts.strategy.partition(":")
+    profile = get_profile(variant if base_strategy == "gemini-cli" and variant else opts.profile)
     now = clock()
 
     data = sp.path.read_bytes()
@@ -346,6 +353,7 @@ def compact_session(
         deterministic=summarizer.deterministic,
         messages_total=len(messages),
         session_id=session.session_id,
+        strategy=opts.strategy,
     )
 
     new_session_id = new_id() if dest.mode == "new-session" else None
@@ -353,6 +361,21 @@ def compact_session(
     new_name = new_session_file_name(new_session_id, now, ext) if new_session_id else None
     target, project_tmp = output_location(sp, dest, new_name=new_name)
     tool_dir = project_tmp / profile.tool_output_subdir if profile.tool_output_subdir else project_tmp
+    if base_strategy != "gemini-cli":
+        return _compact_with_strategy(
+            session,
+            data,
+            stamp,
+            summarizer,
+            opts,
+            dest,
+            report,
+            target,
+            new_session_id,
+            now,
+            new_id,
+            before_replace,
+        )
 
     curated = g.session_to_curated_history(messages, model, profile=profile)
     report.env_synthesized = curated.env_synthesized
@@ -480,6 +503,82 @@ def compact_session(
         assert stamp is not None
         report.backup_path = str(write_backup(sp.path, data, now))
         replace_checked(sp.path, payload, stamp, before_replace=before_replace)
+    else:
+        atomic_write(target, payload, exclusive=dest.mode == "new-session")
+    report.written = True
+    return report
+
+
+def _compact_with_strategy(
+    session: Any,
+    data: bytes,
+    stamp: FileStamp | None,
+    summarizer: Summarizer,
+    opts: CompactOptions,
+    dest: Destination,
+    report: CompactionReport,
+    target: Path,
+    new_session_id: str | None,
+    now: datetime,
+    new_id: Callable[[], str],
+    before_replace: Callable[[], object] | None,
+) -> CompactionReport:
+    """``compact_session`` for a strategy of ``ctxtool.compress.strategies`` other than gemini-cli: the
+    strategy plans the new message list, this writes it the way the gemini-cli path does."""
+    from ctxtool.compress import strategies
+
+    strategy = strategies.get_strategy(opts.strategy)
+    messages = cast(list[dict[str, Any]], session.messages)
+    model = report.model or DEFAULT_CHAT_MODEL
+    s_opts = strategies.StrategyOptions(
+        chat_model=model,
+        context_window=opts.context_window,
+        force=opts.force,
+        custom_instructions=opts.custom_instructions,
+        threshold=opts.threshold,
+    )
+    plan_summarizer = summarizer
+    if opts.dry_run and not summarizer.deterministic:
+        plan_summarizer = OfflineSummarizer()
+        report.notes.append("dry run: the new token count is estimated with an offline summary")
+    result = strategy.plan(messages, plan_summarizer, s_opts, now=now, new_id=new_id)
+    report.strategy = strategy.name
+    report.profile = None
+    report.status = result.status
+    report.trigger = result.trigger.as_dict()
+    report.strategy_tokens = {
+        "measure": result.own_measure,
+        "before": result.own_tokens_before,
+        "after": result.own_tokens_after,
+    }
+    report.notes.extend(result.notes)
+    report.tokens_before = strategies.gemini_estimate(messages, model)
+    report.tokens_before_source = "estimate"
+    if result.calls:
+        report.summarizer_model = result.calls[0].model
+    if result.messages is None:
+        return report
+    report.tokens_after = strategies.gemini_estimate(result.messages, model)
+    report.messages_kept = result.messages_kept
+    report.messages_summarised = result.messages_summarised
+    if result.kept_from is not None and result.kept_from < len(messages):
+        report.split_message_id = str(messages[result.kept_from].get("id"))
+    facts = extract_facts(strategies.wire_history(messages))
+    report.retention = retention(facts, history_text(strategies.wire_history(result.messages))).as_dict()
+    report.output_path = str(target)
+    if opts.dry_run:
+        return report
+    metadata = dict(session.metadata)
+    metadata["lastUpdated"] = js_iso(now)
+    if new_session_id is not None:
+        metadata["sessionId"] = new_session_id
+        metadata["startTime"] = js_iso(now)
+        report.session_id = new_session_id
+    payload = session_bytes(session.era, metadata, result.messages)
+    if dest.mode == "in-place":
+        assert stamp is not None
+        report.backup_path = str(write_backup(Path(report.input_path), data, now))
+        replace_checked(Path(report.input_path), payload, stamp, before_replace=before_replace)
     else:
         atomic_write(target, payload, exclusive=dest.mode == "new-session")
     report.written = True

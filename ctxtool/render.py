@@ -471,3 +471,57 @@ def _retention_cell(kind: Any) -> str:
     if not isinstance(kind, Mapping) or not kind.get("total"):
         return "–"
     return f"{100 * int(kind['kept']) // int(kind['total'])}%"
+
+
+def compare_table(rows: Sequence[Mapping[str, Any]], *, title: str = "ctxtool compare") -> Table:
+    """One row per session and strategy of ``ctxtool compare``: trigger, tokens before → after, reduction,
+    messages kept, fact retention per kind and the time taken."""
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("session", no_wrap=True, overflow="ellipsis", max_width=28)
+    table.add_column("strategy", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("trigger", justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("cut", justify="right", no_wrap=True)
+    table.add_column("kept", justify="right", no_wrap=True)
+    table.add_column("facts p/c/e/d", justify="right", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    for r in rows:
+        name = str(r.get("session", "")).rsplit("/", 1)[-1]
+        status = str(r.get("status"))
+        trig = r.get("would_trigger")
+        trigger = "n/a" if trig is None else f"turn {r.get('trigger_turn')}" if trig else "no"
+        before, after = r.get("tokens_before"), r.get("tokens_after")
+        tokens = "–" if before is None or after is None else f"{human_int(before)} → {human_int(after)}"
+        reduction = r.get("reduction")
+        cut = "–" if reduction is None else f"{100 * float(reduction):.0f}%"
+        kept = "–" if r.get("messages_kept") is None else str(r["messages_kept"])
+        facts = "/".join(
+            "–" if r.get(f"{k}_retention") is None else f"{float(r[f'{k}_retention']):.0f}%"
+            for k in ("paths", "commands", "errors", "directives")
+        )
+        seconds = r.get("seconds")
+        took = "–" if seconds is None else f"{float(seconds):.2f}s"
+        styled = Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow"))
+        table.add_row(name, str(r.get("strategy")), styled, trigger, tokens, cut, kept, facts, took)
+    return table
+
+
+def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 40) -> Table:
+    """A bar chart in the terminal: mean tokens after (share of before) and mean retention per strategy."""
+    table = Table(title="per strategy (mean over sessions)", title_justify="left", show_edge=False, box=None)
+    table.add_column("strategy", no_wrap=True)
+    table.add_column("tokens after / before", no_wrap=True)
+    table.add_column("fact retention", no_wrap=True)
+    for m in means:
+        before = float(m.get("tokens_before") or 0)
+        after = float(m.get("tokens_after") or 0)
+        share = min(1.0, after / before) if before else 0.0
+        ret = m.get("retention")
+        ret_share = 0.0 if ret is None else float(ret) / 100
+        tokens = Text("█" * round(share * width), style="cyan")
+        tokens.append(f" {human_int(round(after))} / {human_int(round(before))}")
+        bar = Text("█" * round(ret_share * width), style="green")
+        bar.append(" –" if ret is None else f" {float(ret):.0f}%")
+        table.add_row(str(m.get("strategy")), tokens, bar)
+    return table

@@ -48,12 +48,13 @@ def _root(
 
 
 def _register() -> None:
-    from ctxtool.cli import audit, cache, compact, diff, export, stats
+    from ctxtool.cli import audit, cache, compact, compare, diff, export, stats
 
     stats.register(app)
     compact.register(app)
     diff.register(app)
     audit.register(app)
+    compare.register(app)
     export.register(app)
     cache.register(app)
 

@@ -15,6 +15,17 @@ from ctxtool.compress.summarizer import ModelCall, Summarizer
 from ctxtool.errors import CtxtoolError, SummarizerError, UsageError
 
 
+def strategies_help() -> str:
+    """One paragraph per strategy: what it does and what an offline replay cannot reproduce."""
+    from ctxtool.compress.strategies import get_strategy, strategy_names
+
+    rows = []
+    for name in strategy_names():
+        st = get_strategy(name)
+        rows.append(f"  {name}: {st.description}. Offline replay: {st.exactness}.")
+    return "\n\n".join(rows)
+
+
 def _profiles_help() -> str:
     rows = [f"  {p.name:<26} {p.since} .. {p.until or 'now':<10}  {p.description}" for p in PROFILES.values()]
     return "\n".join(rows)
@@ -40,6 +51,15 @@ Profiles (Gemini CLI behaviour by date; default {DEFAULT_PROFILE}):
 
 \b
 {_profiles_help()}
+
+Strategies (--strategy; default gemini-cli). The others replay other agents' compaction from
+shared/spec/other-strategies.md, write a Gemini CLI session too, and use the same summarizers (with
+offline, each writes its own section layout from the same extracted facts). kode:<preset> are Kode's
+retention heuristics, which Kode itself never uses. Their tokens are Gemini CLI's local estimate; each
+row also carries the strategy's own measure (strategy_tokens). A stored <session_context> stays first;
+Gemini CLI's "Got it" ack is inserted where a layout would leave two user messages in a row.
+
+{strategies_help()}
 
 Exit status: 0 every file processed (whatever its outcome), 1 a file could not be read, summarised or
 written, 2 usage error.
@@ -145,6 +165,18 @@ def compact(
     summary_budget: int = typer.Option(
         None, "--summary-budget", help="Offline summarizer: at most TOKENS in the summary (default 2000)."
     ),
+    strategy: str = typer.Option(
+        "gemini-cli", "--strategy", help="Compaction strategy to replay (see the list above)."
+    ),
+    context_window: int = typer.Option(
+        None,
+        "--context-window",
+        min=1000,
+        help="Other strategies: context window for their trigger (default: Kode 200000, else the model's).",
+    ),
+    instructions: str = typer.Option(
+        None, "--instructions", help="Other strategies: focus text appended to their summary prompt."
+    ),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
     color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
     width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
@@ -172,6 +204,16 @@ def compact(
             "--summary-budget applies to the offline summarizer", "Drop it or use --summarizer offline"
         )
     get_profile(profile)
+    from ctxtool.compress.strategies import get_strategy
+
+    get_strategy(strategy)
+    gemini_only = truncate_only or prompt_file is not None or prompt_from_gemini_cli
+    if strategy.partition(":")[0] != "gemini-cli" and gemini_only:
+        raise UsageError(
+            f"--truncate-only, --prompt-file and --prompt-from-gemini-cli apply to the gemini-cli strategy, "
+            f"not {strategy}",
+            "Drop them or use --strategy gemini-cli",
+        )
 
     system_prompt: str | None = None
     if prompt_file is not None:
@@ -214,6 +256,9 @@ def compact(
         dry_run=dry_run,
         chat_model=chat_model,
         system_prompt=system_prompt,
+        strategy=strategy,
+        context_window=context_window,
+        custom_instructions=instructions,
     )
 
     reports: list[lib.CompactionReport] = [
