@@ -202,7 +202,8 @@ def write_chart(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         import matplotlib
     except ImportError:
         raise UsageError(
-            "writing a chart needs matplotlib", "Install it (pip install 'ctxtool[chart]' or pip install matplotlib) or drop --chart"
+            "writing a chart needs matplotlib",
+            "Install it (pip install 'ctxtool[chart]', or pip install matplotlib) or drop --chart",
         ) from None
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt

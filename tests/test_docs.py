@@ -58,8 +58,18 @@ def test_every_output_field_is_documented(capsysbinary: pytest.CaptureFixture[by
 def _commands() -> list[object]:
     import typer.main
 
+    from ctxtool.cli import register
+
+    register()
     group = typer.main.get_command(app)
     return [group, *group.commands.values()]  # type: ignore[attr-defined]
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in ("stats", "compact", "compare", "diff", "audit", "export", "cache"):
+        assert name in out
 
 
 def test_every_command_and_option_has_help() -> None:

@@ -47,25 +47,43 @@ def _root(
     """Token usage, compaction replay, diffs and CI budgets for Gemini CLI sessions."""
 
 
-def _register() -> None:
-    from ctxtool.cli import audit, cache, compact, compare, diff, export, stats
+# Each command lives in its own module; only the one being run is imported (start-up stays lean: the
+# compaction strategies alone take tens of milliseconds to import). ``--help`` and unknown words load all.
+_COMMANDS = {
+    "stats": "ctxtool.cli.stats",
+    "compact": "ctxtool.cli.compact",
+    "compare": "ctxtool.cli.compare",
+    "diff": "ctxtool.cli.diff",
+    "audit": "ctxtool.cli.audit",
+    "export": "ctxtool.cli.export",
+    "cache": "ctxtool.cli.cache",
+}
+_registered: set[str] = set()
 
-    stats.register(app)
-    compact.register(app)
-    diff.register(app)
-    audit.register(app)
-    compare.register(app)
-    export.register(app)
-    cache.register(app)
+
+def register(names: Sequence[str] | None = None) -> None:
+    """Add the named commands (default: all, in their documented order) to ``app``, once each."""
+    import importlib
+
+    for name in names if names is not None else list(_COMMANDS):
+        if name not in _registered:
+            importlib.import_module(_COMMANDS[name]).register(app)
+            _registered.add(name)
 
 
-_register()
+def _command_in(args: Sequence[str]) -> str | None:
+    for arg in args:
+        if not arg.startswith("-"):
+            return arg
+    return None
 
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit status instead of exiting (used by tests and ``main``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     want_traceback = "--traceback" in args
+    command = _command_in(args)
+    register([command] if command in _COMMANDS else None)
     try:
         result = app(args=args, prog_name="ctxtool", standalone_mode=False)
     except typer.Exit as exc:
