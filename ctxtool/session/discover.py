@@ -67,11 +67,12 @@ def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discover
     real_dirs: dict[Path, str] = {}
 
     def add(path: Path) -> None:
-        # One realpath per folder, not per file: thousands of files share a handful of folders.
+        # One absolute path per folder, not per file: thousands of files share a few hundred folders.
+        # (abspath, not realpath: resolving every folder's symlinks costs more than the rest of the scan.)
         parent = path.parent
         real_parent = real_dirs.get(parent)
         if real_parent is None:
-            real_parent = real_dirs[parent] = os.path.realpath(parent)
+            real_parent = real_dirs[parent] = os.path.abspath(parent)
         key = os.path.join(real_parent, path.name)
         if key in seen:
             return
