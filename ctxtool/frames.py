@@ -11,7 +11,7 @@ recorded, rewound or checkpointed away included); context figures use the **live
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -54,6 +54,8 @@ class Corpus:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     broken_lines: int = 0
+    # Per-file facts kept with a stored corpus (see ctxtool.loading); not part of the frames.
+    file_records: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def load(
@@ -81,18 +83,13 @@ def load_cached(
 _FRAME_NAMES = ("sessions", "messages", "requests", "tool_calls", "turns")
 
 
-def corpus_cache_dir(root: Path, key: str) -> Path:
-    return root / "corpus" / key
-
-
-def save_corpus_cache(corpus: Corpus, root: Path, key: str, *, keep: int = 3) -> None:
-    """Store built frames under the scan's fingerprint, so an unchanged corpus is not read again."""
+def save_corpus_cache(corpus: Corpus, folder: Path, *, keep: int = 8) -> None:
+    """Store built frames in ``folder`` (one per scan); the oldest stored scans beyond ``keep`` go."""
     import json
     import os
     import shutil
 
-    folder = corpus_cache_dir(root, key)
-    tmp = folder.with_name(f".{key}.{os.getpid()}.tmp")
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
     try:
         tmp.mkdir(parents=True, exist_ok=True)
         for name in _FRAME_NAMES:
@@ -120,11 +117,10 @@ def save_corpus_cache(corpus: Corpus, root: Path, key: str, *, keep: int = 3) ->
         shutil.rmtree(tmp, ignore_errors=True)  # a read-only cache costs speed, not correctness
 
 
-def load_corpus_cache(root: Path, key: str) -> Corpus | None:
-    """Frames stored for exactly this scan, or None."""
+def load_corpus_cache(folder: Path) -> Corpus | None:
+    """Frames stored in ``folder`` by ``save_corpus_cache``, or None."""
     import json
 
-    folder = corpus_cache_dir(root, key)
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         frames = [pl.read_ipc(folder / f"{name}.arrow") for name in _FRAME_NAMES]
@@ -179,6 +175,8 @@ assert tuple(_TOOL_SCHEMA) == TOOL_COLUMNS
 
 _SESSION_META_SCHEMA: dict[str, Any] = {
     "session_key": pl.String,
+    "group_key": pl.String,
+    "parent_ref": pl.String,
     "session": pl.String,
     "session_id": pl.String,
     "project": pl.String,
@@ -199,6 +197,80 @@ _SESSION_META_SCHEMA: dict[str, Any] = {
     "checkpoints": pl.Int64,
     "live_messages": pl.Int64,
 }
+
+
+def link_parents(sessions: Iterable[tuple[str, str, str | None, str | None]]) -> dict[str, str]:
+    """Parent session key of each subagent session: (key, project_dir, session_id, parent_ref) in, key -> key.
+
+    A nested file ``chats/<parent-id>/<id>.json[l]`` belongs to the session whose id is ``<parent-id>`` in
+    the same project; ``chats/skill-extraction-<8hex>/`` to the session whose id starts with those 8 hex.
+    """
+    rows = list(sessions)
+    by_id: dict[tuple[str, str], str] = {}
+    for key, project_dir, session_id, parent_ref in rows:
+        if session_id and parent_ref is None:
+            by_id.setdefault((project_dir, session_id), key)
+    out: dict[str, str] = {}
+    for key, project_dir, _sid, parent_ref in rows:
+        if parent_ref is None:
+            continue
+        parent = by_id.get((project_dir, parent_ref))
+        if parent is None and parent_ref.startswith("skill-extraction-"):
+            prefix = parent_ref.removeprefix("skill-extraction-")
+            parent = next(
+                (k for (proj, sid), k in by_id.items() if proj == project_dir and sid.startswith(prefix)),
+                None,
+            )
+        if parent is not None:
+            out[key] = parent
+    return out
+
+
+def splice(cached: Corpus, fresh: Corpus, groups: set[str]) -> Corpus:
+    """``cached`` with the sessions of file ``groups`` replaced by ``fresh`` (which holds just those groups).
+
+    Parent links, root keys and subagent counts are recomputed over the whole result, so a session that
+    appeared, vanished or changed is attributed exactly as a full build would attribute it.
+    """
+    gone = cached.sessions.filter(pl.col("group_key").is_in(list(groups))).get_column("session_key")
+    keep = pl.col("session_key").is_in(gone.implode()).not_()
+    sessions = pl.concat([cached.sessions.filter(keep), fresh.sessions], how="diagonal_relaxed")
+    parents = link_parents(
+        sessions.select("session_key", "project_dir", "session_id", "parent_ref").iter_rows()
+    )
+    keys = sessions.get_column("session_key").to_list()
+    parent_col = [parents.get(k) for k in keys]
+    root = pl.DataFrame(
+        {"session_key": keys, "root_session_key": [p or k for p, k in zip(parent_col, keys, strict=True)]},
+        schema={"session_key": pl.String, "root_session_key": pl.String},
+    )
+    sessions = sessions.with_columns(
+        parent_session_key=pl.Series(parent_col, dtype=pl.String),
+        root_session_key=root.get_column("root_session_key"),
+    ).drop("subagents")
+    children = (
+        sessions.filter(pl.col("parent_session_key").is_not_null())
+        .group_by("parent_session_key")
+        .agg(pl.len().alias("subagents"))
+    )
+    sessions = sessions.join(children, left_on="session_key", right_on="parent_session_key", how="left")
+    sessions = sessions.with_columns(pl.col("subagents").fill_null(0))
+
+    def rejoin(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
+        both = pl.concat([old.filter(keep), new], how="diagonal_relaxed")
+        if "root_session_key" not in both.columns:
+            return both
+        return both.drop("root_session_key").join(root, on="session_key", how="left").select(both.columns)
+
+    warnings = list(dict.fromkeys([*cached.warnings, *fresh.warnings]))
+    return Corpus(
+        sessions.select(cached.sessions.columns),
+        rejoin(cached.messages, fresh.messages),
+        rejoin(cached.requests, fresh.requests),
+        rejoin(cached.tool_calls, fresh.tool_calls),
+        rejoin(cached.turns, fresh.turns),
+        warnings=warnings,
+    )
 
 
 @dataclass(slots=True)
@@ -264,13 +336,9 @@ def build_corpus(
     good = [r for r in results if not r.error]
     sessions = _group_sessions(good)
 
-    # Parent lookup for subagent files: by session id within a project; skill-extraction-<8hex> by prefix.
-    by_id: dict[tuple[str, str], str] = {}
-    for s in sessions:
-        p = s.primary
-        if p.session_id and p.parent_ref is None:
-            by_id.setdefault((p.project_dir, p.session_id), s.key)
-
+    parents = link_parents(
+        (s.key, s.primary.project_dir, s.primary.session_id, s.primary.parent_ref) for s in sessions
+    )
     srow: dict[str, list[Any]] = {k: [] for k in _SESSION_META_SCHEMA}
     msg_cols: dict[str, list[Any]] = {k: [] for k in MESSAGE_COLUMNS}
     tool_cols: dict[str, list[Any]] = {k: [] for k in TOOL_COLUMNS}
@@ -279,21 +347,11 @@ def build_corpus(
     tool_session: list[str] = []
     for s in sessions:
         p = s.primary
-        parent_key = None
-        if p.parent_ref is not None:
-            parent_key = by_id.get((p.project_dir, p.parent_ref))
-            if parent_key is None and p.parent_ref.startswith("skill-extraction-"):
-                prefix = p.parent_ref.removeprefix("skill-extraction-")
-                parent_key = next(
-                    (
-                        k
-                        for (proj, sid), k in by_id.items()
-                        if proj == p.project_dir and sid.startswith(prefix)
-                    ),
-                    None,
-                )
+        parent_key = parents.get(s.key)
         kind = "subagent" if p.parent_ref is not None or p.kind == "subagent" else p.kind
         srow["session_key"].append(s.key)
+        srow["group_key"].append(p.group_key)
+        srow["parent_ref"].append(p.parent_ref)
         srow["session"].append(Path(p.path).name.rsplit(".", 1)[0])
         srow["session_id"].append(p.session_id)
         srow["project"].append(p.project)
@@ -346,15 +404,22 @@ def build_corpus(
     corpus.broken_lines = sum(r.broken_lines for r in good)
     if found is not None:
         corpus.skipped = [(str(p), why) for p, why in found.skipped]
-        corpus.problems.extend(
+        corpus.problems.extend(discovery_problems(found))
+    return corpus
+
+
+def discovery_problems(found: Discovery) -> list[Problem]:
+    """What the PATH arguments themselves got wrong (nothing matched, a folder with no sessions)."""
+    return [
+        *(
             Problem(m, "matches no file. Check the path, or quote a glob so the shell does not expand it")
             for m in found.missing
-        )
-        corpus.problems.extend(
+        ),
+        *(
             Problem(str(d), "holds no Gemini CLI session files (session-*.json or session-*.jsonl)")
             for d in found.empty_dirs
-        )
-    return corpus
+        ),
+    ]
 
 
 def _ts(col: str) -> pl.Expr:

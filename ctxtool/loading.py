@@ -1,28 +1,42 @@
 """Find, read and build a corpus, using the incremental index when asked: the one way commands load sessions.
 
-Owns the order of work that makes a cold scan fast: files are found and worker processes started *before*
-polars is imported (workers are forked from a lean process), the frames module and price data load while the
-workers parse, and an unchanged corpus is loaded straight from the frames stored for its fingerprint.
+Owns the order of work that makes a scan fast:
+
+* cold: files are found and worker processes started *before* polars is imported (workers are forked from
+  a lean process), and the frames module and price data load while the workers parse;
+* warm: the frames built by the previous run over the same PATH arguments are stored with each file's size
+  and modification time; when nothing changed they are loaded as they are;
+* a few files changed (Gemini CLI appended to a session): only the sessions those files belong to are read
+  again (a grown JSONL file from where it ended, through the per-file index) and spliced into the stored
+  frames; parent links and totals are recomputed over the whole, so the result equals a full build.
+
 Imports nothing heavy at module level.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ctxtool.session.discover import SessionPath, default_root, discover
-from ctxtool.session.index import FileIndex, cache_root, fingerprint
+from ctxtool.session import index as index_module
+from ctxtool.session.columns import FileColumns
+from ctxtool.session.discover import Discovery, default_root, discover
+from ctxtool.session.index import FileIndex, cache_root
 from ctxtool.session.scan import read_files
 
 if TYPE_CHECKING:
     from ctxtool.frames import Corpus
 
 Progress = Callable[[int, int], None]
+
+# Splice at most this many changed files (or 5% of the scan, if more); past that a full build is as quick.
+_SPLICE_MAX_FILES = 16
 
 
 @dataclass(slots=True)
@@ -46,32 +60,68 @@ def load_corpus(
     workers: int | None = None,
 ) -> tuple[Corpus, CacheUse]:
     """Sessions under ``paths`` (default: Gemini CLI's data root) as frames, and how the cache was used."""
-    found = discover(paths or [str(default_root())], subagents=subagents)
+    targets = [str(p) for p in paths] or [str(default_root())]
+    found = discover(targets, subagents=subagents)
     use = CacheUse(enabled=cache)
-    root = cache_root(cache_dir) if cache else None
-    key = ""
-    if root is not None:
-        stats: list[tuple[SessionPath, os.stat_result | None]] = []
-        for sp in found.files:
-            try:
-                stats.append((sp, os.stat(sp.path)))
-            except OSError:
-                stats.append((sp, None))
-        today = datetime.now(tz=UTC).date().isoformat()  # prices are dated
-        key = fingerprint(stats, subagents, found.skipped, found.missing, found.empty_dirs, today)
-        if (root / "corpus" / key / "meta.json").exists():
+    if not cache:
+        return _full(found, None, progress, workers, use, price_memo=False), use
+
+    root = cache_root(cache_dir)
+    folder = root / "corpus" / _scan_key(targets, subagents)
+    stamps: dict[str, list[int] | None] = {}
+    for sp in found.files:
+        try:
+            st = os.stat(sp.path)
+            stamps[str(sp.path)] = [st.st_size, st.st_mtime_ns]
+        except OSError:
+            stamps[str(sp.path)] = None
+    today = datetime.now(tz=UTC).date().isoformat()  # prices are dated
+    extras = [[str(p), why] for p, why in found.skipped], found.missing, [str(d) for d in found.empty_dirs]
+    state = _read_state(folder)
+    corpus = None
+    if state is not None and state["day"] == today and state["extras"] == json.loads(json.dumps(extras)):
+        old: dict[str, dict[str, Any]] = state["files"]
+        changed = {p for p in stamps.keys() | old.keys() if stamps.get(p) != (old.get(p) or {}).get("stamp")}
+        if len(changed) <= max(_SPLICE_MAX_FILES, len(stamps) // 20):
             from ctxtool import frames
 
-            corpus = frames.load_corpus_cache(root, key)
-            if corpus is not None:
+            cached = frames.load_corpus_cache(folder)
+            if cached is not None and not changed:
                 use.corpus_hit = True
-                use.files_cached = corpus.files_found
-                return corpus, use
+                use.files_cached = len(stamps)
+                return cached, use
+            if cached is not None:
+                corpus = _splice(cached, found, old, changed, root, use)
+    if corpus is None:
+        corpus = _full(found, root, progress, workers, use, price_memo=True)
+    _save(corpus, folder, stamps, today, extras)
+    return corpus, use
 
+
+def _scan_key(targets: Sequence[str], subagents: bool) -> str:
+    """One stored corpus per set of PATH arguments (as absolute paths) and options."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(
+        repr(
+            (index_module.STAMP, sorted(os.path.abspath(os.path.expanduser(t)) for t in targets), subagents)
+        ).encode()
+    )
+    return h.hexdigest()
+
+
+def _full(
+    found: Discovery,
+    root: Path | None,
+    progress: Progress | None,
+    workers: int | None,
+    use: CacheUse,
+    *,
+    price_memo: bool,
+) -> Corpus:
     def warm() -> None:
         from ctxtool import frames
 
-        frames.warm_up(price_memo=cache)
+        frames.warm_up(price_memo=price_memo)
 
     index = FileIndex(root) if root is not None else None
     results = read_files(found.files, progress=progress, workers=workers, while_waiting=warm, index=index)
@@ -81,8 +131,85 @@ def load_corpus(
         use.files_parsed = len(results)
     from ctxtool import frames
 
-    # Without the cache, prices come straight from genai-prices too (a truly cold run).
-    corpus = frames.build_corpus(results, found, price_memo=cache)
-    if root is not None:
-        frames.save_corpus_cache(corpus, root, key)
-    return corpus, use
+    corpus = frames.build_corpus(results, found, price_memo=price_memo)
+    corpus.file_records = _records(results)
+    return corpus
+
+
+def _splice(
+    cached: Corpus,
+    found: Discovery,
+    old: dict[str, dict[str, Any]],
+    changed: set[str],
+    root: Path,
+    use: CacheUse,
+) -> Corpus:
+    """Re-read the sessions the changed files belong to and put them in place of their stored rows."""
+    from ctxtool import frames
+
+    by_path = {str(sp.path): sp for sp in found.files}
+    groups = {by_path[p].group_key for p in changed if p in by_path}
+    groups |= {old[p]["group"] for p in changed if p in old}
+    again = [sp for sp in found.files if sp.group_key in groups]
+    index = FileIndex(root)
+    results = read_files(again, workers=1, index=index)
+    use.files_cached = len(found.files) - len(again) + index.hits
+    use.files_resumed, use.files_parsed = index.resumed, index.parsed
+    records = {p: r for p, r in old.items() if p in by_path and r["group"] not in groups}
+    records.update(_records(results))
+    fresh = frames.build_corpus(results)
+    corpus = frames.splice(cached, fresh, groups)
+    _apply_records(corpus, records, found)
+    corpus.file_records = records
+    return corpus
+
+
+def _records(results: list[FileColumns]) -> dict[str, dict[str, Any]]:
+    """What the totals need to know of each file, kept beside the stored frames."""
+    out = {}
+    for fc in results:
+        # The stamp is filled in from the stat taken before reading (see _save), never after.
+        out[fc.path] = {
+            "group": fc.group_key,
+            "error": fc.error,
+            "size": fc.size,
+            "broken": fc.broken_lines,
+        }
+    return out
+
+
+def _apply_records(corpus: Corpus, records: dict[str, dict[str, Any]], found: Discovery) -> None:
+    from ctxtool import frames
+
+    good = [r for r in records.values() if not r["error"]]
+    corpus.files_found = len(records)
+    corpus.files_read = len(good)
+    corpus.bytes_read = sum(r["size"] for r in good)
+    corpus.broken_lines = sum(r["broken"] for r in good)
+    corpus.problems = [frames.Problem(p, r["error"]) for p, r in records.items() if r["error"]]
+    corpus.problems.extend(frames.discovery_problems(found))
+    corpus.skipped = [(str(p), why) for p, why in found.skipped]
+
+
+def _read_state(folder: Path) -> dict[str, Any] | None:
+    try:
+        state = json.loads((folder / "files.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) and {"day", "extras", "files"} <= state.keys() else None
+
+
+def _save(
+    corpus: Corpus, folder: Path, stamps: dict[str, list[int] | None], today: str, extras: object
+) -> None:
+    from ctxtool import frames
+
+    records = getattr(corpus, "file_records", None) or {}
+    files = {p: {**records[p], "stamp": stamps.get(p)} for p in records if p in stamps}
+    frames.save_corpus_cache(corpus, folder)
+    try:
+        tmp = folder / f".files.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"day": today, "extras": extras, "files": files}), encoding="utf-8")
+        os.replace(tmp, folder / "files.json")
+    except OSError:
+        return

@@ -30,7 +30,7 @@ def info(cache_dir: Path = _DIR_OPTION) -> int:
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
     corpora = len([d for d in (root / "corpus").iterdir() if d.is_dir()]) if (root / "corpus").exists() else 0
     print(f"cache directory: {root}")
-    print(f"indexed files:   {len(index.entries):,}")
+    print(f"indexed files:   {len(index):,}")
     print(f"stored corpora:  {corpora}")
     print(f"size on disk:    {size / 1e6:,.1f} MB")
     return ExitStatus.OK

@@ -47,19 +47,24 @@ class Entry:
 
 
 class FileIndex:
-    """Per-file results of earlier reads, loaded from and saved to one file under the cache root."""
+    """Per-file results of earlier reads: one small pickle per session file under the cache root.
+
+    One file per entry, so a run that needs a few entries (a grown session) reads only those.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.path = root / "index" / f"files-{STAMP}.pkl"
-        self.entries: dict[str, Entry] = {}
+        self.directory = root / "index" / STAMP
         self.hits = self.resumed = self.parsed = 0
-        self._dirty = False
+        self._pending: dict[str, Entry | None] = {}
+
+    def _file(self, path: str) -> Path:
+        return self.directory / f"{hashlib.blake2b(path.encode(), digest_size=16).hexdigest()}.pkl"
+
+    def entry(self, path: str) -> Entry | None:
         try:
-            with open(self.path, "rb") as fh:
+            with open(self._file(path), "rb") as fh:
                 loaded = pickle.load(fh)
-            if isinstance(loaded, dict):
-                self.entries = loaded
         except (
             OSError,
             pickle.UnpicklingError,
@@ -69,11 +74,14 @@ class FileIndex:
             TypeError,
             ValueError,
         ):
-            self.entries = {}
+            return None
+        if not isinstance(loaded, Entry) or loaded.columns.path != path:
+            return None
+        return loaded
 
     def lookup(self, sp: SessionPath, st: os.stat_result) -> tuple[FileColumns | None, FileColumns | None]:
         """(the cached result when the file is unchanged, an earlier result to resume from when it grew)."""
-        entry = self.entries.get(str(sp.path))
+        entry = self.entry(str(sp.path))
         if entry is None:
             return None, None
         if entry.size == st.st_size and entry.mtime_ns == st.st_mtime_ns:
@@ -91,28 +99,32 @@ class FileIndex:
         return None, None
 
     def store(self, fc: FileColumns, st: os.stat_result | None) -> None:
-        if st is None or fc.error:
-            self.entries.pop(fc.path, None)
-        else:
-            self.entries[fc.path] = Entry(st.st_size, st.st_mtime_ns, fc)
-        self._dirty = True
+        self._pending[fc.path] = None if st is None or fc.error else Entry(st.st_size, st.st_mtime_ns, fc)
 
     def save(self) -> None:
-        """Write the index atomically (before the frames are built: building consumes the rows)."""
-        if not self._dirty:
+        """Write what was stored (before the frames are built: building consumes the rows)."""
+        if not self._pending:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as fh:
-                pickle.dump(self.entries, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, self.path)
-            for old in self.path.parent.glob("files-*.pkl"):
-                if old != self.path:
-                    old.unlink(missing_ok=True)  # another reader version's index is never read again
+            self.directory.mkdir(parents=True, exist_ok=True)
+            for old in self.directory.parent.iterdir():
+                if old.is_dir() and old.name != STAMP:  # another reader version's entries: never read again
+                    shutil.rmtree(old, ignore_errors=True)
+            for path, entry in self._pending.items():
+                target = self._file(path)
+                if entry is None:
+                    target.unlink(missing_ok=True)
+                    continue
+                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+                with open(tmp, "wb") as fh:
+                    pickle.dump(entry, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(tmp, target)
         except OSError:
             return  # a read-only cache directory costs speed, not correctness
-        self._dirty = False
+        self._pending.clear()
+
+    def __len__(self) -> int:
+        return len(list(self.directory.glob("*.pkl"))) if self.directory.exists() else 0
 
 
 def fingerprint(files: Iterable[tuple[SessionPath, os.stat_result | None]], *extra: object) -> str:
