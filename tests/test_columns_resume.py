@@ -94,3 +94,43 @@ def test_a_half_written_last_line_gives_no_resume_point(tmp_path: Path) -> None:
     fc = columns_from_file(sp_for(path))
     assert fc.broken_lines == 1
     assert fc.resume_offset is None
+
+
+def test_odd_field_types_are_read_leniently(tmp_path: Path) -> None:
+    """Records a fork or a hand edit bent out of shape still count, as the full reader counts them."""
+    from ctxtool.session.read import read_session
+
+    odd = [
+        HEADER,
+        {"id": "u1", "type": "user", "content": "go", "timestamp": 12345},
+        {
+            "id": "g1",
+            "type": "gemini",
+            "content": "ok",
+            "model": 7,
+            "tokens": {"input": 10.0, "output": True},
+        },
+        {
+            "id": "g2",
+            "type": "gemini",
+            "content": "x",
+            "toolCalls": {"not": "a list"},
+            "tokens": {"input": 5},
+        },
+        {"id": "g3", "type": "gemini", "content": "y", "toolCalls": ["str", {"name": "ls", "status": 3}]},
+        {"id": 42, "type": "user", "content": "numeric id: not a message"},
+        {"$set": {"messages": [{"id": "u1", "type": "user", "content": "go"}, "junk"], "summary": 5}},
+    ]
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(lines(odd))
+    fc = columns_from_file(sp_for(path))
+    sf = read_session(path)
+    assert fc.messages["message_id"] == [m["id"] for m in sf.billed]
+    by_id = dict(zip(fc.messages["message_id"], fc.messages["input"], strict=True))
+    assert by_id == {"u1": None, "g1": 10, "g2": 5, "g3": None}  # g3 recorded no tokens
+    assert dict(zip(fc.messages["message_id"], fc.messages["output"], strict=True))["g1"] == 0
+    assert fc.tools["name"] == ["ls"]
+    assert fc.tools["status"] == [None]
+    assert fc.live_order == ["u1"]
+    assert fc.summary is None
+    assert fc.unknown_records == 1

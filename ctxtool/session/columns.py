@@ -162,21 +162,23 @@ def _int(value: Any) -> int | None:
     return None
 
 
+# Typed fields: the decoder checks them in C, so the hot loop below need not. A record whose fields do not
+# fit (a fork's odd types) fails validation and goes through _lenient, which coerces it to these types.
 class _Call(msgspec.Struct):
-    id: Any = None
-    name: Any = None
-    status: Any = None
-    timestamp: Any = None
+    id: str | None = None
+    name: str | None = None
+    status: str | None = None
+    timestamp: str | None = None
     result: msgspec.Raw = msgspec.Raw(b"null")
 
 
 class _Tokens(msgspec.Struct):
-    input: Any = None
-    output: Any = None
-    cached: Any = None
-    thoughts: Any = None
-    tool: Any = None
-    total: Any = None
+    input: int | None = None
+    output: int | None = None
+    cached: int | None = None
+    thoughts: int | None = None
+    tool: int | None = None
+    total: int | None = None
 
 
 class _Patch(msgspec.Struct):
@@ -193,10 +195,10 @@ class _Record(msgspec.Struct):
     """Any line of a session file (or a whole legacy document): only the fields reports read."""
 
     id: Any = msgspec.UNSET
-    type: Any = None
-    timestamp: Any = None
+    type: str | None = None
+    timestamp: str | None = None
     content: msgspec.Raw = msgspec.Raw(b"null")
-    model: Any = None
+    model: str | None = None
     tokens: _Tokens | None = None
     toolCalls: list[_Call] | None = None
     messages: list[_Record] | msgspec.UnsetType | None = msgspec.UNSET
@@ -228,19 +230,19 @@ def _lenient(obj: Any) -> _Record:
     msgs = obj.get("messages")
     return _Record(
         id=obj.get("id", msgspec.UNSET),
-        type=obj.get("type"),
-        timestamp=obj.get("timestamp"),
+        type=_str(obj.get("type")),
+        timestamp=_str(obj.get("timestamp")),
         content=msgspec.Raw(orjson.dumps(obj.get("content"))),
-        model=obj.get("model"),
-        tokens=_Tokens(**{k: v for k, v in tokens.items() if k in TOKEN_KEYS})
+        model=_str(obj.get("model")),
+        tokens=_Tokens(**{k: _count(v) for k, v in tokens.items() if k in TOKEN_KEYS})
         if isinstance(tokens := obj.get("tokens"), dict)
         else None,
         toolCalls=[
             _Call(
-                id=c.get("id"),
-                name=c.get("name"),
-                status=c.get("status"),
-                timestamp=c.get("timestamp"),
+                id=_str(c.get("id")),
+                name=_str(c.get("name")),
+                status=_str(c.get("status")),
+                timestamp=_str(c.get("timestamp")),
                 result=msgspec.Raw(orjson.dumps(c.get("result"))),
             )
             for c in calls
@@ -320,8 +322,8 @@ def _carry_tokens(previous: _Row, new: _Row) -> _Row | None:
 
 def _row(rec: _Record) -> _Row:
     """The report row of one message record (every column but ``live``) and its tool-call rows."""
-    mid = rec.id if isinstance(rec.id, str) else None
-    mtype = rec.type if isinstance(rec.type, str) else "unknown"
+    mid = rec.id if rec.id.__class__ is str else None
+    mtype = rec.type or "unknown"
     raw = rec.content
     content: Any = None if _is_null(raw) else _decode_any(raw)
     is_prompt = is_command = is_snapshot = compression = False
@@ -345,38 +347,31 @@ def _row(rec: _Record) -> _Row:
                 n_errors += 1
             result = call.result
             tool_rows.append(
-                (
-                    mid,
-                    _str(call.id),
-                    _str(call.name),
-                    _str(call.status),
-                    _str(call.timestamp),
-                    0 if _is_null(result) else len(result),
-                )
+                (mid, call.id, call.name, call.status, call.timestamp, 0 if _is_null(result) else len(result))
             )
     t = rec.tokens
     if mtype == "gemini" and t is not None:
         counts: tuple[Any, ...] = (
-            _count(t.input),
-            _count(t.output),
-            _count(t.cached),
-            _count(t.thoughts),
-            _count(t.tool),
-            _count(t.total),
+            t.input or 0,
+            t.output or 0,
+            t.cached or 0,
+            t.thoughts or 0,
+            t.tool or 0,
+            t.total or 0,
         )
     else:
         counts = (None, None, None, None, None, None)
     row = (
         mid,
         mtype,
-        _str(rec.timestamp),
+        rec.timestamp,
         text_chars,
         0 if content is None else len(raw),
         is_prompt,
         is_command,
         is_snapshot,
         compression,
-        _str(rec.model),
+        rec.model,
         preview,
         n_calls,
         n_errors,

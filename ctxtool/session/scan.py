@@ -71,16 +71,21 @@ def read_files(
             if progress:
                 progress(done, total)
     else:
-        # Largest files first so no worker is left alone with a giant file at the end.
-        order = sorted(todo, key=lambda i: -cost[i])
+        # Batches of files (a task per file costs more in the pool's bookkeeping than small files take to
+        # parse), largest first, several per worker so that none is left alone at the end.
+        batches = _batches(todo, cost, n_workers * 4)
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context()) as pool:
-            futures = {pool.submit(extract_file, files[i], resume[i]): i for i in order}
+            futures = {
+                pool.submit(_extract_batch, [(files[i], resume[i]) for i in batch]): batch
+                for batch in batches
+            }
             if while_waiting:
                 while_waiting()
             for fut in as_completed(futures):
-                i = futures[fut]
-                results[i] = fut.result()
-                done += sizes[i]
+                batch = futures[fut]
+                for i, fc in zip(batch, fut.result(), strict=True):
+                    results[i] = fc
+                    done += sizes[i]
                 if progress:
                     progress(done, total)
     out = [r for r in results if r is not None]
@@ -95,6 +100,27 @@ def read_files(
                     index.parsed += 1
         index.save()
     return out
+
+
+def _extract_batch(batch: list[tuple[SessionPath, FileColumns | None]]) -> list[FileColumns]:
+    return [extract_file(sp, earlier) for sp, earlier in batch]
+
+
+def _batches(todo: list[int], cost: dict[int, int], count: int) -> list[list[int]]:
+    """Split ``todo`` into about ``count`` batches of similar cost, the costliest batch first."""
+    budget = max(1, sum(cost[i] for i in todo) // max(1, count))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    weight = 0
+    for i in sorted(todo, key=lambda i: -cost[i]):
+        current.append(i)
+        weight += cost[i]
+        if weight >= budget:
+            batches.append(current)
+            current, weight = [], 0
+    if current:
+        batches.append(current)
+    return batches
 
 
 def _mp_context() -> multiprocessing.context.BaseContext:
