@@ -91,10 +91,10 @@ def read_files(
     out = [r for r in results if r is not None]
     if index is not None:
         for i in todo:
-            fc = results[i]
-            if fc is not None:
-                index.store(fc, stats[i])
-                if fc.resumed:
+            stored = results[i]
+            if stored is not None:
+                index.store(stored, stats[i])
+                if stored.resumed:
                     index.resumed += 1
                 else:
                     index.parsed += 1
