@@ -519,7 +519,10 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -
         duration_s=(pl.col("end") - pl.col("start")).dt.total_milliseconds() / 1000.0,
     )
     turns = turns.with_columns(
-        cost=pl.when(pl.col("cost_unknown")).then(None).otherwise(pl.col("cost")),
+        # A turn without requests cost nothing; one with a request of unknown price has no known cost.
+        cost=pl.when(pl.col("cost_unknown").fill_null(False))
+        .then(None)
+        .otherwise(pl.col("cost").fill_null(0.0)),
         context_share=pl.col("peak_context") / pl.col("context_limit"),
         cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
     ).drop("cost_unknown")

@@ -416,16 +416,7 @@ def compact_table(
     kept, fact retention (paths, commands, errors, directives) and where the result went. ``plan`` (a dry
     run) adds the threshold, the split turn and the number of tool outputs the budget would cut."""
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    table.add_column("session", no_wrap=True, overflow="ellipsis", max_width=40)
-    table.add_column("status", no_wrap=True)
-    table.add_column("tokens", justify="right", no_wrap=True)
-    table.add_column("msgs sum/kept", justify="right", no_wrap=True)
-    table.add_column("kept facts p/c/e/d", justify="right", no_wrap=True)
-    if plan:
-        table.add_column("threshold", justify="right", no_wrap=True)
-        table.add_column("split", justify="right", no_wrap=True)
-        table.add_column("cut outputs", justify="right", no_wrap=True)
-    table.add_column("output", overflow="fold", min_width=24)
+    rows: list[tuple[Any, ...]] = []
     for r in reports:
         name = str(r.get("input_path", "")).rsplit("/", 1)[-1]
         status = str(r.get("status"))
@@ -453,7 +444,19 @@ def compact_table(
                 "–" if r.get("split_index") is None else str(r["split_index"]),
                 str(len(r.get("tool_outputs_truncated") or [])),
             ]
-        table.add_row(name, styled, tokens, msgs, facts, *extra, where)
+        rows.append((name, styled, tokens, msgs, facts, *extra, where))
+    headers = ["status", "tokens", "msgs sum/kept", "kept facts p/c/e/d"]
+    if plan:
+        headers += ["threshold", "split", "cut outputs"]
+    # The short columns are never cut (a status or a count with an ellipsis is useless); session and
+    # output give way on a narrow terminal.
+    table.add_column("session", overflow="ellipsis", max_width=40, min_width=12)
+    for i, header in enumerate(headers, 1):
+        widest = max([len(header), *(Text(str(row[i])).cell_len for row in rows)])
+        table.add_column(header, justify="left" if i == 1 else "right", no_wrap=True, min_width=widest)
+    table.add_column("output", overflow="fold", min_width=16)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 

@@ -213,3 +213,12 @@ def test_context_limit_follows_gemini_cli_table(chats: Path) -> None:
     )
     rows = load([chats]).requests.select("model", "context_limit", "context_share").rows()
     assert rows == [("gemma-4-31b-it", 256_000, 0.5), ("gemini-2.5-pro", 1_048_576, 10 / 1_048_576)]
+
+
+def test_a_turn_without_requests_costs_zero_not_unknown(chats: Path) -> None:
+    records = [header("z-1"), user("p1", "first"), user("p2", "second"), gemini("g1", 100)]
+    corpus = load([write_jsonl(chats / "session-2026-05-01T10-00-z1.jsonl", records)])
+    costs = report(corpus, "turn").get_column("cost").to_list()
+    assert costs[0] == 0.0
+    assert costs[1] is not None
+    assert costs[1] > 0
