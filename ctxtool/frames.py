@@ -11,6 +11,7 @@ recorded, rewound or checkpointed away included); context figures use the **live
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -300,34 +301,6 @@ def _group_sessions(results: list[FileColumns]) -> list[_Session]:
     return sessions
 
 
-def _merged_columns(s: _Session) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
-    """Billed rows of a paired session: the .jsonl's rows, preceded by any older rows only the .json has."""
-    primary = s.primary
-    if len(s.files) == 1:
-        return primary.messages, primary.tools
-    have = set(primary.messages["message_id"])
-    msgs: dict[str, list[Any]] = {k: [] for k in MESSAGE_COLUMNS}
-    tools: dict[str, list[Any]] = {k: [] for k in TOOL_COLUMNS}
-    for older in s.files[:-1]:
-        keep = [i for i, mid in enumerate(older.messages["message_id"]) if mid not in have]
-        keep_ids = {older.messages["message_id"][i] for i in keep}
-        for k in MESSAGE_COLUMNS:
-            col = older.messages[k]
-            msgs[k].extend(col[i] for i in keep)
-        for i in range(len(keep)):
-            msgs["live"][-len(keep) + i] = False
-        for i, mid in enumerate(older.tools["message_id"]):
-            if mid in keep_ids:
-                for k in TOOL_COLUMNS:
-                    tools[k].append(older.tools[k][i])
-        have |= keep_ids
-    for k in MESSAGE_COLUMNS:
-        msgs[k].extend(primary.messages[k])
-    for k in TOOL_COLUMNS:
-        tools[k].extend(primary.tools[k])
-    return msgs, tools
-
-
 def build_corpus(
     results: list[FileColumns], found: Discovery | None = None, *, price_memo: bool = True
 ) -> Corpus:
@@ -340,11 +313,11 @@ def build_corpus(
         (s.key, s.primary.project_dir, s.primary.session_id, s.primary.parent_ref) for s in sessions
     )
     srow: dict[str, list[Any]] = {k: [] for k in _SESSION_META_SCHEMA}
-    msg_cols: dict[str, list[Any]] = {k: [] for k in MESSAGE_COLUMNS}
-    tool_cols: dict[str, list[Any]] = {k: [] for k in TOOL_COLUMNS}
-    msg_session: list[str] = []
-    msg_position: list[int] = []
-    tool_session: list[str] = []
+    msg_parts: list[bytes] = []
+    tool_parts: list[bytes] = []
+    msg_runs: list[tuple[str, int, int]] = []  # (session key, file rank, rows) per CSV part, in order
+    tool_runs: list[tuple[str, int, int]] = []
+    primary_rank: dict[str, int] = {}
     for s in sessions:
         p = s.primary
         parent_key = parents.get(s.key)
@@ -373,29 +346,25 @@ def build_corpus(
         srow["rewinds"].append(sum(f.rewinds for f in s.files))
         srow["checkpoints"].append(sum(f.checkpoints for f in s.files))
         srow["live_messages"].append(p.live_messages)
-        m, t = _merged_columns(s)
-        n = len(m["message_id"])
-        for k in MESSAGE_COLUMNS:
-            msg_cols[k].extend(m[k])
-        for k in TOOL_COLUMNS:
-            tool_cols[k].extend(t[k])
-        msg_session.extend([s.key] * n)
-        msg_position.extend(range(n))
-        tool_session.extend([s.key] * len(t["message_id"]))
-        for f in s.files:  # the rows now live in the merged lists; let the per-file copies go
-            f.messages = {}
-            f.tools = {}
+        primary_rank[s.key] = len(s.files) - 1
+        for rank, f in enumerate(s.files):  # older files first: their rows come first
+            if f.n_messages:
+                msg_parts.append(f.messages_csv)
+                msg_runs.append((s.key, rank, f.n_messages))
+            if f.n_tools:
+                tool_parts.append(f.tools_csv)
+                tool_runs.append((s.key, rank, f.n_tools))
+            f.messages_csv = f.tools_csv = b""  # the bytes now live in the parts; let the copies go
 
     files_meta = pl.DataFrame(srow, schema=_SESSION_META_SCHEMA)
-    messages = pl.DataFrame(
-        {"session_key": msg_session, "position": msg_position, **msg_cols},
-        schema={"session_key": pl.String, "position": pl.Int64, **_MESSAGE_SCHEMA},
-    )
-    del msg_cols, msg_session, msg_position
-    tools = pl.DataFrame(
-        {"session_key": tool_session, **tool_cols}, schema={"session_key": pl.String, **_TOOL_SCHEMA}
-    )
-    del tool_cols, tool_session
+    messages = _read_parts(msg_parts, msg_runs, _MESSAGE_SCHEMA)
+    tools = _read_parts(tool_parts, tool_runs, _TOOL_SCHEMA)
+    del msg_parts, tool_parts
+    if any(rank for rank in primary_rank.values()):
+        messages, tools = _merge_pairs(messages, tools, primary_rank)
+    messages = messages.drop("_rank").with_columns(position=pl.int_range(pl.len()).over("session_key"))
+    messages = messages.select("session_key", "position", *MESSAGE_COLUMNS)
+    tools = tools.drop("_rank")
     corpus = _derive(files_meta, messages, tools, price_memo=price_memo)
     corpus.problems = problems
     corpus.files_read = len(good)
@@ -406,6 +375,53 @@ def build_corpus(
         corpus.skipped = [(str(p), why) for p, why in found.skipped]
         corpus.problems.extend(discovery_problems(found))
     return corpus
+
+
+def _read_parts(parts: list[bytes], runs: list[tuple[str, int, int]], schema: dict[str, Any]) -> pl.DataFrame:
+    """One frame from the files' CSV parts, with the session key and file rank of every row."""
+    full = {"session_key": pl.String, "_rank": pl.Int64, **schema}
+    if not parts:
+        return pl.DataFrame(schema=full)
+    df = pl.read_csv(io.BytesIO(b"".join(parts)), has_header=False, schema=schema, quote_char='"')
+    keys = pl.DataFrame(
+        {
+            "session_key": [k for k, _, _ in runs],
+            "_rank": [r for _, r, _ in runs],
+            "n": [n for _, _, n in runs],
+        },
+        schema={"session_key": pl.String, "_rank": pl.Int64, "n": pl.Int64},
+    ).select(pl.col("session_key").repeat_by("n").explode(), pl.col("_rank").repeat_by("n").explode())
+    return pl.concat([keys, df], how="horizontal").select(list(full))
+
+
+def _merge_pairs(
+    messages: pl.DataFrame, tools: pl.DataFrame, primary_rank: dict[str, int]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A legacy .json and the .jsonl written when it was resumed: the .jsonl's rows, preceded by any
+    older rows only the .json has (billed, not live). Each message is counted once; row order is kept."""
+
+    def keyed(df: pl.DataFrame) -> pl.DataFrame:
+        rank_of = pl.col("session_key").replace_strict(primary_rank, return_dtype=pl.Int64)
+        return df.with_columns(
+            _is_primary=pl.col("_rank") == rank_of,
+            _key=pl.concat_str("session_key", "message_id", separator="\x00"),
+            _key_rank=pl.concat_str(
+                "session_key", pl.col("_rank").cast(pl.String), "message_id", separator="\x00"
+            ),
+        )
+
+    m = keyed(messages)
+    primary_keys = m.filter(pl.col("_is_primary")).get_column("_key").drop_nulls()
+    keep = (
+        pl.col("_is_primary")
+        | pl.col("_key").is_null()
+        | (pl.col("_key").is_in(primary_keys.implode()).not_() & pl.col("_key").is_first_distinct())
+    )
+    m = m.filter(keep).with_columns(live=pl.col("live") & pl.col("_is_primary"))
+    kept_older = m.filter(pl.col("_is_primary").not_()).get_column("_key_rank").drop_nulls()
+    t = keyed(tools).filter(pl.col("_is_primary") | pl.col("_key_rank").is_in(kept_older.implode()))
+    helpers = ["_is_primary", "_key", "_key_rank"]
+    return m.drop(helpers), t.drop(helpers)
 
 
 def discovery_problems(found: Discovery) -> list[Problem]:

@@ -12,7 +12,13 @@ from hypothesis import HealthCheck, given, settings
 
 from ctxtool.errors import SessionFormatError
 from ctxtool.session import columns
-from ctxtool.session.columns import FileColumns, columns_from_bytes, columns_from_file
+from ctxtool.session.columns import (
+    FileColumns,
+    columns_from_bytes,
+    columns_from_file,
+    message_rows,
+    tool_rows,
+)
 from ctxtool.session.discover import SessionPath
 from tests.test_read_properties import HEADER, operations
 
@@ -22,7 +28,7 @@ def sp_for(path: Path) -> SessionPath:
 
 
 def same(a: FileColumns, b: FileColumns) -> None:
-    for name in ("messages", "tools", "lines", "blank_lines", "broken_lines", "first_broken_line", "rewinds"):
+    for name in ("messages_csv", "tools_csv", "lines", "blank_lines", "broken_lines", "first_broken_line"):
         assert getattr(a, name) == getattr(b, name), name
     assert (a.session_id, a.live_messages, a.checkpoints) == (b.session_id, b.live_messages, b.checkpoints)
 
@@ -125,12 +131,12 @@ def test_odd_field_types_are_read_leniently(tmp_path: Path) -> None:
     path.write_bytes(lines(odd))
     fc = columns_from_file(sp_for(path))
     sf = read_session(path)
-    assert fc.messages["message_id"] == [m["id"] for m in sf.billed]
-    by_id = dict(zip(fc.messages["message_id"], fc.messages["input"], strict=True))
+    rows = message_rows(fc)
+    assert [r["message_id"] for r in rows] == [m["id"] for m in sf.billed]
+    by_id = {r["message_id"]: r["input"] for r in rows}
     assert by_id == {"u1": None, "g1": 10, "g2": 5, "g3": None}  # g3 recorded no tokens
-    assert dict(zip(fc.messages["message_id"], fc.messages["output"], strict=True))["g1"] == 0
-    assert fc.tools["name"] == ["ls"]
-    assert fc.tools["status"] == [None]
+    assert {r["message_id"]: r["output"] for r in rows}["g1"] == 0
+    assert [(t["name"], t["status"]) for t in tool_rows(fc)] == [("ls", None)]
     assert fc.live_order == ["u1"]
     assert fc.summary is None
     assert fc.unknown_records == 1

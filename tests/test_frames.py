@@ -222,3 +222,29 @@ def test_a_turn_without_requests_costs_zero_not_unknown(chats: Path) -> None:
     assert costs[0] == 0.0
     assert costs[1] is not None
     assert costs[1] > 0
+
+
+def test_pair_keeps_rows_only_the_legacy_file_has(chats: Path) -> None:
+    call = {"id": "c1", "name": "ls", "status": "success", "result": "a"}
+    old = [
+        user("u1", "first"),
+        gemini("g1", 100, toolCalls=[call]),
+        gemini("g-only-json", 50, toolCalls=[call]),
+    ]
+    (chats / "session-2026-05-01T10-00-bbbb2222.json").write_text(
+        json.dumps({**header("bbbb2222-x"), "messages": old})
+    )
+    write_jsonl(
+        chats / "session-2026-05-01T10-00-bbbb2222.jsonl",
+        [header("bbbb2222-x"), old[0], old[1], user("u2", "second"), gemini("g2", 300)],
+    )
+    corpus = load([chats])
+    assert corpus.sessions.height == 1
+    requests = corpus.requests.sort("position")
+    assert requests.select("message_id", "input", "live").rows() == [
+        ("g-only-json", 50, False),
+        ("g1", 100, True),
+        ("g2", 300, True),
+    ]
+    assert corpus.tool_calls.get_column("message_id").sort().to_list() == ["g-only-json", "g1"]
+    assert corpus.messages.get_column("position").to_list() == list(range(5))

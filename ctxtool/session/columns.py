@@ -15,10 +15,12 @@ Must not: import polars (the parent builds frames once from these lists).
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -101,8 +103,10 @@ class FileColumns:
     rewinds: int = 0
     checkpoints: int = 0
     live_messages: int = 0
-    messages: dict[str, list[Any]] = field(default_factory=dict)
-    tools: dict[str, list[Any]] = field(default_factory=dict)
+    messages_csv: bytes = b""  # one row per billed message, MESSAGE_COLUMNS, header-less CSV
+    tools_csv: bytes = b""  # one row per tool call, TOOL_COLUMNS
+    n_messages: int = 0
+    n_tools: int = 0
     # For a JSONL file that ended on a complete line: where reading can resume when it grows, the live
     # history's order, and fingerprints of its first and last bytes before that point.
     resume_offset: int | None = None
@@ -381,14 +385,74 @@ def _row(rec: _Record) -> _Row:
 
 
 def _assemble(out: FileColumns, billed: list[_Row], live_ids: set[str] | None) -> None:
-    rows: list[tuple[Any, ...]] = []
-    tool_rows: list[tuple[Any, ...]] = []
+    """Write the rows as header-less CSV: polars reads it in the parent without a Python object per cell.
+
+    An empty field is null (no column holds a meaningful empty string); booleans are True/False.
+    """
+    rows = io.StringIO()
+    tools = io.StringIO()
+    write_row = csv.writer(rows, lineterminator="\n").writerow
+    write_tools = csv.writer(tools, lineterminator="\n").writerows
+    n_tools = 0
     for row, calls in billed:
         live = True if live_ids is None else row[0] in live_ids
-        rows.append((*row[:3], live, *row[3:]))
-        tool_rows.extend(calls)
-    out.messages = _transpose(rows, MESSAGE_COLUMNS)
-    out.tools = _transpose(tool_rows, TOOL_COLUMNS)
+        write_row((*row[:3], live, *row[3:]))
+        if calls:
+            write_tools(calls)
+            n_tools += len(calls)
+    out.messages_csv = rows.getvalue().encode("utf-8")
+    out.tools_csv = tools.getvalue().encode("utf-8")
+    out.n_messages = len(billed)
+    out.n_tools = n_tools
+
+
+# Python types of the CSV columns, to read rows back (only a resumed file needs its old rows).
+_MESSAGE_TYPES = (
+    str,
+    str,
+    str,
+    bool,
+    int,
+    int,
+    bool,
+    bool,
+    bool,
+    bool,
+    str,
+    str,
+    int,
+    int,
+    int,
+    int,
+    int,
+    int,
+    int,
+    int,
+)
+_TOOL_TYPES = (str, str, str, str, str, int)
+
+
+def decode_rows(data: bytes, types: tuple[type, ...]) -> list[tuple[Any, ...]]:
+    """The rows ``_assemble`` wrote, with their Python types back ("" is None)."""
+
+    def convert(kind: type, text: str) -> Any:
+        if text == "":
+            return None
+        if kind is bool:
+            return text == "True"
+        return int(text) if kind is int else text
+
+    reader = csv.reader(io.StringIO(data.decode("utf-8")))
+    return [tuple(convert(k, v) for k, v in zip(types, row, strict=True)) for row in reader]
+
+
+def message_rows(fc: FileColumns) -> list[dict[str, Any]]:
+    """A file's message rows as dicts (for inspection and tests)."""
+    return [dict(zip(MESSAGE_COLUMNS, r, strict=True)) for r in decode_rows(fc.messages_csv, _MESSAGE_TYPES)]
+
+
+def tool_rows(fc: FileColumns) -> list[dict[str, Any]]:
+    return [dict(zip(TOOL_COLUMNS, r, strict=True)) for r in decode_rows(fc.tools_csv, _TOOL_TYPES)]
 
 
 def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
@@ -544,12 +608,11 @@ def _from_replay(
 def _replayed_from(old: FileColumns) -> Replayed[_Row]:
     """Rebuild the replay state an earlier result ended with, to feed it the lines appended since."""
     r: Replayed[_Row] = Replayed()
-    m, t = old.messages, old.tools
     calls: dict[str, list[tuple[Any, ...]]] = {}
-    for row in zip(*(t[k] for k in TOOL_COLUMNS), strict=True):
+    for row in decode_rows(old.tools_csv, _TOOL_TYPES):
         calls.setdefault(row[0], []).append(row)
     live_col = MESSAGE_COLUMNS.index("live")
-    for row in zip(*(m[k] for k in MESSAGE_COLUMNS), strict=True):
+    for row in decode_rows(old.messages_csv, _MESSAGE_TYPES):
         mid = row[0]
         r.billed[mid] = (row[:live_col] + row[live_col + 1 :], calls.get(mid, []))
     for mid in old.live_order or []:
@@ -584,12 +647,6 @@ def _set_meta(out: FileColumns, meta: dict[str, Any], era: str, *, lines: int) -
     out.start_time = _str(meta.get("startTime"))
     out.last_updated = _str(meta.get("lastUpdated"))
     out.summary = _str(meta.get("summary"))
-
-
-def _transpose(rows: list[tuple[Any, ...]], names: tuple[str, ...]) -> dict[str, list[Any]]:
-    if not rows:
-        return {name: [] for name in names}
-    return {name: list(col) for name, col in zip(names, zip(*rows, strict=True), strict=True)}
 
 
 def _count(value: Any) -> int:
