@@ -391,19 +391,16 @@ def _assemble(out: FileColumns, billed: list[_Row], live_ids: set[str] | None) -
     """
     rows = io.StringIO()
     tools = io.StringIO()
-    write_row = csv.writer(rows, lineterminator="\n").writerow
-    write_tools = csv.writer(tools, lineterminator="\n").writerows
-    n_tools = 0
-    for row, calls in billed:
-        live = True if live_ids is None else row[0] in live_ids
-        write_row((*row[:3], live, *row[3:]))
-        if calls:
-            write_tools(calls)
-            n_tools += len(calls)
+    if live_ids is None:
+        csv.writer(rows, lineterminator="\n").writerows((*r[:3], True, *r[3:]) for r, _ in billed)
+    else:
+        csv.writer(rows, lineterminator="\n").writerows((*r[:3], r[0] in live_ids, *r[3:]) for r, _ in billed)
+    calls = [call for _, calls in billed if calls for call in calls]
+    csv.writer(tools, lineterminator="\n").writerows(calls)
     out.messages_csv = rows.getvalue().encode("utf-8")
     out.tools_csv = tools.getvalue().encode("utf-8")
     out.n_messages = len(billed)
-    out.n_tools = n_tools
+    out.n_tools = len(calls)
 
 
 # Python types of the CSV columns, to read rows back (only a resumed file needs its old rows).
