@@ -284,6 +284,17 @@ class _Session:
         return self.files[-1]
 
 
+def session_key(where: str) -> str:
+    """A session's key: 12 hex digits of a hash of its file (or .json/.jsonl pair) path.
+
+    Short on purpose: it is repeated on every row of every frame, and polars stores strings of up to 12
+    bytes inline. 48 bits make a collision unlikely below millions of sessions; ``file`` names the place.
+    """
+    import hashlib
+
+    return hashlib.blake2b(where.encode("utf-8"), digest_size=6).hexdigest()
+
+
 def _group_sessions(results: list[FileColumns]) -> list[_Session]:
     """Pair session-X.json with the session-X.jsonl Gemini CLI wrote on resume; everything else is its own."""
     groups: dict[str, list[FileColumns]] = {}
@@ -295,9 +306,9 @@ def _group_sessions(results: list[FileColumns]) -> list[_Session]:
         members.sort(key=lambda f: (f.era != "json", f.path))
         ids = {m.session_id for m in members}
         if len(members) > 1 and len(ids) == 1:
-            sessions.append(_Session(key, members))
+            sessions.append(_Session(session_key(key), members))
         else:
-            sessions.extend(_Session(m.path, [m]) for m in members)
+            sessions.extend(_Session(session_key(m.path), [m]) for m in members)
     return sessions
 
 

@@ -184,7 +184,7 @@ def test_grown_session_replaces_its_rows_and_deleted_sessions_stay(tmp_path: Pat
     second = export.export_corpus(frames.load([root]), ds)
     assert second.run == 2
     assert second.added == ()
-    assert second.replaced == (str(grown),)
+    assert second.replaced == (frames.session_key(str(grown)),)
     assert second.unchanged == 1
     assert second.rows["requests"] == 5
     assert second.parts_removed > 0
