@@ -163,7 +163,7 @@ def compact(
         False, "--prompt-from-gemini-cli", help="Use the compression prompt of the installed Gemini CLI."
     ),
     summary_budget: int = typer.Option(
-        None, "--summary-budget", help="Offline summarizer: at most TOKENS in the summary (default 2000)."
+        None, "--summary-budget", help="Offline summarizer: at most TOKENS in the summary (default 3000)."
     ),
     strategy: str = typer.Option(
         "gemini-cli", "--strategy", help="Compaction strategy to replay (see the list above)."

@@ -210,13 +210,19 @@ class _Roots:
         return path
 
 
+# Default summary budget. On the 43 real sessions (first 70% of each summarised) 3,000 tokens keep 100% of
+# paths, errors and directives and 95.5% of commands; 2,000 kept 85.8% of commands, because some commands
+# are whole heredoc files or `python -c` scripts that only count when kept verbatim.
+DEFAULT_TOKEN_BUDGET = 3000
+
+
 class OfflineSummarizer:
     """Writes a ``<state_snapshot>`` from the facts of ``call.history``; deterministic and offline."""
 
     name = "offline"
     deterministic = True
 
-    def __init__(self, token_budget: int = 2000, chars_per_token: int = 4) -> None:
+    def __init__(self, token_budget: int = DEFAULT_TOKEN_BUDGET, chars_per_token: int = 4) -> None:
         if token_budget < MIN_TOKEN_BUDGET:
             raise UsageError(
                 f"offline summarizer budget {token_budget} tokens is too small",
