@@ -248,3 +248,35 @@ def test_pair_keeps_rows_only_the_legacy_file_has(chats: Path) -> None:
     ]
     assert corpus.tool_calls.get_column("message_id").sort().to_list() == ["g-only-json", "g1"]
     assert corpus.messages.get_column("position").to_list() == list(range(5))
+
+
+def test_rebuilt_history_keeps_what_each_request_recorded(chats: Path) -> None:
+    """Gemini CLI's $set.messages checkpoint (compression, resume) rewrites messages without tokens,
+    model and toolCalls; the billed view keeps the request as it was recorded."""
+    call = {"id": "c1", "name": "read_file", "status": "error", "result": "boom"}
+    records = [
+        header("cp-1"),
+        user("p1", "go"),
+        gemini("g1", 1000, toolCalls=[call]),
+        {
+            "$set": {
+                "messages": [user("p1", "go"), {"id": "g1", "type": "gemini", "content": [{"text": "ok"}]}]
+            }
+        },
+        user("p2", "more"),
+    ]
+    corpus = load([write_jsonl(chats / "session-2026-05-01T10-00-cp1.jsonl", records)])
+    row = corpus.requests.row(0, named=True)
+    assert (row["model"], row["input"], row["tool_calls"], row["tool_errors"]) == (
+        "gemini-2.5-pro",
+        1000,
+        1,
+        1,
+    )
+    assert row["cost"] is not None
+    assert corpus.tool_calls.get_column("name").to_list() == ["read_file"]
+    from ctxtool.session.read import read_session
+
+    billed = read_session(chats / "session-2026-05-01T10-00-cp1.jsonl").billed
+    assert billed[1]["model"] == "gemini-2.5-pro"
+    assert billed[1]["toolCalls"] == [call]

@@ -50,14 +50,22 @@ def operations(draw: st.DrawFn) -> list[dict[str, Any]]:
         elif kind == "rewind":
             ops.append({"$rewindTo": draw(IDS)})
         else:
-            ops.append(
-                {
-                    "$set": {
-                        "messages": [{"id": i, "type": "user", "content": "c"} for i in draw(st.lists(IDS))]
-                    }
-                }
-            )
+            # A rebuilt history (compression, resume): copies without tokens, model or tool calls.
+            kinds = st.sampled_from(["user", "gemini"])
+            rebuilt = [{"id": i, "type": draw(kinds), "content": "c"} for i in draw(st.lists(IDS))]
+            ops.append({"$set": {"messages": rebuilt}})
     return ops
+
+
+def carry(prev: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A later copy without tokens keeps the request the earlier copy recorded: tokens, model, tool calls."""
+    if "tokens" in new or "tokens" not in prev:
+        return new
+    out = {**new, "tokens": prev["tokens"]}
+    for key in ("model", "toolCalls"):
+        if key not in new and key in prev:
+            out[key] = prev[key]
+    return out
 
 
 def model_fold(ops: list[dict[str, Any]]) -> tuple[list[str], dict[str, dict[str, Any]]]:
@@ -77,20 +85,14 @@ def model_fold(ops: list[dict[str, Any]]) -> tuple[list[str], dict[str, dict[str
                         live[existing[0]] = (m["id"], m)
                     else:
                         live.append((m["id"], m))
-                    prev = billed.get(m["id"], {})
-                    billed[m["id"]] = (
-                        m if "tokens" in m or "tokens" not in prev else {**m, "tokens": prev["tokens"]}
-                    )
+                    billed[m["id"]] = carry(billed.get(m["id"], {}), m)
         else:
             existing = [i for i, (k, _) in enumerate(live) if k == op["id"]]
             if existing:
                 live[existing[0]] = (op["id"], op)
             else:
                 live.append((op["id"], op))
-            prev = billed.get(op["id"], {})
-            billed[op["id"]] = (
-                op if "tokens" in op or "tokens" not in prev else {**op, "tokens": prev["tokens"]}
-            )
+            billed[op["id"]] = carry(billed.get(op["id"], {}), op)
     return [k for k, _ in live], billed
 
 

@@ -64,7 +64,7 @@ MESSAGE_COLUMNS = (
 )
 PREVIEW_CHARS = 80
 # Bump when the rows produced here change meaning or shape: it invalidates every cached index entry.
-COLUMNS_VERSION = 1
+COLUMNS_VERSION = 2
 
 # result_bytes: size of the tool result as stored (its JSON text, in bytes); results are never decoded.
 TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes")
@@ -317,11 +317,22 @@ def _is_null(raw: msgspec.Raw) -> bool:
     return len(raw) == 4 and bytes(raw) == b"null"
 
 
+_MODEL = 9  # index of `model` in a row without the live flag
+_CALLS = 11  # index of `tool_calls` (then `tool_errors`)
+
+
 def _carry_tokens(previous: _Row, new: _Row) -> _Row | None:
-    if new[0][_INPUT] is None and previous[0][_INPUT] is not None:
-        row = new[0]
-        return (row[:_INPUT] + previous[0][_INPUT:], new[1])
-    return None
+    """See ``read._carry_tokens_dict``: the same rule on report rows."""
+    row, calls = new
+    old_row, old_calls = previous
+    if row[_INPUT] is not None or old_row[_INPUT] is None:
+        return None
+    model = row[_MODEL] if row[_MODEL] is not None else old_row[_MODEL]
+    if not calls and old_calls:
+        calls, counts = old_calls, old_row[_CALLS : _CALLS + 2]
+    else:
+        counts = row[_CALLS : _CALLS + 2]
+    return (*row[:_MODEL], model, row[_MODEL + 1], *counts, *old_row[_INPUT:]), calls
 
 
 def _row(rec: _Record) -> _Row:

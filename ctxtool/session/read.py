@@ -346,9 +346,20 @@ def _id_pairs(messages: list[Any]) -> list[tuple[str, Any]]:
 
 
 def _carry_tokens_dict(previous: MessageRecord, message: MessageRecord) -> MessageRecord | None:
-    if message.get("tokens") is None and previous.get("tokens") is not None:
-        return cast(MessageRecord, {**message, "tokens": previous.get("tokens")})
-    return None
+    """A later copy without ``tokens`` keeps what the earlier copy recorded of the request.
+
+    Gemini CLI rewrites messages without ``tokens``, ``model`` and ``toolCalls`` when it rebuilds history
+    (``$set.messages`` after a compression or on resume, chatRecordingService.ts ``updateMessagesFromHistory``
+    @ 5411f113ca); the request was still made, with that model and those tool calls.
+    """
+    if message.get("tokens") is not None or previous.get("tokens") is None:
+        return None
+    merged = {**message, "tokens": previous.get("tokens")}
+    if message.get("model") is None and previous.get("model") is not None:
+        merged["model"] = previous["model"]
+    if not message.get("toolCalls") and previous.get("toolCalls"):
+        merged["toolCalls"] = previous["toolCalls"]
+    return cast(MessageRecord, merged)
 
 
 def _describe_broken(whole_error: str | None, data: bytes) -> str:

@@ -1,0 +1,79 @@
+"""With Gemini CLI installed, it lists a session ctxtool compacted as one it can resume (skipped otherwise).
+
+The check runs Gemini CLI itself (`gemini --list-sessions`, which reads and parses every session file of
+the project) against a temporary GEMINI_CLI_HOME; it makes no model call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ctxtool.cli import run
+from tests.conftest import FIXTURES
+
+GEMINI = shutil.which("gemini")
+
+
+def recent_copy(src: Path, project_root: Path, chats: Path) -> Path:
+    """The fixture with today's timestamps (Gemini CLI deletes sessions older than 30 days) and this
+    project's hash (it lists only the project's own sessions)."""
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def fresh(value: object) -> object:
+        if isinstance(value, dict):
+            return {
+                k: now if k in ("timestamp", "startTime", "lastUpdated") else fresh(v)
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [fresh(v) for v in value]
+        return value
+
+    lines = []
+    for n, line in enumerate(src.read_text(encoding="utf-8").splitlines()):
+        record = fresh(json.loads(line)) if line.strip() else None
+        if n == 0 and isinstance(record, dict):
+            record["projectHash"] = hashlib.sha256(str(project_root).encode()).hexdigest()
+        lines.append(json.dumps(record, separators=(",", ":")) if record is not None else "")
+    session_id = json.loads(lines[0])["sessionId"]
+    target = chats / f"session-{datetime.now(UTC):%Y-%m-%dT%H-%M}-{session_id[:8]}.jsonl"
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return target
+
+
+@pytest.mark.skipif(GEMINI is None, reason="Gemini CLI is not installed")
+def test_gemini_cli_lists_the_compacted_session(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert GEMINI is not None
+    home, project = tmp_path / "home", tmp_path / "proj"
+    project.mkdir()
+    chats = home / ".gemini" / "tmp" / "proj" / "chats"
+    chats.mkdir(parents=True)
+    (home / ".gemini" / "tmp" / "proj" / ".project_root").write_text(str(project))
+    (home / ".gemini" / "projects.json").write_text(json.dumps({"projects": {str(project): "proj"}}))
+    src = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats" / "session-2026-05-25T09-30-c4e5f6a7.jsonl"
+    original = recent_copy(src, project, chats)
+    assert run(["compact", str(original), "--force", "--as-new-session", "-f", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)["sessions"][0]
+    assert report["status"] == "COMPRESSED"
+    env = {**os.environ, "GEMINI_CLI_HOME": str(home), "GEMINI_API_KEY": "not-used-for-listing"}
+    proc = subprocess.run(
+        [GEMINI, "--list-sessions"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    listing = proc.stdout + proc.stderr
+    assert "Available sessions for this project (2)" in listing, listing
+    assert report["session_id"] in listing
+    assert "<state_snapshot>" in listing  # the compacted session opens with the summary
