@@ -48,7 +48,7 @@ from ctxtool.compress.profiles import DEFAULT_PROFILE, get_profile
 from ctxtool.compress.summarizer import Content, Summarizer
 from ctxtool.errors import CtxtoolError, UsageError
 from ctxtool.session.discover import SessionPath
-from ctxtool.session.read import parse_session_bytes
+from ctxtool.session.read import SessionFile, parse_session_bytes
 from ctxtool.session.write import (
     BACKUP_MARKER,
     FileStamp,
@@ -148,6 +148,20 @@ def js_iso(now: datetime) -> str:
     """``new Date().toISOString()``: UTC with milliseconds and a Z."""
     utc = now.astimezone(UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def compacted_title(session: SessionFile) -> str:
+    """The one-line title Gemini CLI's session list shows for a compacted copy (its ``summary``)."""
+    from ctxtool.session.columns import classify_user, message_text
+
+    title = session.metadata.get("summary")
+    if not isinstance(title, str) or not title.strip():
+        # The session's first prompt ever (the billed view: a compression may have dropped it since).
+        prompts = (m.get("content") for m in session.billed if m.get("type") == "user")
+        first = next((c for c in prompts if classify_user(c)[0]), None)
+        title = " ".join(message_text(first).split()) if first is not None else "session"
+    title = " ".join(title.split())
+    return f"{title[:100]} (compacted by ctxtool)"
 
 
 def new_session_file_name(session_id: str, now: datetime, ext: str) -> str:
@@ -494,6 +508,7 @@ def compact_session(
     if new_session_id is not None:
         metadata["sessionId"] = new_session_id
         metadata["startTime"] = js_iso(now)
+        metadata["summary"] = compacted_title(session)
         report.session_id = new_session_id
     payload = session_bytes(session.era, metadata, out_messages)
 
@@ -573,6 +588,7 @@ def _compact_with_strategy(
     if new_session_id is not None:
         metadata["sessionId"] = new_session_id
         metadata["startTime"] = js_iso(now)
+        metadata["summary"] = compacted_title(session)
         report.session_id = new_session_id
     payload = session_bytes(session.era, metadata, result.messages)
     if dest.mode == "in-place":

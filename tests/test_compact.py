@@ -555,3 +555,17 @@ def test_real_sessions_compact_offline(
             f"\n{name}: {report.tokens_before} -> {report.tokens_after} tokens "
             f"in {elapsed:.2f}s, retention {figures}"
         )
+
+
+def test_a_new_session_is_titled_after_the_original() -> None:
+    from ctxtool.compact import compacted_title
+    from ctxtool.session.read import parse_session_bytes
+
+    plain = parse_session_bytes(
+        b'{"sessionId":"s","projectHash":"h"}\n'
+        b'{"id":"a","type":"user","content":"/help"}\n'
+        b'{"id":"b","type":"user","content":[{"text":"  Build   the thing  "}]}\n'
+    )
+    assert compacted_title(plain) == "Build the thing (compacted by ctxtool)"
+    titled = parse_session_bytes(b'{"sessionId":"s","projectHash":"h","summary":"Fix the login bug"}\n')
+    assert compacted_title(titled) == "Fix the login bug (compacted by ctxtool)"

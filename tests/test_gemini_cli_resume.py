@@ -76,4 +76,5 @@ def test_gemini_cli_lists_the_compacted_session(tmp_path: Path, capsys: pytest.C
     listing = proc.stdout + proc.stderr
     assert "Available sessions for this project (2)" in listing, listing
     assert report["session_id"] in listing
-    assert "<state_snapshot>" in listing  # the compacted session opens with the summary
+    # Listed under the original's first prompt, marked as a compacted copy.
+    assert "Refactor the storage layer to use SQLite (compacted by ctxtool)" in listing
