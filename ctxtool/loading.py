@@ -24,14 +24,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxtool.session import index as index_module
-from ctxtool.session.columns import FileColumns
+from ctxtool.session import stamp
 from ctxtool.session.discover import Discovery, default_root, discover
-from ctxtool.session.index import FileIndex, cache_root
-from ctxtool.session.scan import read_files
+from ctxtool.session.stamp import cache_root
 
 if TYPE_CHECKING:
     from ctxtool.frames import Corpus
+    from ctxtool.session.columns import FileColumns
 
 Progress = Callable[[int, int], None]
 
@@ -103,7 +102,7 @@ def _scan_key(targets: Sequence[str], subagents: bool) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(
         repr(
-            (index_module.STAMP, sorted(os.path.abspath(os.path.expanduser(t)) for t in targets), subagents)
+            (stamp.STAMP, sorted(os.path.abspath(os.path.expanduser(t)) for t in targets), subagents)
         ).encode()
     )
     return h.hexdigest()
@@ -118,10 +117,14 @@ def _full(
     *,
     price_memo: bool,
 ) -> Corpus:
+
     def warm() -> None:
         from ctxtool import frames
 
         frames.warm_up(price_memo=price_memo)
+
+    from ctxtool.session.index import FileIndex
+    from ctxtool.session.scan import read_files
 
     index = FileIndex(root) if root is not None else None
     results = read_files(found.files, progress=progress, workers=workers, while_waiting=warm, index=index)
@@ -151,6 +154,10 @@ def _splice(
     groups = {by_path[p].group_key for p in changed if p in by_path}
     groups |= {old[p]["group"] for p in changed if p in old}
     again = [sp for sp in found.files if sp.group_key in groups]
+
+    from ctxtool.session.index import FileIndex
+    from ctxtool.session.scan import read_files
+
     index = FileIndex(root)
     results = read_files(again, workers=1, index=index)
     use.files_cached = len(found.files) - len(again) + index.hits

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from ctxtool.cli import run
-from ctxtool.session import index as index_module
+from ctxtool.session import stamp as index_module
 from tests.conftest import FIXTURES
 
 

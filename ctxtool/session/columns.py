@@ -63,8 +63,7 @@ MESSAGE_COLUMNS = (
     "total",
 )
 PREVIEW_CHARS = 80
-# Bump when the rows produced here change meaning or shape: it invalidates every cached index entry.
-COLUMNS_VERSION = 2
+from ctxtool.session.stamp import COLUMNS_VERSION  # noqa: E402,F401  (bump it when these rows change)
 
 # result_bytes: size of the tool result as stored (its JSON text, in bytes); results are never decoded.
 TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes")

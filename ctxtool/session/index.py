@@ -16,27 +16,15 @@ import hashlib
 import os
 import pickle
 import shutil
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxtool import __version__
-from ctxtool.session.columns import COLUMNS_VERSION, FileColumns
+from ctxtool.session import stamp
+from ctxtool.session.columns import FileColumns
 from ctxtool.session.discover import SessionPath
+from ctxtool.session.stamp import cache_root
 
-STAMP = f"{__version__}-c{COLUMNS_VERSION}"
-
-
-def cache_root(cache_dir: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """``cache_dir`` if given, else ``$CTXTOOL_CACHE_DIR``, else the platform's user cache dir."""
-    env = os.environ if env is None else env
-    if cache_dir:
-        return Path(cache_dir).expanduser()
-    if env.get("CTXTOOL_CACHE_DIR"):
-        return Path(env["CTXTOOL_CACHE_DIR"]).expanduser()
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("ctxtool", appauthor=False))
+__all__ = ["Entry", "FileIndex", "cache_root", "clear"]
 
 
 @dataclass(slots=True)
@@ -54,7 +42,7 @@ class FileIndex:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.directory = root / "index" / STAMP
+        self.directory = root / "index" / stamp.STAMP
         self.hits = self.resumed = self.parsed = 0
         self._pending: dict[str, Entry | None] = {}
 
@@ -108,7 +96,9 @@ class FileIndex:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             for old in self.directory.parent.iterdir():
-                if old.is_dir() and old.name != STAMP:  # another reader version's entries: never read again
+                if (
+                    old.is_dir() and old.name != stamp.STAMP
+                ):  # another reader version's entries: never read again
                     shutil.rmtree(old, ignore_errors=True)
             for path, entry in self._pending.items():
                 target = self._file(path)
@@ -125,17 +115,6 @@ class FileIndex:
 
     def __len__(self) -> int:
         return len(list(self.directory.glob("*.pkl"))) if self.directory.exists() else 0
-
-
-def fingerprint(files: Iterable[tuple[SessionPath, os.stat_result | None]], *extra: object) -> str:
-    """Identifies one scan: every file's place and stamp, plus whatever else shapes the result."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(STAMP.encode())
-    for sp, st in files:
-        stamp = (st.st_size, st.st_mtime_ns) if st is not None else None
-        h.update(repr((str(sp.path), sp.group_key, sp.project, sp.parent_ref, stamp)).encode())
-    h.update(repr(extra).encode())
-    return h.hexdigest()
 
 
 def clear(root: Path) -> int:

@@ -1,0 +1,27 @@
+"""Where ctxtool's cache lives and the version stamp of what it holds. Imports nothing heavy: a warm run
+that finds everything in the cache loads only this, discovery and the stored frames."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from ctxtool import __version__
+
+# Bump when the rows produced by ctxtool.session.columns change meaning or shape: it invalidates every
+# cached index entry and stored corpus.
+COLUMNS_VERSION = 2
+STAMP = f"{__version__}-c{COLUMNS_VERSION}"
+
+
+def cache_root(cache_dir: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """``cache_dir`` if given, else ``$CTXTOOL_CACHE_DIR``, else the platform's user cache dir."""
+    env = os.environ if env is None else env
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    if env.get("CTXTOOL_CACHE_DIR"):
+        return Path(env["CTXTOOL_CACHE_DIR"]).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("ctxtool", appauthor=False))
