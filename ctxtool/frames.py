@@ -16,13 +16,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 
-from ctxtool.session.columns import MESSAGE_COLUMNS, TOOL_COLUMNS, FileColumns
+if TYPE_CHECKING:
+    from ctxtool.session.columns import FileColumns
+
 from ctxtool.session.discover import Discovery, discover
-from ctxtool.session.scan import read_files
+from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
 from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS
 
 SCHEMA_VERSION = 1
@@ -67,6 +69,8 @@ def load(
     workers: int | None = None,
 ) -> Corpus:
     """Find, read and flatten every session under ``paths`` into frames."""
+    from ctxtool.session.scan import read_files
+
     found = discover(paths, subagents=subagents)
     results = read_files(found.files, progress=progress, workers=workers)
     return build_corpus(results, found)

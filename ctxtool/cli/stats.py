@@ -151,7 +151,7 @@ def stats(
             )
         finally:
             progress.close()
-    from ctxtool import frames, render
+    from ctxtool import frames
     from ctxtool import output as out
 
     corpus = frames.filter_corpus(
@@ -194,6 +194,7 @@ def stats(
     if fmt == "table" and rows.height == 0:
         print(f"{frames.describe_read(summary)} Nothing to report.", file=sys.stderr)
     elif fmt == "table":
+        from ctxtool import render
         from ctxtool.frames import totals
 
         console = render.make_console(

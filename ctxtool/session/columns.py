@@ -39,34 +39,10 @@ from ctxtool.session.read import (
     split_lines,
 )
 from ctxtool.session.schema import TOKEN_KEYS
+from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
 
-MESSAGE_COLUMNS = (
-    "message_id",
-    "type",
-    "timestamp",
-    "live",
-    "text_chars",
-    "content_bytes",
-    "is_prompt",
-    "is_command",
-    "is_snapshot",
-    "compression_info",
-    "model",
-    "preview",
-    "tool_calls",
-    "tool_errors",
-    "input",
-    "output",
-    "cached",
-    "thoughts",
-    "tool",
-    "total",
-)
 PREVIEW_CHARS = 80
 from ctxtool.session.stamp import COLUMNS_VERSION  # noqa: E402,F401  (bump it when these rows change)
-
-# result_bytes: size of the tool result as stored (its JSON text, in bytes); results are never decoded.
-TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes")
 
 # Markers the interactive UI records as `info` messages when it compresses (spec §12.1).
 _COMPRESSED_INFO = re.compile(

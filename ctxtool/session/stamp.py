@@ -9,6 +9,32 @@ from pathlib import Path
 
 from ctxtool import __version__
 
+# The columns of the rows ctxtool.session.columns produces (one per billed message, one per tool call).
+MESSAGE_COLUMNS = (
+    "message_id",
+    "type",
+    "timestamp",
+    "live",
+    "text_chars",
+    "content_bytes",
+    "is_prompt",
+    "is_command",
+    "is_snapshot",
+    "compression_info",
+    "model",
+    "preview",
+    "tool_calls",
+    "tool_errors",
+    "input",
+    "output",
+    "cached",
+    "thoughts",
+    "tool",
+    "total",
+)
+# result_bytes: size of the tool result as stored (its JSON text, in bytes); results are never decoded.
+TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes")
+
 # Bump when the rows produced by ctxtool.session.columns change meaning or shape: it invalidates every
 # cached index entry and stored corpus.
 COLUMNS_VERSION = 2
