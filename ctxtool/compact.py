@@ -42,11 +42,11 @@ from typing import Any, Literal, cast
 
 from ctxtool.compress import gemini_cli as g
 from ctxtool.compress.facts import extract_facts, history_text, retention
-from ctxtool.compress.jsvalue import js_trim, js_truthy
 from ctxtool.compress.offline import OfflineSummarizer
 from ctxtool.compress.profiles import DEFAULT_PROFILE, get_profile
 from ctxtool.compress.summarizer import Content, Summarizer
 from ctxtool.errors import CtxtoolError, UsageError
+from ctxtool.jsvalue import js_trim, js_truthy
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import SessionFile, parse_session_bytes
 from ctxtool.session.write import (

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from ctxtool.compress import gemini_cli as g
 from ctxtool.compress.gemini_cli import CompressionStatus
-from ctxtool.compress.jsvalue import json_length
 from ctxtool.compress.summarizer import ModelCall
+from ctxtool.jsvalue import json_length
 
 texts = st.text(alphabet=st.sampled_from('ab 中😀\n"\\'), max_size=60)
 text_part = st.builds(lambda t: {"text": t}, texts)

@@ -11,7 +11,6 @@ import pytest
 
 from ctxtool.compress import gemini_cli as g
 from ctxtool.compress.gemini_cli import CompressionStatus
-from ctxtool.compress.jsvalue import js_stringify
 from ctxtool.compress.profiles import (
     DEFAULT_PROFILE,
     ESTIMATOR_2025_11_26,
@@ -21,6 +20,7 @@ from ctxtool.compress.profiles import (
 )
 from ctxtool.compress.summarizer import ModelCall
 from ctxtool.errors import UsageError
+from ctxtool.jsvalue import js_stringify
 
 REAL_SESSIONS = Path(__file__).resolve().parents[2] / "shared" / "real-sessions"
 
@@ -77,7 +77,7 @@ FIVE = [
 
 
 def test_five_message_fixture_lengths_and_split() -> None:
-    from ctxtool.compress.jsvalue import json_length
+    from ctxtool.jsvalue import json_length
 
     assert [json_length(c) for c in FIVE] == [63, 65, 63, 65, 63]  # spec section 15, not 66/68/...
     assert g.find_compress_split_point(FIVE, 0.5) == 4  # HEAD: cumulative excludes the candidate

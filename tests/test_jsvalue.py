@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxtool.compress.jsvalue import (
+from ctxtool.jsvalue import (
     js_key_order,
     js_number_to_string,
     js_slice,

@@ -10,7 +10,7 @@ The reference is spec/gemini-cli-compression.md; section numbers below point int
 selected by a :class:`~ctxtool.compress.profiles.Profile`, whose fields this module branches on.
 
 Values are plain dicts in Gemini wire form (``{"role": ..., "parts": [...]}``), as loaded from JSON. All
-lengths, slices, numbers and truthiness follow JavaScript through :mod:`ctxtool.compress.jsvalue`.
+lengths, slices, numbers and truthiness follow JavaScript through :mod:`ctxtool.jsvalue`.
 
 This module does no I/O: budget truncation returns the tool outputs to save (path + text) and the caller
 writes them. The two model calls go through a :class:`~ctxtool.compress.summarizer.Summarizer`; everything
@@ -30,7 +30,16 @@ from datetime import datetime
 from enum import IntEnum
 from typing import Any
 
-from ctxtool.compress.jsvalue import (
+from ctxtool.compress.profiles import (
+    DEFAULT_PROFILE,
+    ESTIMATOR_HEAD,
+    PROFILES,
+    EstimatorSpec,
+    Profile,
+)
+from ctxtool.compress.prompts import ctxtool_compression_prompt
+from ctxtool.compress.summarizer import CallKind, Content, ModelCall, Summarizer
+from ctxtool.jsvalue import (
     js_slice,
     js_stringify,
     js_template,
@@ -41,15 +50,6 @@ from ctxtool.compress.jsvalue import (
     utf16_len,
     utf16_units,
 )
-from ctxtool.compress.profiles import (
-    DEFAULT_PROFILE,
-    ESTIMATOR_HEAD,
-    PROFILES,
-    EstimatorSpec,
-    Profile,
-)
-from ctxtool.compress.prompts import ctxtool_compression_prompt
-from ctxtool.compress.summarizer import CallKind, Content, ModelCall, Summarizer
 from ctxtool.tokens import token_limit as _current_token_limit
 
 Part = dict[str, Any]

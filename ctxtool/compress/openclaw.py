@@ -24,8 +24,7 @@ file-list format is ctxtool's (upstream's truncation marker was not read).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 
 from ctxtool.compress import pi
 from ctxtool.compress import strategies as s
@@ -385,14 +384,3 @@ class OpenClawStrategy(pi.PiStrategy):
             result.notes.append(f"{len(result.calls)} summarizer calls (chunked summarisation)")
         suffix = split + preserved_section(preserved) + tool_failures_section(units) + file_lists
         return cap_preserving_suffix(history, suffix)
-
-    def plan(
-        self,
-        messages: Sequence[s.Record],
-        summarizer: Summarizer,
-        options: s.StrategyOptions,
-        *,
-        now: datetime,
-        new_id: Callable[[], str],
-    ) -> s.StrategyResult:
-        return super().plan(messages, summarizer, options, now=now, new_id=new_id)

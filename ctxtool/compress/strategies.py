@@ -32,10 +32,10 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from ctxtool.compress import gemini_cli as g
-from ctxtool.compress.jsvalue import js_trim
 from ctxtool.compress.offline import OfflineSummarizer, previous_snapshot
 from ctxtool.compress.summarizer import Content, ModelCall, Summarizer
 from ctxtool.errors import UsageError
+from ctxtool.jsvalue import js_trim
 from ctxtool.tokens import token_limit
 
 Role = Literal["user", "assistant", "tool_result", "note"]

@@ -29,13 +29,13 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
 from ctxtool.errors import CtxtoolError
+from ctxtool.jsvalue import js_number_to_string
 
 Era = Literal["json", "jsonl"]
 
@@ -52,33 +52,10 @@ _SCRATCHPAD_KEY = "memoryScratchpad"
 
 
 def js_number(x: float) -> str:
-    """ECMAScript ``Number::toString`` as ``JSON.stringify`` prints a number (NaN and ±Infinity: null).
-
-    Mirrors ``ctxtool.compress.jsvalue.js_number_to_string`` (which this layer may not import); a test
-    checks the two agree.
-    """
+    """ECMAScript ``Number::toString`` as ``JSON.stringify`` prints a number (NaN and ±Infinity: null)."""
     if math.isnan(x) or math.isinf(x):
         return "null"
-    if x == 0:
-        return "0"
-    if x < 0:
-        return "-" + js_number(-x)
-    _sign, digit_tuple, exp = Decimal(repr(x)).as_tuple()
-    assert isinstance(exp, int)
-    digits = "".join(str(d) for d in digit_tuple).rstrip("0")
-    exp += len(digit_tuple) - len(digits)
-    digits = digits.lstrip("0") or "0"
-    k = len(digits)
-    n = k + exp
-    if k <= n <= 21:
-        return digits + "0" * (n - k)
-    if 0 < n <= 21:
-        return digits[:n] + "." + digits[n:]
-    if -6 < n <= 0:
-        return "0." + "0" * (-n) + digits
-    e = n - 1
-    mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
-    return f"{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+    return js_number_to_string(x)
 
 
 def _is_array_index(key: str) -> bool:
