@@ -393,11 +393,16 @@ def build_corpus(
 
 
 def _read_parts(parts: list[bytes], runs: list[tuple[str, int, int]], schema: dict[str, Any]) -> pl.DataFrame:
-    """One frame from the files' CSV parts, with the session key and file rank of every row."""
+    """One frame from the files' CSV parts, with the session key and file rank of every row.
+
+    Empties ``parts``: once joined, the per-file copies are dropped before parsing (peak memory)."""
     full = {"session_key": pl.String, "_rank": pl.Int64, **schema}
     if not parts:
         return pl.DataFrame(schema=full)
-    df = pl.read_csv(io.BytesIO(b"".join(parts)), has_header=False, schema=schema, quote_char='"')
+    data = b"".join(parts)
+    parts.clear()
+    df = pl.read_csv(io.BytesIO(data), has_header=False, schema=schema, quote_char='"')
+    del data
     keys = pl.DataFrame(
         {
             "session_key": [k for k, _, _ in runs],

@@ -6,6 +6,7 @@ an ``ExitStatus``. Only this boundary catches errors; a traceback is printed onl
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -80,6 +81,10 @@ def _command_in(args: Sequence[str]) -> str | None:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit status instead of exiting (used by tests and ``main``)."""
+    # polars allocates through jemalloc, which by default keeps freed pages for seconds: a short-lived
+    # command would count every intermediate frame in its peak memory. Give them back at once (read by
+    # jemalloc when polars loads, so only effective before that; a value the user set wins).
+    os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
     args = list(sys.argv[1:] if argv is None else argv)
     want_traceback = "--traceback" in args
     command = _command_in(args)
