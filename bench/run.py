@@ -299,12 +299,21 @@ def main(argv: list[str] | None = None) -> int:
         if cmd is None:
             rows.append(("ctxtool stats cold", None, f"not measured: {note}"))
         else:
-            cold = best_of(args.repeat, cmd, timeout=PEER_TIMEOUT_S)
+            with tempfile.TemporaryDirectory(prefix="bench-cold-") as cache:
+                # --no-cache: no session index. The price-rate memo (genai-prices data, per day) lives in
+                # this temporary cache dir; the second row bypasses it too, as a first run of the day would.
+                env = {**os.environ, "CTXTOOL_CACHE_DIR": cache}
+                cold = best_of(args.repeat, cmd, env=env, timeout=PEER_TIMEOUT_S)
+                first = best_of(
+                    args.repeat, cmd, env={**env, "CTXTOOL_NO_PRICE_CACHE": "1"}, timeout=PEER_TIMEOUT_S
+                )
             if cold.returncode != 0:
                 rows.append(("ctxtool stats cold", None, f"exit {cold.returncode}: {_tail(cold.stderr)}"))
                 cold = None
             else:
-                rows.append(("ctxtool stats cold", cold, note))
+                rows.append(("ctxtool stats cold", cold, note or "no session index; price-rate memo present"))
+                if first.returncode == 0:
+                    rows.append(("ctxtool cold, no price memo", first, "also loads genai-prices' data"))
 
     exe = args.ctxtool or ctxtool_exe()
     if cold is not None and exe is not None:

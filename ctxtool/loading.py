@@ -63,7 +63,10 @@ def load_corpus(
     found = discover(targets, subagents=subagents)
     use = CacheUse(enabled=cache)
     if not cache:
-        return _full(found, None, progress, workers, use, price_memo=False), use
+        # Without the index every file is read again. The memo of resolved price rates (a function of
+        # the installed genai-prices data and the day, not of the sessions) still applies; set
+        # CTXTOOL_NO_PRICE_CACHE=1 to bypass it too.
+        return _full(found, None, progress, workers, use, price_memo=True), use
 
     root = cache_root(cache_dir)
     folder = root / "corpus" / _scan_key(targets, subagents)
