@@ -97,8 +97,18 @@ def save_corpus_cache(corpus: Corpus, folder: Path, *, keep: int = 8) -> None:
     tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
     try:
         tmp.mkdir(parents=True, exist_ok=True)
-        for name in _FRAME_NAMES:
-            getattr(corpus, name).write_ipc(tmp / f"{name}.arrow", compression="uncompressed")
+        from concurrent.futures import ThreadPoolExecutor
+
+        # polars writes without the GIL: the five frames go out side by side.
+        with ThreadPoolExecutor(len(_FRAME_NAMES)) as pool:
+            list(
+                pool.map(
+                    lambda name: getattr(corpus, name).write_ipc(
+                        tmp / f"{name}.arrow", compression="uncompressed"
+                    ),
+                    _FRAME_NAMES,
+                )
+            )
         meta = {
             "files_read": corpus.files_read,
             "files_found": corpus.files_found,
@@ -128,7 +138,10 @@ def load_corpus_cache(folder: Path) -> Corpus | None:
 
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        frames = [pl.read_ipc(folder / f"{name}.arrow") for name in _FRAME_NAMES]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(_FRAME_NAMES)) as pool:
+            frames = list(pool.map(lambda name: pl.read_ipc(folder / f"{name}.arrow"), _FRAME_NAMES))
     except (OSError, ValueError, pl.exceptions.PolarsError):
         return None
     corpus = Corpus(frames[0], frames[1], frames[2], frames[3], frames[4])
