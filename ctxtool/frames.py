@@ -405,6 +405,9 @@ def build_corpus(
     return corpus
 
 
+_CSV_CHUNK_BYTES = 2 * 1024 * 1024
+
+
 def _read_parts(parts: list[bytes], runs: list[tuple[str, int, int]], schema: dict[str, Any]) -> pl.DataFrame:
     """One frame from the files' CSV parts, with the session key and file rank of every row.
 
@@ -412,10 +415,18 @@ def _read_parts(parts: list[bytes], runs: list[tuple[str, int, int]], schema: di
     full = {"session_key": pl.String, "_rank": pl.Int64, **schema}
     if not parts:
         return pl.DataFrame(schema=full)
-    data = b"".join(parts)
-    parts.clear()
-    df = pl.read_csv(io.BytesIO(data), has_header=False, schema=schema, quote_char='"')
-    del data
+    # Parsed a few megabytes at a time: the CSV reader's working memory is a multiple of its input.
+    chunks: list[pl.DataFrame] = []
+    while parts:
+        take, size = 0, 0
+        while take < len(parts) and (take == 0 or size < _CSV_CHUNK_BYTES):
+            size += len(parts[take])
+            take += 1
+        data = b"".join(parts[:take])
+        del parts[:take]
+        chunks.append(pl.read_csv(io.BytesIO(data), has_header=False, schema=schema, quote_char='"'))
+        del data
+    df = pl.concat(chunks, rechunk=False) if len(chunks) > 1 else chunks[0]
     keys = pl.DataFrame(
         {
             "session_key": [k for k, _, _ in runs],
