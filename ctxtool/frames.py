@@ -274,11 +274,21 @@ def splice(cached: Corpus, fresh: Corpus, groups: set[str]) -> Corpus:
     sessions = sessions.join(children, left_on="session_key", right_on="parent_session_key", how="left")
     sessions = sessions.with_columns(pl.col("subagents").fill_null(0))
 
+    # Rows already stored keep their root key unless a parent link changed (a parent session appeared or
+    # vanished): only then is the key joined in again (the common case, a session grew, skips it).
+    before = dict(cached.sessions.select("session_key", "root_session_key").iter_rows())
+    relinked = any(before.get(k, r) != r for k, r in root.iter_rows())
+
+    def with_root(df: pl.DataFrame) -> pl.DataFrame:
+        return df.drop("root_session_key").join(root, on="session_key", how="left").select(df.columns)
+
     def rejoin(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
-        both = pl.concat([old.filter(keep), new], how="diagonal_relaxed")
-        if "root_session_key" not in both.columns:
-            return both
-        return both.drop("root_session_key").join(root, on="session_key", how="left").select(both.columns)
+        old = old.filter(keep)
+        if "root_session_key" in old.columns:
+            # The re-read sessions were built alone: their root keys always come from the whole.
+            new = with_root(new)
+            old = with_root(old) if relinked else old
+        return pl.concat([old, new], how="diagonal_relaxed")
 
     warnings = list(dict.fromkeys([*cached.warnings, *fresh.warnings]))
     return Corpus(

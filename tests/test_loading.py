@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -138,3 +139,21 @@ def test_many_changes_fall_back_to_a_full_build(tmp_path: Path, monkeypatch: pyt
     # A full build, but through the per-file index: unchanged files are not read, grown ones resume.
     assert (use.files_cached, use.files_resumed, use.files_parsed) == (13, 3, 0)
     same(corpus, load_corpus([root])[0])
+
+
+def test_a_grown_subagent_keeps_its_parent(tmp_path: Path) -> None:
+    root = tmp_path / "tmp"
+    shutil.copytree(FIXTURES / "gemini" / "tmp", root)
+    cache = tmp_path / "cache"
+    load_corpus([root], cache=True, cache_dir=cache)
+    child = next((root / CHATS).glob("*-*-*-*-*/*.jsonl"))
+    if not child.read_bytes().endswith(b"\n"):
+        child.write_bytes(child.read_bytes() + b"\n")
+    append(child, reply("sub-extra", 4321))
+    spliced, use = load_corpus([root], cache=True, cache_dir=cache)
+    assert not use.corpus_hit
+    full, _ = load_corpus([root])
+    same(spliced, full)
+    row = spliced.requests.filter(pl.col("message_id") == "sub-extra").row(0, named=True)
+    parent = spliced.sessions.filter(pl.col("session_key") == row["session_key"]).row(0, named=True)
+    assert row["root_session_key"] == parent["parent_session_key"] is not None
