@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -28,7 +28,6 @@ from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
 from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS
 
 SCHEMA_VERSION = 1
-By = Literal["turn", "request", "session", "model", "project", "day"]
 from ctxtool.choices import BY_CHOICES  # noqa: E402  (re-exported)
 
 TOKEN_COLUMNS = ("input", "output", "cached", "thoughts", "tool", "total")
@@ -74,15 +73,6 @@ def load(
     found = discover(paths, subagents=subagents)
     results = read_files(found.files, progress=progress, workers=workers)
     return build_corpus(results, found)
-
-
-def load_cached(
-    paths: Sequence[str | Path], *, subagents: bool = True, cache_dir: str | Path | None = None
-) -> Corpus:
-    """``load`` through ctxtool's incremental index (see ``ctxtool.loading``)."""
-    from ctxtool.loading import load_corpus
-
-    return load_corpus(paths, subagents=subagents, cache=True, cache_dir=cache_dir)[0]
 
 
 _FRAME_NAMES = ("sessions", "messages", "requests", "tool_calls", "turns")

@@ -321,10 +321,6 @@ def print_table(console: Console, table: Table) -> None:
     console.print(table)
 
 
-def problem_lines(problems: Sequence[tuple[str, str]]) -> list[str]:
-    return [f"{path}: {message}" if not message.startswith(path) else message for path, message in problems]
-
-
 # --- ctxtool audit ----------------------------------------------------------------------------------
 
 _STATUS_STYLE = {

@@ -19,7 +19,8 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from ctxtool.compress import gemini_cli
-from ctxtool.compress.gemini_model import GeminiSummarizer, compression_model_for, get_response_text
+from ctxtool.compress.gemini_cli import summarizer_model
+from ctxtool.compress.gemini_model import GeminiSummarizer, get_response_text
 from ctxtool.compress.prompts import (
     CTXTOOL_COMPRESSION_PROMPT,
     GEMINI_CLI_PATH_ENV,
@@ -455,7 +456,7 @@ def test_timeout_is_reported_without_retry(httpserver: HTTPServer, sleeps: Sleep
     ],
 )
 def test_compression_model_alias_table(model: str, expected: str) -> None:
-    assert compression_model_for(model) == expected
+    assert summarizer_model(model) == expected
 
 
 # ------------------------------------------------------------------------------------------------------------

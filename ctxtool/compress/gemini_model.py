@@ -40,25 +40,6 @@ _JITTER = 0.25  # each wait is stretched by up to this fraction, at random
 # A server that asks to wait longer than this (e.g. a daily quota) will not be waited for.
 _MAX_SERVER_DELAY_S = 60.0
 
-# `modelStringToModelConfigAlias` + the chat-compression-* aliases in defaultModelConfigs.ts (spec §9.6,
-# gemini-cli 5411f113ca). 'none' is PREVIEW_GEMINI_FLASH_LITE_MODEL's value upstream, hence the odd key.
-_COMPRESSION_MODEL = {
-    "gemini-3-pro-preview": "gemini-3-pro-preview",
-    "gemini-3.1-pro-preview": "gemini-3-pro-preview",
-    "gemini-3-flash-preview": "gemini-3-flash-preview",
-    "gemini-3.1-flash-lite": "gemini-3.1-flash-lite",
-    "none": "gemini-3.1-flash-lite",
-    "gemini-2.5-flash-lite": "gemini-2.5-flash-lite",
-    "gemini-2.5-pro": "gemini-2.5-pro",
-    "gemini-2.5-flash": "gemini-2.5-flash",
-}
-_COMPRESSION_DEFAULT_MODEL = "gemini-3-pro-preview"  # chat-compression-default
-
-
-def compression_model_for(model: str) -> str:
-    """The model Gemini CLI (HEAD) summarises with when the chat runs on ``model`` (spec §9.6)."""
-    return _COMPRESSION_MODEL.get(model, _COMPRESSION_DEFAULT_MODEL)
-
 
 def get_response_text(response: Any) -> str | None:
     """Port of ``getResponseText`` (packages/core/src/utils/partUtils.ts, gemini-cli 04fbf50725).
