@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -586,8 +586,3 @@ def _order(table: str) -> list[str]:
         "tool_calls": ["session_key", "turn"],
         "turns": ["session_key", "turn"],
     }[table]
-
-
-def dataset_paths(paths: Sequence[str | Path]) -> list[str]:
-    """The PATH arguments that are datasets (for commands that accept both datasets and session paths)."""
-    return [str(p) for p in paths if is_dataset(p)]
