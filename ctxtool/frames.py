@@ -834,9 +834,9 @@ def report(corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True)
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
     if by == "turn":
-        df = corpus.turns.sort("session_key", "turn")
+        df = corpus.turns.sort("session", "session_key", "turn")
     elif by == "request":
-        df = corpus.requests.sort("session_key", "position")
+        df = corpus.requests.sort("session", "session_key", "position")
     elif by == "session":
         df = _session_report(corpus, include_subagents_in_parent)
     elif by == "model":
@@ -858,11 +858,11 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
         s = s.drop("requests", *TOKEN_COLUMNS, "cost").join(sums, on="session_key", how="left")
         s = s.with_columns(pl.col("requests").fill_null(0), *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS])
     if not roll_up:
-        return s.sort("start", "session_key", nulls_last=True)
+        return s.sort("start", "session", "session_key", nulls_last=True)
     # Subagent sessions are attributed to their parent: their tokens and cost are added to the parent's row.
     child = s.filter(pl.col("parent_session_key").is_not_null())
     if child.height == 0:
-        return s.sort("start", "session_key", nulls_last=True)
+        return s.sort("start", "session", "session_key", nulls_last=True)
     add = child.group_by("parent_session_key").agg(
         *[
             pl.col(k).sum().alias(f"_sub_{k}")
@@ -886,7 +886,7 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
         .with_columns(cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")))
         .drop([c for c in add.columns if c != "parent_session_key"])
     )
-    return parents.sort("start", "session_key", nulls_last=True)
+    return parents.sort("start", "session", "session_key", nulls_last=True)
 
 
 def _request_count(sessions: pl.DataFrame) -> int:
