@@ -140,3 +140,17 @@ def test_odd_field_types_are_read_leniently(tmp_path: Path) -> None:
     assert fc.live_order == ["u1"]
     assert fc.summary is None
     assert fc.unknown_records == 1
+
+
+def test_byte_order_mark_and_crlf_are_read(tmp_path: Path) -> None:
+    from ctxtool.session.read import read_session
+
+    body = lines([HEADER, {"id": "g", "type": "gemini", "content": "x", "tokens": {"input": 7, "output": 2}}])
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + body.replace(b"\n", b"\r\n"))
+    fc = columns_from_file(sp_for(path))
+    (row,) = message_rows(fc)
+    assert (row["input"], row["total"]) == (7, 9)  # a missing total is input + output + thoughts + tool
+    assert fc.session_id == HEADER["sessionId"]
+    assert fc.resume_offset is None  # offsets after a stripped mark would be off by three
+    assert [m["id"] for m in read_session(path).messages] == ["g"]

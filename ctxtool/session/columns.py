@@ -15,6 +15,7 @@ Must not: import polars (the parent builds frames once from these lists).
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import io
@@ -347,7 +348,10 @@ def _row(rec: _Record) -> _Row:
             t.cached or 0,
             t.thoughts or 0,
             t.tool or 0,
-            t.total or 0,
+            # total = input + output + thoughts + tool (chatRecordingTypes.ts); derived if a fork left it out
+            t.total
+            if t.total is not None
+            else (t.input or 0) + (t.output or 0) + (t.thoughts or 0) + (t.tool or 0),
         )
     else:
         counts = (None, None, None, None, None, None)
@@ -442,6 +446,9 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
     """Read one file's bytes into columns. Raises SessionFormatError like the full reader."""
     p = Path(sp.path)
     out = _empty(sp, len(data))
+    bom = data.startswith(codecs.BOM_UTF8)  # not written by Gemini CLI, but a hand-edited file may carry one
+    if bom:
+        data = data[len(codecs.BOM_UTF8) :]
     whole_error = None
     if sniff(data, p) == "document":
         try:
@@ -461,7 +468,7 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
     r: Replayed[_Row] = Replayed()
     r.feed(split_lines(data), _classify, _carry_tokens)
     r.finish(p, whole_error, data)
-    _from_replay(out, r, data if data.endswith(b"\n") else None)
+    _from_replay(out, r, data if data.endswith(b"\n") and not bom else None)
     return out
 
 
@@ -487,11 +494,13 @@ def columns_from_file(sp: SessionPath, resume: FileColumns | None = None) -> Fil
         if size < STREAM_MIN_BYTES:
             return columns_from_bytes(fh.read(), sp)
         head = fh.read(1 << 20)
+        start = len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0
+        head = head[start:]
         if sniff(head + (b"" if b"\n" in head else fh.read()), p) == "document":
             _check_memory(p, size)
             fh.seek(0)
             return columns_from_bytes(fh.read(), sp)
-        fh.seek(0)
+        fh.seek(start)
         out = _empty(sp, size)
         r: Replayed[_Row] = Replayed()
         r.feed(iter_file_lines(fh), _classify, _carry_tokens)

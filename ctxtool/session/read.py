@@ -14,6 +14,7 @@ Must not: print, import polars/rich/typer, or guess at anything it cannot read (
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,8 @@ def read_session(path: Path | str) -> SessionFile:
 def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFile:
     """Parse the bytes of a session file; ``path`` is only used in messages and the result."""
     p = Path(path)
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
     whole_error = None
     if sniff(data, p) == "document":
         try:
