@@ -37,6 +37,13 @@ def recent_copy(src: Path, project_root: Path, chats: Path) -> Path:
             return [fresh(v) for v in value]
         return value
 
+    if src.suffix == ".json":  # a legacy single document
+        doc = fresh(json.loads(src.read_text(encoding="utf-8")))
+        assert isinstance(doc, dict)
+        doc["projectHash"] = hashlib.sha256(str(project_root).encode()).hexdigest()
+        target = chats / f"session-{datetime.now(UTC):%Y-%m-%dT%H-%M}-{doc['sessionId'][:8]}.json"
+        target.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+        return target
     lines = []
     for n, line in enumerate(src.read_text(encoding="utf-8").splitlines()):
         record = fresh(json.loads(line)) if line.strip() else None
@@ -50,7 +57,16 @@ def recent_copy(src: Path, project_root: Path, chats: Path) -> Path:
 
 
 @pytest.mark.skipif(GEMINI is None, reason="Gemini CLI is not installed")
-def test_gemini_cli_lists_the_compacted_session(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("fixture", "title"),
+    [
+        ("session-2026-05-25T09-30-c4e5f6a7.jsonl", "Refactor the storage layer to use SQLite"),
+        ("session-2026-02-10T09-00-c0ffee01.json", "파서 off-by-one 버그와 툴바 UI 수정"),
+    ],
+)
+def test_gemini_cli_lists_the_compacted_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fixture: str, title: str
+) -> None:
     assert GEMINI is not None
     home, project = tmp_path / "home", tmp_path / "proj"
     project.mkdir()
@@ -58,7 +74,7 @@ def test_gemini_cli_lists_the_compacted_session(tmp_path: Path, capsys: pytest.C
     chats.mkdir(parents=True)
     (home / ".gemini" / "tmp" / "proj" / ".project_root").write_text(str(project))
     (home / ".gemini" / "projects.json").write_text(json.dumps({"projects": {str(project): "proj"}}))
-    src = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats" / "session-2026-05-25T09-30-c4e5f6a7.jsonl"
+    src = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats" / fixture
     original = recent_copy(src, project, chats)
     assert run(["compact", str(original), "--force", "--as-new-session", "-f", "json"]) == 0
     report = json.loads(capsys.readouterr().out)["sessions"][0]
@@ -76,5 +92,5 @@ def test_gemini_cli_lists_the_compacted_session(tmp_path: Path, capsys: pytest.C
     listing = proc.stdout + proc.stderr
     assert "Available sessions for this project (2)" in listing, listing
     assert report["session_id"] in listing
-    # Listed under the original's first prompt, marked as a compacted copy.
-    assert "Refactor the storage layer to use SQLite (compacted by ctxtool)" in listing
+    # Listed under the original's title (its summary, else its first prompt), marked as a compacted copy.
+    assert f"{title} (compacted by ctxtool)" in listing
