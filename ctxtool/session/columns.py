@@ -36,6 +36,7 @@ from ctxtool.session.read import (
     Replayed,
     check_document,
     iter_file_lines,
+    loads_like_node,
     sniff,
     split_lines,
 )
@@ -245,11 +246,13 @@ def _decode_line(line: bytes) -> _Record | None:
         return _decode_record(line)
     except msgspec.ValidationError:
         pass
+    except UnicodeDecodeError:
+        pass  # invalid UTF-8 in a string: read it as Gemini CLI (Node) does, below
     except (msgspec.DecodeError, RecursionError):
         raise BrokenLine from None
     try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        obj = loads_like_node(line)
+    except (orjson.JSONDecodeError, RecursionError):
         raise BrokenLine from None
     return _lenient(obj) if isinstance(obj, dict) else None
 
@@ -289,6 +292,14 @@ def _classify(line: bytes) -> Event:
     return "unknown", None, None
 
 
+def _decode_content(raw: msgspec.Raw) -> Any:
+    try:
+        return _decode_any(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        # Skipped fields are not checked for UTF-8; decode as Node would (U+FFFD for bad bytes).
+        return msgspec.json.decode(bytes(raw).decode("utf-8", "replace"))
+
+
 def _is_null(raw: msgspec.Raw) -> bool:
     return len(raw) == 4 and bytes(raw) == b"null"
 
@@ -316,7 +327,7 @@ def _row(rec: _Record) -> _Row:
     mid = rec.id if rec.id.__class__ is str else None
     mtype = rec.type or "unknown"
     raw = rec.content
-    content: Any = None if _is_null(raw) else _decode_any(raw)
+    content: Any = None if _is_null(raw) else _decode_content(raw)
     is_prompt = is_command = is_snapshot = compression = False
     preview = None
     if mtype == "user":
@@ -451,18 +462,24 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
         data = data[len(codecs.BOM_UTF8) :]
     whole_error = None
     if sniff(data, p) == "document":
+        doc: _Record | None = None
         try:
             doc = _decode_record(data)
-        except msgspec.ValidationError:
-            obj = orjson.loads(data)
-            check_document(obj, p)
-            doc = _lenient(obj)
+        except (msgspec.ValidationError, UnicodeDecodeError):
+            # Odd field types, or invalid UTF-8 in a string: the generic parse decides, as the full reader.
+            try:
+                obj = loads_like_node(data)
+            except orjson.JSONDecodeError as exc:
+                whole_error = str(exc)
+            else:
+                check_document(obj, p)
+                doc = _lenient(obj)
         except msgspec.DecodeError as exc:
             whole_error = str(exc)
         else:
             if doc.messages is msgspec.UNSET and doc.sessionId is msgspec.UNSET:
                 check_document({}, p)
-        if whole_error is None:
+        if doc is not None:
             _from_document(out, doc, p)
             return out
     r: Replayed[_Row] = Replayed()

@@ -61,6 +61,22 @@ class SessionFile:
         return value if isinstance(value, str) else "main"
 
 
+def loads_like_node(data: bytes) -> Any:
+    """``JSON.parse`` of a file Node read as UTF-8: invalid byte sequences become U+FFFD, not an error.
+
+    Gemini CLI reads session files with ``fs.readFile(path, 'utf8')``, which replaces undecodable bytes;
+    orjson rejects them, so a failed parse is retried on the decoded text. Raises orjson.JSONDecodeError.
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return orjson.loads(data.decode("utf-8", "replace"))
+        raise
+
+
 def read_session(path: Path | str) -> SessionFile:
     """Read ``path``. Raises SessionFormatError for anything that is not a readable session."""
     p = Path(path)
@@ -85,7 +101,7 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
     whole_error = None
     if sniff(data, p) == "document":
         try:
-            doc = orjson.loads(data)
+            doc = loads_like_node(data)
         except orjson.JSONDecodeError as exc:
             whole_error = str(exc)
         else:
@@ -126,7 +142,7 @@ def sniff(data: bytes, p: Path) -> Literal["document", "lines"]:
         raise _not_json(p, data)
     newline = body.find(b"\n")
     try:
-        head = orjson.loads(body if newline < 0 else body[:newline])
+        head = loads_like_node(body if newline < 0 else body[:newline])
     except orjson.JSONDecodeError:
         return "lines" if newline < 0 else "document"
     if isinstance(head, dict) and (newline >= 0 or head.get("messages") is None):
@@ -320,7 +336,7 @@ def replay(
 
 def _classify_dict(line: bytes) -> Event:
     try:
-        record = orjson.loads(line)
+        record = loads_like_node(line)
     except orjson.JSONDecodeError:
         raise BrokenLine from None
     if not isinstance(record, dict):
@@ -368,7 +384,7 @@ def _carry_tokens_dict(previous: MessageRecord, message: MessageRecord) -> Messa
 def _describe_broken(whole_error: str | None, data: bytes) -> str:
     if whole_error is None:
         try:
-            orjson.loads(data)
+            loads_like_node(data)
         except orjson.JSONDecodeError as exc:
             whole_error = str(exc)
     try:
