@@ -101,3 +101,33 @@ def test_no_cache_writes_nothing_and_clear_empties(
     assert "cleared" in capsys.readouterr().out
     assert not (cache / "index").exists()
     assert not (cache / "corpus").exists()
+
+
+def test_a_worker_that_dies_does_not_lose_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed worker (out of memory, say) breaks the pool; its files are read in the main process."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from ctxtool.session import scan
+    from ctxtool.session.discover import discover
+
+    files = discover([FIXTURES / "gemini" / "tmp"]).files
+    expected = [fc.messages_csv for fc in scan.read_files(files, workers=1)]
+
+    class DyingPool:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def submit(self, fn: object, *args: object) -> object:
+            from concurrent.futures import Future
+
+            fut: Future[object] = Future()
+            fut.set_exception(BrokenProcessPool("a worker died"))
+            return fut
+
+        def shutdown(self, *args: object, **kwargs: object) -> None:
+            pass
+
+    monkeypatch.setattr(scan, "ProcessPoolExecutor", DyingPool)
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    got = scan.read_files(files, workers=2)
+    assert [fc.messages_csv for fc in got] == expected

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 
 from ctxtool.session.columns import FileColumns, extract_file
 from ctxtool.session.discover import SessionPath
@@ -74,7 +75,8 @@ def read_files(
         # Batches of files (a task per file costs more in the pool's bookkeeping than small files take to
         # parse), largest first, several per worker so that none is left alone at the end.
         batches = _batches(todo, cost, n_workers * 4)
-        with ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context()) as pool:
+        pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context())
+        try:
             futures = {
                 pool.submit(_extract_batch, [(files[i], resume[i]) for i in batch]): batch
                 for batch in batches
@@ -83,11 +85,21 @@ def read_files(
                 while_waiting()
             for fut in as_completed(futures):
                 batch = futures[fut]
-                for i, fc in zip(batch, fut.result(), strict=True):
+                try:
+                    batch_results = fut.result()
+                except BrokenProcessPool:
+                    # A worker died (killed for memory, say): read what is left here, one file at a time,
+                    # where a file too large to read becomes a one-line error instead of a lost batch.
+                    batch_results = [extract_file(files[i], resume[i]) for i in batch]
+                for i, fc in zip(batch, batch_results, strict=True):
                     results[i] = fc
                     done += sizes[i]
                 if progress:
                     progress(done, total)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)  # Ctrl-C: do not wait for queued batches
+            raise
+        pool.shutdown()
     out = [r for r in results if r is not None]
     if index is not None:
         for i in todo:
