@@ -92,6 +92,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         result = app(args=args, prog_name="ctxtool", standalone_mode=False)
     except typer.Exit as exc:
+        if exc.exit_code == ExitStatus.INTERRUPTED:  # typer turns Ctrl-C into Exit(130)
+            print("Interrupted.", file=sys.stderr)
         return int(exc.exit_code)
     except typer.Abort:
         print("Interrupted.", file=sys.stderr)
@@ -127,11 +129,16 @@ def run(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return ExitStatus.ERROR
-    return int(result) if isinstance(result, int) else ExitStatus.OK
+    code = int(result) if isinstance(result, int) else ExitStatus.OK
+    if code == ExitStatus.INTERRUPTED:  # typer returns 130 for Ctrl-C when not in standalone mode
+        print("Interrupted.", file=sys.stderr)
+    return code
 
 
 def main() -> None:
     code = run()
+    if code == ExitStatus.INTERRUPTED:
+        sys.exit(code)  # a normal exit lets interrupted worker processes wind down
     # Every file ctxtool writes is closed (atomic writes) by now and the worker pool has shut down; skip
     # the interpreter's teardown of polars frames and modules, which takes a noticeable part of a second.
     try:

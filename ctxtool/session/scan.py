@@ -96,8 +96,14 @@ def read_files(
                     done += sizes[i]
                 if progress:
                     progress(done, total)
+        except KeyboardInterrupt:
+            # Ctrl-C: queued batches are dropped; the running ones end during the interpreter's normal exit
+            # (ctxtool.cli.main exits normally after an interrupt), so no worker is left behind. Killing
+            # workers instead could leave the pool's result pipe half-written and hang.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)  # Ctrl-C: do not wait for queued batches
+            pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown()
     out = [r for r in results if r is not None]
