@@ -424,18 +424,42 @@ class _Measure:
     note: str = ""  # why there is no value
 
 
+class _Families:
+    """Each frame split once by root session (a session with its subagents), instead of one filter of the
+    whole corpus per session and rule."""
+
+    def __init__(self, corpus: Corpus) -> None:
+        roots = corpus.sessions.select("session_key", "root_session_key")
+
+        def split(df: pl.DataFrame) -> tuple[dict[Any, pl.DataFrame], pl.DataFrame]:
+            if "root_session_key" not in df.columns:
+                df = df.join(roots, on="session_key", how="left")
+            return df.partition_by("root_session_key", as_dict=True), df.clear()
+
+        self.requests, self._no_requests = split(corpus.requests)
+        self.turns, self._no_turns = split(corpus.turns)
+        self.tools, self._no_tools = split(corpus.tool_calls)
+        self.messages, self._no_messages = split(corpus.messages)
+
+    def of(self, key: str) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        k = (key,)
+        return (
+            self.requests.get(k, self._no_requests),
+            self.turns.get(k, self._no_turns),
+            self.tools.get(k, self._no_tools),
+            self.messages.get(k, self._no_messages),
+        )
+
+
 def _session_measures(
-    corpus: Corpus, key: str, row: Mapping[str, Any], models: Sequence[str] | None
+    corpus: Corpus,
+    key: str,
+    row: Mapping[str, Any],
+    models: Sequence[str] | None,
+    families: _Families | None = None,
 ) -> dict[str, _Measure]:
     """Every session metric of one root session (and its subagents), optionally restricted to models."""
-    family = pl.col("root_session_key") == key
-    req = corpus.requests.filter(family)
-    turns = corpus.turns.join(
-        corpus.sessions.select("session_key", "root_session_key"), on="session_key", how="left"
-    ).filter(family)
-    tools = corpus.tool_calls.filter(family)
-    members = corpus.sessions.filter(family).get_column("session_key")
-    msgs = corpus.messages.filter(pl.col("session_key").is_in(members.implode()))
+    req, turns, tools, msgs = (families or _Families(corpus)).of(key)
     if models is not None:
         req = req.filter(pl.col("model").is_in(list(models)))
     out: dict[str, _Measure] = {}
@@ -518,6 +542,7 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule]) -> AuditReport:
     checks: list[Check] = []
     metrics: dict[str, dict[str, float | None]] = {}
     info: dict[str, dict[str, Any]] = {}
+    families = _Families(corpus)
     for row in sessions.iter_rows(named=True):
         key = key_of[row["file"]]
         models = [m for m in (row["models"] or "").split(",") if m]
@@ -529,14 +554,16 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule]) -> AuditReport:
             "file": row["file"],
             "models": models,
         }
-        measures = _session_measures(corpus, key, row, None)
+        measures = _session_measures(corpus, key, row, None, families)
         metrics[key] = {name: m.value for name, m in measures.items() if name != "max-daily-cost"}
         for metric in METRICS:
             if metric == "max-daily-cost":
                 continue
             for rule in _rules_for(rules, metric, projects, models):
                 measure = (
-                    _session_measures(corpus, key, row, _models_matching(rule.models, models))[metric]
+                    _session_measures(corpus, key, row, _models_matching(rule.models, models), families)[
+                        metric
+                    ]
                     if rule.models
                     else measures[metric]
                 )

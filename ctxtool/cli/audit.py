@@ -120,7 +120,9 @@ def audit(
         )
     base_doc = lib.load_baseline(baseline) if baseline is not None else None
 
-    corpus = frames.load(paths or [str(default_root())], subagents=subagents)
+    from ctxtool.loading import load_corpus
+
+    corpus, _ = load_corpus(paths or [str(default_root())], subagents=subagents, cache=True)
     for problem in corpus.problems:
         _warn(
             problem.message

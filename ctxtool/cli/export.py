@@ -49,13 +49,14 @@ def export(
         if ex.is_dataset(p):
             raise UsageError(f"{p} is a ctxtool dataset, not sessions", "Pass session files or directories")
 
-    from ctxtool import frames
     from ctxtool.output import dumps
     from ctxtool.session.discover import default_root
 
     # Session keys are paths: make them absolute so a later run from another directory finds the same ones.
     sources = [os.path.abspath(p) for p in paths] if paths else [str(default_root())]
-    corpus = frames.load(sources)
+    from ctxtool.loading import load_corpus
+
+    corpus, _ = load_corpus(sources, cache=True)
     for problem in corpus.problems:
         where = "" if problem.message.startswith(problem.path) else f"{problem.path}: "
         print(f"warning: {where}{problem.message}", file=sys.stderr)
