@@ -1004,4 +1004,13 @@ def describe_read(summary: dict[str, Any]) -> str:
         text += f" {len(summary['errors'])} could not be read (see warnings)."
     if summary["broken_lines"]:
         text += f" {summary['broken_lines']} broken line(s) skipped."
+    index = summary.get("index") or {}
+    if index.get("corpus_from_cache"):
+        text += " Nothing changed since the last run: served from ctxtool's index."
+    elif index.get("files_from_index") or index.get("files_resumed"):
+        text += (
+            f" From the index: {index['files_from_index']:,} unchanged file(s);"
+            f" {index['files_resumed']:,} grown file(s) read from where they ended;"
+            f" {index['files_parsed']:,} read in full."
+        )
     return text
