@@ -86,10 +86,14 @@ class CompactOptions:
 
 @dataclass(frozen=True)
 class Destination:
-    """Where compacted files go: ``out`` (a separate tree), ``new-session`` or ``in-place``."""
+    """Where compacted files go: ``out`` (a separate tree), ``new-session`` or ``in-place``.
+
+    ``out_file`` (``out`` mode, one input only) names the output file itself instead of a tree.
+    """
 
     mode: Mode = "out"
     out_dir: Path = Path(DEFAULT_OUT_DIR)
+    out_file: Path | None = None
 
 
 @dataclass
@@ -236,6 +240,8 @@ def output_location(
         target = path
     elif destination.mode == "new-session":
         target = path.with_name(new_name or path.name)
+    elif destination.out_file is not None:
+        return destination.out_file, destination.out_file.parent
     else:
         base = destination.out_dir / source.project_dir
         if in_chats:
@@ -635,6 +641,9 @@ def check_destination(sources: Sequence[SessionPath], destination: Destination) 
     """Refuse an ``--out`` directory inside an input's Gemini CLI project folder (UsageError)."""
     if destination.mode != "out":
         return
+    if destination.out_file is not None:
+        _check_out_file(sources, destination.out_file)
+        return
     out = destination.out_dir.resolve()
     for sp in sources:
         target, project_tmp = output_location(sp, Destination("in-place"))
@@ -646,3 +655,36 @@ def check_destination(sources: Sequence[SessionPath], destination: Destination) 
                 f"the output directory {destination.out_dir} is inside the input tree {project_tmp}",
                 "Pass --out DIR elsewhere, or --as-new-session / --in-place to write into the session folder",
             )
+
+
+def is_file_name(out: Path) -> bool:
+    """Whether ``--out`` names a session file (``x.json`` / ``x.jsonl``) rather than a directory."""
+    return out.suffix in (".json", ".jsonl") and not out.is_dir()
+
+
+def _check_out_file(sources: Sequence[SessionPath], out: Path) -> None:
+    """``--out FILE`` takes exactly one input, in the same format, and never replaces an existing file."""
+    if len(sources) != 1:
+        raise UsageError(
+            f"--out {out} names one file, but {len(sources)} session files were given",
+            "Pass --out DIR (a folder name without .json/.jsonl) to compact several sessions",
+        )
+    source = sources[0].path
+    if out.suffix != source.suffix:
+        raise UsageError(
+            f"--out {out} would change the format of {source.name}"
+            f" ({source.suffix} sessions stay {source.suffix})",
+            f"Name the output *{source.suffix}",
+        )
+    if out.exists() and out.resolve() == source.resolve():
+        raise UsageError(
+            f"--out {out} is the input itself; ctxtool does not overwrite it",
+            "Pass --in-place to replace the input after a backup, or another file name",
+        )
+    if out.exists():
+        raise UsageError(f"--out {out} already exists; ctxtool does not overwrite it", "Pass a new file name")
+    if out.parent.name == "chats":
+        raise UsageError(
+            f"--out {out} is in a Gemini CLI chats/ folder, where it would be a second copy of the session",
+            "Pass --as-new-session to add the result to Gemini CLI's sessions with its own id",
+        )

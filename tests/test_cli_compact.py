@@ -155,6 +155,51 @@ def test_out_inside_the_input_tree_is_refused(data: Path, capsys: pytest.Capture
     assert "inside the input tree" in err
 
 
+def test_out_file_for_one_session(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE
+    target = Path.cwd() / "compacted.jsonl"
+    code, out, err = compact(capsys, str(source), "--force", "-f", "json", "--out", str(target))
+    assert code == 0, err
+    (row,) = sessions_of(out)
+    assert row["status"] == "COMPRESSED"
+    assert Path(row["output_path"]) == target
+    assert read_session(target).messages[1]["content"][0]["text"] == g.SUMMARY_ACK_TEXT
+    assert not (Path.cwd() / "ctxtool-compacted").exists()
+    written = target.read_bytes()
+
+    # Run again: the file is not replaced.
+    code, _, err = compact(capsys, str(source), "--force", "--out", str(target))
+    assert (code, target.read_bytes()) == (2, written)
+    assert "already exists" in err
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        ("other.json", "would change the format"),
+        ("{source}", "is the input itself"),
+        ("{chats}/copy.jsonl", "chats/ folder"),
+    ],
+)
+def test_out_file_refusals(data: Path, capsys: pytest.CaptureFixture[str], out: str, message: str) -> None:
+    chats = data / "ctxdemo" / "chats"
+    source = chats / COMPRESSION_FIXTURE
+    before = source.read_bytes()
+    code, _, err = compact(capsys, str(source), "--force", "--out", out.format(source=source, chats=chats))
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1
+    assert source.read_bytes() == before
+    assert not (chats / "copy.jsonl").exists()
+
+
+def test_out_file_needs_a_single_input(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = compact(capsys, str(data / "ctxdemo" / "chats"), "--force", "--out", "all.jsonl")
+    assert code == 2
+    assert "names one file" in err
+    assert not Path("all.jsonl").exists()
+
+
 def test_help_lists_profiles_with_dates(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = compact(capsys, "--help")
     assert code == 0

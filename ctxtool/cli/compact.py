@@ -39,9 +39,10 @@ of its compression (--profile). A compacted session holds the summary as a user 
 same bytes), in the input's own format (.jsonl or .json). Tool outputs cut by the token budget are saved
 under tool-outputs/ in the output's project folder and referenced by path.
 
-Where results go: --out DIR (default ./ctxtool-compacted, keeping <project>/chats/); --as-new-session
-(a new session beside the original, listed by `gemini --resume`); --in-place (backup, then an atomic
-replace that is refused if the file changed meanwhile). Nothing is written on NOOP or failed statuses.
+Where results go: --out DIR (default ./ctxtool-compacted, keeping <project>/chats/), or --out FILE.json /
+FILE.jsonl for a single input; --as-new-session (a new session beside the original, listed by
+`gemini --resume`); --in-place (backup, then an atomic replace that is refused if the file changed
+meanwhile). Nothing is written on NOOP or failed statuses.
 
 The summary comes from --summarizer offline (deterministic, no model: it writes the facts it extracts and
 says so in the summary) or gemini (two model calls, summary and verification, as upstream; these are the
@@ -125,7 +126,11 @@ class _Progress:
 def compact(
     paths: list[str] = typer.Argument(..., help="Session files, directories or globs to compact."),
     out: Path = typer.Option(
-        None, "--out", "-o", help="Write compacted sessions under DIR (default: ./ctxtool-compacted)."
+        None,
+        "--out",
+        "-o",
+        help="Write compacted sessions under DIR (default: ./ctxtool-compacted), or, for one input, "
+        "to FILE when the name ends in .json/.jsonl.",
     ),
     as_new_session: bool = typer.Option(
         False, "--as-new-session", help="Write each result as a new session beside its original."
@@ -246,7 +251,10 @@ def compact(
     if not sources and not found.missing:
         raise UsageError(f"no session files in {', '.join(paths)}", "Pass session files or a chats/ folder")
     mode: lib.Mode = "in-place" if in_place else "new-session" if as_new_session else "out"
-    destination = lib.Destination(mode, out if out is not None else Path(lib.DEFAULT_OUT_DIR))
+    if out is not None and lib.is_file_name(out):
+        destination = lib.Destination(mode, out.parent, out_file=out)
+    else:
+        destination = lib.Destination(mode, out if out is not None else Path(lib.DEFAULT_OUT_DIR))
     lib.check_destination(sources, destination)
     options = lib.CompactOptions(
         profile=profile,
