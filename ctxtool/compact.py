@@ -132,6 +132,7 @@ class CompactionReport:
     session_id: str | None = None
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    reason: str | None = None  # why a NOOP wrote nothing, and what would change it
     strategy: str = "gemini-cli"
     trigger: dict[str, Any] | None = None  # other strategies: their own trigger replayed on the session
     strategy_tokens: dict[str, Any] | None = None  # other strategies: {measure, before, after} in their unit
@@ -253,6 +254,19 @@ def output_location(
         chats = target.parent if target.parent.name == "chats" else target.parent.parent
         return target, chats.parent
     return target, target.parent
+
+
+def _noop_reason(result: g.CompressionResult, turns: int, force: bool) -> str:
+    """Why the gemini-cli replay came back NOOP, in the order ``g.compress`` checks (section 4)."""
+    before, limit, share = result.original_token_count, result.token_limit, result.threshold
+    if turns == 0:
+        return "the session has no conversation to compress"
+    if not force and limit and share is not None and before < share * limit:
+        return (
+            f"below the threshold: {before:,} tokens is {before / limit:.1%} of {limit:,}, under {share:.0%};"
+            " pass --force to compact anyway"
+        )
+    return "nothing old enough to summarise: the recent turns are kept as they are"
 
 
 def _replacements(before: Sequence[Content], after: Sequence[Content]) -> dict[str, dict[str, Any]]:
@@ -453,6 +467,8 @@ def compact_session(
     report.token_limit = result.token_limit
     report.tokens_before = result.original_token_count
     report.tokens_after = result.new_token_count
+    if result.status == g.CompressionStatus.NOOP:
+        report.reason = _noop_reason(result, len(contents), opts.force)
     report.split_index = result.split_index
     report.anchored = result.anchored
     report.tool_outputs_truncated = [s.path for s in result.truncated_outputs]
@@ -567,6 +583,15 @@ def _compact_with_strategy(
     report.profile = None
     report.status = result.status
     report.trigger = result.trigger.as_dict()
+    if result.status == "NOOP":
+        trig = result.trigger
+        if trig.would_trigger is False and not opts.force:
+            report.reason = (
+                f"{strategy.name}'s trigger ({trig.measure}) is not reached:"
+                f" at most {trig.tokens or 0:,} tokens; pass --force to compact anyway"
+            )
+        else:
+            report.reason = "nothing old enough to summarise: the recent turns are kept as they are"
     report.strategy_tokens = {
         "measure": result.own_measure,
         "before": result.own_tokens_before,

@@ -430,7 +430,7 @@ def compact_table(
         elif r.get("output_path"):
             where = ("would write " if r.get("dry_run") else "") + _short_path(str(r["output_path"]))
         else:
-            where = "nothing written"
+            where = f"nothing written: {r['reason']}" if r.get("reason") else "nothing written"
         styled = Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow"))
         extra: list[str] = []
         if plan:

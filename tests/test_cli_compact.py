@@ -105,6 +105,23 @@ def test_noop_without_force(data: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert row["status"] == "NOOP"
     assert row["written"] is False
     assert not (Path.cwd() / "ctxtool-compacted").exists()
+    assert row["reason"].startswith("below the threshold: ")
+    assert f"{row['tokens_before']:,} tokens" in row["reason"]
+    assert "--force" in row["reason"]
+    code, out, _ = compact(capsys, str(data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE), "--width", "300")
+    assert "nothing written: below the threshold" in out
+
+
+def test_noop_reason_of_another_strategy(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE
+    code, out, _ = compact(capsys, str(path), "--strategy", "codex", "-f", "json")
+    (row,) = sessions_of(out)
+    assert (code, row["status"], row["written"]) == (0, "NOOP", False)
+    assert row["reason"].startswith("codex's trigger (")
+    assert "--force" in row["reason"]
+    code, out, _ = compact(capsys, str(path), "--strategy", "codex", "-f", "json", "--force", "--dry-run")
+    (row,) = sessions_of(out)
+    assert (row["status"], row["reason"]) == ("COMPRESSED", None)
 
 
 def test_as_new_session_and_in_place(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
