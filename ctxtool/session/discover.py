@@ -77,6 +77,8 @@ def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discover
         if key in seen:
             return
         seen.add(key)
+        if real_parent != str(parent):
+            path = Path(key)  # a relative argument: reports, projects and session keys use the absolute path
         sp = _describe(path, real_parent, project_names)
         if sp.parent_ref is not None and not subagents:
             return
