@@ -51,6 +51,7 @@ from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import SessionFile, parse_session_bytes
 from ctxtool.session.write import (
     BACKUP_MARKER,
+    Era,
     FileStamp,
     atomic_write,
     replace_checked,
@@ -82,6 +83,7 @@ class CompactOptions:
     strategy: str = "gemini-cli"  # ctxtool.compress.strategies name; others than gemini-cli ignore profile
     context_window: int | None = None  # other strategies: window for their trigger (None: their default)
     custom_instructions: str | None = None  # other strategies: focus text appended to their prompt
+    era: Era | None = None  # the output's format: "jsonl" (current) or legacy "json"; None: the input's own
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class CompactionReport:
     dry_run: bool = False
     output_path: str | None = None
     era: str | None = None
+    output_era: str | None = None
     profile: str | None = None
     model: str | None = None  # the chat model the session ran on (token limit, summarizer alias)
     summarizer: str | None = None
@@ -391,9 +394,12 @@ def compact_session(
     )
 
     new_session_id = new_id() if dest.mode == "new-session" else None
-    ext = "jsonl" if session.era == "jsonl" else "json"
-    new_name = new_session_file_name(new_session_id, now, ext) if new_session_id else None
+    era: Era = opts.era or ("jsonl" if session.era == "jsonl" else "json")
+    report.output_era = era
+    new_name = new_session_file_name(new_session_id, now, era) if new_session_id else None
     target, project_tmp = output_location(sp, dest, new_name=new_name)
+    if opts.era is not None and dest.mode == "out" and dest.out_file is None:
+        target = target.with_suffix(f".{era}")  # the tree keeps names; the extension follows the format
     tool_dir = project_tmp / profile.tool_output_subdir if profile.tool_output_subdir else project_tmp
     if base_strategy != "gemini-cli":
         return _compact_with_strategy(
@@ -405,6 +411,7 @@ def compact_session(
             dest,
             report,
             target,
+            era,
             new_session_id,
             now,
             new_id,
@@ -532,7 +539,7 @@ def compact_session(
         metadata["startTime"] = js_iso(now)
         metadata["summary"] = compacted_title(session)
         report.session_id = new_session_id
-    payload = session_bytes(session.era, metadata, out_messages)
+    payload = session_bytes(era, metadata, out_messages)
 
     for saved in result.truncated_outputs:
         atomic_write(Path(saved.path), saved.text.encode("utf-8", "surrogatepass"))
@@ -555,6 +562,7 @@ def _compact_with_strategy(
     dest: Destination,
     report: CompactionReport,
     target: Path,
+    era: Era,
     new_session_id: str | None,
     now: datetime,
     new_id: Callable[[], str],
@@ -621,7 +629,7 @@ def _compact_with_strategy(
         metadata["startTime"] = js_iso(now)
         metadata["summary"] = compacted_title(session)
         report.session_id = new_session_id
-    payload = session_bytes(session.era, metadata, result.messages)
+    payload = session_bytes(era, metadata, result.messages)
     if dest.mode == "in-place":
         assert stamp is not None
         report.backup_path = str(write_backup(Path(report.input_path), data, now))
@@ -688,19 +696,14 @@ def is_file_name(out: Path) -> bool:
 
 
 def _check_out_file(sources: Sequence[SessionPath], out: Path) -> None:
-    """``--out FILE`` takes exactly one input, in the same format, and never replaces an existing file."""
+    """``--out FILE`` takes exactly one input and never replaces an existing file (its extension sets the
+    output's format, see the CLI)."""
     if len(sources) != 1:
         raise UsageError(
             f"--out {out} names one file, but {len(sources)} session files were given",
             "Pass --out DIR (a folder name without .json/.jsonl) to compact several sessions",
         )
     source = sources[0].path
-    if out.suffix != source.suffix:
-        raise UsageError(
-            f"--out {out} would change the format of {source.name}"
-            f" ({source.suffix} sessions stay {source.suffix})",
-            f"Name the output *{source.suffix}",
-        )
     if out.exists() and out.resolve() == source.resolve():
         raise UsageError(
             f"--out {out} is the input itself; ctxtool does not overwrite it",

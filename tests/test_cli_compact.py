@@ -193,7 +193,6 @@ def test_out_file_for_one_session(data: Path, capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("out", "message"),
     [
-        ("other.json", "would change the format"),
         ("{source}", "is the input itself"),
         ("{chats}/copy.jsonl", "chats/ folder"),
     ],
@@ -208,6 +207,46 @@ def test_out_file_refusals(data: Path, capsys: pytest.CaptureFixture[str], out: 
     assert err.count("\n") == 1
     assert source.read_bytes() == before
     assert not (chats / "copy.jsonl").exists()
+
+
+def test_era_conversion(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE  # a .jsonl session
+    same = Path.cwd() / "same.jsonl"
+    legacy = Path.cwd() / "legacy.json"
+    for target in (same, legacy):
+        code, out, err = compact(capsys, str(source), "--force", "-f", "json", "--out", str(target))
+        assert code == 0, err
+        (row,) = sessions_of(out)
+        assert (row["era"], row["output_era"]) == ("jsonl", target.suffix[1:])
+    kept, converted = read_session(same), read_session(legacy)
+    assert converted.era == "json"
+    assert legacy.read_bytes().startswith(b"{\n  ")  # one indented document, as Gemini CLI wrote .json
+    # The summary and the ack get fresh ids and times on each run; everything else is the same.
+    assert converted.messages[2:] == kept.messages[2:]
+    assert [m["content"] for m in converted.messages[:2]] == [m["content"] for m in kept.messages[:2]]
+    assert converted.session_id == kept.session_id
+
+    # In the output tree the extension follows --era.
+    code, out, err = compact(capsys, str(source), "--force", "-f", "json", "--era", "json")
+    (row,) = sessions_of(out)
+    assert code == 0, err
+    assert row["output_path"].endswith(COMPRESSION_FIXTURE.removesuffix(".jsonl") + ".json")
+    assert read_session(Path(row["output_path"])).era == "json"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--era", "yaml"], "is not a session format"),
+        (["--era", "json", "--in-place"], "keeps each file's format"),
+        (["--era", "jsonl", "--out", "x.json"], "does not match --out"),
+    ],
+)
+def test_era_refusals(data: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    code, _, err = compact(capsys, str(data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE), "--force", *args)
+    assert code == 2
+    assert message in err
+    assert not Path("x.json").exists()
 
 
 def test_out_file_needs_a_single_input(data: Path, capsys: pytest.CaptureFixture[str]) -> None:

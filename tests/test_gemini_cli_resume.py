@@ -58,14 +58,15 @@ def recent_copy(src: Path, project_root: Path, chats: Path) -> Path:
 
 @pytest.mark.skipif(GEMINI is None, reason="Gemini CLI is not installed")
 @pytest.mark.parametrize(
-    ("fixture", "title"),
+    ("fixture", "title", "era"),
     [
-        ("session-2026-05-25T09-30-c4e5f6a7.jsonl", "Refactor the storage layer to use SQLite"),
-        ("session-2026-02-10T09-00-c0ffee01.json", "파서 off-by-one 버그와 툴바 UI 수정"),
+        ("session-2026-05-25T09-30-c4e5f6a7.jsonl", "Refactor the storage layer to use SQLite", None),
+        ("session-2026-02-10T09-00-c0ffee01.json", "파서 off-by-one 버그와 툴바 UI 수정", None),
+        ("session-2026-02-10T09-00-c0ffee01.json", "파서 off-by-one 버그와 툴바 UI 수정", "jsonl"),
     ],
 )
 def test_gemini_cli_lists_the_compacted_session(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], fixture: str, title: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fixture: str, title: str, era: str | None
 ) -> None:
     assert GEMINI is not None
     home, project = tmp_path / "home", tmp_path / "proj"
@@ -76,9 +77,11 @@ def test_gemini_cli_lists_the_compacted_session(
     (home / ".gemini" / "projects.json").write_text(json.dumps({"projects": {str(project): "proj"}}))
     src = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats" / fixture
     original = recent_copy(src, project, chats)
-    assert run(["compact", str(original), "--force", "--as-new-session", "-f", "json"]) == 0
+    extra = ["--era", era] if era else []
+    assert run(["compact", str(original), "--force", "--as-new-session", "-f", "json", *extra]) == 0
     report = json.loads(capsys.readouterr().out)["sessions"][0]
     assert report["status"] == "COMPRESSED"
+    assert Path(report["output_path"]).suffix == f".{era or original.suffix[1:]}"
     env = {**os.environ, "GEMINI_CLI_HOME": str(home), "GEMINI_API_KEY": "not-used-for-listing"}
     proc = subprocess.run(
         [GEMINI, "--list-sessions"],

@@ -36,8 +36,8 @@ HELP = f"""Compact Gemini CLI sessions the way Gemini CLI's /compress does, offl
 Each SESSION_OR_DIR (file, directory or glob) is read as Gemini CLI would resume it and run through a port
 of its compression (--profile). A compacted session holds the summary as a user message, the reply
 "Got it. Thanks for the additional context!", then the newest ~30% of the messages unchanged (same ids,
-same bytes), in the input's own format (.jsonl or .json). Tool outputs cut by the token budget are saved
-under tool-outputs/ in the output's project folder and referenced by path.
+same bytes), in the input's own format (.jsonl or .json; --era converts). Tool outputs cut by the token
+budget are saved under tool-outputs/ in the output's project folder and referenced by path.
 
 Where results go: --out DIR (default ./ctxtool-compacted, keeping <project>/chats/), or --out FILE.json /
 FILE.jsonl for a single input; --as-new-session (a new session beside the original, listed by
@@ -138,6 +138,13 @@ def compact(
     in_place: bool = typer.Option(
         False, "--in-place", help="Replace each input (after a backup <file>.ctxtool-backup-<time>)."
     ),
+    era: str = typer.Option(
+        None,
+        "--era",
+        metavar="jsonl|json",
+        help="Write the result as a current .jsonl or a legacy .json session (default: the input's own; "
+        "--out FILE takes it from the file's extension).",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show the plan; write nothing."),
     force: bool = typer.Option(False, "--force", help="Compact even under the threshold (as /compress)."),
     threshold: float = typer.Option(
@@ -194,6 +201,10 @@ def compact(
         raise UsageError(f"--format {fmt!r} is not supported", "Use table or json")
     if sum((out is not None, as_new_session, in_place)) > 1:
         raise UsageError("--out, --as-new-session and --in-place exclude each other", "Pass only one of them")
+    if era is not None and era not in ("jsonl", "json"):
+        raise UsageError(f"--era {era!r} is not a session format", "Use jsonl (current) or json (legacy)")
+    if era is not None and in_place:
+        raise UsageError("--in-place keeps each file's format", "Drop --era, or use --out / --as-new-session")
     if summarizer not in ("offline", "gemini"):
         raise UsageError(f"--summarizer {summarizer!r} is not known", "Use offline or gemini")
     if threshold is not None and not 0 < threshold <= 1:
@@ -253,6 +264,11 @@ def compact(
     mode: lib.Mode = "in-place" if in_place else "new-session" if as_new_session else "out"
     if out is not None and lib.is_file_name(out):
         destination = lib.Destination(mode, out.parent, out_file=out)
+        if era is not None and out.suffix != f".{era}":
+            raise UsageError(
+                f"--era {era} does not match --out {out}", f"Name the output *.{era}, or drop --era"
+            )
+        era = out.suffix[1:]
     else:
         destination = lib.Destination(mode, out if out is not None else Path(lib.DEFAULT_OUT_DIR))
     lib.check_destination(sources, destination)
@@ -267,6 +283,7 @@ def compact(
         strategy=strategy,
         context_window=context_window,
         custom_instructions=instructions,
+        era=None if era is None else "jsonl" if era == "jsonl" else "json",
     )
 
     reports: list[lib.CompactionReport] = [
