@@ -63,3 +63,17 @@ def test_flat_folder_and_globs_and_missing(tmp_path: Path) -> None:
 def test_same_file_twice_is_read_once(tmp_path: Path) -> None:
     a = touch(tmp_path / "chats" / "session-x.json")
     assert len(discover([a, tmp_path, str(a)]).files) == 1
+
+
+def test_relative_arguments_are_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    touch(tmp_path / "exports" / "a.jsonl")
+    touch(tmp_path / "proj" / "chats" / "session-2026-01-01T00-00-abcd1234.jsonl")
+    monkeypatch.chdir(tmp_path / "exports")
+    loose = discover(["a.jsonl"]).files[0]
+    assert loose.path == tmp_path / "exports" / "a.jsonl"
+    assert loose.project == "exports"  # was "": the parent of a bare file name
+    monkeypatch.chdir(tmp_path / "proj")
+    (chat,) = discover(["chats"]).files
+    assert chat.path.is_absolute()
+    assert (chat.project, chat.project_dir) == ("proj", "proj")
+    assert discover(["chats/"]).files[0].group_key == chat.group_key
