@@ -35,7 +35,8 @@ def test_export_then_stats_reads_the_dataset(
     assert "Run 1: added 15 and replaced 0 session(s) (33 requests)" in err
     assert export.is_dataset(ds)
 
-    code, out, err = cli(capsysbinary, "export", str(DATA), "--to", str(ds), "--json")
+    # -o / --output name the same directory as --to (the other commands' output option).
+    code, out, err = cli(capsysbinary, "export", str(DATA), "-o", str(ds), "--json")
     doc = orjson.loads(out)
     assert code == 0
     assert doc["run"] is None

@@ -32,7 +32,9 @@ def export(
     paths: list[str] = typer.Argument(
         None, help="Session files, directories or globs (default: the data root)."
     ),
-    to: Path = typer.Option(..., "--to", "-t", help="The dataset directory (created if missing)."),
+    to: Path = typer.Option(
+        ..., "--to", "-t", "--output", "-o", help="The dataset directory (created if missing)."
+    ),
     prompts: bool = typer.Option(
         True,
         "--prompts/--no-prompts",
