@@ -470,9 +470,20 @@ def _merge_pairs(
 
 def discovery_problems(found: Discovery) -> list[Problem]:
     """What the PATH arguments themselves got wrong (nothing matched, a folder with no sessions)."""
+    from ctxtool.session.discover import default_root
+
+    root = str(default_root())
     return [
         *(
-            Problem(m, "matches no file. Check the path, or quote a glob so the shell does not expand it")
+            Problem(
+                m,
+                "is where Gemini CLI keeps its sessions, and it does not exist. Pass session files or "
+                "folders, or set GEMINI_CLI_HOME to the folder that holds .gemini/",
+            )
+            if m == root
+            else Problem(
+                m, "matches no file. Check the path, or quote a glob so the shell does not expand it"
+            )
             for m in found.missing
         ),
         *(

@@ -150,8 +150,10 @@ def test_default_root_from_gemini_cli_home(
 def test_missing_default_root_says_how_to_fix(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     code, _, err = stats(capsysbinary, "-f", "json")
     assert code == 0
-    assert ".gemini/tmp: matches no file" in err
-    assert "Check the path" in err
+    assert ".gemini/tmp: is where Gemini CLI keeps its sessions, and it does not exist" in err
+    assert "set GEMINI_CLI_HOME" in err
+    code, _, err = stats(capsysbinary, "-f", "json", "no-such-file.jsonl")
+    assert "no-such-file.jsonl: matches no file. Check the path" in err
 
 
 def test_console_script_and_module_entry_point() -> None:
