@@ -1019,9 +1019,14 @@ def describe_read(summary: dict[str, Any]) -> str:
     if index.get("corpus_from_cache"):
         text += " Nothing changed since the last run: served from ctxtool's index."
     elif index.get("files_from_index") or index.get("files_resumed"):
-        text += (
-            f" From the index: {index['files_from_index']:,} unchanged file(s);"
-            f" {index['files_resumed']:,} grown file(s) read from where they ended;"
-            f" {index['files_parsed']:,} read in full."
-        )
+        parts = [
+            f"{n:,} {what}"
+            for n, what in (
+                (index.get("files_from_index", 0), "unchanged file(s) from the index"),
+                (index.get("files_resumed", 0), "grown file(s) read from where they ended"),
+                (index.get("files_parsed", 0), "read in full"),
+            )
+            if n
+        ]
+        text += f" {'; '.join(parts)}."
     return text

@@ -131,3 +131,22 @@ def test_a_worker_that_dies_does_not_lose_the_files(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
     got = scan.read_files(files, workers=2)
     assert [fc.messages_csv for fc in got] == expected
+
+
+def test_the_table_caption_says_what_came_from_the_index(
+    capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path
+) -> None:
+    def caption() -> str:
+        assert run(["stats", str(data), "--cache-dir", str(tmp_path / "cache"), "--width", "400"]) == 0
+        out = capsysbinary.readouterr().out.decode()
+        return " ".join(out[out.index("Read 16 files") :].split())  # the caption, unwrapped
+
+    assert "index" not in caption()
+    assert "Nothing changed since the last run: served from ctxtool's index." in caption()
+    grown = data / "ctxdemo" / "chats" / "session-2026-05-25T09-30-c4e5f6a7.jsonl"
+    with open(grown, "ab") as fh:
+        fh.write(orjson.dumps({"id": "late-1", "type": "user", "content": [{"text": "more"}]}) + b"\n")
+    text = caption()
+    assert text.endswith(
+        " 15 unchanged file(s) from the index; 1 grown file(s) read from where they ended."
+    ), text
