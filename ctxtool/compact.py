@@ -548,7 +548,7 @@ def compact_session(
         report.backup_path = str(write_backup(sp.path, data, now))
         replace_checked(sp.path, payload, stamp, before_replace=before_replace)
     else:
-        atomic_write(target, payload, exclusive=dest.mode == "new-session")
+        atomic_write(target, payload, exclusive=dest.mode == "new-session" or dest.out_file is not None)
     report.written = True
     return report
 
@@ -635,7 +635,7 @@ def _compact_with_strategy(
         report.backup_path = str(write_backup(Path(report.input_path), data, now))
         replace_checked(Path(report.input_path), payload, stamp, before_replace=before_replace)
     else:
-        atomic_write(target, payload, exclusive=dest.mode == "new-session")
+        atomic_write(target, payload, exclusive=dest.mode == "new-session" or dest.out_file is not None)
     report.written = True
     return report
 
