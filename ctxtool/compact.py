@@ -716,3 +716,27 @@ def _check_out_file(sources: Sequence[SessionPath], out: Path) -> None:
             f"--out {out} is in a Gemini CLI chats/ folder, where it would be a second copy of the session",
             "Pass --as-new-session to add the result to Gemini CLI's sessions with its own id",
         )
+
+
+def superseded_by_resume(sources: Sequence[SessionPath]) -> dict[Path, Path]:
+    """Legacy ``session-X.json`` inputs whose ``session-X.jsonl`` (Gemini CLI's resumed copy of the same
+    session, a superset of it) is an input too, mapped to that ``.jsonl``. With ``--era`` under ``--out DIR``
+    both would be written to one output file."""
+    by_group: dict[str, list[SessionPath]] = {}
+    for sp in sources:
+        by_group.setdefault(sp.group_key, []).append(sp)
+    out: dict[Path, Path] = {}
+    for group in by_group.values():
+        resumed = next((sp.path for sp in group if sp.path.suffix == ".jsonl"), None)
+        if resumed is not None:
+            out.update({sp.path: resumed for sp in group if sp.path.suffix == ".json"})
+    return out
+
+
+def superseded_report(source: SessionPath, resumed: Path) -> CompactionReport:
+    """The NOOP row of a legacy file left out for its resumed ``.jsonl`` (see superseded_by_resume)."""
+    return CompactionReport(
+        input_path=str(source.path),
+        status="NOOP",
+        reason=f"the same session as {resumed.name} (Gemini CLI's resumed copy), which is compacted instead",
+    )

@@ -234,6 +234,26 @@ def test_era_conversion(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert read_session(Path(row["output_path"])).era == "json"
 
 
+def test_era_leaves_out_a_legacy_file_its_resumed_jsonl_supersedes(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chats = data / "ctxdemo" / "chats"
+    pair = "session-2026-03-20T11-00-abcd1234"  # .json, and the .jsonl Gemini CLI wrote on resuming it
+    for era in ("json", "jsonl"):
+        code, out, err = compact(capsys, str(chats), "--force", "-f", "json", "--era", era)
+        assert code == 0, err
+        rows = {Path(r["input_path"]).name: r for r in sessions_of(out)}
+        legacy, resumed = rows[f"{pair}.json"], rows[f"{pair}.jsonl"]
+        assert (legacy["status"], legacy["written"]) == ("NOOP", False)
+        assert f"the same session as {pair}.jsonl" in legacy["reason"]
+        assert resumed["status"] == "COMPRESSED"
+        assert Path(resumed["output_path"]).name == f"{pair}.{era}"
+    # Without --era both keep their own format and name, so both are written.
+    code, out, _ = compact(capsys, str(chats), "--force", "-f", "json", "--out", "both")
+    rows = {Path(r["input_path"]).name: r for r in sessions_of(out)}
+    assert rows[f"{pair}.json"]["written"] and rows[f"{pair}.jsonl"]["written"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -143,7 +143,8 @@ def compact(
         "--era",
         metavar="jsonl|json",
         help="Write the result as a current .jsonl or a legacy .json session (default: the input's own; "
-        "--out FILE takes it from the file's extension).",
+        "--out FILE takes it from the file's extension). Under --out DIR a legacy session-X.json beside the "
+        "session-X.jsonl Gemini CLI wrote on resuming it is left out (NOOP): both would become one file.",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show the plan; write nothing."),
     force: bool = typer.Option(False, "--force", help="Compact even under the threshold (as /compress)."),
@@ -289,9 +290,14 @@ def compact(
     reports: list[lib.CompactionReport] = [
         lib.CompactionReport.failed(m, f"{m}: no such file or directory") for m in found.missing
     ]
+    superseded = lib.superseded_by_resume(sources) if options.era and mode == "out" else {}
     progress = _Progress(len(sources), sys.stderr.isatty())
     try:
         for sp in sources:
+            if sp.path in superseded:
+                reports.append(lib.superseded_report(sp, superseded[sp.path]))
+                progress.advance(sp.path.name)
+                continue
             try:
                 report = lib.compact_session(sp, summ, options, destination)
             except (CtxtoolError, OSError) as exc:
