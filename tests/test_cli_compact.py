@@ -251,7 +251,9 @@ def test_era_leaves_out_a_legacy_file_its_resumed_jsonl_supersedes(
     # Without --era both keep their own format and name, so both are written.
     code, out, _ = compact(capsys, str(chats), "--force", "-f", "json", "--out", "both")
     rows = {Path(r["input_path"]).name: r for r in sessions_of(out)}
-    assert rows[f"{pair}.json"]["written"] and rows[f"{pair}.jsonl"]["written"]
+    assert code == 0
+    assert rows[f"{pair}.json"]["written"]
+    assert rows[f"{pair}.jsonl"]["written"]
 
 
 @pytest.mark.parametrize(
