@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ import orjson
 
 from ctxtool import __version__
 from ctxtool.errors import CtxtoolError, UsageError
+from ctxtool.session.write import temp_beside
 
 if TYPE_CHECKING:
     import polars as pl
@@ -440,7 +440,7 @@ def _write_partitions(
         target = directory / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         # A hidden temporary name is invisible to `**/*.parquet` globs until the rename.
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp = temp_beside(target.parent, target.name)  # readable like any file the user writes
         os.close(fd)
         try:
             df.write_parquet(tmp, compression="zstd", statistics=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from collections.abc import Iterable
 from datetime import date, datetime
 from pathlib import Path
@@ -77,7 +76,9 @@ def atomic_write(path: Path, chunks: Iterable[bytes] | bytes) -> None:
     """Write to a temporary file in the same directory, then rename it over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    from ctxtool.session.write import temp_beside
+
+    fd, tmp = temp_beside(path.parent, path.name)  # the mode a plain open() gives, not mkstemp's 0600
     try:
         with os.fdopen(fd, "wb") as fh:
             if isinstance(chunks, bytes):

@@ -104,3 +104,20 @@ def test_help(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     assert code == 0
     assert b"_ctxtool_manifest.json" in out
     assert b"--no-prompts" in out
+
+
+def test_written_files_get_the_mode_a_plain_open_gives(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    """Not mkstemp's 0600: a report or dataset is meant to be read by the user's other tools and users."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        assert cli(capsysbinary, "stats", str(DATA), "-f", "csv", "-o", str(tmp_path / "r.csv"))[0] == 0
+        assert cli(capsysbinary, "export", str(DATA), "--to", str(tmp_path / "ds"))[0] == 0
+    finally:
+        os.umask(old)
+    written = [tmp_path / "r.csv", *(tmp_path / "ds").rglob("*.parquet"), *(tmp_path / "ds").glob("*.json")]
+    assert len(written) > 3
+    assert {oct(p.stat().st_mode & 0o777) for p in written} == {"0o644"}

@@ -170,7 +170,7 @@ class FileChangedError(CtxtoolError):
     """The file changed on disk between ctxtool reading it and replacing it."""
 
 
-def _temp_in(directory: Path, name: str) -> tuple[int, Path]:
+def temp_beside(directory: Path, name: str) -> tuple[int, Path]:
     """A temporary file beside ``name`` with the mode the final file should have: the existing file's, or
     what a plain ``open()`` would give (mkstemp's 0600 would hide a session from its owner's other tools)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
@@ -199,7 +199,7 @@ def atomic_write(path: Path, data: bytes, *, exclusive: bool = False) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _temp_in(path.parent, path.name)
+    fd, tmp = temp_beside(path.parent, path.name)
     try:
         _write_fd(fd, [data])
         if exclusive:
@@ -226,7 +226,7 @@ def replace_checked(
     simulate a writer racing ctxtool). A changed file raises FileChangedError and is left untouched.
     """
     path = Path(path)
-    fd, tmp = _temp_in(path.parent, path.name)
+    fd, tmp = temp_beside(path.parent, path.name)
     try:
         _write_fd(fd, [data])
         if before_replace is not None:
