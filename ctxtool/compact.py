@@ -548,7 +548,12 @@ def compact_session(
         report.backup_path = str(write_backup(sp.path, data, now))
         replace_checked(sp.path, payload, stamp, before_replace=before_replace)
     else:
-        atomic_write(target, payload, exclusive=dest.mode == "new-session" or dest.out_file is not None)
+        atomic_write(
+            target,
+            payload,
+            exclusive=dest.mode == "new-session" or dest.out_file is not None,
+            like=sp.path if dest.mode == "new-session" else None,  # beside the original: its privacy
+        )
     report.written = True
     return report
 
@@ -635,7 +640,12 @@ def _compact_with_strategy(
         report.backup_path = str(write_backup(Path(report.input_path), data, now))
         replace_checked(Path(report.input_path), payload, stamp, before_replace=before_replace)
     else:
-        atomic_write(target, payload, exclusive=dest.mode == "new-session" or dest.out_file is not None)
+        atomic_write(
+            target,
+            payload,
+            exclusive=dest.mode == "new-session" or dest.out_file is not None,
+            like=Path(report.input_path) if dest.mode == "new-session" else None,
+        )
     report.written = True
     return report
 

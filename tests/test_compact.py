@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -408,6 +409,24 @@ def test_in_place_backs_up_and_replaces(project: Path) -> None:
     assert Path(report.backup_path).read_bytes() == before
     assert path.read_bytes() != before
     assert read_session(path).messages[1]["content"][0]["text"] == g.SUMMARY_ACK_TEXT
+
+
+def test_a_private_session_stays_private(project: Path) -> None:
+    """Backups, in-place replacements and new sessions beside the original keep a 0600 original's mode;
+    a copy elsewhere gets the mode a plain open() gives."""
+    path = project / COMPRESSION_FIXTURE
+    path.chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        beside = run(path, destination=Destination("new-session"))
+        in_place = run(path, destination=Destination("in-place"))
+        elsewhere = run(path)
+    finally:
+        os.umask(old)
+    assert in_place.backup_path is not None
+    for file in (path, Path(in_place.backup_path), Path(str(beside.output_path))):
+        assert file.stat().st_mode & 0o777 == 0o600, file.name
+    assert Path(str(elsewhere.output_path)).stat().st_mode & 0o777 == 0o644
 
 
 def test_in_place_refuses_a_file_that_changed(project: Path) -> None:

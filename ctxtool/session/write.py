@@ -170,13 +170,20 @@ class FileChangedError(CtxtoolError):
     """The file changed on disk between ctxtool reading it and replacing it."""
 
 
-def temp_beside(directory: Path, name: str) -> tuple[int, Path]:
-    """A temporary file beside ``name`` with the mode the final file should have: the existing file's, or
-    what a plain ``open()`` would give (mkstemp's 0600 would hide a session from its owner's other tools)."""
+def temp_beside(directory: Path, name: str, *, like: Path | None = None) -> tuple[int, Path]:
+    """A temporary file beside ``name`` with the mode the final file should have: ``like``'s (a backup or a
+    copy of a session keeps the original's, so a private session stays private), else the existing file's,
+    else what a plain ``open()`` gives (mkstemp's 0600 would hide a file from its owner's other tools)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        mode = (directory / name).stat().st_mode & 0o7777
-    except OSError:
+    mode = None
+    for source in (like, directory / name):
+        try:
+            mode = source.stat().st_mode & 0o7777 if source is not None else None
+        except OSError:
+            continue
+        if mode is not None:
+            break
+    if mode is None:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
@@ -192,14 +199,15 @@ def _write_fd(fd: int, chunks: Iterable[bytes]) -> None:
         os.fsync(fh.fileno())
 
 
-def atomic_write(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+def atomic_write(path: Path, data: bytes, *, exclusive: bool = False, like: Path | None = None) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory and a rename.
 
     ``exclusive``: refuse (FileExistsError) when ``path`` already exists, instead of replacing it.
+    ``like``: give the file that file's mode (see temp_beside).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temp_beside(path.parent, path.name)
+    fd, tmp = temp_beside(path.parent, path.name, like=like)
     try:
         _write_fd(fd, [data])
         if exclusive:
@@ -266,5 +274,5 @@ def backup_path(path: Path, now: datetime) -> Path:
 def write_backup(path: Path, data: bytes, now: datetime) -> Path:
     """Save ``data`` (the bytes read from ``path``) beside it, never replacing an existing file."""
     target = backup_path(path, now)
-    atomic_write(target, data, exclusive=True)
+    atomic_write(target, data, exclusive=True, like=path)
     return target
