@@ -36,7 +36,7 @@ from xml.etree import ElementTree as ET
 
 import polars as pl
 
-from ctxtool.errors import CtxtoolError, UsageError
+from ctxtool.errors import CtxtoolError, UsageError, use_one_of
 from ctxtool.frames import SCHEMA_VERSION, Corpus, read_summary, report
 
 Kind = Literal["tokens", "share", "cost", "count"]
@@ -111,7 +111,7 @@ def parse_limit(metric: str, value: Any, where: str = "") -> float:
     ``60%`` or ``0.6`` (shares), ``5``, ``$5`` or ``2.50`` (USD), ``3`` (counts)."""
     m = METRICS.get(metric)
     if m is None:
-        raise UsageError(f"{where}unknown rule {metric!r}", f"Use one of: {', '.join(METRICS)}")
+        raise UsageError(f"{where}unknown rule {metric!r}", use_one_of(metric, METRICS))
     label = f"{where}{metric} {value!r}"
     if isinstance(value, bool):
         raise UsageError(f"{label} is not a number", _example(m))
@@ -226,7 +226,7 @@ def load_config(path: Path) -> list[Rule]:
         metric = key.replace("_", "-")
         prefix = f"{path.name} {where}: "
         if metric not in METRICS:
-            raise UsageError(f"{prefix}unknown rule {key!r}", f"Use one of: {', '.join(METRICS)}")
+            raise UsageError(f"{prefix}unknown rule {key!r}", use_one_of(key, METRICS))
         entries = value if isinstance(value, list) else [value]
         for entry in entries:
             rules.append(_rule_from_toml(metric, entry, prefix, str(path)))

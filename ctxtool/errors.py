@@ -6,6 +6,7 @@ line or an API key.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -19,6 +20,16 @@ class CtxtoolError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message}. {self.fix}" if self.fix else self.message
+
+
+def use_one_of(value: object, choices: Iterable[str]) -> str:
+    """The fix for a value not among ``choices``: the closest choice when one is near, then all of them."""
+    import difflib
+
+    options = list(choices)
+    near = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+    hint = f"Did you mean {near[0]}? " if near else ""
+    return f"{hint}Use one of: {', '.join(options)}"
 
 
 class UsageError(CtxtoolError):

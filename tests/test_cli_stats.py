@@ -182,3 +182,22 @@ def test_unexpected_errors_show_no_traceback_unless_asked(
     assert "Traceback" not in err
     with pytest.raises(RuntimeError):
         run(["--traceback", "stats", str(ONE)])
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["--by", "sesion"], "Did you mean session? Use one of: turn, request, session"),
+        (["--format", "jsn"], "Did you mean json? Use one of: table, json"),
+        (["--by", "session", "--sort", "totl"], "Did you mean total? Use one of: session,"),
+        (["--by", "xyz"], "is not a report. Use one of: turn,"),  # nothing near: no guess
+    ],
+)
+def test_a_mistyped_choice_gets_the_nearest_one(
+    capsysbinary: pytest.CaptureFixture[bytes], args: list[str], hint: str
+) -> None:
+    code, out, err = stats(capsysbinary, str(DATA), *args)
+    assert (code, out) == (2, b"")
+    error = err.splitlines()[-1]  # (--sort is checked after loading: the fixtures' warnings come first)
+    assert error.startswith("Error: ")
+    assert hint in error

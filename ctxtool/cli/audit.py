@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import CtxtoolError, UsageError
+from ctxtool.errors import CtxtoolError, UsageError, use_one_of
 
 if TYPE_CHECKING:
     from ctxtool.audit import AuditReport
@@ -89,7 +89,7 @@ def audit(
     from ctxtool.session.discover import default_root
 
     if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not supported by audit", f"Use one of: {', '.join(FORMATS)}")
+        raise UsageError(f"--format {fmt!r} is not supported by audit", use_one_of(fmt, FORMATS))
     if github and fmt in ("json", "junit") and output is None:
         raise UsageError(
             "--github annotations and a JSON or JUnit report cannot share standard output",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import UsageError
+from ctxtool.errors import UsageError, use_one_of
 
 if TYPE_CHECKING:
     from ctxtool.diff import SessionDiff
@@ -46,7 +46,7 @@ def diff(
     from ctxtool.session.read import read_session
 
     if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not supported by diff", f"Use one of: {', '.join(FORMATS)}")
+        raise UsageError(f"--format {fmt!r} is not supported by diff", use_one_of(fmt, FORMATS))
     result = diff_lib.diff_sessions(read_session(before), read_session(after))
 
     if fmt == "json":

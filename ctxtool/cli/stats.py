@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import UsageError
+from ctxtool.errors import UsageError, use_one_of
 
 HELP = """Report token usage, context-window share, cache hits and cost of Gemini CLI sessions.
 
@@ -121,9 +121,9 @@ def stats(
     from ctxtool.choices import BY_CHOICES, FORMATS
 
     if by is not None and by not in BY_CHOICES:
-        raise UsageError(f"--by {by!r} is not a report", f"Use one of: {', '.join(BY_CHOICES)}")
+        raise UsageError(f"--by {by!r} is not a report", use_one_of(by, BY_CHOICES))
     if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not supported", f"Use one of: {', '.join(FORMATS)}")
+        raise UsageError(f"--format {fmt!r} is not supported", use_one_of(fmt, FORMATS))
     if fmt == "parquet" and output is None and sys.stdout.isatty():
         raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
     since_d = _parse_date(since, "--since")
@@ -176,9 +176,7 @@ def stats(
     rows = frames.report(corpus, by, include_subagents_in_parent=subagents)
     if sort:
         if sort not in rows.columns:
-            raise UsageError(
-                f"--sort {sort!r} is not a column of --by {by}", f"Use one of: {', '.join(rows.columns)}"
-            )
+            raise UsageError(f"--sort {sort!r} is not a column of --by {by}", use_one_of(sort, rows.columns))
         rows = rows.sort(sort, descending=desc, nulls_last=True)
     if limit:
         rows = rows.head(limit)
