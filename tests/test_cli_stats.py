@@ -201,3 +201,10 @@ def test_a_mistyped_choice_gets_the_nearest_one(
     error = err.splitlines()[-1]  # (--sort is checked after loading: the fixtures' warnings come first)
     assert error.startswith("Error: ")
     assert hint in error
+
+
+def test_filters_that_match_nothing_say_so(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    code, out, err = stats(capsysbinary, str(DATA), "--session", "no-such-id", "--since", "2026-01-01")
+    assert (code, out) == (0, b"")
+    assert "Nothing to report. 15 session(s) were read, but nothing matches" in " ".join(err.split())
+    assert "--since 2026-01-01 --session no-such-id: loosen or drop the filter(s)." in " ".join(err.split())

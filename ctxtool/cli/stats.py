@@ -154,6 +154,7 @@ def stats(
     from ctxtool import frames
     from ctxtool import output as out
 
+    sessions_read = corpus.sessions.height
     corpus = frames.filter_corpus(
         corpus, since=since_d, until=until_d, projects=project or (), sessions=session or ()
     )
@@ -190,7 +191,19 @@ def stats(
         "files_parsed": cache_use.files_parsed,
     }
     if fmt == "table" and rows.height == 0:
-        print(f"{frames.describe_read(summary)} Nothing to report.", file=sys.stderr)
+        filters = [
+            *(f"--since {since}" for _ in [since] if since),
+            *(f"--until {until}" for _ in [until] if until),
+            *(f"--project {p}" for p in project or []),
+            *(f"--session {s}" for s in session or []),
+        ]
+        why = (
+            f" {sessions_read:,} session(s) were read, but nothing matches {' '.join(filters)}:"
+            " loosen or drop the filter(s)."
+            if filters and sessions_read
+            else ""
+        )
+        print(f"{frames.describe_read(summary)} Nothing to report.{why}", file=sys.stderr)
     elif fmt == "table":
         from ctxtool import render
         from ctxtool.frames import totals
