@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -719,38 +719,31 @@ def filter_corpus(
     requests = by_key(corpus.requests)
     turns = by_key(corpus.turns)
     messages = by_key(corpus.messages)
-    if since or until:
-        day = pl.col("ts").dt.date()
-        cond = pl.lit(True)
-        if since:
-            cond = cond & (day >= since)
-        if until:
-            cond = cond & (day <= until)
-        requests = requests.filter(cond)
-        messages = messages.filter(cond)
-        tcond = pl.lit(True)
-        if since:
-            tcond = tcond & (pl.col("start").dt.date() >= since)
-        if until:
-            tcond = tcond & (pl.col("start").dt.date() <= until)
-        turns = turns.filter(tcond)
     meta = by_key(corpus.sessions)
     if since or until:
+        requests = requests.filter(_within_days("ts", since, until))
+        messages = messages.filter(_within_days("ts", since, until))
+        turns = turns.filter(_within_days("start", since, until))
         meta = meta.filter(pl.col("session_key").is_in(messages.get_column("session_key").unique().implode()))
-    return Corpus(
-        meta,
-        messages,
-        requests,
-        by_key(corpus.tool_calls),
-        turns,
-        files_read=corpus.files_read,
-        files_found=corpus.files_found,
-        bytes_read=corpus.bytes_read,
-        problems=corpus.problems,
-        skipped=corpus.skipped,
-        warnings=corpus.warnings,
-        broken_lines=corpus.broken_lines,
+    return replace(
+        corpus,
+        sessions=meta,
+        messages=messages,
+        requests=requests,
+        tool_calls=by_key(corpus.tool_calls),
+        turns=turns,
     )
+
+
+def _within_days(column: str, since: date | None, until: date | None) -> pl.Expr:
+    """``column`` (a timestamp) falls on a UTC day in [since, until]; an open end is not checked."""
+    day = pl.col(column).dt.date()
+    cond = pl.lit(True)
+    if since:
+        cond = cond & (day >= since)
+    if until:
+        cond = cond & (day <= until)
+    return cond
 
 
 def _agg_requests(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -958,19 +951,13 @@ def live_only(corpus: Corpus) -> Corpus:
         )
         .drop("_unknown")
     )
-    return Corpus(
-        sessions,
-        messages,
-        requests,
-        corpus.tool_calls.filter(pl.col("live").fill_null(True)),
-        turns,
-        files_read=corpus.files_read,
-        files_found=corpus.files_found,
-        bytes_read=corpus.bytes_read,
-        problems=corpus.problems,
-        skipped=corpus.skipped,
-        warnings=corpus.warnings,
-        broken_lines=corpus.broken_lines,
+    return replace(
+        corpus,
+        sessions=sessions,
+        messages=messages,
+        requests=requests,
+        tool_calls=corpus.tool_calls.filter(pl.col("live").fill_null(True)),
+        turns=turns,
     )
 
 
