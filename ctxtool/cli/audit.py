@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.errors import CtxtoolError, UsageError, use_one_of
 
@@ -81,8 +82,8 @@ def audit(
     subagents: bool = typer.Option(
         True, "--subagents/--no-subagents", help="Include subagent sessions (rolled up into their parent)."
     ),
-    color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
-    width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
+    color: bool = options.COLOR,
+    width: int = options.WIDTH,
 ) -> int:
     from ctxtool import audit as lib
     from ctxtool import frames

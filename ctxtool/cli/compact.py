@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.compress.profiles import DEFAULT_PROFILE, PROFILES
 from ctxtool.compress.summarizer import ModelCall, Summarizer
@@ -191,8 +192,8 @@ def compact(
         None, "--instructions", help="Other strategies: focus text appended to their summary prompt."
     ),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
-    color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
-    width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
+    color: bool = options.COLOR,
+    width: int = options.WIDTH,
 ) -> int:
     from ctxtool import compact as lib
     from ctxtool.compress.profiles import get_profile

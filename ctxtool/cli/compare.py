@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.errors import UsageError
 
@@ -50,8 +51,8 @@ def compare(
     bars: bool = typer.Option(True, "--bars/--no-bars", help="Bar chart under the table (table format)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv."),
     output_path: Path = typer.Option(None, "--output", "-o", help="Write json/csv to PATH, not stdout."),
-    color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
-    width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
+    color: bool = options.COLOR,
+    width: int = options.WIDTH,
 ) -> int:
     from ctxtool import compare as lib
     from ctxtool.cli.compact import _LazySummarizer

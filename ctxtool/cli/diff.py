@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.errors import UsageError, use_one_of
 
@@ -38,8 +39,8 @@ def diff(
     exit_code: bool = typer.Option(
         False, "--exit-code", help="Exit 1 when the sessions differ, 0 when they do not (like git diff)."
     ),
-    color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
-    width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
+    color: bool = options.COLOR,
+    width: int = options.WIDTH,
 ) -> int:
     from ctxtool import diff as diff_lib
     from ctxtool import output as out

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.errors import UsageError
 
@@ -41,9 +42,7 @@ def export(
         help="Keep prompt text (turn prompts, message previews, session summaries) in the dataset.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print what the run did as JSON on standard output."),
-    strict: bool = typer.Option(
-        False, "--strict", help="Exit 1 when any file could not be read or had broken lines."
-    ),
+    strict: bool = options.STRICT,
 ) -> int:
     from ctxtool import export as ex
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.errors import UsageError, use_one_of
 
@@ -103,9 +104,7 @@ def stats(
         "--subagents/--no-subagents",
         help="Include subagent sessions (chats/<parent-id>/*.json[l]); their tokens roll up into the parent.",
     ),
-    strict: bool = typer.Option(
-        False, "--strict", help="Exit 1 when any file could not be read or had broken lines."
-    ),
+    strict: bool = options.STRICT,
     no_cache: bool = typer.Option(
         False, "--no-cache", help="Read every file again; neither use nor update ctxtool's index."
     ),
@@ -115,8 +114,8 @@ def stats(
         envvar="CTXTOOL_CACHE_DIR",
         help="Where ctxtool keeps its index (default: the platform's user cache directory).",
     ),
-    color: bool = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto)."),
-    width: int = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal)."),
+    color: bool = options.COLOR,
+    width: int = options.WIDTH,
 ) -> int:
     from ctxtool.choices import BY_CHOICES, FORMATS
 

@@ -1,0 +1,9 @@
+"""Options several commands share, declared once so their flags and help read the same everywhere."""
+
+from __future__ import annotations
+
+import typer
+
+COLOR = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto).")
+WIDTH = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal).")
+STRICT = typer.Option(False, "--strict", help="Exit 1 when any file could not be read or had broken lines.")
