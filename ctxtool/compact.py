@@ -259,6 +259,9 @@ def output_location(
     return target, target.parent
 
 
+_NOTHING_OLD = "nothing old enough to summarise: the recent turns are kept as they are"
+
+
 def _noop_reason(result: g.CompressionResult, turns: int, force: bool) -> str:
     """Why the gemini-cli replay came back NOOP, in the order ``g.compress`` checks (section 4)."""
     before, limit, share = result.original_token_count, result.token_limit, result.threshold
@@ -269,7 +272,7 @@ def _noop_reason(result: g.CompressionResult, turns: int, force: bool) -> str:
             f"below the threshold: {before:,} tokens is {before / limit:.1%} of {limit:,}, under {share:.0%};"
             " pass --force to compact anyway"
         )
-    return "nothing old enough to summarise: the recent turns are kept as they are"
+    return _NOTHING_OLD
 
 
 def _replacements(before: Sequence[Content], after: Sequence[Content]) -> dict[str, dict[str, Any]]:
@@ -604,7 +607,7 @@ def _compact_with_strategy(
                 f" at most {trig.tokens or 0:,} tokens; pass --force to compact anyway"
             )
         else:
-            report.reason = "nothing old enough to summarise: the recent turns are kept as they are"
+            report.reason = _NOTHING_OLD
     report.strategy_tokens = {
         "measure": result.own_measure,
         "before": result.own_tokens_before,
@@ -714,12 +717,12 @@ def _check_out_file(sources: Sequence[SessionPath], out: Path) -> None:
             "Pass --out DIR (a folder name without .json/.jsonl) to compact several sessions",
         )
     source = sources[0].path
-    if out.exists() and out.resolve() == source.resolve():
-        raise UsageError(
-            f"--out {out} is the input itself; ctxtool does not overwrite it",
-            "Pass --in-place to replace the input after a backup, or another file name",
-        )
     if out.exists():
+        if out.resolve() == source.resolve():
+            raise UsageError(
+                f"--out {out} is the input itself; ctxtool does not overwrite it",
+                "Pass --in-place to replace the input after a backup, or another file name",
+            )
         raise UsageError(f"--out {out} already exists; ctxtool does not overwrite it", "Pass a new file name")
     if out.parent.name == "chats":
         raise UsageError(
