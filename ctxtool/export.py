@@ -37,7 +37,6 @@ import orjson
 
 from ctxtool import __version__
 from ctxtool.errors import CtxtoolError, UsageError
-from ctxtool.session.write import temp_beside
 
 if TYPE_CHECKING:
     import polars as pl
@@ -440,6 +439,8 @@ def _write_partitions(
         target = directory / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         # A hidden temporary name is invisible to `**/*.parquet` globs until the rename.
+        from ctxtool.session.write import temp_beside  # only when writing: stats imports this module
+
         fd, tmp = temp_beside(target.parent, target.name)  # readable like any file the user writes
         os.close(fd)
         try:
