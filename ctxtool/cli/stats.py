@@ -191,8 +191,8 @@ def stats(
     }
     if fmt == "table" and rows.height == 0:
         filters = [
-            *(f"--since {since}" for _ in [since] if since),
-            *(f"--until {until}" for _ in [until] if until),
+            *([f"--since {since}"] if since else []),
+            *([f"--until {until}"] if until else []),
             *(f"--project {p}" for p in project or []),
             *(f"--session {s}" for s in session or []),
         ]
