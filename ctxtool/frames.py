@@ -75,76 +75,6 @@ def load(
     return build_corpus(results, found)
 
 
-_FRAME_NAMES = ("sessions", "messages", "requests", "tool_calls", "turns")
-
-
-def save_corpus_cache(corpus: Corpus, folder: Path, *, keep: int = 8) -> None:
-    """Store built frames in ``folder`` (one per scan); the oldest stored scans beyond ``keep`` go."""
-    import json
-    import os
-    import shutil
-
-    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
-    try:
-        tmp.mkdir(parents=True, exist_ok=True)
-        from concurrent.futures import ThreadPoolExecutor
-
-        # polars writes without the GIL: the five frames go out side by side.
-        with ThreadPoolExecutor(len(_FRAME_NAMES)) as pool:
-            list(
-                pool.map(
-                    lambda name: getattr(corpus, name).write_ipc(
-                        tmp / f"{name}.arrow", compression="uncompressed"
-                    ),
-                    _FRAME_NAMES,
-                )
-            )
-        meta = {
-            "files_read": corpus.files_read,
-            "files_found": corpus.files_found,
-            "bytes_read": corpus.bytes_read,
-            "broken_lines": corpus.broken_lines,
-            "problems": [[p.path, p.message] for p in corpus.problems],
-            "skipped": corpus.skipped,
-            "warnings": corpus.warnings,
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
-        if folder.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-        os.replace(tmp, folder)
-        entries = sorted(
-            (d for d in folder.parent.iterdir() if d.is_dir() and not d.name.startswith(".")),
-            key=lambda d: d.stat().st_mtime,
-        )
-        for old in entries[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # a read-only cache costs speed, not correctness
-
-
-def load_corpus_cache(folder: Path) -> Corpus | None:
-    """Frames stored in ``folder`` by ``save_corpus_cache``, or None."""
-    import json
-
-    try:
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(len(_FRAME_NAMES)) as pool:
-            frames = list(pool.map(lambda name: pl.read_ipc(folder / f"{name}.arrow"), _FRAME_NAMES))
-    except (OSError, ValueError, pl.exceptions.PolarsError):
-        return None
-    corpus = Corpus(frames[0], frames[1], frames[2], frames[3], frames[4])
-    corpus.files_read = meta["files_read"]
-    corpus.files_found = meta["files_found"]
-    corpus.bytes_read = meta["bytes_read"]
-    corpus.broken_lines = meta["broken_lines"]
-    corpus.problems = [Problem(path, message) for path, message in meta["problems"]]
-    corpus.skipped = [(path, why) for path, why in meta["skipped"]]
-    corpus.warnings = list(meta["warnings"])
-    return corpus
-
-
 def warm_up(*, price_memo: bool = True) -> None:
     """Load what building frames needs (price data), so it can overlap with parsing."""
     from ctxtool.pricing import warm_up as warm_prices
@@ -234,11 +164,13 @@ def link_parents(sessions: Iterable[tuple[str, str, str | None, str | None]]) ->
     return out
 
 
-def splice(cached: Corpus, fresh: Corpus, groups: set[str]) -> Corpus:
+def splice(cached: Corpus, fresh: Corpus, groups: set[str]) -> tuple[Corpus, frozenset[str] | None]:
     """``cached`` with the sessions of file ``groups`` replaced by ``fresh`` (which holds just those groups).
 
     Parent links, root keys and subagent counts are recomputed over the whole result, so a session that
-    appeared, vanished or changed is attributed exactly as a full build would attribute it.
+    appeared, vanished or changed is attributed exactly as a full build would attribute it. Also returns the
+    keys of the sessions whose rows were removed or added, or None when rows of other sessions changed too
+    (their root keys moved because a parent appeared or vanished).
     """
     gone = cached.sessions.filter(pl.col("group_key").is_in(list(groups))).get_column("session_key")
     keep = pl.col("session_key").is_in(gone.implode()).not_()
@@ -261,7 +193,9 @@ def splice(cached: Corpus, fresh: Corpus, groups: set[str]) -> Corpus:
         .group_by("parent_session_key")
         .agg(pl.len().alias("subagents"))
     )
-    sessions = sessions.join(children, left_on="session_key", right_on="parent_session_key", how="left")
+    sessions = sessions.join(
+        children, left_on="session_key", right_on="parent_session_key", how="left", maintain_order="left"
+    )
     sessions = sessions.with_columns(pl.col("subagents").fill_null(0))
 
     # Rows already stored keep their root key unless a parent link changed (a parent session appeared or
@@ -270,10 +204,16 @@ def splice(cached: Corpus, fresh: Corpus, groups: set[str]) -> Corpus:
     relinked = any(before.get(k, r) != r for k, r in root.iter_rows())
 
     def with_root(df: pl.DataFrame) -> pl.DataFrame:
-        return df.drop("root_session_key").join(root, on="session_key", how="left").select(df.columns)
+        return (
+            df.drop("root_session_key")
+            .join(root, on="session_key", how="left", maintain_order="left")
+            .select(df.columns)
+        )
+
+    gone_keys = gone.to_list()
 
     def rejoin(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
-        old = old.filter(keep)
+        old = without_sessions(old, gone_keys)
         if "root_session_key" in old.columns:
             # The re-read sessions were built alone: their root keys always come from the whole.
             new = with_root(new)
@@ -281,7 +221,7 @@ def splice(cached: Corpus, fresh: Corpus, groups: set[str]) -> Corpus:
         return pl.concat([old, new], how="diagonal_relaxed")
 
     warnings = list(dict.fromkeys([*cached.warnings, *fresh.warnings]))
-    return Corpus(
+    spliced = Corpus(
         sessions.select(cached.sessions.columns),
         rejoin(cached.messages, fresh.messages),
         rejoin(cached.requests, fresh.requests),
@@ -289,6 +229,38 @@ def splice(cached: Corpus, fresh: Corpus, groups: set[str]) -> Corpus:
         rejoin(cached.turns, fresh.turns),
         warnings=warnings,
     )
+    changed = None if relinked else frozenset([*gone_keys, *fresh.sessions.get_column("session_key")])
+    return spliced, changed
+
+
+# Past this many runs of kept rows, removing sessions copies the rows instead of slicing around them.
+_MAX_SLICES = 64
+
+
+def without_sessions(df: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """``df`` without the rows of the sessions ``keys``.
+
+    A session's rows are contiguous (frames are built and spliced a session at a time), so the rows kept are
+    a few runs of ``df``: those are sliced out, which copies nothing, where a filter would copy every row.
+    """
+    if not keys or df.height == 0:
+        return df
+    dropped = df.get_column("session_key").is_in(list(keys)).arg_true().to_list()
+    if not dropped:
+        return df
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for i in dropped:
+        if i > start:
+            runs.append((start, i))
+            if len(runs) > _MAX_SLICES:
+                return df.filter(pl.col("session_key").is_in(list(keys)).not_())
+        start = i + 1
+    if start < df.height:
+        runs.append((start, df.height))
+    if not runs:
+        return df.clear()
+    return pl.concat([df.slice(a, b - a) for a, b in runs], rechunk=False)
 
 
 @dataclass(slots=True)
@@ -548,7 +520,8 @@ def _derive(
         messages.select("session_key", "message_id", "turn", "live"),
         on=["session_key", "message_id"],
         how="left",
-    ).join(ids, on="session_key", how="left")
+        maintain_order="left",
+    ).join(ids, on="session_key", how="left", maintain_order="left")
 
     turns = _turns(messages, requests, meta)
     sessions = _sessions(meta, messages, requests, turns)
@@ -583,7 +556,7 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -
         pl.col("cost").is_null().any().alias("cost_unknown"),
         pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
     )
-    turns = per_msg.join(per_req, on=["session_key", "turn"], how="left").with_columns(
+    turns = per_msg.join(per_req, on=["session_key", "turn"], how="left", maintain_order="left").with_columns(
         pl.col("requests").fill_null(0),
         *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
         pl.col("live").fill_null(True),
@@ -599,7 +572,9 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -
     ).drop("cost_unknown")
     # Messages before the first prompt (a <session_context> block, a resumed history) form turn 0; keep it
     # only when it holds something.
-    turns = turns.join(meta.select("session_key", "session", "project"), on="session_key", how="left")
+    turns = turns.join(
+        meta.select("session_key", "session", "project"), on="session_key", how="left", maintain_order="left"
+    )
     return turns.filter((pl.col("turn") > 0) | (pl.col("requests") > 0) | pl.col("compressed"))
 
 
@@ -628,8 +603,8 @@ def _sessions(
         pl.col("live").sum().alias("live_requests"),
     )
     out = (
-        meta.join(msg, on="session_key", how="left")
-        .join(req, on="session_key", how="left")
+        meta.join(msg, on="session_key", how="left", maintain_order="left")
+        .join(req, on="session_key", how="left", maintain_order="left")
         .with_columns(
             pl.col("requests").fill_null(0),
             pl.col("live_requests").fill_null(0),
@@ -667,9 +642,9 @@ def _sessions(
         .group_by("parent_session_key")
         .agg(pl.len().alias("subagents"))
     )
-    return out.join(children, left_on="session_key", right_on="parent_session_key", how="left").with_columns(
-        pl.col("subagents").fill_null(0)
-    )
+    return out.join(
+        children, left_on="session_key", right_on="parent_session_key", how="left", maintain_order="left"
+    ).with_columns(pl.col("subagents").fill_null(0))
 
 
 # --- reports ---------------------------------------------------------------------------------------
@@ -859,7 +834,9 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
         sums = _agg_requests(corpus.requests, ["session_key"]).select(
             "session_key", "requests", *TOKEN_COLUMNS, "cost"
         )
-        s = s.drop("requests", *TOKEN_COLUMNS, "cost").join(sums, on="session_key", how="left")
+        s = s.drop("requests", *TOKEN_COLUMNS, "cost").join(
+            sums, on="session_key", how="left", maintain_order="left"
+        )
         s = s.with_columns(pl.col("requests").fill_null(0), *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS])
     if not roll_up:
         return s.sort("start", "session", "session_key", nulls_last=True)
@@ -877,7 +854,7 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
     )
     parents = (
         s.filter(pl.col("parent_session_key").is_null())
-        .join(add, left_on="session_key", right_on="parent_session_key", how="left")
+        .join(add, left_on="session_key", right_on="parent_session_key", how="left", maintain_order="left")
         .with_columns(
             *[
                 (pl.col(k) + pl.col(f"_sub_{k}").fill_null(0)).alias(k)
@@ -940,7 +917,7 @@ def live_only(corpus: Corpus) -> Corpus:
         pl.len().alias("live_requests"),
     )
     sessions = (
-        meta.join(sums, on="session_key", how="left")
+        meta.join(sums, on="session_key", how="left", maintain_order="left")
         .with_columns(
             pl.col("requests").fill_null(0),
             pl.col("live_requests").fill_null(0),

@@ -31,6 +31,7 @@ from ctxtool.session.stamp import cache_root
 if TYPE_CHECKING:
     from ctxtool.frames import Corpus
     from ctxtool.session.columns import FileColumns
+    from ctxtool.store import Stored
 
 Progress = Callable[[int, int], None]
 
@@ -81,22 +82,26 @@ def load_corpus(
     extras = [[str(p), why] for p, why in found.skipped], found.missing, [str(d) for d in found.empty_dirs]
     state = _read_state(folder)
     corpus = None
+    stored: Stored | None = None
+    changed_keys: frozenset[str] | None = None
     if state is not None and state["day"] == today and state["extras"] == json.loads(json.dumps(extras)):
         old: dict[str, dict[str, Any]] = state["files"]
         changed = {p for p in stamps.keys() | old.keys() if stamps.get(p) != (old.get(p) or {}).get("stamp")}
         if len(changed) <= max(_SPLICE_MAX_FILES, len(stamps) // 20):
-            from ctxtool import frames
+            from ctxtool import store
 
-            cached = frames.load_corpus_cache(folder)
-            if cached is not None and not changed:
+            loaded = store.load(folder, state.get("store"))
+            if loaded is not None and not changed:
                 use.corpus_hit = True
                 use.files_cached = len(stamps)
-                return cached, use
-            if cached is not None:
-                corpus = _splice(cached, found, old, changed, root, use)
+                return loaded[0], use
+            if loaded is not None:
+                cached, stored = loaded
+                corpus, changed_keys = _splice(cached, found, old, changed, root, use)
     if corpus is None:
         corpus = _full(found, root, progress, workers, use, price_memo=True)
-    _save(corpus, folder, stamps, today, extras)
+        stored = None
+    _save(corpus, folder, stamps, today, extras, previous=stored, changed=changed_keys)
     return corpus, use
 
 
@@ -149,8 +154,10 @@ def _splice(
     changed: set[str],
     root: Path,
     use: CacheUse,
-) -> Corpus:
-    """Re-read the sessions the changed files belong to and put them in place of their stored rows."""
+) -> tuple[Corpus, frozenset[str] | None]:
+    """Re-read the sessions the changed files belong to and put them in place of their stored rows.
+
+    Also returns the keys of the sessions whose rows changed (None when others' rows changed too)."""
     from ctxtool import frames
 
     by_path = {str(sp.path): sp for sp in found.files}
@@ -168,10 +175,10 @@ def _splice(
     records = {p: r for p, r in old.items() if p in by_path and r["group"] not in groups}
     records.update(_records(results))
     fresh = frames.build_corpus(results)
-    corpus = frames.splice(cached, fresh, groups)
+    corpus, keys = frames.splice(cached, fresh, groups)
     _apply_records(corpus, records, found)
     corpus.file_records = records
-    return corpus
+    return corpus, keys
 
 
 def _records(results: list[FileColumns]) -> dict[str, dict[str, Any]]:
@@ -206,20 +213,32 @@ def _read_state(folder: Path) -> dict[str, Any] | None:
         state = json.loads((folder / "files.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return state if isinstance(state, dict) and {"day", "extras", "files"} <= state.keys() else None
+    return state if isinstance(state, dict) and {"day", "extras", "files", "store"} <= state.keys() else None
 
 
 def _save(
-    corpus: Corpus, folder: Path, stamps: dict[str, list[int] | None], today: str, extras: object
+    corpus: Corpus,
+    folder: Path,
+    stamps: dict[str, list[int] | None],
+    today: str,
+    extras: object,
+    *,
+    previous: Stored | None,
+    changed: frozenset[str] | None,
 ) -> None:
-    from ctxtool import frames
+    """Store the frames (a delta if ``corpus`` was spliced from ``previous``), then the state naming them."""
+    from ctxtool import store
 
     records = getattr(corpus, "file_records", None) or {}
     files = {p: {**records[p], "stamp": stamps.get(p)} for p in records if p in stamps}
-    frames.save_corpus_cache(corpus, folder)
+    stored = store.save(corpus, folder, previous=previous, changed=changed)
+    if stored is None:
+        return
     try:
         tmp = folder / f".files.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"day": today, "extras": extras, "files": files}), encoding="utf-8")
+        state = {"day": today, "extras": extras, "files": files, "store": stored.names()}
+        tmp.write_text(json.dumps(state), encoding="utf-8")
         os.replace(tmp, folder / "files.json")
     except OSError:
         return
+    store.prune(folder, stored)
