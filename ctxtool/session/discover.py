@@ -63,23 +63,22 @@ def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discover
     """Resolve PATH arguments (files, directories, globs) to session files, each listed once."""
     result = Discovery()
     seen: set[str] = set()
-    project_names: dict[Path, str] = {}
-    real_dirs: dict[Path, str] = {}
+    project_names: dict[str, str] = {}
+    abs_dirs: dict[str, str] = {}
 
-    def add(path: Path) -> None:
+    # Paths are handled as strings here (thousands of files; pathlib costs more than the listing itself).
+    def add(parent: str, name: str) -> None:
         # One absolute path per folder, not per file: thousands of files share a few hundred folders.
         # (abspath, not realpath: resolving every folder's symlinks costs more than the rest of the scan.)
-        parent = path.parent
-        real_parent = real_dirs.get(parent)
-        if real_parent is None:
-            real_parent = real_dirs[parent] = os.path.abspath(parent)
-        key = os.path.join(real_parent, path.name)
+        folder = abs_dirs.get(parent)
+        if folder is None:
+            folder = abs_dirs[parent] = os.path.abspath(parent)
+        key = os.path.join(folder, name)
         if key in seen:
             return
         seen.add(key)
-        if real_parent != str(parent):
-            path = Path(key)  # a relative argument: reports, projects and session keys use the absolute path
-        sp = _describe(path, real_parent, project_names)
+        # Reports, projects and session keys use the absolute path, whatever the argument was.
+        sp = _describe(key, folder, name, project_names)
         if sp.parent_ref is not None and not subagents:
             return
         result.files.append(sp)
@@ -88,13 +87,13 @@ def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discover
         for target in _expand(arg, result):
             if target.is_dir():
                 found = False
-                for file in _scan_dir(target, result):
+                for folder, name in _scan_dir(str(target), result):
                     found = True
-                    add(file)
+                    add(folder, name)
                 if not found:
                     result.empty_dirs.append(target)
             else:
-                add(target)
+                add(str(target.parent), target.name)
     return result
 
 
@@ -111,20 +110,21 @@ def _expand(arg: str | Path, result: Discovery) -> Iterable[Path]:
     return []
 
 
-def _scan_dir(root: Path, result: Discovery) -> Iterable[Path]:
-    """Session files under ``root``: the Gemini CLI layout if there is a chats/ folder, else all JSON."""
-    chats_dirs: list[Path] = []
-    loose: list[Path] = []
-    if root.name == "chats":
+def _scan_dir(root: str, result: Discovery) -> Iterable[tuple[str, str]]:
+    """(folder, name) of the session files under ``root``: the Gemini CLI layout if there is a chats/ folder,
+    else all JSON."""
+    chats_dirs: list[str] = []
+    loose: list[tuple[str, str]] = []
+    if os.path.basename(root) == "chats":
         chats_dirs.append(root)
     else:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if d not in _PRUNE_DIRS)
-            if Path(dirpath).name == "chats":
-                chats_dirs.append(Path(dirpath))
+            if os.path.basename(dirpath) == "chats":
+                chats_dirs.append(dirpath)
                 dirnames[:] = []
                 continue
-            loose.extend(Path(dirpath, f) for f in sorted(filenames) if f.endswith(SESSION_SUFFIXES))
+            loose.extend((dirpath, f) for f in sorted(filenames) if f.endswith(SESSION_SUFFIXES))
     if not chats_dirs:
         yield from _filter(loose, result)
         return
@@ -132,55 +132,55 @@ def _scan_dir(root: Path, result: Discovery) -> Iterable[Path]:
         with os.scandir(chats) as it:
             entries = sorted(it, key=lambda e: e.name)
         top = [
-            chats / e.name for e in entries if e.name.startswith(("session-", ".session-")) and e.is_file()
+            (chats, e.name) for e in entries if e.name.startswith(("session-", ".session-")) and e.is_file()
         ]
         yield from _filter(top, result)
         for sub in (e for e in entries if e.is_dir()):
-            folder = chats / sub.name
+            folder = os.path.join(chats, sub.name)
             with os.scandir(folder) as it:
                 names = sorted(f.name for f in it if f.is_file())
-            yield from _filter([folder / n for n in names], result)
+            yield from _filter([(folder, n) for n in names], result)
 
 
-def _filter(files: Iterable[Path], result: Discovery) -> Iterable[Path]:
-    for f in files:
-        if ".json" not in f.name:
+def _filter(files: Iterable[tuple[str, str]], result: Discovery) -> Iterable[tuple[str, str]]:
+    for folder, name in files:
+        if ".json" not in name:
             continue
-        reason = skip_reason(f.name)
+        reason = skip_reason(name)
         if reason:
-            result.skipped.append((f, reason))
+            result.skipped.append((Path(folder, name), reason))
             continue
-        yield f
+        yield folder, name
 
 
-def _describe(path: Path, real_parent: str, project_names: dict[Path, str]) -> SessionPath:
-    parent = path.parent
+def _describe(path: str, folder: str, name: str, project_names: dict[str, str]) -> SessionPath:
+    """What the place of ``path`` (= ``folder``/``name``, absolute) says about it."""
     parent_ref: str | None = None
-    if parent.name == "chats":
-        chats = parent
-    elif parent.parent.name == "chats":
-        chats = parent.parent
-        parent_ref = parent.name
+    up = os.path.dirname(folder)
+    if os.path.basename(folder) == "chats":
+        project_dir = up
+    elif os.path.basename(up) == "chats":
+        project_dir = os.path.dirname(up)
+        parent_ref = os.path.basename(folder)
     else:
-        chats = None
-    project_dir = chats.parent if chats is not None else parent
-    if project_dir not in project_names:
-        project_names[project_dir] = _project_name(project_dir)
-    stem = path.name.rsplit(".", 1)[0]
+        project_dir = folder
+    project = project_names.get(project_dir)
+    if project is None:
+        project = project_names[project_dir] = _project_name(project_dir)
     return SessionPath(
-        path=path,
-        project=project_names[project_dir],
-        project_dir=project_dir.name,
+        path=Path(path),
+        project=project,
+        project_dir=os.path.basename(project_dir),
         parent_ref=parent_ref,
-        group_key=os.path.join(real_parent, stem),
+        group_key=os.path.join(folder, name.rsplit(".", 1)[0]),
     )
 
 
-def _project_name(project_dir: Path) -> str:
+def _project_name(project_dir: str) -> str:
     # Since 6fb3b09003 (v0.29) the folder is a short slug with a .project_root file holding the real path.
-    marker = project_dir / ".project_root"
     try:
-        text = marker.read_text(encoding="utf-8").strip()
+        with open(os.path.join(project_dir, ".project_root"), encoding="utf-8") as fh:
+            text = fh.read().strip()
     except (OSError, UnicodeDecodeError):
-        return project_dir.name
-    return text or project_dir.name
+        return os.path.basename(project_dir)
+    return text or os.path.basename(project_dir)
