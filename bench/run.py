@@ -39,6 +39,7 @@ import scenarios  # a sibling script, not a package
 
 REPO = Path(__file__).resolve().parents[1]
 COLD_TARGET = 1.5  # ctxtool cold wall time must stay within 1.5x the floor
+PEER_TARGET = 0.8  # ... and within 0.8x ccusage's
 PEER_TIMEOUT_S = 900
 
 
@@ -200,6 +201,24 @@ def ctxtool_exe() -> str | None:
     return str(local) if local.exists() else shutil.which("ctxtool")
 
 
+def byte_compile(exe: str) -> str:
+    """Compile the measured ctxtool's modules to bytecode, as installing a wheel does; returns a note.
+
+    Without this, a shell with PYTHONDONTWRITEBYTECODE set (some containers and CI images set it) compiles
+    every ctxtool module from source on every run, a cost no installed copy pays.
+    """
+    try:
+        first = Path(exe).read_bytes()[:512].split(b"\n", 1)[0]
+    except OSError as exc:
+        return f"not byte-compiled ({exc.strerror})"
+    python = first[2:].decode(errors="replace").strip() if first.startswith(b"#!") else sys.executable
+    code = (
+        "import compileall, os, ctxtool; compileall.compile_dir(os.path.dirname(ctxtool.__file__), quiet=1)"
+    )
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
+    return "byte-compiled" if done.returncode == 0 else f"not byte-compiled ({_tail(done.stderr.encode())})"
+
+
 def ctxtool_command(root: Path, exe: str | None) -> tuple[list[str] | None, str]:
     """The cold stats command, or None with the reason it cannot run yet."""
     if exe is None:
@@ -285,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         f"each timing: best of {args.repeat} runs (min wall time, max memory); files are in the page cache\n"
     )
 
+    measured = None if args.floor_only else args.ctxtool or ctxtool_exe()
+    if measured is not None:
+        print(f"ctxtool: {measured} ({byte_compile(measured)})")
     rows: list[tuple[str, Measure | None, str]] = []
     floor = best_of(args.repeat, [sys.executable, __file__, "--floor-worker", str(root)])
     if floor.returncode != 0:
@@ -316,10 +338,15 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(("ctxtool cold, no price memo", first, "also loads genai-prices' data"))
 
     exe = args.ctxtool or ctxtool_exe()
+    verdicts: list[str] = []
     if cold is not None and exe is not None:
-        rows.extend(scenarios.index_scenarios(exe, root, files, args.repeat, best_of))
+        index_rows, index_verdicts = scenarios.index_scenarios(exe, root, files, args.repeat, best_of)
+        rows.extend(index_rows)
+        verdicts.extend(index_verdicts)
         if not args.no_giant:
-            rows.extend(scenarios.giant_scenarios(exe, best_of))
+            giant_rows, giant_verdicts = scenarios.giant_scenarios(exe, best_of)
+            rows.extend(giant_rows)
+            verdicts.extend(giant_verdicts)
 
     peer_rows: list[tuple[str, Measure | None, str]] = []
     if not (args.no_peers or args.floor_only):
@@ -340,14 +367,14 @@ def main(argv: list[str] | None = None) -> int:
                 peer_rows.append(("peers", None, "ccusage / tokscale not on PATH (see bench/README.md)"))
 
     print(f"{'name':<30} {'wall s':>8} {'tree MB':>8} {'max proc MB':>12} {'x floor':>8} {'x cold':>7}  note")
-    for name, m, note in [*rows, *peer_rows]:
-        if m is None:
+    for name, row, note in [*rows, *peer_rows]:
+        if row is None:
             print(f"{name:<30} {'-':>8} {'-':>8} {'-':>12} {'-':>8} {'-':>7}  {note}")
             continue
-        vs_cold = f"{m.wall / cold.wall:.2f}" if cold is not None else "-"
+        vs_cold = f"{row.wall / cold.wall:.2f}" if cold is not None else "-"
         print(
-            f"{name:<30} {m.wall:>8.2f} {m.tree_mb:>8.0f} {m.proc_mb:>12.0f} {m.wall / floor.wall:>8.2f} "
-            f"{vs_cold:>7}  {note}"
+            f"{name:<30} {row.wall:>8.2f} {row.tree_mb:>8.0f} {row.proc_mb:>12.0f} "
+            f"{row.wall / floor.wall:>8.2f} {vs_cold:>7}  {note}"
         )
 
     print("\ntargets:")
@@ -373,6 +400,18 @@ def main(argv: list[str] | None = None) -> int:
         f"{frames:.0f} = {budget:.0f} MB -> {verdict}"
     )
     print(f"  (whole ctxtool process tree peaked at {cold.tree_mb:.0f} MB)")
+    ccusage = next((m for name, m, _ in peer_rows if name == "ccusage" and m is not None), None)
+    if ccusage is None:
+        print(f"  cold <= {PEER_TARGET}x ccusage: not measured (ccusage not installed or failed)")
+    else:
+        ratio = cold.wall / ccusage.wall
+        verdict = "PASS" if ratio <= PEER_TARGET else "FAIL"
+        print(
+            f"  cold <= {PEER_TARGET}x ccusage: {cold.wall:.2f} s / {ccusage.wall:.2f} s = {ratio:.2f}x "
+            f"-> {verdict}"
+        )
+    for line in verdicts:
+        print(f"  {line}")
     return 0
 
 

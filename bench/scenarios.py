@@ -46,14 +46,16 @@ def frames_mb(root: Path) -> float:
 
 def index_scenarios(
     exe: str, root: Path, files: Sequence[str], repeat: int, best_of: Callable[..., Any]
-) -> list[tuple[str, Any, str]]:
-    """Warm (index populated) and one-file-grown runs of ``ctxtool stats``, plus start-up for reference."""
+) -> tuple[list[tuple[str, Any, str]], list[str]]:
+    """Warm (index populated) and one-file-grown runs of ``ctxtool stats``, plus start-up for reference;
+    the rows and the target verdicts."""
     rows: list[tuple[str, Any, str]] = []
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache:
         cmd = [exe, "stats", str(root), "--by", "session", "--format", "json", "--cache-dir", cache]
         first = best_of(1, cmd)
         if first.returncode != 0:
-            return [("ctxtool warm", None, f"populating the index failed (exit {first.returncode})")]
+            why = f"populating the index failed (exit {first.returncode})"
+            return [("ctxtool warm", None, why)], [f"warm, grown: not measured ({why})"]
         warm = best_of(repeat, cmd)
         rows.append(("ctxtool warm (index populated)", warm, f"target <= {WARM_TARGET_S} s"))
         startup = best_of(repeat, [exe, "stats", "--help"])
@@ -75,16 +77,24 @@ def index_scenarios(
         grown = min(runs, key=lambda r: r.wall)
         grown.tree_mb = max(r.tree_mb for r in runs)
         grown.proc_mb = max(r.proc_mb for r in runs)
-        reindex = grown.wall - startup.wall
+        reindex = grown.wall - warm.wall
         rows.append(
             (
                 "ctxtool one file grown",
                 grown,
                 f"{len(extra):,} bytes appended to a {len(original) / 1e6:.1f} MB .jsonl; "
-                f"{reindex:.2f} s over start-up (target <= {GROWN_TARGET_S} s + start-up)",
+                f"{reindex:.2f} s over the warm run, {grown.wall - startup.wall:.2f} s over start-up",
             )
         )
-    return rows
+    verdicts = [
+        f"warm <= {WARM_TARGET_S} s: {warm.wall:.2f} s -> {'PASS' if warm.wall <= WARM_TARGET_S else 'FAIL'}",
+        # The warm run is a run that re-indexes nothing: start-up, reading the stored frames, the report. What
+        # the grown run takes beyond it is the re-indexing of the one file.
+        f"one grown file re-indexed in <= {GROWN_TARGET_S} s (grown run - warm run): {reindex:.3f} s -> "
+        f"{'PASS' if reindex <= GROWN_TARGET_S else 'FAIL'}; the grown run is "
+        f"{grown.wall - startup.wall:.2f} s over `stats --help`, which reads no session and loads no frames",
+    ]
+    return rows, verdicts
 
 
 def _appended_records(original: bytes) -> bytes:
@@ -138,17 +148,22 @@ def make_giant(size_mb: int, name: str) -> Path:
     return target
 
 
-def giant_scenarios(exe: str, best_of: Callable[..., Any]) -> list[tuple[str, Any, str]]:
+def giant_scenarios(exe: str, best_of: Callable[..., Any]) -> tuple[list[tuple[str, Any, str]], list[str]]:
+    """The 1 GB file and the compaction rows, and the 1 GB memory verdict."""
     rows: list[tuple[str, Any, str]] = []
     if not REAL.exists():
-        return [("giant files", None, f"skipped: {REAL} is absent")]
+        return [("giant files", None, f"skipped: {REAL} is absent")], ["1 GB .jsonl: not measured"]
     if shutil.disk_usage(REPO).free < 3_000_000_000:
-        return [("giant files", None, "skipped: less than 3 GB free disk")]
+        return [("giant files", None, "skipped: less than 3 GB free disk")], ["1 GB .jsonl: not measured"]
     giant = make_giant(1000, "session-2026-11-01T00-00-giant001.jsonl")
     m = best_of(
         1, [exe, "stats", str(giant), "--no-cache", "--by", "session", "--format", "json"], timeout=900
     )
     verdict = "PASS" if m.returncode == 0 and m.tree_mb <= GIANT_MEMORY_TARGET_MB else "FAIL"
+    verdicts = [
+        f"1 GB .jsonl within {GIANT_MEMORY_TARGET_MB} MB: "
+        + (f"{m.tree_mb:.0f} MB -> {verdict}" if m.returncode == 0 else f"exit {m.returncode} -> FAIL")
+    ]
     rows.append(
         (
             "ctxtool stats on a 1 GB .jsonl",
@@ -183,4 +198,4 @@ def giant_scenarios(exe: str, best_of: Callable[..., Any]) -> list[tuple[str, An
                 else f"exit {m.returncode}: {m.stderr.decode(errors='replace')[-300:]}",
             )
         )
-    return rows
+    return rows, verdicts

@@ -127,7 +127,10 @@ def test_a_worker_that_dies_does_not_lose_the_files(tmp_path: Path, monkeypatch:
         def shutdown(self, *args: object, **kwargs: object) -> None:
             pass
 
-    monkeypatch.setattr(scan, "ProcessPoolExecutor", DyingPool)
+    import concurrent.futures
+
+    # scan imports the pool class when it starts one, so the class it finds is this one.
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", DyingPool)
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
     got = scan.read_files(files, workers=2)
     assert [fc.messages_csv for fc in got] == expected

@@ -123,7 +123,12 @@ def classify_user(content: Any) -> tuple[bool, bool, bool]:
     command and not a ``<session_context>``, ``<hook_context>`` or ``<state_snapshot>`` block. Synthetic
     user turns made only of functionResponse parts (written since v0.44) are not prompts.
     """
-    text = message_text(content).strip()
+    return _classify_text(message_text(content), content)
+
+
+def _classify_text(text: str, content: Any) -> tuple[bool, bool, bool]:
+    """``classify_user`` given the message's text (``message_text(content)``) already."""
+    text = text.strip()
     if not text:
         return _has_media(content), False, False
     if text.startswith(("/", "?")):
@@ -331,10 +336,11 @@ def _row(rec: _Record) -> _Row:
     is_prompt = is_command = is_snapshot = compression = False
     preview = None
     if mtype == "user":
-        is_prompt, is_command, is_snapshot = classify_user(content)
-        text_chars = len(message_text(content))
+        text = content if isinstance(content, str) else message_text(content)
+        is_prompt, is_command, is_snapshot = _classify_text(text, content)
+        text_chars = len(text)
         if is_prompt:
-            preview = _preview(content)
+            preview = _preview_text(text)
     else:
         text = content if isinstance(content, str) else message_text(content)
         text_chars = len(text)
@@ -665,8 +671,8 @@ def _count(value: Any) -> int:
     return _int(value) or 0
 
 
-def _preview(content: Any) -> str:
-    text = " ".join(message_text(content)[: PREVIEW_CHARS * 4].split())
+def _preview_text(text: str) -> str:
+    text = " ".join(text[: PREVIEW_CHARS * 4].split())
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 

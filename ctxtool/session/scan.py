@@ -7,16 +7,17 @@ can load polars and the price data while they parse (see ``read_files(..., while
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING
 
 from ctxtool.session.columns import FileColumns, extract_file
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.index import FileIndex
+
+if TYPE_CHECKING:
+    import multiprocessing.context
 
 Progress = Callable[[int, int], None]
 
@@ -72,6 +73,10 @@ def read_files(
             if progress:
                 progress(done, total)
     else:
+        # The pool's modules are imported here: a run that reads a few files (a grown session) skips them.
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
         # Batches of files (a task per file costs more in the pool's bookkeeping than small files take to
         # parse), largest first, several per worker so that none is left alone at the end.
         batches = _batches(todo, cost, n_workers * 4)
@@ -148,6 +153,8 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     clean workers (which re-import the main module, so scripts need the ``if __name__ == "__main__"`` guard,
     as multiprocessing always requires outside fork).
     """
+    import multiprocessing
+
     if sys.platform == "linux" and "polars" not in sys.modules:
         return multiprocessing.get_context("fork")
     if sys.platform == "linux":
