@@ -11,7 +11,6 @@ recorded, rewound or checkpointed away included); context figures use the **live
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
@@ -302,21 +301,28 @@ def _group_sessions(results: list[FileColumns]) -> list[_Session]:
 
 
 def build_corpus(
-    results: list[FileColumns], found: Discovery | None = None, *, price_memo: bool = True
+    results: list[FileColumns],
+    found: Discovery | None = None,
+    *,
+    price_memo: bool = True,
+    rows: Rows | None = None,
 ) -> Corpus:
-    """Frames from flattened files. Consumes the rows of ``results`` (their column lists are emptied)."""
+    """Frames from flattened files. Consumes the rows of ``results`` (their encoded columns are emptied).
+
+    ``rows`` may hold some files' rows decoded already (as worker results arrived); the rest are decoded here.
+    """
     problems = [Problem(r.path, r.error) for r in results if r.error]
     good = [r for r in results if not r.error]
+    rows = rows if rows is not None else Rows()
+    rows.add(good)
     sessions = _group_sessions(good)
 
     parents = link_parents(
         (s.key, s.primary.project_dir, s.primary.session_id, s.primary.parent_ref) for s in sessions
     )
     srow: dict[str, list[Any]] = {k: [] for k in _SESSION_META_SCHEMA}
-    msg_parts: list[bytes] = []
-    tool_parts: list[bytes] = []
-    msg_runs: list[tuple[str, int, int]] = []  # (session key, file rank, rows) per CSV part, in order
-    tool_runs: list[tuple[str, int, int]] = []
+    msg_runs: list[tuple[str, int, int, int]] = []  # (session key, file rank, start, rows), in frame order
+    tool_runs: list[tuple[str, int, int, int]] = []
     primary_rank: dict[str, int] = {}
     for s in sessions:
         p = s.primary
@@ -348,18 +354,17 @@ def build_corpus(
         srow["live_messages"].append(p.live_messages)
         primary_rank[s.key] = len(s.files) - 1
         for rank, f in enumerate(s.files):  # older files first: their rows come first
+            msg_start, tool_start = rows.where[f.path]
             if f.n_messages:
-                msg_parts.append(f.messages_csv)
-                msg_runs.append((s.key, rank, f.n_messages))
+                msg_runs.append((s.key, rank, msg_start, f.n_messages))
             if f.n_tools:
-                tool_parts.append(f.tools_csv)
-                tool_runs.append((s.key, rank, f.n_tools))
-            f.messages_csv = f.tools_csv = b""  # the bytes now live in the parts; let the copies go
+                tool_runs.append((s.key, rank, tool_start, f.n_tools))
 
     files_meta = pl.DataFrame(srow, schema=_SESSION_META_SCHEMA)
-    messages = _read_parts(msg_parts, msg_runs, _MESSAGE_SCHEMA)
-    tools = _read_parts(tool_parts, tool_runs, _TOOL_SCHEMA)
-    del msg_parts, tool_parts
+    messages = _in_order(rows.messages, msg_runs, _MESSAGE_SCHEMA)
+    tools = _in_order(rows.tools, tool_runs, _TOOL_SCHEMA)
+    rows.messages.clear()
+    rows.tools.clear()
     if any(rank for rank in primary_rank.values()):
         messages, tools = _merge_pairs(messages, tools, primary_rank)
     messages = messages.drop("_rank").with_columns(position=pl.int_range(pl.len()).over("session_key"))
@@ -377,34 +382,89 @@ def build_corpus(
     return corpus
 
 
-_CSV_CHUNK_BYTES = 2 * 1024 * 1024
+class Rows:
+    """Files' message and tool-call rows, decoded from the workers' encoded columns into frames.
+
+    Decoding costs the parent more than anything else it does with the rows, so the loader hands each batch
+    of worker results to ``add`` as it arrives, while other workers still parse, instead of leaving it all to
+    ``build_corpus``. ``where`` gives each file's first message row and first tool-call row in the frames
+    (concatenated in order).
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[pl.DataFrame] = []
+        self.tools: list[pl.DataFrame] = []
+        self.where: dict[str, tuple[int, int]] = {}
+        self._next = (0, 0)
+
+    def add(self, files: Iterable[FileColumns]) -> None:
+        """Decode the rows of ``files`` not decoded yet, and empty their encoded columns."""
+        todo = [f for f in files if not f.error and f.path not in self.where]
+        if not todo:
+            return
+        next_message, next_tool = self._next
+        for f in todo:
+            self.where[f.path] = (next_message, next_tool)
+            next_message += f.n_messages
+            next_tool += f.n_tools
+        self._next = (next_message, next_tool)
+        self.messages.extend(_decode([c for f in todo for c in f.messages_cols], _MESSAGE_SCHEMA))
+        self.tools.extend(_decode([c for f in todo for c in f.tools_cols], _TOOL_SCHEMA))
+        for f in todo:
+            f.messages_cols = f.tools_cols = []
 
 
-def _read_parts(parts: list[bytes], runs: list[tuple[str, int, int]], schema: dict[str, Any]) -> pl.DataFrame:
-    """One frame from the files' CSV parts, with the session key and file rank of every row.
+# Decoded into Python lists this many bytes of encoded columns at a time (then turned into a frame).
+_DECODE_BATCH_BYTES = 2 * 1024 * 1024
 
-    Empties ``parts``: once joined, the per-file copies are dropped before parsing (peak memory)."""
+
+def _decode(chunks: list[bytes], schema: dict[str, Any]) -> list[pl.DataFrame]:
+    """Frames of the rows in ``chunks`` (see ``columns._assemble``), a few megabytes of them at a time so that
+    their Python lists stay small."""
+    from ctxtool.session.columns import decode_columns
+
+    names = list(schema)
+    # No column holds a meaningful empty string (an empty id, model or preview means none).
+    no_empty = [pl.when(pl.col(n) != "").then(pl.col(n)).alias(n) for n in names if schema[n] == pl.String]
+    frames: list[pl.DataFrame] = []
+    at = 0
+    while at < len(chunks):
+        columns: list[list[Any]] = [[] for _ in names]
+        size = 0
+        while at < len(chunks) and size < _DECODE_BATCH_BYTES:
+            size += len(chunks[at])
+            for column, values in zip(columns, decode_columns(chunks[at]), strict=True):
+                column.extend(values)
+            at += 1
+        series = [pl.Series(n, c, dtype=schema[n], strict=False) for n, c in zip(names, columns, strict=True)]
+        del columns
+        frames.append(pl.DataFrame(series).with_columns(no_empty))
+    return frames
+
+
+def _in_order(
+    frames: list[pl.DataFrame], runs: list[tuple[str, int, int, int]], schema: dict[str, Any]
+) -> pl.DataFrame:
+    """One frame of the rows ``runs`` name (session key, file rank, first row, rows), in that order, with
+    the session key and file rank of every row."""
     full = {"session_key": pl.String, "_rank": pl.Int64, **schema}
-    if not parts:
+    if not runs:
         return pl.DataFrame(schema=full)
-    # Parsed a few megabytes at a time: the CSV reader's working memory is a multiple of its input.
-    chunks: list[pl.DataFrame] = []
-    while parts:
-        take, size = 0, 0
-        while take < len(parts) and (take == 0 or size < _CSV_CHUNK_BYTES):
-            size += len(parts[take])
-            take += 1
-        data = b"".join(parts[:take])
-        del parts[:take]
-        chunks.append(pl.read_csv(io.BytesIO(data), has_header=False, schema=schema, quote_char='"'))
-        del data
-    df = pl.concat(chunks, rechunk=False) if len(chunks) > 1 else chunks[0]
+    df = pl.concat(frames, rechunk=False) if len(frames) != 1 else frames[0]
+    starts = [start for _, _, start, _ in runs]
+    counts = [n for _, _, _, n in runs]
+    expected = 0
+    in_place = True
+    for start, n in zip(starts, counts, strict=True):
+        if start != expected:
+            in_place = False
+            break
+        expected += n
+    if not (in_place and expected == df.height):
+        order = pl.DataFrame({"start": starts, "n": counts}, schema={"start": pl.Int64, "n": pl.Int64})
+        df = df[order.select(pl.int_ranges("start", pl.col("start") + pl.col("n")).explode()).to_series()]
     keys = pl.DataFrame(
-        {
-            "session_key": [k for k, _, _ in runs],
-            "_rank": [r for _, r, _ in runs],
-            "n": [n for _, _, n in runs],
-        },
+        {"session_key": [k for k, _, _, _ in runs], "_rank": [r for _, r, _, _ in runs], "n": counts},
         schema={"session_key": pl.String, "_rank": pl.Int64, "n": pl.Int64},
     ).select(pl.col("session_key").repeat_by("n").explode(), pl.col("_rank").repeat_by("n").explode())
     return pl.concat([keys, df], how="horizontal").select(list(full))

@@ -29,7 +29,7 @@ from ctxtool.session.discover import Discovery, default_root, discover
 from ctxtool.session.stamp import cache_root
 
 if TYPE_CHECKING:
-    from ctxtool.frames import Corpus
+    from ctxtool.frames import Corpus, Rows
     from ctxtool.session.columns import FileColumns
     from ctxtool.store import Stored
 
@@ -126,23 +126,31 @@ def _full(
     price_memo: bool,
 ) -> Corpus:
 
+    decoded: list[Rows] = []
+
     def warm() -> None:
         from ctxtool import frames
 
         frames.warm_up(price_memo=price_memo)
+        decoded.append(frames.Rows())
+
+    def arrived(batch: list[FileColumns]) -> None:
+        decoded[0].add(batch)  # while the other workers still parse
 
     from ctxtool.session.index import FileIndex
     from ctxtool.session.scan import read_files
 
     index = FileIndex(root) if root is not None else None
-    results = read_files(found.files, progress=progress, workers=workers, while_waiting=warm, index=index)
+    results = read_files(
+        found.files, progress=progress, workers=workers, while_waiting=warm, index=index, arrived=arrived
+    )
     if index is not None:
         use.files_cached, use.files_resumed, use.files_parsed = index.hits, index.resumed, index.parsed
     else:
         use.files_parsed = len(results)
     from ctxtool import frames
 
-    corpus = frames.build_corpus(results, found, price_memo=price_memo)
+    corpus = frames.build_corpus(results, found, price_memo=price_memo, rows=decoded[0] if decoded else None)
     corpus.file_records = _records(results)
     return corpus
 

@@ -28,7 +28,7 @@ def sp_for(path: Path) -> SessionPath:
 
 
 def same(a: FileColumns, b: FileColumns) -> None:
-    for name in ("messages_csv", "tools_csv", "lines", "blank_lines", "broken_lines", "first_broken_line"):
+    for name in ("messages_cols", "tools_cols", "lines", "blank_lines", "broken_lines", "first_broken_line"):
         assert getattr(a, name) == getattr(b, name), name
     assert (a.session_id, a.live_messages, a.checkpoints) == (b.session_id, b.live_messages, b.checkpoints)
 

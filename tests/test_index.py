@@ -111,7 +111,7 @@ def test_a_worker_that_dies_does_not_lose_the_files(tmp_path: Path, monkeypatch:
     from ctxtool.session.discover import discover
 
     files = discover([FIXTURES / "gemini" / "tmp"]).files
-    expected = [fc.messages_csv for fc in scan.read_files(files, workers=1)]
+    expected = [fc.messages_cols for fc in scan.read_files(files, workers=1)]
 
     class DyingPool:
         def __init__(self, *args: object, **kwargs: object) -> None:
@@ -133,7 +133,7 @@ def test_a_worker_that_dies_does_not_lose_the_files(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", DyingPool)
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
     got = scan.read_files(files, workers=2)
-    assert [fc.messages_csv for fc in got] == expected
+    assert [fc.messages_cols for fc in got] == expected
 
 
 def test_the_table_caption_says_what_came_from_the_index(
@@ -153,3 +153,43 @@ def test_the_table_caption_says_what_came_from_the_index(
     assert text.endswith(
         " 15 unchanged file(s) from the index; 1 grown file(s) read from where they ended."
     ), text
+
+
+def test_rows_decoded_as_workers_return_them_leave_the_index_whole(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With worker processes, each batch is decoded into frames as it arrives, which empties its rows; the
+    index must have stored the rows first, and the frames must equal a build in one process."""
+    from ctxtool.loading import load_corpus
+    from ctxtool.session import scan
+    from ctxtool.session.discover import discover
+    from ctxtool.session.index import FileIndex
+    from tests.test_loading import same
+
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    arrivals: list[int] = []
+    read = scan.read_files
+
+    def counting(*args: object, **kwargs: object) -> object:
+        arrived = kwargs.get("arrived")
+        if callable(arrived):
+            kwargs["arrived"] = lambda batch: (arrivals.append(len(batch)), arrived(batch))
+        return read(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan, "read_files", counting)
+    cache = tmp_path / "cache"
+    parallel, use = load_corpus([data], cache=True, cache_dir=cache, workers=2)
+    assert use.files_parsed == 16
+    assert sum(arrivals) == 16  # every file went through the decode-as-they-arrive path
+    monkeypatch.setattr(scan, "read_files", read)
+    same(parallel, load_corpus([data], workers=1)[0])
+
+    files = discover([data]).files
+    index = FileIndex(cache)
+    hits = read(files, index=index, workers=1)
+    assert index.hits == 16
+    expected = read(files, workers=1)
+    assert [(fc.path, fc.messages_cols, fc.tools_cols) for fc in hits] == [
+        (fc.path, fc.messages_cols, fc.tools_cols) for fc in expected
+    ]
+    assert any(fc.messages_cols for fc in hits)

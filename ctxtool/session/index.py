@@ -44,7 +44,7 @@ class FileIndex:
         self.root = root
         self.directory = root / "index" / stamp.STAMP
         self.hits = self.resumed = self.parsed = 0
-        self._pending: dict[str, Entry | None] = {}
+        self._pending: dict[str, bytes | None] = {}
 
     def _file(self, path: str) -> Path:
         return self.directory / f"{hashlib.blake2b(path.encode(), digest_size=16).hexdigest()}.pkl"
@@ -87,10 +87,15 @@ class FileIndex:
         return None, None
 
     def store(self, fc: FileColumns, st: os.stat_result | None) -> None:
-        self._pending[fc.path] = None if st is None or fc.error else Entry(st.st_size, st.st_mtime_ns, fc)
+        """Keep ``fc`` for ``save`` as it is now (pickled at once: building frames consumes its rows)."""
+        self._pending[fc.path] = (
+            None
+            if st is None or fc.error
+            else pickle.dumps(Entry(st.st_size, st.st_mtime_ns, fc), protocol=pickle.HIGHEST_PROTOCOL)
+        )
 
     def save(self) -> None:
-        """Write what was stored (before the frames are built: building consumes the rows)."""
+        """Write what was stored."""
         if not self._pending:
             return
         try:
@@ -107,7 +112,7 @@ class FileIndex:
                     continue
                 tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
                 with open(tmp, "wb") as fh:
-                    pickle.dump(entry, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                    fh.write(entry)
                 os.replace(tmp, target)
         except OSError:
             return  # a read-only cache directory costs speed, not correctness

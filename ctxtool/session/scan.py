@@ -32,11 +32,13 @@ def read_files(
     workers: int | None = None,
     while_waiting: Callable[[], object] | None = None,
     index: FileIndex | None = None,
+    arrived: Callable[[list[FileColumns]], object] | None = None,
 ) -> list[FileColumns]:
     """Flatten every file, in input order. ``while_waiting`` runs in this process while workers parse.
 
     With an ``index``, unchanged files come from it, grown JSONL files are read from where they ended, and
-    the index is updated and saved before returning.
+    the index is updated and saved before returning. ``arrived`` is given each batch of results that workers
+    return, as they return (after ``while_waiting``), and may consume their rows: the index has its copy.
     """
     stats: list[os.stat_result | None] = []
     for sp in files:
@@ -49,6 +51,7 @@ def read_files(
     results: list[FileColumns | None] = [None] * len(files)
     resume: list[FileColumns | None] = [None] * len(files)
     todo: list[int] = []
+    stored_early: set[int] = set()  # results put in the index as they arrived (before ``arrived`` saw them)
     done = 0
     for i, sp in enumerate(files):
         st = stats[i]
@@ -99,6 +102,11 @@ def read_files(
                 for i, fc in zip(batch, batch_results, strict=True):
                     results[i] = fc
                     done += sizes[i]
+                    if index is not None:
+                        index.store(fc, stats[i])
+                        stored_early.add(i)
+                if arrived is not None:
+                    arrived(batch_results)
                 if progress:
                     progress(done, total)
         except KeyboardInterrupt:
@@ -116,7 +124,8 @@ def read_files(
         for i in todo:
             stored = results[i]
             if stored is not None:
-                index.store(stored, stats[i])
+                if i not in stored_early:
+                    index.store(stored, stats[i])
                 if stored.resumed:
                     index.resumed += 1
                 else:
