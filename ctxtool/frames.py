@@ -361,14 +361,14 @@ def build_corpus(
                 tool_runs.append((s.key, rank, tool_start, f.n_tools))
 
     files_meta = pl.DataFrame(srow, schema=_SESSION_META_SCHEMA)
-    messages = _in_order(rows.messages, msg_runs, _MESSAGE_SCHEMA)
+    messages = _in_order(rows.messages, msg_runs, {**_MESSAGE_SCHEMA, "ts": _TS_TYPE})
     tools = _in_order(rows.tools, tool_runs, _TOOL_SCHEMA)
     rows.messages.clear()
     rows.tools.clear()
     if any(rank for rank in primary_rank.values()):
         messages, tools = _merge_pairs(messages, tools, primary_rank)
     messages = messages.drop("_rank").with_columns(position=pl.int_range(pl.len()).over("session_key"))
-    messages = messages.select("session_key", "position", *MESSAGE_COLUMNS)
+    messages = messages.select("session_key", "position", *MESSAGE_COLUMNS, "ts")
     tools = tools.drop("_rank")
     corpus = _derive(files_meta, messages, tools, price_memo=price_memo)
     corpus.problems = problems
@@ -408,7 +408,8 @@ class Rows:
             next_message += f.n_messages
             next_tool += f.n_tools
         self._next = (next_message, next_tool)
-        self.messages.extend(_decode([c for f in todo for c in f.messages_cols], _MESSAGE_SCHEMA))
+        messages = [c for f in todo for c in f.messages_cols]
+        self.messages.extend(_decode(messages, _MESSAGE_SCHEMA, ts=_ts("timestamp")))
         self.tools.extend(_decode([c for f in todo for c in f.tools_cols], _TOOL_SCHEMA))
         for f in todo:
             f.messages_cols = f.tools_cols = []
@@ -418,9 +419,10 @@ class Rows:
 _DECODE_BATCH_BYTES = 2 * 1024 * 1024
 
 
-def _decode(chunks: list[bytes], schema: dict[str, Any]) -> list[pl.DataFrame]:
+def _decode(chunks: list[bytes], schema: dict[str, Any], **derived: pl.Expr) -> list[pl.DataFrame]:
     """Frames of the rows in ``chunks`` (see ``columns._assemble``), a few megabytes of them at a time so that
-    their Python lists stay small."""
+    their Python lists stay small, with the ``derived`` columns added (work done here is done while workers
+    still parse)."""
     from ctxtool.session.columns import decode_columns
 
     names = list(schema)
@@ -438,7 +440,7 @@ def _decode(chunks: list[bytes], schema: dict[str, Any]) -> list[pl.DataFrame]:
             at += 1
         series = [pl.Series(n, c, dtype=schema[n], strict=False) for n, c in zip(names, columns, strict=True)]
         del columns
-        frames.append(pl.DataFrame(series).with_columns(no_empty))
+        frames.append(pl.DataFrame(series).with_columns(no_empty).with_columns(**derived))
     return frames
 
 
@@ -446,7 +448,7 @@ def _in_order(
     frames: list[pl.DataFrame], runs: list[tuple[str, int, int, int]], schema: dict[str, Any]
 ) -> pl.DataFrame:
     """One frame of the rows ``runs`` name (session key, file rank, first row, rows), in that order, with
-    the session key and file rank of every row."""
+    the session key and file rank of every row. ``schema`` names every column of ``frames``."""
     full = {"session_key": pl.String, "_rank": pl.Int64, **schema}
     if not runs:
         return pl.DataFrame(schema=full)
@@ -525,8 +527,11 @@ def discovery_problems(found: Discovery) -> list[Problem]:
     ]
 
 
+_TS_TYPE = pl.Datetime("us", "UTC")
+
+
 def _ts(col: str) -> pl.Expr:
-    return pl.col(col).str.to_datetime(time_zone="UTC", strict=False, format=None)
+    return pl.col(col).str.to_datetime(time_zone="UTC", strict=False, format=None).cast(_TS_TYPE)
 
 
 def _derive(
@@ -535,9 +540,10 @@ def _derive(
     from ctxtool.pricing import add_costs
 
     ids = meta.select("session_key", "session", "session_id", "project", "kind", "root_session_key")
-    messages = messages.with_columns(
+    ts = messages.get_column("ts")  # parsed as the rows were decoded; it goes after `turn`, as it always has
+    messages = messages.drop("ts").with_columns(
         turn=pl.col("is_prompt").cast(pl.Int64).cum_sum().over("session_key"),
-        ts=_ts("timestamp"),
+        ts=ts,
         compression=(pl.col("compression_info") | pl.col("is_snapshot")),
     )
 
