@@ -1,4 +1,4 @@
-"""Flatten one session file into plain columns, cheaply, so worker processes can hand back lists, not objects.
+"""Flatten one session file into rows, cheaply, so worker processes hand back compact columns, not objects.
 
 Owns: what a message *is* for reporting (a prompt, a command, a compression event, a request with tokens),
 the per-file summary, and the worker entry point ``extract_file``.
@@ -8,9 +8,10 @@ never looks at. Records are decoded with msgspec into small typed structs that *
 of building Python objects for them (about 2.4x faster than a full parse); a tool result is kept only as its
 raw JSON bytes, measured, never decoded. The fold itself is ``ctxtool.session.read.replay``, the same one the
 full reader uses, so both views obey one statement of Gemini CLI's rules. A record that does not fit the
-structs (a fork's odd types) is decoded generically and converted leniently, never dropped.
+structs (a fork's odd types) is decoded generically and converted leniently, never dropped. The rows go
+back as JSON-encoded columns (``_assemble``), which the parent turns into polars series.
 
-Must not: import polars (the parent builds frames once from these lists).
+Must not: import polars (the parent builds the frames).
 """
 
 from __future__ import annotations
