@@ -72,7 +72,7 @@ def test_a_new_reader_version_invalidates_the_index(
     monkeypatch.setattr(index_module, "STAMP", index_module.STAMP + "-next")
     again = stats_json(capsysbinary, str(data), "--cache-dir", cache)
     assert again["read"]["index"]["files_parsed"] == 16  # type: ignore[index]
-    assert [d.name for d in (tmp_path / "cache" / "index").iterdir()] == [index_module.STAMP]
+    assert [d.name for d in (tmp_path / "cache" / "index").iterdir()] == [f"{index_module.STAMP}.sqlite"]
 
 
 def test_a_damaged_index_is_rebuilt(
@@ -80,11 +80,15 @@ def test_a_damaged_index_is_rebuilt(
 ) -> None:
     cache = tmp_path / "cache"
     stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
-    for path in (cache / "index").rglob("*.pkl"):
-        path.write_bytes(b"garbage")
+    (database,) = (cache / "index").glob("*.sqlite")
+    database.write_bytes(b"garbage" * 1000)
     shutil.rmtree(cache / "corpus")
     again = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
     assert again["read"]["index"]["files_parsed"] == 16  # type: ignore[index]
+    # ... and the index was written anew: a third run finds every file in it.
+    shutil.rmtree(cache / "corpus")
+    third = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
+    assert third["read"]["index"]["files_from_index"] == 16  # type: ignore[index]
 
 
 def test_no_cache_writes_nothing_and_clear_empties(
@@ -193,3 +197,30 @@ def test_rows_decoded_as_workers_return_them_leave_the_index_whole(
         (fc.path, fc.messages_cols, fc.tools_cols) for fc in expected
     ]
     assert any(fc.messages_cols for fc in hits)
+
+
+def test_an_index_locked_by_another_run_is_skipped_not_waited_on_forever(
+    capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    from ctxtool.session import index as index_lib
+
+    cache = tmp_path / "cache"
+    first = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
+    (database,) = (cache / "index").glob("*.sqlite")
+    monkeypatch.setattr(index_lib, "_LOCK_TIMEOUT_S", 0.2)
+    other = sqlite3.connect(database, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another run is writing
+    try:
+        shutil.rmtree(cache / "corpus")
+        (data / "ctxdemo" / "chats" / "session-2026-09-09T00-00-new00001.jsonl").write_bytes(
+            orjson.dumps({"sessionId": "new00001", "projectHash": "h"}) + b"\n"
+        )
+        again = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert again["read"]["index"]["files_from_index"] == 16  # type: ignore[index]
+    assert again["read"]["index"]["files_parsed"] == 1  # type: ignore[index]
+    assert again["rows"] == first["rows"]

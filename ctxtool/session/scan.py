@@ -51,7 +51,7 @@ def read_files(
     results: list[FileColumns | None] = [None] * len(files)
     resume: list[FileColumns | None] = [None] * len(files)
     todo: list[int] = []
-    stored_early: set[int] = set()  # results put in the index as they arrived (before ``arrived`` saw them)
+    stored_early: set[int] = set()  # results stored in the index as they arrived
     done = 0
     for i, sp in enumerate(files):
         st = stats[i]
@@ -103,7 +103,7 @@ def read_files(
                     results[i] = fc
                     done += sizes[i]
                     if index is not None:
-                        index.store(fc, stats[i])
+                        index.store(fc, stats[i])  # before ``arrived`` consumes the rows
                         stored_early.add(i)
                 if arrived is not None:
                     arrived(batch_results)
@@ -131,6 +131,7 @@ def read_files(
                 else:
                     index.parsed += 1
         index.save()
+        index.close()
     return out
 
 
