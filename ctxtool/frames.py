@@ -371,6 +371,8 @@ def build_corpus(
     messages = messages.select("session_key", "position", *MESSAGE_COLUMNS, "ts")
     tools = tools.drop("_rank")
     corpus = _derive(files_meta, messages, tools, price_memo=price_memo)
+    corpus.warnings = [*rows.warnings, *corpus.warnings]
+    rows.warnings.clear()
     corpus.problems = problems
     corpus.files_read = len(good)
     corpus.files_found = len(results)
@@ -395,6 +397,7 @@ class Rows:
         self.messages: list[pl.DataFrame] = []
         self.tools: list[pl.DataFrame] = []
         self.where: dict[str, tuple[int, int]] = {}
+        self.warnings: list[str] = []
         self._next = (0, 0)
 
     def add(self, files: Iterable[FileColumns]) -> None:
@@ -409,8 +412,8 @@ class Rows:
             next_tool += f.n_tools
         self._next = (next_message, next_tool)
         messages = [c for f in todo for c in f.messages_cols]
-        self.messages.extend(_decode(messages, _MESSAGE_SCHEMA, ts=_ts("timestamp")))
-        self.tools.extend(_decode([c for f in todo for c in f.tools_cols], _TOOL_SCHEMA))
+        self.messages.extend(_decode(messages, _MESSAGE_SCHEMA, self.warnings, times=("timestamp", "ts")))
+        self.tools.extend(_decode([c for f in todo for c in f.tools_cols], _TOOL_SCHEMA, self.warnings))
         for f in todo:
             f.messages_cols = f.tools_cols = []
 
@@ -419,10 +422,12 @@ class Rows:
 _DECODE_BATCH_BYTES = 2 * 1024 * 1024
 
 
-def _decode(chunks: list[bytes], schema: dict[str, Any], **derived: pl.Expr) -> list[pl.DataFrame]:
+def _decode(
+    chunks: list[bytes], schema: dict[str, Any], warnings: list[str], times: tuple[str, str] | None = None
+) -> list[pl.DataFrame]:
     """Frames of the rows in ``chunks`` (see ``columns._assemble``), a few megabytes of them at a time so that
-    their Python lists stay small, with the ``derived`` columns added (work done here is done while workers
-    still parse)."""
+    their Python lists stay small; ``times`` = (text column, datetime column to add). Work done here is done
+    while workers still parse. A value a column cannot hold is left empty, with a warning."""
     from ctxtool.session.columns import decode_columns
 
     names = list(schema)
@@ -438,10 +443,27 @@ def _decode(chunks: list[bytes], schema: dict[str, Any], **derived: pl.Expr) -> 
             for column, values in zip(columns, decode_columns(chunks[at]), strict=True):
                 column.extend(values)
             at += 1
-        series = [pl.Series(n, c, dtype=schema[n], strict=False) for n, c in zip(names, columns, strict=True)]
+        series = [_series(n, c, schema[n], warnings) for n, c in zip(names, columns, strict=True)]
         del columns
-        frames.append(pl.DataFrame(series).with_columns(no_empty).with_columns(**derived))
+        frame = pl.DataFrame(series).with_columns(no_empty)
+        if times is not None:
+            frame = frame.with_columns(parse_times(frame.get_column(times[0])).alias(times[1]))
+        frames.append(frame)
     return frames
+
+
+def _series(name: str, values: list[Any], dtype: Any, warnings: list[str]) -> pl.Series:
+    try:
+        return pl.Series(name, values, dtype=dtype)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        # A count beyond 64 bits, say, from a damaged file: empty, and said, never a silently smaller sum.
+        series = pl.Series(name, values, dtype=dtype, strict=False)
+        lost = series.null_count() - sum(v is None for v in values)
+        warnings.append(
+            f"{lost} value(s) of column {name!r} do not fit its type ({dtype}): they are left empty, so "
+            "what they count is missing from the totals (check the session files for damaged numbers)"
+        )
+        return series
 
 
 def _in_order(
@@ -528,10 +550,26 @@ def discovery_problems(found: Discovery) -> list[Problem]:
 
 
 _TS_TYPE = pl.Datetime("us", "UTC")
+# Gemini CLI writes every time with JavaScript's Date.toISOString() (2026-05-25T09:30:00.123Z); a fork or a
+# hand edit may write an offset or no zone (taken as UTC). Each value is read by the first format that fits,
+# so a time parses the same whatever else is in its column (polars' inference guesses from the first value).
+_TIME_FORMATS = (
+    "%Y-%m-%dT%H:%M:%S%.fZ",
+    "%Y-%m-%dT%H:%M:%S%.f%z",
+    "%Y-%m-%dT%H:%M:%S%.f",
+    "%Y-%m-%d %H:%M:%S%.f",
+)
 
 
-def _ts(col: str) -> pl.Expr:
-    return pl.col(col).str.to_datetime(time_zone="UTC", strict=False, format=None).cast(_TS_TYPE)
+def parse_times(text: pl.Series) -> pl.Series:
+    """UTC datetimes of ISO-8601 times (null where none of ``_TIME_FORMATS`` fits)."""
+    out = text.str.to_datetime(format=_TIME_FORMATS[0], strict=False, time_zone="UTC").cast(_TS_TYPE)
+    for fmt in _TIME_FORMATS[1:]:
+        if not (out.is_null() & text.is_not_null()).any():
+            break
+        other = text.str.to_datetime(format=fmt, strict=False, time_zone="UTC").cast(_TS_TYPE)
+        out = pl.select(pl.coalesce(out, other)).to_series()
+    return out.alias(text.name)
 
 
 def _derive(
@@ -668,6 +706,10 @@ def _sessions(
         pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
         pl.col("live").sum().alias("live_requests"),
     )
+    meta = meta.with_columns(
+        start_ts=parse_times(meta.get_column("start_time")),
+        updated_ts=parse_times(meta.get_column("last_updated")),
+    )
     out = (
         meta.join(msg, on="session_key", how="left", maintain_order="left")
         .join(req, on="session_key", how="left", maintain_order="left")
@@ -687,8 +729,8 @@ def _sessions(
                 )
             ],
             pl.col("context_limit").fill_null(DEFAULT_TOKEN_LIMIT),
-            start=pl.coalesce(_ts("start_time"), pl.col("first_ts")),
-            end=pl.coalesce(pl.col("last_ts"), _ts("last_updated")),
+            start=pl.coalesce(pl.col("start_ts"), pl.col("first_ts")),
+            end=pl.coalesce(pl.col("last_ts"), pl.col("updated_ts")),
         )
         .with_columns(
             cost=pl.when(pl.col("cost_unknown").fill_null(False))
@@ -701,7 +743,7 @@ def _sessions(
             context_share=pl.col("peak_context") / pl.col("context_limit"),
             cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
         )
-        .drop("cost_unknown", "first_ts", "last_ts", "start_time", "last_updated")
+        .drop("cost_unknown", "first_ts", "last_ts", "start_time", "last_updated", "start_ts", "updated_ts")
     )
     children = (
         out.filter(pl.col("parent_session_key").is_not_null())

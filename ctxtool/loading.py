@@ -101,7 +101,8 @@ def load_corpus(
     if corpus is None:
         corpus = _full(found, root, progress, workers, use, price_memo=True)
         stored = None
-    _save(corpus, folder, stamps, today, extras, previous=stored, changed=changed_keys)
+    replaced = state.get("store") if state is not None else None
+    _save(corpus, folder, stamps, today, extras, previous=stored, changed=changed_keys, replaced=replaced)
     return corpus, use
 
 
@@ -233,6 +234,7 @@ def _save(
     *,
     previous: Stored | None,
     changed: frozenset[str] | None,
+    replaced: Any,
 ) -> None:
     """Store the frames (a delta if ``corpus`` was spliced from ``previous``), then the state naming them."""
     from ctxtool import store
@@ -249,4 +251,4 @@ def _save(
         os.replace(tmp, folder / "files.json")
     except OSError:
         return
-    store.prune(folder, stored)
+    store.prune(folder, stored, replaced)

@@ -20,6 +20,7 @@ import json
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ _ROW_FRAMES = FRAME_NAMES[1:]
 DELTA_MAX_SHARE = 0.25
 # Stored scans kept per cache (one per set of PATH arguments); the least recently written go first.
 KEEP_SCANS = 8
+# Folders and temporary files no state names are removed once this old (younger: maybe another run's).
+STALE_AFTER_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,16 +162,29 @@ def _write(target: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) 
     return True
 
 
-def prune(folder: Path, current: Stored, *, keep_scans: int = KEEP_SCANS) -> None:
-    """Remove what ``current`` no longer names in ``folder`` (after the state file naming it was written),
-    and the least recently written stored scans beside ``folder`` beyond ``keep_scans``."""
+def prune(folder: Path, current: Stored, replaced: Any = None, *, keep_scans: int = KEEP_SCANS) -> None:
+    """Tidy ``folder`` once the state file naming ``current`` is written: remove what the state it
+    ``replaced`` named (as ``Stored.names`` gave them), and anything else ``current`` does not name once it is
+    older than ``STALE_AFTER_S`` (younger, it may be another run's, written but not yet named). Also remove
+    the least recently written stored scans beside ``folder`` beyond ``keep_scans``."""
     wanted = {f"base-{current.base}", *([f"delta-{current.delta}"] if current.delta else [])}
+    superseded: set[str] = set()
+    if isinstance(replaced, dict):
+        superseded = {
+            f"{kind}-{replaced[kind]}" for kind in ("base", "delta") if isinstance(replaced.get(kind), str)
+        }
+    now = time.time()
     try:
         for entry in folder.iterdir():
-            if entry.is_dir() and entry.name not in wanted:
-                shutil.rmtree(entry, ignore_errors=True)
-            elif entry.suffix == ".arrow" or entry.name == "meta.json":  # the layout before deltas
+            if entry.name in wanted or entry.name == "files.json":
+                continue
+            if entry.suffix == ".arrow" or entry.name == "meta.json":  # the layout before deltas
                 entry.unlink(missing_ok=True)
+            elif entry.name in superseded or now - entry.stat().st_mtime > STALE_AFTER_S:
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
         scans = sorted(
             (d for d in folder.parent.iterdir() if d.is_dir() and not d.name.startswith(".")),
             key=lambda d: d.stat().st_mtime,

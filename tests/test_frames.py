@@ -8,6 +8,8 @@ from typing import Any
 
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxtool.frames import filter_corpus, live_only, load, report
 from tests.conftest import write_jsonl
@@ -280,3 +282,54 @@ def test_rebuilt_history_keeps_what_each_request_recorded(chats: Path) -> None:
     billed = read_session(chats / "session-2026-05-01T10-00-cp1.jsonl").billed
     assert billed[1]["model"] == "gemini-2.5-pro"
     assert billed[1]["toolCalls"] == [call]
+
+
+TIMES = [
+    "2026-05-01T10:00:01.123Z",  # Gemini CLI (Date.toISOString)
+    "2026-05-01T10:00:01Z",
+    "2026-05-01T12:00:01.5+02:00",  # a fork's offset
+    "2026-05-01T12:00:01+0200",
+    "2026-05-01T10:00:01",  # no zone: taken as UTC
+    "2026-05-01 10:00:01.25",
+    "not a time",
+    None,
+]
+
+
+def test_each_time_is_read_by_its_own_format() -> None:
+    from ctxtool.frames import parse_times
+
+    got = parse_times(pl.Series("t", TIMES, dtype=pl.String)).to_list()
+    assert [None if t is None else t.isoformat() for t in got] == [
+        "2026-05-01T10:00:01.123000+00:00",
+        "2026-05-01T10:00:01+00:00",
+        "2026-05-01T10:00:01.500000+00:00",
+        "2026-05-01T10:00:01+00:00",
+        "2026-05-01T10:00:01+00:00",
+        "2026-05-01T10:00:01.250000+00:00",
+        None,
+        None,
+    ]
+
+
+@given(st.lists(st.sampled_from(TIMES), max_size=20), st.integers(min_value=0, max_value=20))
+def test_a_time_parses_the_same_whatever_else_is_in_its_batch(times: list[str | None], cut: int) -> None:
+    # Rows are decoded a batch at a time, in the order workers finish: parsing must not depend on neighbours.
+    from ctxtool.frames import parse_times
+
+    whole = parse_times(pl.Series("t", times, dtype=pl.String))
+    parts = [parse_times(pl.Series("t", part, dtype=pl.String)) for part in (times[:cut], times[cut:])]
+    assert whole.to_list() == pl.concat(parts).to_list()
+
+
+def test_a_count_too_large_to_hold_is_left_empty_with_a_warning(chats: Path) -> None:
+    path = chats / "session-2026-05-01T10-00-big.jsonl"
+    write_jsonl(path, [header("big"), user("p", "hi"), gemini("g2", 123456789)])
+    path.write_bytes(path.read_bytes().replace(b'"input":123456789', b'"input":' + str(2**70).encode()))
+    corpus = load([chats])
+    row = corpus.messages.filter(pl.col("message_id") == "g2").row(0, named=True)
+    assert row["input"] is None
+    assert row["output"] == 10
+    assert any(
+        "do not fit" in w and "'input'" in w and "missing from the totals" in w for w in corpus.warnings
+    )

@@ -117,6 +117,8 @@ def test_a_worker_that_dies_does_not_lose_the_files(tmp_path: Path, monkeypatch:
     files = discover([FIXTURES / "gemini" / "tmp"]).files
     expected = [fc.messages_cols for fc in scan.read_files(files, workers=1)]
 
+    submitted: list[object] = []
+
     class DyingPool:
         def __init__(self, *args: object, **kwargs: object) -> None:
             pass
@@ -124,6 +126,7 @@ def test_a_worker_that_dies_does_not_lose_the_files(tmp_path: Path, monkeypatch:
         def submit(self, fn: object, *args: object) -> object:
             from concurrent.futures import Future
 
+            submitted.append(fn)
             fut: Future[object] = Future()
             fut.set_exception(BrokenProcessPool("a worker died"))
             return fut
@@ -137,6 +140,7 @@ def test_a_worker_that_dies_does_not_lose_the_files(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", DyingPool)
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
     got = scan.read_files(files, workers=2)
+    assert submitted  # the dying pool was the one used
     assert [fc.messages_cols for fc in got] == expected
 
 
@@ -224,3 +228,30 @@ def test_an_index_locked_by_another_run_is_skipped_not_waited_on_forever(
     assert again["read"]["index"]["files_from_index"] == 16  # type: ignore[index]
     assert again["read"]["index"]["files_parsed"] == 1  # type: ignore[index]
     assert again["rows"] == first["rows"]
+
+
+def test_an_index_held_by_another_run_is_left_alone(
+    capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even an exclusive lock (another run committing) is waited on and skipped, never taken for damage."""
+    import sqlite3
+
+    from ctxtool.session import index as index_lib
+
+    cache = tmp_path / "cache"
+    first = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
+    (database,) = (cache / "index").glob("*.sqlite")
+    inode = database.stat().st_ino
+    monkeypatch.setattr(index_lib, "_LOCK_TIMEOUT_S", 0.2)
+    other = sqlite3.connect(database, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        shutil.rmtree(cache / "corpus")
+        again = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert again["read"]["index"]["files_parsed"] == 16  # type: ignore[index]
+    assert again["rows"] == first["rows"]
+    assert database.stat().st_ino == inode
+    assert len(index_lib.FileIndex(cache)) == 16

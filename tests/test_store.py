@@ -151,3 +151,28 @@ def test_without_sessions_equals_a_filter(keys: list[str], drop: list[str]) -> N
     )
     expected = df.filter(pl.col("session_key").is_in(drop).not_())
     assert_frame_equal(without_sessions(df, drop), expected)
+
+
+def test_prune_spares_another_runs_young_folders_and_removes_stale_ones(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import time
+
+    cache = tmp_path / "cache"
+    load_corpus([root], cache=True, cache_dir=cache)
+    folder = scan_folder(cache)
+    young = folder / "base-0123456789ab"  # another run wrote it and has not named it in files.json yet
+    writing = folder / ".base-ba9876543210.tmp"  # another run is writing it
+    stale = folder / "delta-00000000dead"  # left by a run that crashed long ago
+    for d in (young, writing, stale):
+        d.mkdir()
+        (d / "messages.arrow").write_bytes(b"x")
+    old = time.time() - store.STALE_AFTER_S - 60
+    os.utime(stale, (old, old))
+    append(grown_file(root), reply("p1", 7777))
+    load_corpus([root], cache=True, cache_dir=cache)
+    names = {p.name for p in folder.iterdir()}
+    assert young.name in names
+    assert writing.name in names
+    assert stale.name not in names

@@ -31,6 +31,9 @@ __all__ = ["Entry", "FileIndex", "cache_root", "clear", "entry_bytes"]
 
 # How long a run waits for another run's write to the index before going on without it.
 _LOCK_TIMEOUT_S = 5.0
+_SCHEMA = "CREATE TABLE IF NOT EXISTS entries (path TEXT PRIMARY KEY, entry BLOB NOT NULL)"
+# Errors that mean the file is not a usable database (it is replaced); any other (a lock) leaves it alone.
+_DAMAGED = {"SQLITE_NOTADB", "SQLITE_CORRUPT"}
 
 
 @dataclass(slots=True)
@@ -52,6 +55,7 @@ class FileIndex:
         self._opened = False
 
     def _connect(self, *, create: bool) -> sqlite3.Connection | None:
+        """The database, opened once; with ``create``, made (or remade, if damaged) when it must be."""
         if self._db is not None or (self._opened and not create):
             return self._db
         self._opened = True
@@ -60,13 +64,15 @@ class FileIndex:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=_LOCK_TIMEOUT_S, isolation_level=None)
-            db.execute("CREATE TABLE IF NOT EXISTS entries (path TEXT PRIMARY KEY, entry BLOB NOT NULL)")
-        except sqlite3.DatabaseError:
-            # Not a database (damaged) or not writable: start a new one if possible, else go on without.
-            try:
+            if create:
+                db.execute(_SCHEMA)
+        except sqlite3.Error as exc:
+            if not create or getattr(exc, "sqlite_errorname", "") not in _DAMAGED:
+                return None  # locked by another run, unreadable, read-only: go on without the index
+            try:  # not a database, or a damaged one: start a new one
                 self.path.unlink(missing_ok=True)
                 db = sqlite3.connect(self.path, timeout=_LOCK_TIMEOUT_S, isolation_level=None)
-                db.execute("CREATE TABLE IF NOT EXISTS entries (path TEXT PRIMARY KEY, entry BLOB NOT NULL)")
+                db.execute(_SCHEMA)
             except (OSError, sqlite3.Error):
                 return None
         except OSError:
@@ -142,18 +148,22 @@ class FileIndex:
                 db.execute("ROLLBACK")
             return  # locked by another run for too long, or a read-only cache: speed, not correctness
         self._pending.clear()
-        for old in self.path.parent.iterdir():
-            if old.name.startswith(f"{stamp.STAMP}.sqlite"):
-                continue
+        try:
+            others = [p for p in self.path.parent.iterdir() if not p.name.startswith(f"{stamp.STAMP}.sqlite")]
+        except OSError:
+            return
+        for old in others:
             try:  # another reader version's entries (or the layout before SQLite): never read again
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
             except OSError:
                 continue
 
     def close(self) -> None:
+        """Close the database (it is opened again when needed), e.g. before forking worker processes."""
         if self._db is not None:
             self._db.close()
             self._db = None
+        self._opened = False
 
     def __len__(self) -> int:
         db = self._connect(create=False)

@@ -64,6 +64,8 @@ def read_files(
                 continue
             resume[i] = earlier
         todo.append(i)
+    if index is not None:
+        index.close()  # a database connection must not be shared with forked workers
     # Work still to do: resumed files cost only their new bytes.
     cost = {i: sizes[i] - (resume[i].size if resume[i] is not None else 0) for i in todo}  # type: ignore[union-attr]
     n_workers = min(workers if workers is not None else (os.cpu_count() or 1), len(todo))
