@@ -151,7 +151,9 @@ def _int(value: Any) -> int | None:
 
 # Typed fields: the decoder checks them in C, so the hot loop below need not. A record whose fields do not
 # fit (a fork's odd types) fails validation and goes through _lenient, which coerces it to these types.
-class _Call(msgspec.Struct):
+# gc=False: these structs hold only scalars, raw bytes and each other, never a cycle, so the garbage
+# collector need not track the tens of thousands a scan makes (msgspec's documented option).
+class _Call(msgspec.Struct, gc=False):
     id: str | None = None
     name: str | None = None
     status: str | None = None
@@ -159,7 +161,7 @@ class _Call(msgspec.Struct):
     result: msgspec.Raw = msgspec.Raw(b"null")
 
 
-class _Tokens(msgspec.Struct):
+class _Tokens(msgspec.Struct, gc=False):
     input: int | None = None
     output: int | None = None
     cached: int | None = None
@@ -168,7 +170,7 @@ class _Tokens(msgspec.Struct):
     total: int | None = None
 
 
-class _Patch(msgspec.Struct):
+class _Patch(msgspec.Struct, gc=False):
     messages: list[_Record] | msgspec.UnsetType | None = msgspec.UNSET
     sessionId: Any = msgspec.UNSET
     projectHash: Any = msgspec.UNSET
@@ -178,7 +180,7 @@ class _Patch(msgspec.Struct):
     summary: Any = msgspec.UNSET
 
 
-class _Record(msgspec.Struct):
+class _Record(msgspec.Struct, gc=False):
     """Any line of a session file (or a whole legacy document): only the fields reports read."""
 
     id: Any = msgspec.UNSET
