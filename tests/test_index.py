@@ -7,6 +7,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxtool.cli import run
 from ctxtool.session import stamp as index_module
@@ -255,3 +257,20 @@ def test_an_index_held_by_another_run_is_left_alone(
     assert again["rows"] == first["rows"]
     assert database.stat().st_ino == inode
     assert len(index_lib.FileIndex(cache)) == 16
+
+
+@given(
+    st.lists(st.integers(min_value=0, max_value=10**7), max_size=400), st.integers(min_value=1, max_value=8)
+)
+def test_batches_cover_every_file_once_costliest_first_and_end_small(costs: list[int], workers: int) -> None:
+    from ctxtool.session.scan import _BATCH_FILES, _batches
+
+    cost = dict(enumerate(costs))
+    batches = _batches(list(cost), cost, workers)
+    assert sorted(i for b in batches for i in b) == list(cost)
+    assert all(0 < len(b) <= _BATCH_FILES for b in batches)
+    flat = [cost[i] for b in batches for i in b]
+    assert flat == sorted(flat, reverse=True)
+    if batches:
+        # Shrinking: the last batch costs no more than the first, so no worker is left alone with much.
+        assert sum(cost[i] for i in batches[-1]) <= sum(cost[i] for i in batches[0])

@@ -83,8 +83,8 @@ def read_files(
         from concurrent.futures.process import BrokenProcessPool
 
         # Batches of files (a task per file costs more in the pool's bookkeeping than small files take to
-        # parse), largest first, several per worker so that none is left alone at the end.
-        batches = _batches(todo, cost, n_workers * 4)
+        # parse), largest first, shrinking so that no worker is left alone at the end.
+        batches = _batches(todo, cost, n_workers)
         pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context())
         try:
             futures = {
@@ -141,17 +141,27 @@ def _extract_batch(batch: list[tuple[SessionPath, FileColumns | None]]) -> list[
     return [extract_file(sp, earlier) for sp, earlier in batch]
 
 
-def _batches(todo: list[int], cost: dict[int, int], count: int) -> list[list[int]]:
-    """Split ``todo`` into about ``count`` batches of similar cost, the costliest batch first."""
-    budget = max(1, sum(cost[i] for i in todo) // max(1, count))
+# A batch holds at most this many files: each batch's rows are decoded by the parent when it returns, and the
+# last one's decoding is on the critical path.
+_BATCH_FILES = 64
+
+
+def _batches(todo: list[int], cost: dict[int, int], workers: int) -> list[list[int]]:
+    """Split ``todo`` into batches, the costliest files first and the batches shrinking as work runs out
+    (half of what is left per worker, down to a floor), so that the workers finish together and the last
+    batch is small."""
+    total = sum(cost[i] for i in todo)
+    floor = max(1, total // (workers * 16))
     batches: list[list[int]] = []
     current: list[int] = []
     weight = 0
+    left = total
     for i in sorted(todo, key=lambda i: -cost[i]):
         current.append(i)
         weight += cost[i]
-        if weight >= budget:
+        if weight >= max(floor, left // (workers * 2)) or len(current) >= _BATCH_FILES:
             batches.append(current)
+            left -= weight
             current, weight = [], 0
     if current:
         batches.append(current)
