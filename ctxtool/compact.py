@@ -46,7 +46,7 @@ from ctxtool.compress.offline import OfflineSummarizer
 from ctxtool.compress.profiles import DEFAULT_PROFILE, get_profile
 from ctxtool.compress.summarizer import Content, Summarizer
 from ctxtool.errors import CtxtoolError, UsageError
-from ctxtool.jsvalue import js_trim, js_truthy
+from ctxtool.jsvalue import js_truthy
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import SessionFile, parse_session_bytes
 from ctxtool.session.write import (
@@ -185,28 +185,6 @@ def chat_model(messages: Sequence[Mapping[str, Any]]) -> str:
         if msg.get("type") == "gemini" and isinstance(model, str) and model:
             return model
     return DEFAULT_CHAT_MODEL
-
-
-def _recorded_input(messages: Sequence[Mapping[str, Any]]) -> int | None:
-    for msg in reversed(messages):
-        if msg.get("type") != "gemini":
-            continue
-        tokens = msg.get("tokens")
-        if isinstance(tokens, dict) and isinstance(tokens.get("input"), int | float):
-            return int(tokens["input"])
-    return None
-
-
-def _stored_env_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
-    """Index of the stored ``<session_context>`` message, found as the port finds it."""
-    for i, msg in enumerate(messages):
-        if msg.get("type") != "user":
-            continue
-        if msg.get("id") == g.ENVIRONMENT_CONTEXT_ID:
-            return i
-        if js_trim(g.part_list_union_to_string(msg.get("content"))).startswith("<session_context>"):
-            return i
-    return None
 
 
 _NUMBERED = re.compile(r"_(\d+)\.txt$|^(\d+)\.txt$")
@@ -425,7 +403,7 @@ def compact_session(
     report.env_synthesized = curated.env_synthesized
     if curated.env_synthesized:
         report.notes.append("the session stored no <session_context> message; a stand-in was synthesised")
-    recorded = _recorded_input(messages)
+    recorded = g.recorded_input(messages)
     if recorded:
         original, report.tokens_before_source = recorded, "recorded"
     else:
@@ -497,7 +475,7 @@ def compact_session(
         split = result.split_index
         keep_from = _message_index(curated.turns, split, messages, sp.path)
         report.split_message_id = str(messages[keep_from].get("id")) if keep_from < len(messages) else None
-        env_index = _stored_env_index(messages)
+        env_index = g.stored_env_index(messages)
         head = [messages[env_index]] if env_index is not None and env_index < keep_from else []
         ts = js_iso(now)
         summary_msg = {"id": new_id(), "timestamp": ts, "type": "user", "content": [{"text": result.summary}]}
@@ -535,6 +513,39 @@ def compact_session(
     if opts.dry_run:
         return report
 
+    for saved in result.truncated_outputs:
+        atomic_write(Path(saved.path), saved.text.encode("utf-8", "surrogatepass"))
+    return _write_compacted(
+        report,
+        session,
+        era,
+        out_messages,
+        sp.path,
+        target,
+        data,
+        stamp,
+        dest,
+        now,
+        new_session_id,
+        before_replace,
+    )
+
+
+def _write_compacted(
+    report: CompactionReport,
+    session: Any,
+    era: Era,
+    messages: list[dict[str, Any]],
+    source: Path,
+    target: Path,
+    data: bytes,
+    stamp: FileStamp | None,
+    dest: Destination,
+    now: datetime,
+    new_session_id: str | None,
+    before_replace: Callable[[], object] | None,
+) -> CompactionReport:
+    """Write the compacted session where ``dest`` says (in place after a backup, or a new file)."""
     metadata = dict(session.metadata)
     metadata["lastUpdated"] = js_iso(now)
     if new_session_id is not None:
@@ -542,20 +553,17 @@ def compact_session(
         metadata["startTime"] = js_iso(now)
         metadata["summary"] = compacted_title(session)
         report.session_id = new_session_id
-    payload = session_bytes(era, metadata, out_messages)
-
-    for saved in result.truncated_outputs:
-        atomic_write(Path(saved.path), saved.text.encode("utf-8", "surrogatepass"))
+    payload = session_bytes(era, metadata, messages)
     if dest.mode == "in-place":
         assert stamp is not None
-        report.backup_path = str(write_backup(sp.path, data, now))
-        replace_checked(sp.path, payload, stamp, before_replace=before_replace)
+        report.backup_path = str(write_backup(source, data, now))
+        replace_checked(source, payload, stamp, before_replace=before_replace)
     else:
         atomic_write(
             target,
             payload,
             exclusive=dest.mode == "new-session" or dest.out_file is not None,
-            like=sp.path if dest.mode == "new-session" else None,  # beside the original: its privacy
+            like=source if dest.mode == "new-session" else None,  # beside the original: its privacy
         )
     report.written = True
     return report
@@ -630,27 +638,20 @@ def _compact_with_strategy(
     report.output_path = str(target)
     if opts.dry_run:
         return report
-    metadata = dict(session.metadata)
-    metadata["lastUpdated"] = js_iso(now)
-    if new_session_id is not None:
-        metadata["sessionId"] = new_session_id
-        metadata["startTime"] = js_iso(now)
-        metadata["summary"] = compacted_title(session)
-        report.session_id = new_session_id
-    payload = session_bytes(era, metadata, result.messages)
-    if dest.mode == "in-place":
-        assert stamp is not None
-        report.backup_path = str(write_backup(Path(report.input_path), data, now))
-        replace_checked(Path(report.input_path), payload, stamp, before_replace=before_replace)
-    else:
-        atomic_write(
-            target,
-            payload,
-            exclusive=dest.mode == "new-session" or dest.out_file is not None,
-            like=Path(report.input_path) if dest.mode == "new-session" else None,
-        )
-    report.written = True
-    return report
+    return _write_compacted(
+        report,
+        session,
+        era,
+        result.messages,
+        Path(report.input_path),
+        target,
+        data,
+        stamp,
+        dest,
+        now,
+        new_session_id,
+        before_replace,
+    )
 
 
 def _message_index(

@@ -24,7 +24,7 @@ import hashlib
 import math
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import IntEnum
@@ -895,14 +895,8 @@ class CuratedSession:
 
 
 def _find_stored_env(messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    for msg in messages:
-        if msg.get("type") != "user":
-            continue
-        if msg.get("id") == ENVIRONMENT_CONTEXT_ID:
-            return msg
-        if js_trim(part_list_union_to_string(msg.get("content"))).startswith("<session_context>"):
-            return msg
-    return None
+    i = stored_env_index(messages)
+    return messages[i] if i is not None else None
 
 
 def synthesize_env_text(date: datetime | None = None, platform: str = "linux", temp_dir: str = "") -> str:
@@ -973,6 +967,29 @@ def _client_history(
     return turns, env_turn, synthesized
 
 
+def recorded_input(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """``tokens.input`` of the newest gemini message that recorded one."""
+    for msg in reversed(messages):
+        if msg.get("type") != "gemini":
+            continue
+        tokens = msg.get("tokens")
+        if isinstance(tokens, dict) and isinstance(tokens.get("input"), int | float):
+            return int(tokens["input"])
+    return None
+
+
+def stored_env_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """Index of the stored ``<session_context>`` message (by its id, or its text), or None."""
+    for i, msg in enumerate(messages):
+        if msg.get("type") != "user":
+            continue
+        if msg.get("id") == ENVIRONMENT_CONTEXT_ID:
+            return i
+        if js_trim(part_list_union_to_string(msg.get("content"))).startswith("<session_context>"):
+            return i
+    return None
+
+
 def original_token_count(
     messages: Sequence[dict[str, Any]],
     env_turn_text: str | None = None,
@@ -981,12 +998,9 @@ def original_token_count(
 ) -> int:
     """Section 11.4 step 4: ``tokens.input`` of the newest gemini message that has tokens, else what a
     freshly resumed chat reports: the local estimate of every part of its history (env turn included)."""
-    for msg in reversed(messages):
-        if msg.get("type") != "gemini":
-            continue
-        tokens = msg.get("tokens")
-        if isinstance(tokens, dict) and isinstance(tokens.get("input"), int | float):
-            return int(tokens["input"])
+    recorded = recorded_input(messages)
+    if recorded is not None:
+        return recorded
     turns, _, _ = _client_history(messages, env_turn_text)
     return estimate_token_count(_flatten_parts(t["content"] for t in turns), estimator=estimator)
 

@@ -35,7 +35,6 @@ from ctxtool.compress import gemini_cli as g
 from ctxtool.compress.offline import OfflineSummarizer, previous_snapshot
 from ctxtool.compress.summarizer import Content, ModelCall, Summarizer
 from ctxtool.errors import UsageError
-from ctxtool.jsvalue import js_trim
 from ctxtool.tokens import token_limit
 
 Role = Literal["user", "assistant", "tool_result", "note"]
@@ -234,16 +233,8 @@ def is_user_turn(record: Record) -> bool:
     )
 
 
-def env_index(messages: Sequence[Record]) -> int | None:
-    """Index of the stored ``<session_context>`` message, found as Gemini CLI's port finds it."""
-    for i, msg in enumerate(messages):
-        if msg.get("type") != "user":
-            continue
-        if msg.get("id") == g.ENVIRONMENT_CONTEXT_ID:
-            return i
-        if js_trim(g.part_list_union_to_string(msg.get("content"))).startswith("<session_context>"):
-            return i
-    return None
+# Index of the stored ``<session_context>`` message, found as Gemini CLI's port finds it.
+env_index = g.stored_env_index
 
 
 def wire_history(messages: Sequence[Record]) -> list[Content]:
