@@ -38,6 +38,10 @@ class Problem:
     path: str
     message: str
 
+    def __str__(self) -> str:
+        """One line naming the file (messages that already start with the path are not prefixed again)."""
+        return self.message if self.message.startswith(self.path) else f"{self.path}: {self.message}"
+
 
 @dataclass(slots=True)
 class Corpus:
@@ -1044,6 +1048,19 @@ def live_only(corpus: Corpus) -> Corpus:
         tool_calls=corpus.tool_calls.filter(pl.col("live").fill_null(True)),
         turns=turns,
     )
+
+
+def read_warnings(corpus: Corpus) -> list[str]:
+    """What a command reading ``corpus`` should warn about: files that could not be read, files with broken
+    lines, and the corpus's own warnings (unknown models, unrepresentable values)."""
+    return [
+        *(str(p) for p in corpus.problems),
+        *(
+            f"{path}: skipped {broken} broken line{'s' if broken != 1 else ''} (first at line {first})"
+            for path, broken, first in broken_files(corpus)
+        ),
+        *corpus.warnings,
+    ]
 
 
 def broken_files(corpus: Corpus) -> list[tuple[str, int, int]]:

@@ -124,15 +124,7 @@ def audit(
     from ctxtool.loading import load_corpus
 
     corpus, _ = load_corpus(paths or [str(default_root())], subagents=subagents, cache=True)
-    for problem in corpus.problems:
-        _warn(
-            problem.message
-            if problem.message.startswith(problem.path)
-            else f"{problem.path}: {problem.message}"
-        )
-    for path, broken, first in frames.broken_files(corpus):
-        _warn(f"{path}: skipped {broken} broken line{'s' if broken != 1 else ''} (first at line {first})")
-    for warning in corpus.warnings:
+    for warning in frames.read_warnings(corpus):
         _warn(warning)
     if corpus.sessions.height == 0:
         raise CtxtoolError(

@@ -59,8 +59,7 @@ def export(
 
     corpus, _ = load_corpus(sources, cache=True)
     for problem in corpus.problems:
-        where = "" if problem.message.startswith(problem.path) else f"{problem.path}: "
-        print(f"warning: {where}{problem.message}", file=sys.stderr)
+        print(f"warning: {problem}", file=sys.stderr)
     result = ex.export_corpus(corpus, to, prompts=prompts)
 
     if json_out:

@@ -160,15 +160,7 @@ def stats(
     if live:
         corpus = frames.live_only(corpus)
 
-    for problem in corpus.problems:
-        _warn(
-            problem.message
-            if problem.message.startswith(problem.path)
-            else f"{problem.path}: {problem.message}"
-        )
-    for path, broken, first in frames.broken_files(corpus):
-        _warn(f"{path}: skipped {broken} broken line{'s' if broken != 1 else ''} (first at line {first})")
-    for warning in corpus.warnings:
+    for warning in frames.read_warnings(corpus):
         _warn(warning)
 
     roots = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height
