@@ -28,7 +28,7 @@ from ctxtool.errors import CtxtoolError, UsageError
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import read_session
 
-DEFAULT_STRATEGIES = ("gemini-cli", "kode", "pi", "openclaw", "codex")
+DEFAULT_STRATEGIES = strategies.STRATEGY_NAMES  # every strategy, each with its default settings
 COLUMNS = (
     "session",
     "strategy",

@@ -34,6 +34,7 @@ from ctxtool.session.read import (
     Event,
     Replayed,
     check_document,
+    copy_line_counts,
     iter_file_lines,
     loads_like_node,
     sniff,
@@ -588,12 +589,7 @@ def _from_replay(
     out: FileColumns, r: Replayed[_Row], whole: bytes | None, *, keep_resume: bool = False
 ) -> None:
     _set_meta(out, r.metadata, "jsonl", lines=r.lines)
-    out.blank_lines, out.broken_lines, out.first_broken_line = (
-        r.blank_lines,
-        r.broken_lines,
-        r.first_broken_line,
-    )
-    out.unknown_records, out.rewinds, out.checkpoints = r.unknown_records, r.rewinds, r.checkpoints
+    copy_line_counts(r, out)
     out.live_messages = len(r.live)
     out.live_order = list(r.live)
     if whole is not None:  # ended on a complete line: reading can resume here when the file grows
@@ -629,9 +625,7 @@ def _replayed_from(old: FileColumns) -> Replayed[_Row]:
         )
         if v is not None
     }
-    r.lines, r.blank_lines, r.broken_lines = old.lines, old.blank_lines, old.broken_lines
-    r.first_broken_line, r.unknown_records = old.first_broken_line, old.unknown_records
-    r.rewinds, r.checkpoints = old.rewinds, old.checkpoints
+    copy_line_counts(old, r)
     r.records, r.saw_session = max(old.lines - old.broken_lines, 1), True
     r.next_line = old.lines + old.blank_lines + 1
     return r

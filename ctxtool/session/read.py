@@ -108,22 +108,17 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
             check_document(doc, p)
             return _from_document(p, doc, len(data))
     replayed = replay(data, p, _classify_dict, _carry_tokens_dict, whole_error)
-    return SessionFile(
+    session = SessionFile(
         p,
         "jsonl",
         replayed.metadata,
         list(replayed.live.values()),
         list(replayed.billed.values()),
         size=len(data),
-        lines=replayed.lines,
-        blank_lines=replayed.blank_lines,
-        broken_lines=replayed.broken_lines,
-        first_broken_line=replayed.first_broken_line,
-        unknown_records=replayed.unknown_records,
-        rewinds=replayed.rewinds,
-        checkpoints=replayed.checkpoints,
         set_records=replayed.set_records,
     )
+    copy_line_counts(replayed, session)
+    return session
 
 
 def sniff(data: bytes, p: Path) -> Literal["document", "lines"]:
@@ -194,6 +189,23 @@ class BrokenLine(Exception):
 #   | ("meta", metadata, messages | None) | ("unknown", None, None)
 # where messages is a list of (id, message) pairs.
 Event = tuple[str, Any, Any]
+
+# What a replay counts about a file's lines, kept under these names by every view of a file.
+LINE_COUNTS = (
+    "lines",
+    "blank_lines",
+    "broken_lines",
+    "first_broken_line",
+    "unknown_records",
+    "rewinds",
+    "checkpoints",
+)
+
+
+def copy_line_counts(source: object, target: object) -> None:
+    """Copy ``LINE_COUNTS`` from one view of a file (a replay, a session file, its columns) to another."""
+    for name in LINE_COUNTS:
+        setattr(target, name, getattr(source, name))
 
 
 @dataclass(slots=True)
