@@ -48,10 +48,9 @@ from ctxtool.compress.summarizer import Content, Summarizer
 from ctxtool.errors import CtxtoolError, UsageError
 from ctxtool.jsvalue import js_truthy
 from ctxtool.session.discover import SessionPath
-from ctxtool.session.read import SessionFile, parse_session_bytes
+from ctxtool.session.read import Era, SessionFile, parse_session_bytes
 from ctxtool.session.write import (
     BACKUP_MARKER,
-    Era,
     FileStamp,
     atomic_write,
     replace_checked,

@@ -23,13 +23,14 @@ if TYPE_CHECKING:
     from ctxtool.session.columns import FileColumns
 
 from ctxtool.session.discover import Discovery, discover
+from ctxtool.session.schema import TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
 from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS
 
 SCHEMA_VERSION = 1
 from ctxtool.choices import BY_CHOICES  # noqa: E402  (re-exported)
 
-TOKEN_COLUMNS = ("input", "output", "cached", "thoughts", "tool", "total")
+TOKEN_COLUMNS = TOKEN_KEYS  # the counts of a request, as Gemini CLI names them
 Progress = Callable[[int, int], None]
 
 

@@ -161,7 +161,8 @@ def _quote(s: str) -> str:
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
 
 
-def _is_array_index(key: str) -> bool:
+def is_array_index(key: str) -> bool:
+    """Whether JS treats ``key`` as an array index (such keys come first, in numeric order, in an object)."""
     return (
         key.isascii()
         and key.isdigit()
@@ -173,11 +174,11 @@ def _is_array_index(key: str) -> bool:
 def js_key_order(obj: dict[str, Any]) -> list[str]:
     """Own-key order of a JS object built from ``obj``: integer-like keys ascending, then insertion order."""
     keys = list(obj)
-    index_keys = [k for k in keys if _is_array_index(k)]
+    index_keys = [k for k in keys if is_array_index(k)]
     if not index_keys:
         return keys
     index_keys.sort(key=int)
-    return index_keys + [k for k in keys if not _is_array_index(k)]
+    return index_keys + [k for k in keys if not is_array_index(k)]
 
 
 def js_stringify(value: Any, indent: int | None = None) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ctxtool import __version__
+from ctxtool.session.schema import TOKEN_KEYS
 
 # The columns of the rows ctxtool.session.columns produces (one per billed message, one per tool call).
 MESSAGE_COLUMNS = (
@@ -25,12 +26,7 @@ MESSAGE_COLUMNS = (
     "preview",
     "tool_calls",
     "tool_errors",
-    "input",
-    "output",
-    "cached",
-    "thoughts",
-    "tool",
-    "total",
+    *TOKEN_KEYS,
 )
 # result_bytes: size of the tool result as stored (its JSON text, in bytes); results are never decoded.
 TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes")

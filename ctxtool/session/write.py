@@ -30,18 +30,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
 from ctxtool.errors import CtxtoolError
-from ctxtool.jsvalue import js_number_to_string
-
-Era = Literal["json", "jsonl"]
+from ctxtool.jsvalue import is_array_index, js_number_to_string
+from ctxtool.session.read import Era
 
 BACKUP_MARKER = ".ctxtool-backup-"
 _MAX_SAFE_INTEGER = 2**53 - 1
-_MAX_ARRAY_INDEX = 2**32 - 2
 # Metadata keys Gemini CLI writes first, in its own order (ConversationRecord, chatRecordingTypes.ts).
 _HEAD_KEYS = ("sessionId", "projectHash", "startTime", "lastUpdated")
 _SCRATCHPAD_KEY = "memoryScratchpad"
@@ -56,15 +54,6 @@ def js_number(x: float) -> str:
     if math.isnan(x) or math.isinf(x):
         return "null"
     return js_number_to_string(x)
-
-
-def _is_array_index(key: str) -> bool:
-    return (
-        key.isascii()
-        and key.isdigit()
-        and (key == "0" or not key.startswith("0"))
-        and int(key) <= _MAX_ARRAY_INDEX
-    )
 
 
 def _js_ready(value: Any) -> Any:
@@ -88,11 +77,11 @@ def _js_ready(value: Any) -> Any:
                     changed = dict(value)
                 changed[key] = fixed
         out = value if changed is None else changed
-        if any(_is_array_index(k) for k in out):
-            index_keys = sorted((k for k in out if _is_array_index(k)), key=int)
+        if any(is_array_index(k) for k in out):
+            index_keys = sorted((k for k in out if is_array_index(k)), key=int)
             out = {
                 **{k: out[k] for k in index_keys},
-                **{k: v for k, v in out.items() if not _is_array_index(k)},
+                **{k: v for k, v in out.items() if not is_array_index(k)},
             }
         return out
     if isinstance(value, list):
