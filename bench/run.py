@@ -187,9 +187,7 @@ def best_of(repeat: int, cmd: Sequence[str], env: Mapping[str, str] | None = Non
     failed = [r for r in runs if r.returncode != 0]
     if failed:
         return failed[0]
-    best = min(runs, key=lambda r: r.wall)
-    best.tree_mb = max(r.tree_mb for r in runs)
-    best.proc_mb = max(r.proc_mb for r in runs)
+    best: Measure = scenarios.best_run(runs)
     return best
 
 
