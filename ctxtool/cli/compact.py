@@ -157,7 +157,7 @@ def compact(
         "--truncate-only",
         help="Only cut old tool outputs to the budget (CONTENT_TRUNCATED); no summary.",
     ),
-    summarizer: str = typer.Option("offline", "--summarizer", help="offline (deterministic) or gemini."),
+    summarizer: str = options.SUMMARIZER,
     profile: str = typer.Option(
         DEFAULT_PROFILE, "--profile", help="Gemini CLI behaviour to replay (see the list above)."
     ),
@@ -167,9 +167,7 @@ def compact(
     model: str = typer.Option(
         None, "--model", help="Summarizer model (gemini; default: upstream's chat-compression alias)."
     ),
-    base_url: str = typer.Option(
-        None, "--base-url", envvar="GOOGLE_GEMINI_BASE_URL", help="Gemini API base URL (gemini summarizer)."
-    ),
+    base_url: str = options.BASE_URL,
     prompt_file: Path = typer.Option(
         None, "--prompt-file", help="System prompt for the summarizer, from FILE."
     ),

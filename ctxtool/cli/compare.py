@@ -35,11 +35,9 @@ def compare(
     strategies: str = typer.Option(
         "gemini-cli,kode,pi,openclaw,codex", "--strategies", "-s", help="Comma-separated strategy names."
     ),
-    summarizer: str = typer.Option("offline", "--summarizer", help="offline (deterministic) or gemini."),
+    summarizer: str = options.SUMMARIZER,
     model: str = typer.Option(None, "--model", help="Summarizer model (gemini)."),
-    base_url: str = typer.Option(
-        None, "--base-url", envvar="GOOGLE_GEMINI_BASE_URL", help="Gemini API base URL (gemini summarizer)."
-    ),
+    base_url: str = options.BASE_URL,
     context_window: int = typer.Option(
         None,
         "--context-window",
