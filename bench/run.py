@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
+import platform
 import re
 import resource
 import shutil
@@ -241,6 +242,11 @@ def peer_commands(root: Path, home: Path) -> list[tuple[str, list[str], dict[str
     if exe := shutil.which("ccusage"):
         env = {**base, "GEMINI_DATA_DIR": str(root)}
         peers.append(("ccusage", [exe, "gemini", "session", "--offline", "--json"], env, ""))
+        if native := ccusage_native(exe):
+            # The same run without the Node.js launcher that npm installs as `ccusage`: the binary alone.
+            cmd = [str(native), "gemini", "session", "--offline", "--json"]
+            note = "for reference; the target uses the row above"
+            peers.append(("ccusage binary (no launcher)", cmd, env, note))
     if exe := shutil.which("tokscale"):
         env = {**base, "GEMINI_CLI_HOME": str(root.parent.parent)}  # a HOME-like folder holding .gemini/tmp
         probe = subprocess.run(
@@ -253,6 +259,20 @@ def peer_commands(root: Path, home: Path) -> list[tuple[str, list[str], dict[str
             cmd = [exe, "models", "--json", "--gemini", "--no-spinner"]
             peers.append(("tokscale", cmd, env, "old tokscale without --group-by: per model only"))
     return peers
+
+
+def ccusage_native(launcher: str) -> Path | None:
+    """The native binary that ccusage's npm launcher (``src/cli.js``) runs: the optional dependency
+    ``@ccusage/ccusage-<os>-<arch>`` installed beside it. None when the launcher is not that script."""
+    script = Path(launcher).resolve()
+    arches = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
+    arch = arches.get(platform.machine().lower())
+    system = {"linux": "linux", "darwin": "darwin"}.get(sys.platform)
+    if script.name != "cli.js" or arch is None or system is None:
+        return None
+    package = script.parent.parent / "node_modules" / "@ccusage" / f"ccusage-{system}-{arch}"
+    binary = package / "bin" / "ccusage"
+    return binary if os.access(binary, os.X_OK) else None
 
 
 def json_error(stdout: bytes) -> str | None:
@@ -408,6 +428,12 @@ def main(argv: list[str] | None = None) -> int:
             f"  cold <= {PEER_TARGET}x ccusage: {cold.wall:.2f} s / {ccusage.wall:.2f} s = {ratio:.2f}x "
             f"-> {verdict}"
         )
+        binary = next((m for name, m, _ in peer_rows if name.startswith("ccusage binary") and m), None)
+        if binary is not None:
+            print(
+                f"  (ccusage's binary without its launcher: {cold.wall:.2f} s / {binary.wall:.2f} s = "
+                f"{cold.wall / binary.wall:.2f}x; for reference, not a target)"
+            )
     for line in verdicts:
         print(f"  {line}")
     return 0

@@ -11,6 +11,7 @@ recorded, rewound or checkpointed away included); context figures use the **live
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
@@ -44,15 +45,37 @@ class Problem:
         return self.message if self.message.startswith(self.path) else f"{self.path}: {self.message}"
 
 
-@dataclass(slots=True)
+class _Later:
+    """A frame field that may be given as a function that computes the frame, run when it is first read.
+
+    Reports that never read a frame (``stats --by session`` reads neither turns nor tool calls) skip the
+    work of building it; anything that reads it gets the same frame as if it had been built at once.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = "_" + name
+
+    def __get__(self, obj: object, objtype: type | None = None) -> pl.DataFrame:
+        if obj is None:
+            raise AttributeError(self._name)  # no default: the field must be given
+        value: pl.DataFrame | Callable[[], pl.DataFrame] = obj.__dict__[self._name]
+        if not isinstance(value, pl.DataFrame):
+            value = obj.__dict__[self._name] = value()
+        return value
+
+    def __set__(self, obj: object, value: pl.DataFrame | Callable[[], pl.DataFrame]) -> None:
+        obj.__dict__[self._name] = value
+
+
+@dataclass
 class Corpus:
     """What was read: the frames plus an account of every file."""
 
     sessions: pl.DataFrame
     messages: pl.DataFrame
     requests: pl.DataFrame
-    tool_calls: pl.DataFrame
-    turns: pl.DataFrame
+    tool_calls: _Later = _Later()
+    turns: _Later = _Later()
     files_read: int = 0
     files_found: int = 0
     bytes_read: int = 0
@@ -152,17 +175,19 @@ def link_parents(sessions: Iterable[tuple[str, str, str | None, str | None]]) ->
     for key, project_dir, session_id, parent_ref in rows:
         if session_id and parent_ref is None:
             by_id.setdefault((project_dir, session_id), key)
+    by_project: dict[str, list[tuple[str, str]]] | None = None  # (id, key) per project, made when needed
     out: dict[str, str] = {}
     for key, project_dir, _sid, parent_ref in rows:
         if parent_ref is None:
             continue
         parent = by_id.get((project_dir, parent_ref))
         if parent is None and parent_ref.startswith("skill-extraction-"):
+            if by_project is None:
+                by_project = {}
+                for (proj, sid), k in by_id.items():
+                    by_project.setdefault(proj, []).append((sid, k))
             prefix = parent_ref.removeprefix("skill-extraction-")
-            parent = next(
-                (k for (proj, sid), k in by_id.items() if proj == project_dir and sid.startswith(prefix)),
-                None,
-            )
+            parent = next((k for sid, k in by_project.get(project_dir, ()) if sid.startswith(prefix)), None)
         if parent is not None:
             out[key] = parent
     return out
@@ -336,7 +361,7 @@ def build_corpus(
         srow["session_key"].append(s.key)
         srow["group_key"].append(p.group_key)
         srow["parent_ref"].append(p.parent_ref)
-        srow["session"].append(Path(p.path).name.rsplit(".", 1)[0])
+        srow["session"].append(os.path.basename(p.path).rsplit(".", 1)[0])
         srow["session_id"].append(p.session_id)
         srow["project"].append(p.project)
         srow["project_dir"].append(p.project_dir)
@@ -625,16 +650,19 @@ def _derive(
         "tool_errors",
     )
 
-    tool_calls = tools.join(
-        messages.select("session_key", "message_id", "turn", "live"),
-        on=["session_key", "message_id"],
-        how="left",
-        maintain_order="left",
-    ).join(ids, on="session_key", how="left", maintain_order="left")
+    def tool_calls() -> pl.DataFrame:
+        return tools.join(
+            messages.select("session_key", "message_id", "turn", "live"),
+            on=["session_key", "message_id"],
+            how="left",
+            maintain_order="left",
+        ).join(ids, on="session_key", how="left", maintain_order="left")
 
-    turns = _turns(messages, requests, meta)
-    sessions = _sessions(meta, messages, requests, turns)
-    return Corpus(sessions, messages, requests, tool_calls, turns, warnings=warnings)
+    sessions = _sessions(meta, messages, requests)
+    # Built when first read (see _Later).
+    return Corpus(
+        sessions, messages, requests, tool_calls, lambda: _turns(messages, requests, meta), warnings=warnings
+    )
 
 
 def context_limit_expr(model: pl.Expr) -> pl.Expr:
@@ -687,9 +715,7 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -
     return turns.filter((pl.col("turn") > 0) | (pl.col("requests") > 0) | pl.col("compressed"))
 
 
-def _sessions(
-    meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame, turns: pl.DataFrame
-) -> pl.DataFrame:
+def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
     msg = messages.group_by("session_key").agg(
         pl.len().alias("billed_messages"),
         pl.col("is_prompt").sum().alias("turns"),

@@ -333,3 +333,24 @@ def test_a_count_too_large_to_hold_is_left_empty_with_a_warning(chats: Path) -> 
     assert any(
         "do not fit" in w and "'input'" in w and "missing from the totals" in w for w in corpus.warnings
     )
+
+
+def test_turns_and_tool_calls_are_built_when_first_read(chats: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A report that reads neither (stats --by session) skips building them; reading one gives the frame
+    # a build at once would have made, and builds it only once.
+    from ctxtool import frames
+
+    write_jsonl(
+        chats / "session-2026-05-01T10-00-lazy.jsonl", [header("lazy"), user("u1", "hi"), gemini("g1", 100)]
+    )
+    built: list[str] = []
+    turns = frames._turns
+    monkeypatch.setattr(frames, "_turns", lambda *a: (built.append("turns"), turns(*a))[1])
+    corpus = load([chats])
+    report(corpus, "session")
+    assert built == []
+    first = corpus.turns
+    assert corpus.turns is first
+    assert built == ["turns"]
+    assert first.select("turn", "requests", "input").rows() == [(1, 1, 100)]
+    assert corpus.tool_calls.height == 0

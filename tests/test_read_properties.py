@@ -126,3 +126,27 @@ def test_frame_totals_equal_sum_of_request_tokens(tmp_path: Path, ops: list[dict
         assert corpus.sessions.get_column(key).sum() == expected
         assert corpus.turns.get_column(key).sum() == expected
     assert corpus.requests.height == len(requests)
+
+
+LINE_PARTS = [b"{}", b"", b" ", b"\t\r", b"\x0b", b"\x0c x", b'{"a":1}', b"\xff"]
+
+
+@given(st.lists(st.sampled_from(LINE_PARTS), max_size=12))
+def test_line_views_are_the_lines_and_blank_lines_are_the_same_ones(parts: list[bytes]) -> None:
+    # The scan reads lines as views into the file's bytes; they must be split_lines' lines, blank where
+    # bytes.isspace says so (the replay counts blank lines), with or without a final newline.
+    from ctxtool.session.read import Event, Replayed, line_views, split_lines
+
+    for data in (b"\n".join(parts), b"\n".join(parts) + b"\n"):
+        views = list(line_views(data))
+        assert [bytes(v) for v in views] == split_lines(data)
+        seen: list[bytes] = []
+
+        def classify(line: memoryview, seen: list[bytes] = seen) -> Event:
+            seen.append(bytes(line))
+            return "unknown", None, None
+
+        r: Replayed[Any] = Replayed()
+        r.feed(views, classify, lambda a, b: None)
+        assert seen == [line for line in split_lines(data) if line and not line.isspace()]
+        assert r.blank_lines == sum(1 for line in split_lines(data) if not line or line.isspace())

@@ -36,9 +36,9 @@ from ctxtool.session.read import (
     check_document,
     copy_line_counts,
     iter_file_lines,
+    line_views,
     loads_like_node,
     sniff,
-    split_lines,
 )
 from ctxtool.session.schema import TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
@@ -249,7 +249,7 @@ def _lenient(obj: Any) -> _Record:
     )
 
 
-def _decode_line(line: bytes) -> _Record | None:
+def _decode_line(line: bytes | memoryview) -> _Record | None:
     """A record, or None when the line is JSON but not an object; BrokenLine when it is not JSON."""
     try:
         return _decode_record(line)
@@ -260,7 +260,7 @@ def _decode_line(line: bytes) -> _Record | None:
     except (msgspec.DecodeError, RecursionError):
         raise BrokenLine from None
     try:
-        obj = loads_like_node(line)
+        obj = loads_like_node(bytes(line))
     except (orjson.JSONDecodeError, RecursionError):
         raise BrokenLine from None
     return _lenient(obj) if isinstance(obj, dict) else None
@@ -274,7 +274,7 @@ def _pairs(messages: Any) -> list[tuple[str, _Row]]:
     return [(m.id, _row(m)) for m in messages if isinstance(m.id, str)]
 
 
-def _classify(line: bytes) -> Event:
+def _classify(line: bytes | memoryview) -> Event:
     rec = _decode_line(line)
     if rec is None:
         return "unknown", None, None
@@ -475,7 +475,7 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
             _from_document(out, doc, p)
             return out
     r: Replayed[_Row] = Replayed()
-    r.feed(split_lines(data), _classify, _carry_tokens)
+    r.feed(line_views(data), _classify, _carry_tokens)
     r.finish(p, whole_error, data)
     _from_replay(out, r, data if data.endswith(b"\n") and not bom else None)
     return out
@@ -529,7 +529,7 @@ def _resume(fh: BinaryIO, sp: SessionPath, old: FileColumns, size: int) -> FileC
     r = _replayed_from(old)
     fh.seek(offset)
     rest = fh.read()
-    r.feed(split_lines(rest), _classify, _carry_tokens)
+    r.feed(line_views(rest), _classify, _carry_tokens)
     out = _empty(sp, size)
     if rest.endswith(b"\n"):
         out.resume_offset = size

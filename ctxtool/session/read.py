@@ -208,6 +208,11 @@ def copy_line_counts(source: object, target: object) -> None:
         setattr(target, name, getattr(source, name))
 
 
+Line = TypeVar("Line", bytes, memoryview)  # a line of a JSONL file, copied or viewed in place
+# The bytes ``bytes.isspace`` counts as space: a line made only of them is blank.
+_SPACE = frozenset(b" \t\n\r\x0b\x0c")
+
+
 @dataclass(slots=True)
 class Replayed(Generic[M]):
     """The state of a JSONL replay; more lines can be fed later (a file Gemini CLI appended to)."""
@@ -229,8 +234,8 @@ class Replayed(Generic[M]):
 
     def feed(
         self,
-        lines: Iterable[bytes],
-        classify: Callable[[bytes], Event],
+        lines: Iterable[Line],
+        classify: Callable[[Line], Event],
         carry_tokens: Callable[[M, M], M | None],
     ) -> None:
         """Apply Gemini CLI's JSONL rules (``loadConversationRecord`` @ 5411f113ca) to more lines.
@@ -257,7 +262,7 @@ class Replayed(Generic[M]):
         number = self.next_line - 1
         for line in lines:
             number += 1
-            if not line or line.isspace():
+            if not line or (line[0] in _SPACE and bytes(line).isspace()):
                 self.blank_lines += 1
                 continue
             self.lines += 1
@@ -316,6 +321,21 @@ def split_lines(data: bytes) -> list[bytes]:
     if lines and not lines[-1]:
         lines.pop()
     return lines
+
+
+def line_views(data: bytes) -> Iterator[memoryview]:
+    """``split_lines(data)`` as views into ``data``: no line is copied (a copy of every line cost a JSONL
+    file's reader as much again as finding them)."""
+    view = memoryview(data)
+    find = data.find
+    start = 0
+    end = find(b"\n")
+    while end >= 0:
+        yield view[start:end]
+        start = end + 1
+        end = find(b"\n", start)
+    if start < len(data):
+        yield view[start:]
 
 
 def iter_file_lines(fh: BinaryIO, chunk_size: int = 16 * 1024 * 1024) -> Iterator[bytes]:
