@@ -192,6 +192,21 @@ def best_of(repeat: int, cmd: Sequence[str], env: Mapping[str, str] | None = Non
     return best
 
 
+def in_rounds(
+    repeat: int, commands: Sequence[tuple[str, list[str], Mapping[str, str] | None]]
+) -> dict[str, Measure]:
+    """Each command's best of ``repeat`` runs, run in rounds (one run of every command per round)."""
+    runs: dict[str, list[Measure]] = {name: [] for name, _, _ in commands}
+    for _ in range(repeat):
+        for name, cmd, env in commands:
+            runs[name].append(measure(cmd, env, PEER_TIMEOUT_S))
+    out = {}
+    for name, measured in runs.items():
+        failed = [r for r in measured if r.returncode != 0]
+        out[name] = failed[0] if failed else scenarios.best_run(measured)
+    return out
+
+
 # ---------------------------------------------------------------- the contenders
 
 
@@ -326,7 +341,32 @@ def main(argv: list[str] | None = None) -> int:
     if measured is not None:
         print(f"ctxtool: {measured} ({byte_compile(measured)})")
     rows: list[tuple[str, Measure | None, str]] = []
-    floor = best_of(args.repeat, [sys.executable, __file__, "--floor-worker", str(root)])
+    # The floor, ctxtool cold and the peers are timed in rounds, one run of each per round, so that a slow
+    # spell of the machine (it happens on shared ones) weighs on all of them alike, not on one row's ratio.
+    cold_cmd, cold_note = (
+        (None, "") if args.floor_only else ctxtool_command(root, args.ctxtool or ctxtool_exe())
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-cold-") as cache,
+        tempfile.TemporaryDirectory(prefix="bench-home-") as home,
+    ):
+        # --no-cache: no session index. The price-rate memo (genai-prices data, per day) lives in this
+        # temporary cache dir; the "no price memo" row bypasses it too, as a first run of the day would.
+        cold_env = {**os.environ, "CTXTOOL_CACHE_DIR": cache}
+        peers = [] if (args.no_peers or args.floor_only) else peer_commands(root, Path(home))
+        contenders: list[tuple[str, list[str], Mapping[str, str] | None]] = [
+            ("floor", [sys.executable, __file__, "--floor-worker", str(root)], None)
+        ]
+        if cold_cmd is not None:
+            contenders.append(("cold", cold_cmd, cold_env))
+        contenders += [(name, cmd, env) for name, cmd, env, _ in peers]
+        timed = in_rounds(args.repeat, contenders)
+        first = None
+        if cold_cmd is not None:
+            no_memo = {**cold_env, "CTXTOOL_NO_PRICE_CACHE": "1"}
+            first = best_of(args.repeat, cold_cmd, no_memo, PEER_TIMEOUT_S)
+
+    floor = timed["floor"]
     if floor.returncode != 0:
         print(f"Error: the orjson floor failed: {_tail(floor.stderr)}", file=sys.stderr)
         return 1
@@ -335,25 +375,18 @@ def main(argv: list[str] | None = None) -> int:
 
     cold: Measure | None = None
     if not args.floor_only:
-        cmd, note = ctxtool_command(root, args.ctxtool or ctxtool_exe())
-        if cmd is None:
-            rows.append(("ctxtool stats cold", None, f"not measured: {note}"))
+        if cold_cmd is None:
+            rows.append(("ctxtool stats cold", None, f"not measured: {cold_note}"))
+        elif timed["cold"].returncode != 0:
+            failed = timed["cold"]
+            rows.append(("ctxtool stats cold", None, f"exit {failed.returncode}: {_tail(failed.stderr)}"))
         else:
-            with tempfile.TemporaryDirectory(prefix="bench-cold-") as cache:
-                # --no-cache: no session index. The price-rate memo (genai-prices data, per day) lives in
-                # this temporary cache dir; the second row bypasses it too, as a first run of the day would.
-                env = {**os.environ, "CTXTOOL_CACHE_DIR": cache}
-                cold = best_of(args.repeat, cmd, env=env, timeout=PEER_TIMEOUT_S)
-                first = best_of(
-                    args.repeat, cmd, env={**env, "CTXTOOL_NO_PRICE_CACHE": "1"}, timeout=PEER_TIMEOUT_S
-                )
-            if cold.returncode != 0:
-                rows.append(("ctxtool stats cold", None, f"exit {cold.returncode}: {_tail(cold.stderr)}"))
-                cold = None
-            else:
-                rows.append(("ctxtool stats cold", cold, note or "no session index; price-rate memo present"))
-                if first.returncode == 0:
-                    rows.append(("ctxtool cold, no price memo", first, "also loads genai-prices' data"))
+            cold = timed["cold"]
+            rows.append(
+                ("ctxtool stats cold", cold, cold_note or "no session index; price-rate memo present")
+            )
+            if first is not None and first.returncode == 0:
+                rows.append(("ctxtool cold, no price memo", first, "also loads genai-prices' data"))
 
     exe = args.ctxtool or ctxtool_exe()
     verdicts: list[str] = []
@@ -367,22 +400,19 @@ def main(argv: list[str] | None = None) -> int:
             verdicts.extend(giant_verdicts)
 
     peer_rows: list[tuple[str, Measure | None, str]] = []
-    if not (args.no_peers or args.floor_only):
-        with tempfile.TemporaryDirectory(prefix="bench-home-") as home:
-            found = peer_commands(root, Path(home))
-            for name, cmd, env, note in found:
-                m = best_of(args.repeat, cmd, env, timeout=PEER_TIMEOUT_S)
-                problem = json_error(m.stdout) if m.returncode == 0 else None
-                if problem is not None and not m.stdout.strip():
-                    problem = f"no JSON on stdout; stderr: {_tail(m.stderr)[:300]}"
-                if m.returncode != 0:
-                    peer_rows.append((name, None, f"exit {m.returncode}: {_tail(m.stderr or m.stdout)}"))
-                elif problem is not None:
-                    peer_rows.append((name, None, problem))
-                else:
-                    peer_rows.append((name, m, "; ".join(x for x in (note, f"{len(m.stdout)} B JSON") if x)))
-            if not found:
-                peer_rows.append(("peers", None, "ccusage / tokscale not on PATH (see bench/README.md)"))
+    for name, _, _, note in peers:
+        m = timed[name]
+        problem = json_error(m.stdout) if m.returncode == 0 else None
+        if problem is not None and not m.stdout.strip():
+            problem = f"no JSON on stdout; stderr: {_tail(m.stderr)[:300]}"
+        if m.returncode != 0:
+            peer_rows.append((name, None, f"exit {m.returncode}: {_tail(m.stderr or m.stdout)}"))
+        elif problem is not None:
+            peer_rows.append((name, None, problem))
+        else:
+            peer_rows.append((name, m, "; ".join(x for x in (note, f"{len(m.stdout)} B JSON") if x)))
+    if not peers and not (args.no_peers or args.floor_only):
+        peer_rows.append(("peers", None, "ccusage / tokscale not on PATH (see bench/README.md)"))
 
     print(f"{'name':<30} {'wall s':>8} {'tree MB':>8} {'max proc MB':>12} {'x floor':>8} {'x cold':>7}  note")
     for name, row, note in [*rows, *peer_rows]:
