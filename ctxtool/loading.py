@@ -138,10 +138,13 @@ def _full(
     def arrived(batch: list[FileColumns]) -> None:
         decoded[0].add(batch)  # while the other workers still parse
 
-    from ctxtool.session.index import FileIndex
     from ctxtool.session.scan import read_files
 
-    index = FileIndex(root) if root is not None else None
+    index = None
+    if root is not None:  # (without the index, its module and sqlite3 are not even imported)
+        from ctxtool.session.index import FileIndex
+
+        index = FileIndex(root)
     results = read_files(
         found.files, progress=progress, workers=workers, while_waiting=warm, index=index, arrived=arrived
     )

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 from ctxtool.session.columns import FileColumns, extract_file
 from ctxtool.session.discover import SessionPath
-from ctxtool.session.index import FileIndex
 
 if TYPE_CHECKING:
     import multiprocessing.context
+
+    from ctxtool.session.index import FileIndex
 
 Progress = Callable[[int, int], None]
 
