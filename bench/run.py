@@ -184,12 +184,7 @@ def measure(
 
 def best_of(repeat: int, cmd: Sequence[str], env: Mapping[str, str] | None = None,
             timeout: float | None = None) -> Measure:  # fmt: skip
-    runs = [measure(cmd, env, timeout) for _ in range(repeat)]
-    failed = [r for r in runs if r.returncode != 0]
-    if failed:
-        return failed[0]
-    best: Measure = scenarios.best_run(runs)
-    return best
+    return _reported([measure(cmd, env, timeout) for _ in range(repeat)])
 
 
 def in_rounds(
@@ -200,11 +195,16 @@ def in_rounds(
     for _ in range(repeat):
         for name, cmd, env in commands:
             runs[name].append(measure(cmd, env, PEER_TIMEOUT_S))
-    out = {}
-    for name, measured in runs.items():
-        failed = [r for r in measured if r.returncode != 0]
-        out[name] = failed[0] if failed else scenarios.best_run(measured)
-    return out
+    return {name: _reported(measured) for name, measured in runs.items()}
+
+
+def _reported(runs: list[Measure]) -> Measure:
+    """The run a row reports: the first that failed, else the best (``scenarios.best_run``)."""
+    failed = [r for r in runs if r.returncode != 0]
+    if failed:
+        return failed[0]
+    best: Measure = scenarios.best_run(runs)
+    return best
 
 
 # ---------------------------------------------------------------- the contenders
@@ -343,9 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, Measure | None, str]] = []
     # The floor, ctxtool cold and the peers are timed in rounds, one run of each per round, so that a slow
     # spell of the machine (it happens on shared ones) weighs on all of them alike, not on one row's ratio.
-    cold_cmd, cold_note = (
-        (None, "") if args.floor_only else ctxtool_command(root, args.ctxtool or ctxtool_exe())
-    )
+    cold_cmd, cold_note = (None, "") if args.floor_only else ctxtool_command(root, measured)
     with (
         tempfile.TemporaryDirectory(prefix="bench-cold-") as cache,
         tempfile.TemporaryDirectory(prefix="bench-home-") as home,
@@ -388,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             if first is not None and first.returncode == 0:
                 rows.append(("ctxtool cold, no price memo", first, "also loads genai-prices' data"))
 
-    exe = args.ctxtool or ctxtool_exe()
+    exe = measured
     verdicts: list[str] = []
     if cold is not None and exe is not None:
         index_rows, index_verdicts = scenarios.index_scenarios(exe, root, files, args.repeat, best_of)

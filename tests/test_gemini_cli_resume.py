@@ -71,12 +71,7 @@ def test_gemini_cli_lists_the_compacted_session(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fixture: str, title: str, era: str | None
 ) -> None:
     assert GEMINI is not None
-    home, project = tmp_path / "home", tmp_path / "proj"
-    project.mkdir()
-    chats = home / ".gemini" / "tmp" / "proj" / "chats"
-    chats.mkdir(parents=True)
-    (home / ".gemini" / "tmp" / "proj" / ".project_root").write_text(str(project))
-    (home / ".gemini" / "projects.json").write_text(json.dumps({"projects": {str(project): "proj"}}))
+    home, project, chats = gemini_project(tmp_path)
     src = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats" / fixture
     original = recent_copy(src, project, chats)
     extra = ["--era", era] if era else []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -205,28 +207,35 @@ def test_rows_decoded_as_workers_return_them_leave_the_index_whole(
     assert any(fc.messages_cols for fc in hits)
 
 
-def test_an_index_locked_by_another_run_is_skipped_not_waited_on_forever(
-    capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextmanager
+def index_held(cache: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Another run holds the index database in a ``BEGIN <mode>`` transaction; ctxtool waits 0.2 s on it."""
     import sqlite3
 
     from ctxtool.session import index as index_lib
 
-    cache = tmp_path / "cache"
-    first = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
     (database,) = (cache / "index").glob("*.sqlite")
     monkeypatch.setattr(index_lib, "_LOCK_TIMEOUT_S", 0.2)
     other = sqlite3.connect(database, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")  # another run is writing
+    other.execute(f"BEGIN {mode}")
     try:
+        yield database
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+def test_an_index_locked_by_another_run_is_skipped_not_waited_on_forever(
+    capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    first = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
+    with index_held(cache, "IMMEDIATE", monkeypatch):  # another run is writing
         shutil.rmtree(cache / "corpus")
         (data / "ctxdemo" / "chats" / "session-2026-09-09T00-00-new00001.jsonl").write_bytes(
             orjson.dumps({"sessionId": "new00001", "projectHash": "h"}) + b"\n"
         )
         again = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
     assert again["read"]["index"]["files_from_index"] == 16  # type: ignore[index]
     assert again["read"]["index"]["files_parsed"] == 1  # type: ignore[index]
     assert again["rows"] == first["rows"]
@@ -236,23 +245,14 @@ def test_an_index_held_by_another_run_is_left_alone(
     capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Even an exclusive lock (another run committing) is waited on and skipped, never taken for damage."""
-    import sqlite3
-
     from ctxtool.session import index as index_lib
 
     cache = tmp_path / "cache"
     first = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
-    (database,) = (cache / "index").glob("*.sqlite")
-    inode = database.stat().st_ino
-    monkeypatch.setattr(index_lib, "_LOCK_TIMEOUT_S", 0.2)
-    other = sqlite3.connect(database, isolation_level=None)
-    other.execute("BEGIN EXCLUSIVE")
-    try:
+    with index_held(cache, "EXCLUSIVE", monkeypatch) as database:
+        inode = database.stat().st_ino
         shutil.rmtree(cache / "corpus")
         again = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
     assert again["read"]["index"]["files_parsed"] == 16  # type: ignore[index]
     assert again["rows"] == first["rows"]
     assert database.stat().st_ino == inode

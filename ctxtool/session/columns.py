@@ -38,6 +38,7 @@ from ctxtool.session.read import (
     iter_file_lines,
     line_views,
     loads_like_node,
+    parse_document,
     sniff,
 )
 from ctxtool.session.schema import TOKEN_KEYS
@@ -459,12 +460,8 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
             doc = _decode_record(data)
         except (msgspec.ValidationError, UnicodeDecodeError):
             # Odd field types, or invalid UTF-8 in a string: the generic parse decides, as the full reader.
-            try:
-                obj = loads_like_node(data)
-            except orjson.JSONDecodeError as exc:
-                whole_error = str(exc)
-            else:
-                check_document(obj, p)
+            obj, whole_error = parse_document(data, p)
+            if whole_error is None:
                 doc = _lenient(obj)
         except msgspec.DecodeError as exc:
             whole_error = str(exc)

@@ -100,12 +100,8 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
         data = data[len(codecs.BOM_UTF8) :]
     whole_error = None
     if sniff(data, p) == "document":
-        try:
-            doc = loads_like_node(data)
-        except orjson.JSONDecodeError as exc:
-            whole_error = str(exc)
-        else:
-            check_document(doc, p)
+        doc, whole_error = parse_document(data, p)
+        if whole_error is None:
             return _from_document(p, doc, len(data))
     replayed = replay(data, p, _classify_dict, _carry_tokens_dict, whole_error)
     session = SessionFile(
@@ -143,6 +139,17 @@ def sniff(data: bytes, p: Path) -> Literal["document", "lines"]:
     if isinstance(head, dict) and (newline >= 0 or head.get("messages") is None):
         return "lines"
     return "document"
+
+
+def parse_document(data: bytes, p: Path) -> tuple[Any, str | None]:
+    """(the session, None) when ``data`` is one JSON document, parsed as Node would and checked to be a
+    session; else (None, the parse error), and the caller reads ``data`` as lines."""
+    try:
+        doc = loads_like_node(data)
+    except orjson.JSONDecodeError as exc:
+        return None, str(exc)
+    check_document(doc, p)
+    return doc, None
 
 
 def check_document(doc: Any, p: Path) -> None:
