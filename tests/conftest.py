@@ -5,6 +5,7 @@ Nothing a test does may touch the developer's ~/.gemini or send a real key anywh
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,3 +47,20 @@ def write_jsonl(path: Path, records: list[object]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
     return path
+
+
+@pytest.fixture(scope="session")
+def gemini_cli() -> Path:
+    """The pinned Gemini CLI's executable (tests/gemini_cli_harness.py), installed on first use.
+
+    Skipped only where npm is absent on a developer's machine; under ``CI=true`` that is a failure, because
+    the tests that run Gemini CLI are how ctxtool proves it matches it.
+    """
+    from tests.gemini_cli_harness import GeminiCliUnavailable, install_gemini_cli
+
+    try:
+        return install_gemini_cli()
+    except GeminiCliUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Gemini CLI is required in CI: {exc}")
+        pytest.skip(str(exc))
