@@ -12,7 +12,7 @@ field or from failed shell commands (non-zero exit code), never from any word "e
 directives come only from what the user typed, never from ``<session_context>``, ``<state_snapshot>``,
 file contents pulled in by ``@path`` or other turns ctxtool or Gemini CLI synthesise.
 
-This module owns no I/O and imports only the standard library.
+This module owns no I/O and imports only the standard library (and the on-disk schema's constants).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from ctxtool.session.schema import EMPTY_RESPONSE_NUDGE_PREFIX
 
 FactKind = Literal["paths", "commands", "errors", "directives"]
 FACT_KINDS: tuple[FactKind, ...] = ("paths", "commands", "errors", "directives")
@@ -62,6 +64,7 @@ _SYNTHETIC_PREFIXES = (
     "A previous <state_snapshot> exists",
     "Critically evaluate the <state_snapshot>",
     "Summarize our conversation up to this point.",
+    EMPTY_RESPONSE_NUDGE_PREFIX,
 )
 _SYNTHETIC_MARKERS = ("<state_snapshot>", "<compressed_chat_history>")
 

@@ -41,7 +41,7 @@ from ctxtool.session.read import (
     parse_document,
     sniff,
 )
-from ctxtool.session.schema import TOKEN_KEYS
+from ctxtool.session.schema import EMPTY_RESPONSE_NUDGE_PREFIX, TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
 
 PREVIEW_CHARS = 80
@@ -52,7 +52,14 @@ _COMPRESSED_INFO = re.compile(
     r"^(Context compressed from \d+% to \d+%\."
     r"|IMPORTANT: .*compressed context will be sent for future messages)"
 )
-_NOT_PROMPT_PREFIXES = ("/", "?", "<session_context>", "<hook_context>", "<state_snapshot>")
+_NOT_PROMPT_PREFIXES = (
+    "/",
+    "?",
+    "<session_context>",
+    "<hook_context>",
+    "<state_snapshot>",
+    EMPTY_RESPONSE_NUDGE_PREFIX,
+)
 
 
 @dataclass(slots=True)
@@ -123,8 +130,9 @@ def classify_user(content: Any) -> tuple[bool, bool, bool]:
     """(is_prompt, is_command, is_snapshot) for a ``user`` message.
 
     A prompt is what a person sent: non-empty text (or an attached file) that is not a ``/`` or ``?``
-    command and not a ``<session_context>``, ``<hook_context>`` or ``<state_snapshot>`` block. Synthetic
-    user turns made only of functionResponse parts (written since v0.44) are not prompts.
+    command and not a ``<session_context>``, ``<hook_context>`` or ``<state_snapshot>`` block, nor
+    Gemini CLI's empty-response nudge (``EMPTY_RESPONSE_NUDGE_PREFIX``). Synthetic user turns made only
+    of functionResponse parts (written since v0.44) are not prompts.
     """
     return _classify_text(message_text(content), content)
 

@@ -10,6 +10,12 @@ from __future__ import annotations
 from typing import Any, Literal, TypedDict
 
 MessageType = Literal["user", "gemini", "info", "error", "warning"]
+# The user turn Gemini CLI sends by itself when the model answers a tool result with no visible text
+# ("nudgeMessage" in packages/cli/src/ui/hooks/useGeminiStream.ts and
+# packages/core/src/agent/legacy-agent-session.ts, v0.61.0). It is context the model saw, written as a
+# ``user`` message, but not something the user typed: not a prompt, not a turn, not a user request.
+EMPTY_RESPONSE_NUDGE_PREFIX = "[System: You successfully executed a tool but returned an empty response"
+
 ToolStatus = Literal[
     "success", "error", "cancelled", "validating", "scheduled", "executing", "awaiting_approval"
 ]
