@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint format typecheck bench clean
+.PHONY: demo test check lint format typecheck bench clean gemini-cli-fixtures
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ check: $(STAMP)
 ## bench: speed and memory against an orjson floor measured in the same run
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+## gemini-cli-fixtures: play the scripted conversations with the pinned Gemini CLI again (needs npm)
+gemini-cli-fixtures: $(STAMP)
+	$(BIN)/python -m tests.gemini_cli_scenarios
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -314,20 +314,58 @@ def session_key(where: str) -> str:
 
 
 def _group_sessions(results: list[FileColumns]) -> list[_Session]:
-    """Pair session-X.json with the session-X.jsonl Gemini CLI wrote on resume; everything else is its own."""
+    """Pair session-X.json with the session-X.jsonl Gemini CLI wrote on resume; everything else is its own,
+    but for the stray files of resumes (``_resume_strays``), which join the session they belong to."""
     groups: dict[str, list[FileColumns]] = {}
     for fc in results:
         groups.setdefault(fc.group_key, []).append(fc)
+    strays = _resume_strays(groups)
     sessions = []
     for key, members in groups.items():
         # .json before .jsonl: the .jsonl is the later copy and the one Gemini CLI resumes.
         members.sort(key=lambda f: (f.era != "json", f.path))
         ids = {m.session_id for m in members}
         if len(members) > 1 and len(ids) == 1:
-            sessions.append(_Session(session_key(key), members))
+            sessions.append(_Session(session_key(key), [*strays.get(key, []), *members]))
+        elif len(members) == 1:
+            sessions.append(_Session(session_key(members[0].path), [*strays.get(key, []), *members]))
         else:
             sessions.extend(_Session(session_key(m.path), [m]) for m in members)
     return sessions
+
+
+def _resume_strays(groups: dict[str, list[FileColumns]]) -> dict[str, list[FileColumns]]:
+    """Files a resume left behind, by the group key of the session they belong to; removed from ``groups``.
+
+    On ``--resume``, Gemini CLI 0.61.0 first starts a new session file named for the current minute (a
+    metadata line and ``$set.messages`` with the environment message alone) and then switches to the
+    resumed one, which carries the same session id (gemini.tsx startup, then chatRecordingService.ts
+    ``initialize`` with ``resumedSessionData``). When the minute differs from the resumed file's, that start
+    stays behind as a file of its own: one message, set by a checkpoint, and the session id of a fuller file
+    in the same folder. It is part of that session (its rows merge away as copies), not a session of its
+    own. (Files that merely share an id, such as a2a-server sessions, are not strays: no checkpoint.)
+    """
+    owners: dict[tuple[str, str], tuple[int, str]] = {}
+    for key, members in groups.items():
+        for m in members:
+            if m.session_id is not None:
+                place = (os.path.dirname(m.path), m.session_id)
+                best = owners.get(place)
+                if best is None or m.n_messages > best[0]:
+                    owners[place] = (m.n_messages, key)
+    strays: dict[str, list[FileColumns]] = {}
+    for key in list(groups):
+        members = groups[key]
+        stray = members[0]
+        if len(members) != 1 or stray.n_messages != 1 or not stray.checkpoints or stray.session_id is None:
+            continue
+        owner = owners.get((os.path.dirname(stray.path), stray.session_id))
+        if owner is not None and owner[1] != key and owner[0] > stray.n_messages:
+            strays.setdefault(owner[1], []).append(stray)
+            del groups[key]
+    for found in strays.values():
+        found.sort(key=lambda f: f.path)
+    return strays
 
 
 def build_corpus(
@@ -619,6 +657,14 @@ def _derive(
     requests = messages.filter((pl.col("type") == "gemini") & pl.col("input").is_not_null()).join(
         ids, on="session_key", how="left"
     )
+    # A request recorded without a model name (Gemini CLI 0.61.0 writes an empty answer as a `gemini` message
+    # with tokens and no `model`: chatRecordingService.ts `recordMessageTokens` creates it before any model
+    # is named) was answered by the session's model: take the request before it, else the one after.
+    requests = requests.with_columns(
+        model=pl.col("model").forward_fill().backward_fill().over("session_key"),
+        model_inferred=pl.col("model").is_null()
+        & pl.col("model").forward_fill().backward_fill().over("session_key").is_not_null(),
+    )
     requests = requests.with_columns(context_limit=context_limit_expr(pl.col("model")))
     requests = requests.with_columns(
         context=pl.col("input"),
@@ -640,6 +686,7 @@ def _derive(
         "ts",
         "live",
         "model",
+        "model_inferred",
         *TOKEN_COLUMNS,
         "context",
         "context_limit",
@@ -675,10 +722,14 @@ def context_limit_expr(model: pl.Expr) -> pl.Expr:
 
 def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:
     per_msg = messages.group_by("session_key", "turn", maintain_order=True).agg(
-        pl.col("preview").filter(pl.col("is_prompt")).first().alias("prompt"),
+        # The typed prompt; in the live view, where a compression may have left only Gemini CLI's copy of
+        # it (a message that is not a prompt but keeps its preview), that copy's text.
+        pl.coalesce(
+            pl.col("preview").filter(pl.col("is_prompt")).first(), pl.col("preview").drop_nulls().first()
+        ).alias("prompt"),
         pl.col("ts").min().alias("start"),
         pl.col("ts").max().alias("end"),
-        pl.col("live").filter(pl.col("is_prompt")).first().alias("live"),
+        pl.col("live").filter(pl.col("is_prompt") | pl.col("preview").is_not_null()).max().alias("live"),
         pl.len().alias("messages"),
         pl.col("tool_calls").sum(),
         pl.col("tool_errors").sum(),
@@ -715,7 +766,47 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -
     return turns.filter((pl.col("turn") > 0) | (pl.col("requests") > 0) | pl.col("compressed"))
 
 
+# Gemini CLI 0.61.0 makes two model calls per compression it runs (ChatCompressionService `compress`: the
+# summary, then the verification probe, both role `utility_compressor`) and records neither in the session.
+HIDDEN_CALLS_PER_COMPRESSION = 2
+
+
+def _hidden_compression_calls(messages: pl.DataFrame) -> pl.DataFrame:
+    """Per session, an estimate of the compression calls the file shows happened but does not record.
+
+    For each ``<state_snapshot>`` message: both calls read the history as it stood (the prompt of the last
+    request recorded before it, an upper bound: Gemini CLI keeps its last 30 % out of the summary), the probe
+    also the summary; each writes about the summary (4 characters a token). Priced at the rates of the model
+    of that last request. An estimate, labelled so, never added to billed figures.
+    """
+    from ctxtool.pricing import add_costs
+
+    marked = messages.select(
+        "session_key",
+        "is_snapshot",
+        "text_chars",
+        last_input=pl.col("input").forward_fill().over("session_key").fill_null(0),
+        model=pl.when(pl.col("input").is_not_null()).then(pl.col("model")).forward_fill().over("session_key"),
+    ).filter(pl.col("is_snapshot"))
+    summary = pl.col("text_chars") // 4
+    calls = marked.with_columns(
+        input=HIDDEN_CALLS_PER_COMPRESSION * pl.col("last_input") + summary,
+        output=HIDDEN_CALLS_PER_COMPRESSION * summary,
+        cached=pl.lit(0, dtype=pl.Int64),
+        thoughts=pl.lit(0, dtype=pl.Int64),
+        tool=pl.lit(0, dtype=pl.Int64),
+    )
+    calls, _ = add_costs(calls)
+    return calls.group_by("session_key").agg(
+        (pl.len() * HIDDEN_CALLS_PER_COMPRESSION).alias("hidden_requests"),
+        pl.col("input").sum().alias("hidden_input"),
+        pl.col("output").sum().alias("hidden_output"),
+        pl.col("cost").sum().alias("hidden_cost"),
+    )
+
+
 def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
+    hidden = _hidden_compression_calls(messages)
     msg = messages.group_by("session_key").agg(
         pl.len().alias("billed_messages"),
         pl.col("is_prompt").sum().alias("turns"),
@@ -744,7 +835,10 @@ def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame
     out = (
         meta.join(msg, on="session_key", how="left", maintain_order="left")
         .join(req, on="session_key", how="left", maintain_order="left")
+        .join(hidden, on="session_key", how="left", maintain_order="left")
         .with_columns(
+            *[pl.col(k).fill_null(0) for k in ("hidden_requests", "hidden_input", "hidden_output")],
+            pl.col("hidden_cost").fill_null(0.0),
             pl.col("requests").fill_null(0),
             pl.col("live_requests").fill_null(0),
             *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
@@ -760,7 +854,9 @@ def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame
                 )
             ],
             pl.col("context_limit").fill_null(DEFAULT_TOKEN_LIMIT),
-            start=pl.coalesce(pl.col("start_ts"), pl.col("first_ts")),
+            # Each resume writes a metadata line with a new startTime (Gemini CLI 0.61.0,
+            # chatRecordingService.ts `initialize`); the session started at the earliest of them all.
+            start=pl.min_horizontal(pl.col("start_ts"), pl.col("first_ts")),
             end=pl.coalesce(pl.col("last_ts"), pl.col("updated_ts")),
         )
         .with_columns(
@@ -908,6 +1004,7 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "message_id",
         "timestamp",
         "model",
+        "model_inferred",
         *TOKEN_COLUMNS,
         "context",
         "context_limit",
@@ -939,6 +1036,10 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "tool_errors",
         "models",
         "cost",
+        "hidden_requests",
+        "hidden_input",
+        "hidden_output",
+        "hidden_cost",
         "file",
     ],
     "model": ["model", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost"],

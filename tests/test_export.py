@@ -144,13 +144,14 @@ def grow(path: Path) -> None:
     """Append a turn the way Gemini CLI records one: a prompt, a reply with tokens, a $set."""
     lines = [
         {
-            "id": "91000000-0000-4000-8000-0000000000a1",
+            # New ids: the fixture's compression already used …a1 for its snapshot.
+            "id": "91000000-0000-4000-8000-0000000000b1",
             "timestamp": "2026-05-26T08:00:00.000Z",
             "type": "user",
             "content": [{"text": "Now add an index on users.email"}],
         },
         {
-            "id": "91000000-0000-4000-8000-0000000000a2",
+            "id": "91000000-0000-4000-8000-0000000000b2",
             "timestamp": "2026-05-26T08:00:09.000Z",
             "type": "gemini",
             "content": "Added the index.",

@@ -322,22 +322,44 @@ def _is_null(raw: msgspec.Raw) -> bool:
     return len(raw) == 4 and bytes(raw) == b"null"
 
 
-_MODEL = 9  # index of `model` in a row without the live flag
+_TIME = 2  # index of `timestamp` in a row without the live flag
+_IS_PROMPT = 5  # index of `is_prompt` (then `is_command`)
+_MODEL = 9  # index of `model`
 _CALLS = 11  # index of `tool_calls` (then `tool_errors`)
 
 
 def _carry_tokens(previous: _Row, new: _Row) -> _Row | None:
-    """See ``read._carry_tokens_dict``: the same rule on report rows."""
+    """See ``read._carry_tokens_dict``: the same rule on report rows.
+
+    A message also keeps the time and the prompt/command flags of its first record: a checkpoint that
+    re-records a copy (say on resume) neither moves it in time nor makes it a prompt again.
+    """
     row, calls = new
     old_row, old_calls = previous
+    first_time = old_row[_TIME]
+    time = row[_TIME] if first_time is None else first_time
+    flags = old_row[_IS_PROMPT : _IS_PROMPT + 2]
+    head = (*row[:_TIME], time, *row[_TIME + 1 : _IS_PROMPT], *flags)
     if row[_INPUT] is not None or old_row[_INPUT] is None:
-        return None
+        if time == row[_TIME] and flags == row[_IS_PROMPT : _IS_PROMPT + 2]:
+            return None
+        return (*head, *row[_IS_PROMPT + 2 :]), calls
     model = row[_MODEL] if row[_MODEL] is not None else old_row[_MODEL]
     if not calls and old_calls:
         calls, counts = old_calls, old_row[_CALLS : _CALLS + 2]
     else:
         counts = row[_CALLS : _CALLS + 2]
-    return (*row[:_MODEL], model, row[_MODEL + 1], *counts, *old_row[_INPUT:]), calls
+    return (*head, *row[_IS_PROMPT + 2 : _MODEL], model, row[_MODEL + 1], *counts, *old_row[_INPUT:]), calls
+
+
+def _as_copy(message: _Row) -> _Row:
+    """A message first seen in a ``$set.messages`` checkpoint (see ``Replayed.feed``): not a prompt, not a
+    command, whatever its text; it keeps its preview, so a turn whose typed prompt left the history is
+    still named in the live view."""
+    row, calls = message
+    if not (row[_IS_PROMPT] or row[_IS_PROMPT + 1]):
+        return message
+    return (*row[:_IS_PROMPT], False, False, *row[_IS_PROMPT + 2 :]), calls
 
 
 def _row(rec: _Record) -> _Row:
@@ -480,7 +502,7 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
             _from_document(out, doc, p)
             return out
     r: Replayed[_Row] = Replayed()
-    r.feed(line_views(data), _classify, _carry_tokens)
+    r.feed(line_views(data), _classify, _carry_tokens, _as_copy)
     r.finish(p, whole_error, data)
     _from_replay(out, r, data if data.endswith(b"\n") and not bom else None)
     return out
@@ -517,7 +539,7 @@ def columns_from_file(sp: SessionPath, resume: FileColumns | None = None) -> Fil
         fh.seek(start)
         out = _empty(sp, size)
         r: Replayed[_Row] = Replayed()
-        r.feed(iter_file_lines(fh), _classify, _carry_tokens)
+        r.feed(iter_file_lines(fh), _classify, _carry_tokens, _as_copy)
         r.finish(p, None, head)
         _from_replay(out, r, None)
         return out
@@ -534,7 +556,7 @@ def _resume(fh: BinaryIO, sp: SessionPath, old: FileColumns, size: int) -> FileC
     r = _replayed_from(old)
     fh.seek(offset)
     rest = fh.read()
-    r.feed(line_views(rest), _classify, _carry_tokens)
+    r.feed(line_views(rest), _classify, _carry_tokens, _as_copy)
     out = _empty(sp, size)
     if rest.endswith(b"\n"):
         out.resume_offset = size

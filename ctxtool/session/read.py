@@ -244,6 +244,7 @@ class Replayed(Generic[M]):
         lines: Iterable[Line],
         classify: Callable[[Line], Event],
         carry_tokens: Callable[[M, M], M | None],
+        copied: Callable[[M], M] | None = None,
     ) -> None:
         """Apply Gemini CLI's JSONL rules (``loadConversationRecord`` @ 5411f113ca) to more lines.
 
@@ -253,17 +254,27 @@ class Replayed(Generic[M]):
         * any other object with ``sessionId`` is a metadata line (merged; it may repeat);
         * blank and unparseable lines are skipped and counted.
 
-        ``carry_tokens(previous, new)`` returns ``new`` with the previous copy's tokens when ``new`` has
-        none (else None): the billed view keeps what was recorded as paid.
+        ``carry_tokens(previous, new)`` returns ``new`` with what the first record of that id said of the
+        request (its tokens, model, tool calls, timestamp) when ``new`` lacks it (else None): the billed view
+        keeps what was recorded as paid, when it was paid.
+
+        ``copied(message)`` turns a message first seen inside a ``$set.messages`` checkpoint into what it is
+        there: a copy Gemini CLI made of history it rebuilt, never something the user typed then. Gemini CLI
+        0.61.0 gives the turns it keeps after a compression new ids (chatRecordingService.ts
+        ``updateMessagesFromHistory`` calls ``newMessage`` for an id it does not hold), so the prompt being
+        answered reappears under a new id; typed prompts are always appended as message lines
+        (``recordMessage``).
         """
         live, billed = self.live, self.billed
 
-        def bill(mid: str, message: M) -> None:
+        def bill(mid: str, message: M, checkpoint: bool = False) -> None:
             previous = billed.get(mid)
             if previous is not None:
                 merged = carry_tokens(previous, message)
                 if merged is not None:
                     message = merged
+            elif checkpoint and copied is not None:
+                message = copied(message)
             billed[mid] = message
 
         number = self.next_line - 1
@@ -304,7 +315,7 @@ class Replayed(Generic[M]):
                     live.clear()
                     for mid, message in b:
                         live[mid] = message
-                        bill(mid, message)
+                        bill(mid, message, kind == "set")
                     if kind == "set":
                         self.checkpoints += 1
                 self.saw_session = True
@@ -404,15 +415,23 @@ def _id_pairs(messages: list[Any]) -> list[tuple[str, Any]]:
 
 
 def _carry_tokens_dict(previous: MessageRecord, message: MessageRecord) -> MessageRecord | None:
-    """A later copy without ``tokens`` keeps what the earlier copy recorded of the request.
+    """A later copy without ``tokens`` keeps what the earlier copy recorded of the request; every later
+    copy keeps the first copy's timestamp.
 
     Gemini CLI rewrites messages without ``tokens``, ``model`` and ``toolCalls`` when it rebuilds history
     (``$set.messages`` after a compression or on resume, chatRecordingService.ts ``updateMessagesFromHistory``
     @ 5411f113ca); the request was still made, with that model and those tool calls.
     """
+    first_time = previous.get("timestamp")
     if message.get("tokens") is not None or previous.get("tokens") is None:
-        return None
+        if first_time is None or message.get("timestamp") == first_time:
+            return None
+        # A rewrite (on resume, Gemini CLI 0.61.0 stamps every message it re-records with the resume's time)
+        # does not move when the message was first recorded.
+        return cast(MessageRecord, {**message, "timestamp": first_time})
     merged = {**message, "tokens": previous.get("tokens")}
+    if first_time is not None:
+        merged["timestamp"] = first_time
     if message.get("model") is None and previous.get("model") is not None:
         merged["model"] = previous["model"]
     if not message.get("toolCalls") and previous.get("toolCalls"):
