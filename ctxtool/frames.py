@@ -720,6 +720,28 @@ def context_limit_expr(model: pl.Expr) -> pl.Expr:
     return expr
 
 
+def _cost_aggs() -> list[pl.Expr]:
+    """A group's cost: what the requests of known price cost (``cost``), how many have no known price
+    (``unpriced``: a model genai-prices does not know) and the helper ``_priced``; see ``_known_cost``."""
+    return [
+        pl.col("cost").sum().alias("cost"),
+        pl.col("cost").is_null().sum().cast(pl.Int64).alias("unpriced"),
+        pl.col("cost").is_not_null().sum().cast(pl.Int64).alias("_priced"),
+    ]
+
+
+def _known_cost() -> list[pl.Expr]:
+    """After ``_cost_aggs`` and a left join: the known part of the cost, summed (0 for no requests), null only
+    when requests were made and none has a known price; ``unpriced`` marks a partial sum."""
+    return [
+        pl.when((pl.col("_priced").fill_null(0) == 0) & (pl.col("unpriced").fill_null(0) > 0))
+        .then(None)
+        .otherwise(pl.col("cost").fill_null(0.0))
+        .alias("cost"),
+        pl.col("unpriced").fill_null(0),
+    ]
+
+
 def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:
     per_msg = messages.group_by("session_key", "turn", maintain_order=True).agg(
         # The typed prompt; in the live view, where a compression may have left only Gemini CLI's copy of
@@ -740,8 +762,7 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -
         *[pl.col(k).sum() for k in TOKEN_COLUMNS],
         pl.col("input").max().alias("peak_context"),
         pl.col("context_limit").max(),
-        pl.col("cost").sum().alias("cost"),
-        pl.col("cost").is_null().any().alias("cost_unknown"),
+        *_cost_aggs(),
         pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
     )
     turns = per_msg.join(per_req, on=["session_key", "turn"], how="left", maintain_order="left").with_columns(
@@ -751,13 +772,11 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -
         duration_s=(pl.col("end") - pl.col("start")).dt.total_milliseconds() / 1000.0,
     )
     turns = turns.with_columns(
-        # A turn without requests cost nothing; one with a request of unknown price has no known cost.
-        cost=pl.when(pl.col("cost_unknown").fill_null(False))
-        .then(None)
-        .otherwise(pl.col("cost").fill_null(0.0)),
+        # A turn without requests cost nothing; one with requests of unknown price costs what is known.
+        *_known_cost(),
         context_share=pl.col("peak_context") / pl.col("context_limit"),
         cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
-    ).drop("cost_unknown")
+    ).drop("_priced")
     # Messages before the first prompt (a <session_context> block, a resumed history) form turn 0; keep it
     # only when it holds something.
     turns = turns.join(
@@ -820,8 +839,7 @@ def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame
     req = requests.group_by("session_key").agg(
         pl.len().alias("requests"),
         *[pl.col(k).sum() for k in TOKEN_COLUMNS],
-        pl.col("cost").sum(),
-        pl.col("cost").is_null().any().alias("cost_unknown"),
+        *_cost_aggs(),
         pl.col("input").filter(pl.col("live")).last().alias("context"),
         pl.col("input").filter(pl.col("live")).max().alias("peak_context"),
         pl.col("context_limit").max(),
@@ -860,9 +878,7 @@ def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame
             end=pl.coalesce(pl.col("last_ts"), pl.col("updated_ts")),
         )
         .with_columns(
-            cost=pl.when(pl.col("cost_unknown").fill_null(False))
-            .then(None)
-            .otherwise(pl.col("cost").fill_null(0.0)),
+            *_known_cost(),
             # One compression leaves an info marker (interactive UI) and, since v0.44, a snapshot message;
             # count events, not traces. `$set.messages` checkpoints also come from other history edits,
             # so they have their own column.
@@ -870,7 +886,7 @@ def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame
             context_share=pl.col("peak_context") / pl.col("context_limit"),
             cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
         )
-        .drop("cost_unknown", "first_ts", "last_ts", "start_time", "last_updated", "start_ts", "updated_ts")
+        .drop("_priced", "first_ts", "last_ts", "start_time", "last_updated", "start_ts", "updated_ts")
     )
     children = (
         out.filter(pl.col("parent_session_key").is_not_null())
@@ -964,15 +980,14 @@ def _agg_requests(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
             pl.len().alias("requests"),
             *[pl.col(k).sum() for k in TOKEN_COLUMNS],
             pl.col("input").max().alias("peak_context"),
-            pl.col("cost").sum(),
-            pl.col("cost").is_null().any().alias("cost_unknown"),
+            *_cost_aggs(),
             pl.col("tool_calls").sum(),
         )
         .with_columns(
-            cost=pl.when(pl.col("cost_unknown")).then(None).otherwise(pl.col("cost")),
+            *_known_cost(),
             cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
         )
-        .drop("cost_unknown")
+        .drop("_priced")
         .sort(keys)
     )
 
@@ -997,6 +1012,7 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "live",
         "models",
         "cost",
+        "unpriced",
     ],
     "request": [
         "session",
@@ -1036,15 +1052,34 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "tool_errors",
         "models",
         "cost",
+        "unpriced",
         "hidden_requests",
         "hidden_input",
         "hidden_output",
         "hidden_cost",
         "file",
     ],
-    "model": ["model", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost"],
-    "project": ["project", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost"],
-    "day": ["day", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost"],
+    "model": [
+        "model",
+        "sessions",
+        "requests",
+        *TOKEN_COLUMNS,
+        "peak_context",
+        "cache_ratio",
+        "cost",
+        "unpriced",
+    ],
+    "project": [
+        "project",
+        "sessions",
+        "requests",
+        *TOKEN_COLUMNS,
+        "peak_context",
+        "cache_ratio",
+        "cost",
+        "unpriced",
+    ],
+    "day": ["day", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost", "unpriced"],
 }
 
 
@@ -1072,12 +1107,17 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
     if corpus.requests.height != _request_count(s):
         # Filtered by date: recompute token sums from the requests that remain.
         sums = _agg_requests(corpus.requests, ["session_key"]).select(
-            "session_key", "requests", *TOKEN_COLUMNS, "cost"
+            "session_key", "requests", *TOKEN_COLUMNS, "cost", "unpriced"
         )
-        s = s.drop("requests", *TOKEN_COLUMNS, "cost").join(
+        s = s.drop("requests", *TOKEN_COLUMNS, "cost", "unpriced").join(
             sums, on="session_key", how="left", maintain_order="left"
         )
-        s = s.with_columns(pl.col("requests").fill_null(0), *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS])
+        s = s.with_columns(
+            pl.col("requests").fill_null(0),
+            *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
+            pl.col("cost").fill_null(0.0),
+            pl.col("unpriced").fill_null(0),
+        )
     if not roll_up:
         return s.sort("start", "session", "session_key", nulls_last=True)
     # Subagent sessions are attributed to their parent: their tokens and cost are added to the parent's row.
@@ -1087,10 +1127,10 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
     add = child.group_by("parent_session_key").agg(
         *[
             pl.col(k).sum().alias(f"_sub_{k}")
-            for k in (*TOKEN_COLUMNS, "requests", "tool_calls", "tool_errors")
+            for k in (*TOKEN_COLUMNS, "requests", "tool_calls", "tool_errors", "unpriced")
         ],
         pl.col("cost").sum().alias("_sub_cost"),
-        pl.col("cost").is_null().any().alias("_sub_cost_unknown"),
+        pl.col("cost").is_not_null().any().alias("_sub_priced"),
     )
     parents = (
         s.filter(pl.col("parent_session_key").is_null())
@@ -1098,11 +1138,12 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
         .with_columns(
             *[
                 (pl.col(k) + pl.col(f"_sub_{k}").fill_null(0)).alias(k)
-                for k in (*TOKEN_COLUMNS, "requests", "tool_calls", "tool_errors")
+                for k in (*TOKEN_COLUMNS, "requests", "tool_calls", "tool_errors", "unpriced")
             ],
-            cost=pl.when(pl.col("_sub_cost_unknown").fill_null(False))
-            .then(None)
-            .otherwise(pl.col("cost") + pl.col("_sub_cost").fill_null(0)),
+            # The known parts add up; null only when neither side has a known price.
+            cost=pl.when(pl.col("cost").is_null() & pl.col("_sub_priced").fill_null(False).not_())
+            .then(pl.col("cost"))
+            .otherwise(pl.col("cost").fill_null(0.0) + pl.col("_sub_cost").fill_null(0.0)),
         )
         .with_columns(cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")))
         .drop([c for c in add.columns if c != "parent_session_key"])
@@ -1126,13 +1167,16 @@ def totals(df: pl.DataFrame) -> dict[str, Any]:
             "tool_errors",
             "turns",
             "compressions",
+            "unpriced",
         ):
             out[col] = int(df.get_column(col).sum() or 0)
         elif col in ("peak_context", "context", "context_share"):
             out[col] = df.get_column(col).max()
         elif col == "cost":
+            # The known part, summed; null only when no row has a known price (``unpriced`` says how many
+            # requests are missing from it).
             c = df.get_column(col)
-            out[col] = None if c.null_count() else float(c.sum())
+            out[col] = None if c.len() and c.null_count() == c.len() else float(c.sum())
     if out.get("input"):
         out["cache_ratio"] = out.get("cached", 0) / out["input"]
     return out
@@ -1144,13 +1188,12 @@ def live_only(corpus: Corpus) -> Corpus:
     messages = corpus.messages.filter(pl.col("live"))
     turns = _turns(messages, requests, corpus.sessions)
     meta = corpus.sessions.drop(
-        "requests", *TOKEN_COLUMNS, "cost", "context", "peak_context", "models", "live_requests"
+        "requests", *TOKEN_COLUMNS, "cost", "unpriced", "context", "peak_context", "models", "live_requests"
     )
     sums = requests.group_by("session_key").agg(
         pl.len().alias("requests"),
         *[pl.col(k).sum() for k in TOKEN_COLUMNS],
-        pl.col("cost").sum(),
-        pl.col("cost").is_null().any().alias("_unknown"),
+        *_cost_aggs(),
         pl.col("input").last().alias("context"),
         pl.col("input").max().alias("peak_context"),
         pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
@@ -1162,11 +1205,9 @@ def live_only(corpus: Corpus) -> Corpus:
             pl.col("requests").fill_null(0),
             pl.col("live_requests").fill_null(0),
             *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
-            cost=pl.when(pl.col("_unknown").fill_null(False))
-            .then(None)
-            .otherwise(pl.col("cost").fill_null(0.0)),
+            *_known_cost(),
         )
-        .drop("_unknown")
+        .drop("_priced")
     )
     return replace(
         corpus,
@@ -1176,6 +1217,14 @@ def live_only(corpus: Corpus) -> Corpus:
         tool_calls=corpus.tool_calls.filter(pl.col("live").fill_null(True)),
         turns=turns,
     )
+
+
+def hidden_calls(corpus: Corpus) -> tuple[int, float]:
+    """Gemini CLI's unrecorded compression calls over the corpus's sessions: (requests, estimated cost)."""
+    s = corpus.sessions
+    if s.height == 0 or "hidden_requests" not in s.columns:
+        return 0, 0.0
+    return int(s.get_column("hidden_requests").sum() or 0), float(s.get_column("hidden_cost").sum() or 0.0)
 
 
 def read_warnings(corpus: Corpus) -> list[str]:

@@ -240,16 +240,18 @@ def stats_table(
     table = Table(
         title=title, title_justify="left", caption=caption, caption_justify="left", show_footer=True
     )
+    unpriced = rows.get_column("unpriced").to_list() if "unpriced" in rows.columns else [0] * rows.height
     body = [
-        [cell(col, v) for col, v in zip(columns, row, strict=True)]
-        for row in rows.select(columns).iter_rows()
+        [_partial(cell(col, v), col, missing) for col, v in zip(columns, row, strict=True)]
+        for row, missing in zip(rows.select(columns).iter_rows(), unpriced, strict=True)
     ]
     footers: list[Text] = []
     for i, col in enumerate(columns):
         if i == 0:
             footers.append(Text("total", style="bold"))
         else:
-            footers.append(cell(col, totals[col]) if col in totals else Text(""))
+            footer = cell(col, totals[col]) if col in totals else Text("")
+            footers.append(_partial(footer, col, totals.get("unpriced", 0)))
     for i, col in enumerate(columns):
         header = _HEADERS.get(col, col)
         shrinkable = col in _MAX_WIDTH
@@ -268,6 +270,30 @@ def stats_table(
     for r in body:
         table.add_row(*r)
     return table
+
+
+def _partial(text: Text, column: str, unpriced: int | None) -> Text:
+    """A cost that leaves out requests of unknown price ends with ``+``: it is at least that much."""
+    if column == "cost" and unpriced and text.plain != "?":
+        return Text(text.plain + "+", style=text.style)
+    return text
+
+
+def unpriced_note(unpriced: int) -> str | None:
+    """The caption line that explains a ``+`` after a cost."""
+    if not unpriced:
+        return None
+    return f"cost+: leaves out {unpriced:,} request(s) whose model has no known price (see the warning)."
+
+
+def hidden_note(requests: int, cost: float) -> str | None:
+    """The caption line for Gemini CLI's unrecorded compression calls (an estimate, never in the totals)."""
+    if not requests:
+        return None
+    return (
+        f"Not in the totals: Gemini CLI's compression calls, which it does not record: {requests:,} "
+        f"request(s), estimated ${money(cost)}."
+    )
 
 
 # When a terminal is too narrow, these go first (machine formats still carry them).

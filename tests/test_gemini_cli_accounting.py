@@ -190,3 +190,43 @@ def test_the_stray_file_of_a_resume_is_part_of_its_session(
     assert report["read"]["files"] == 2
     [row] = report["rows"]
     assert {k: v for k, v in row.items() if k != "end"} == {k: v for k, v in alone[0].items() if k != "end"}
+
+
+def test_an_unknown_model_leaves_the_known_part_of_a_cost(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    tokens = {"input": 1000, "output": 10, "cached": 0, "thoughts": 0, "tool": 0, "total": 1010}
+    meta = {"sessionId": "s2", "projectHash": "h", "startTime": "2026-11-20T10:00:00.000Z", "kind": "main"}
+    records: list[object] = [meta]
+    for n, model in enumerate(("gemini-3.1-pro-preview", "auto-gemini-3", "gemini-3.1-pro-preview")):
+        records.append(
+            {
+                "id": f"u{n}",
+                "timestamp": f"2026-11-20T10:0{n}:00.000Z",
+                "type": "user",
+                "content": [{"text": f"q{n}"}],
+            }
+        )
+        records.append(
+            {
+                "id": f"g{n}",
+                "timestamp": f"2026-11-20T10:0{n}:05.000Z",
+                "type": "gemini",
+                "content": "a",
+                "tokens": tokens,
+                "model": model,
+            }
+        )
+    path = write_jsonl(tmp_path / "tmp" / "proj" / "chats" / "session-2026-11-20T10-00-s2.jsonl", records)
+    requests = stats_json(capsysbinary, str(path), "--by", "request")["rows"]
+    known = [r["cost"] for r in requests if r["model"] != "auto-gemini-3"]
+    assert [r["cost"] is None for r in requests] == [False, True, False]
+    [session] = stats_json(capsysbinary, str(path), "--by", "session")["rows"]
+    assert session["unpriced"] == 1
+    assert session["cost"] == pytest.approx(sum(known))
+    turns = stats_json(capsysbinary, str(path), "--by", "turn")["rows"]
+    assert [(t["unpriced"], t["cost"] is None) for t in turns] == [(0, False), (1, True), (0, False)]
+    assert run(["stats", str(path), "--by", "session", "--no-cache", "--no-color"]) == 0
+    table = capsysbinary.readouterr().out.decode()
+    assert f"{session['cost']:.4f}+" in table
+    assert "leaves out 1 request(s) whose model has no known price" in table

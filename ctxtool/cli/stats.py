@@ -208,12 +208,17 @@ def stats(
         sums = totals(rows)
         if "sessions" in sums:
             sums["sessions"] = corpus.requests.get_column("session_key").n_unique()
+        notes = [
+            frames.describe_read(summary),
+            render.unpriced_note(int(sums.get("unpriced") or 0)),
+            render.hidden_note(*frames.hidden_calls(corpus)),
+        ]
         table = render.stats_table(
             rows,
             sums,
             by=by,
             title=title,
-            caption=frames.describe_read(summary),
+            caption="\n".join(n for n in notes if n),
             single_session=roots == 1,
             width=console.width,
         )
