@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxtool.session import stamp
-from ctxtool.session.discover import Discovery, default_root, discover
+from ctxtool.session.discover import Discovery, default_roots, discover
 from ctxtool.session.stamp import cache_root
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def load_corpus(
     workers: int | None = None,
 ) -> tuple[Corpus, CacheUse]:
     """Sessions under ``paths`` (default: Gemini CLI's data root) as frames, and how the cache was used."""
-    targets = [str(p) for p in paths] or [str(default_root())]
+    targets = [str(p) for p in paths] or [str(root) for root in default_roots()]
     found = discover(targets, subagents=subagents)
     use = CacheUse(enabled=cache)
     if not cache:

@@ -1,7 +1,9 @@
-"""With Gemini CLI installed, it lists a session ctxtool compacted as one it can resume (skipped otherwise).
+"""Gemini CLI 0.61.0 itself reads what ctxtool writes: it lists every compacted session and, resumed, sends
+the model exactly the history ctxtool wrote (issue 11, test a).
 
-The check runs Gemini CLI itself (`gemini --list-sessions`, which reads and parses every session file of
-the project) against a temporary GEMINI_CLI_HOME; it makes no model call.
+Every run points Gemini CLI at the fake API of tests/gemini_cli_harness.py (0.61 may ask the model for
+session titles while listing, and a resume sends a chat turn), never at a real endpoint. Under ``CI=true`` a
+missing Gemini CLI fails the suite (tests/conftest.py ``gemini_cli``).
 """
 
 from __future__ import annotations
@@ -10,18 +12,48 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ctxtool.cli import run
+from ctxtool.compress.gemini_cli import convert_session_to_client_history
+from ctxtool.session.read import read_session
 from tests.conftest import FIXTURES, REAL_SESSIONS
+from tests.gemini_cli_harness import (
+    CHAT_MODEL,
+    FakeGeminiAPI,
+    make_workspace,
+    register_project,
+    run_gemini,
+    text,
+    usage,
+)
 
-GEMINI = shutil.which("gemini")
+STRATEGIES = ("gemini-cli", "kode", "pi", "openclaw", "codex")
+CHATS = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats"
+# One fixture per on-disk era (fixtures/README.md), then real sessions: legacy .json and .jsonl.
+FIXTURE_SOURCES = (
+    FIXTURES / "gemini" / "tmp" / "2136a2490b0bdc8f317d3e16aecb6c0b6c264127ce17e17345fe6c0dc2ce7069" / "chats"
+    / "session-2025-09-12T10-15-4b1e9c2a.json",  # legacy .json, v0.4
+    CHATS / "session-2026-02-10T09-00-c0ffee01.json",  # legacy .json, v0.31+
+    CHATS / "session-2026-03-02T14-20-d00dfeed.json",  # compact one-line .json
+    CHATS / "session-2026-04-20T10-00-e1e2e3e4.jsonl",  # .jsonl, v0.39+
+    CHATS / "session-2026-04-22T16-40-5e7a0b1c.jsonl",  # .jsonl with $rewindTo
+    CHATS / "session-2026-05-25T09-30-c4e5f6a7.jsonl",  # .jsonl, v0.44+, compressed once already
+)  # fmt: skip
+REAL_SOURCES = (
+    "aim__session-2026-03-18T02-47-daa0ceb2.json",
+    "Myflix__session-2026-02-25T07-36-c8af175c.json",
+    "TP-Tutor__session-2026-04-25T01-53-b1b4c413.jsonl",
+    "TP-Tutor__session-2026-04-24T23-16-c8b2cbd9.jsonl",
+)
+PROMPT = "continue from here"
 
 
 def recent_copy(src: Path, project_root: Path, chats: Path) -> Path:
@@ -48,7 +80,11 @@ def recent_copy(src: Path, project_root: Path, chats: Path) -> Path:
         return target
     lines = []
     for n, line in enumerate(src.read_text(encoding="utf-8").splitlines()):
-        record = fresh(json.loads(line)) if line.strip() else None
+        try:
+            record = fresh(json.loads(line)) if line.strip() else None
+        except json.JSONDecodeError:
+            lines.append(line)  # a broken line stays as it is (Gemini CLI skips it too)
+            continue
         if n == 0 and isinstance(record, dict):
             record["projectHash"] = hashlib.sha256(str(project_root).encode()).hexdigest()
         lines.append(json.dumps(record, separators=(",", ":")) if record is not None else "")
@@ -58,7 +94,6 @@ def recent_copy(src: Path, project_root: Path, chats: Path) -> Path:
     return target
 
 
-@pytest.mark.skipif(GEMINI is None, reason="Gemini CLI is not installed")
 @pytest.mark.parametrize(
     ("fixture", "title", "era"),
     [
@@ -68,51 +103,40 @@ def recent_copy(src: Path, project_root: Path, chats: Path) -> Path:
     ],
 )
 def test_gemini_cli_lists_the_compacted_session(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], fixture: str, title: str, era: str | None
+    gemini_cli: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    fixture: str,
+    title: str,
+    era: str | None,
 ) -> None:
-    assert GEMINI is not None
-    home, project, chats = gemini_project(tmp_path)
-    src = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats" / fixture
-    original = recent_copy(src, project, chats)
+    workspace = make_workspace(tmp_path)
+    chats = register_project(workspace)
+    original = recent_copy(CHATS / fixture, workspace.project, chats)
     extra = ["--era", era] if era else []
     assert run(["compact", str(original), "--force", "--as-new-session", "-f", "json", *extra]) == 0
     report = json.loads(capsys.readouterr().out)["sessions"][0]
     assert report["status"] == "COMPRESSED"
     assert Path(report["output_path"]).suffix == f".{era or original.suffix[1:]}"
-    env = {**os.environ, "GEMINI_CLI_HOME": str(home), "GEMINI_API_KEY": "not-used-for-listing"}
-    proc = subprocess.run(
-        [GEMINI, "--list-sessions"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    listing = proc.stdout + proc.stderr
+    api = FakeGeminiAPI(utility=lambda body, model: text("A title from the fake", usage(20, 4)))
+    with api.serving() as url:
+        done = run_gemini(gemini_cli, workspace, url, ["--list-sessions"])
+    listing = done.stdout + done.stderr
     assert "Available sessions for this project (2)" in listing, listing
     assert report["session_id"] in listing
     # Listed under the original's title (its summary, else its first prompt), marked as a compacted copy.
     assert f"{title} (compacted by ctxtool)" in listing
+    assert api.chat_requests() == []
 
 
-def gemini_project(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """(GEMINI_CLI_HOME, project folder, its chats/ folder) for a project Gemini CLI knows."""
-    home, project = tmp_path / "home", tmp_path / "proj"
-    project.mkdir()
-    chats = home / ".gemini" / "tmp" / "proj" / "chats"
-    chats.mkdir(parents=True)
-    (home / ".gemini" / "tmp" / "proj" / ".project_root").write_text(str(project))
-    (home / ".gemini" / "projects.json").write_text(json.dumps({"projects": {str(project): "proj"}}))
-    return home, project, chats
-
-
-@pytest.mark.skipif(GEMINI is None, reason="Gemini CLI is not installed")
 @pytest.mark.skipif(not REAL_SESSIONS.is_dir(), reason="../shared/real-sessions is not here")
-def test_gemini_cli_lists_every_strategy_output_of_the_real_sessions(tmp_path: Path) -> None:
+def test_gemini_cli_lists_every_strategy_output_of_the_real_sessions(
+    gemini_cli: Path, tmp_path: Path
+) -> None:
     """Every session written by every strategy from the real (main) sessions is one Gemini CLI lists."""
-    assert GEMINI is not None
-    home, project, chats = gemini_project(tmp_path)
+    workspace = make_workspace(tmp_path)
+    chats = register_project(workspace)
+    project = workspace.project
     originals = []
     for src in sorted(REAL_SESSIONS.glob("*.json*")):
         staging = tmp_path / "staging"
@@ -141,12 +165,10 @@ def test_gemini_cli_lists_every_strategy_output_of_the_real_sessions(tmp_path: P
         written += [Path(r["output_path"]) for r in rows if r["written"]]
     assert len(written) >= 4 * len(originals)
 
-    env = {**os.environ, "GEMINI_CLI_HOME": str(home), "GEMINI_API_KEY": "not-used-for-listing"}
-    proc = subprocess.run(
-        [GEMINI, "--list-sessions"], cwd=project, env=env, capture_output=True, text=True, timeout=300,
-        check=False,
-    )  # fmt: skip
-    listed = set(re.findall(r"\[([^\]\s]+)\]\s*$", proc.stdout + proc.stderr, re.M))
+    api = FakeGeminiAPI(utility=lambda body, model: text("A title from the fake", usage(20, 4)))
+    with api.serving() as url:
+        done = run_gemini(gemini_cli, workspace, url, ["--list-sessions"], timeout=300)
+    listed = set(re.findall(r"\[([^\]\s]+)\]\s*$", done.stdout + done.stderr, re.M))
     # Gemini CLI's session cleanup (on by default) deletes files it cannot list while listing: sessions
     # with nothing to resume (the a2a server's header-only files, a lone warning) and top-level subagent
     # sessions. ctxtool writes neither: such a session is a NOOP, and subagents are not copied here.
@@ -155,3 +177,149 @@ def test_gemini_cli_lists_every_strategy_output_of_the_real_sessions(tmp_path: P
         text = path.read_text(encoding="utf-8")
         doc = json.loads(text.splitlines()[0] if path.suffix == ".jsonl" else text)
         assert doc["sessionId"] in listed, f"{path.name} is not listed by Gemini CLI"
+
+
+def _strip_session_context(sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The contents without the ``<session_context>`` part Gemini CLI puts first on a resume (merged into
+    the first user content, or a content of its own)."""
+    first = sent[0]
+    parts = first["parts"]
+    assert parts[0]["text"].startswith("<session_context>"), parts[0]
+    rest = [{**first, "parts": parts[1:]}] if parts[1:] else []
+    return rest + sent[1:]
+
+
+# Gemini CLI 0.61.0 closes a history that ends with an unanswered tool response with this model turn before
+# the next prompt (geminiChat.ts ``closeUnansweredToolResponseTurn``, ``INTERRUPTED_RESPONSE_PLACEHOLDER``).
+INTERRUPTED = "[The previous response was interrupted before it completed.]"
+
+
+def _expected_request(written: Path) -> list[dict[str, Any]]:
+    """What resuming ``written`` and typing PROMPT should send: the history ctxtool wrote (as ctxtool's port
+    of ``convertSessionToClientHistory`` reads it), then the prompt, through the steps Gemini CLI 0.61.0
+    applies to every request (geminiChat.ts): thought parts dropped (``stripThoughts``), consecutive turns
+    of one role merged (``coalesceConsecutiveRoles``), ``<tool>__`` prefixes cut from call ids and empty
+    text parts dropped (``stripToolCallIdPrefixes``)."""
+    history: list[dict[str, Any]] = [
+        dict(turn["content"]) for turn in convert_session_to_client_history(read_session(written).messages)
+    ]
+    last = history[-1] if history else None
+    if last and last["role"] == "user" and any("functionResponse" in p for p in last["parts"]):
+        history.append({"role": "model", "parts": [{"text": INTERRUPTED}]})
+    history.append({"role": "user", "parts": [{"text": PROMPT}]})
+    merged: list[dict[str, Any]] = []
+    for content in history:
+        parts = [_without_prefix(p) for p in content["parts"] if not p.get("thought")]
+        parts = [p for p in parts if not (p.get("text") == "" and len(p) == 1)]
+        if not parts:
+            continue
+        if merged and merged[-1]["role"] == content["role"]:
+            merged[-1] = {**merged[-1], "parts": [*merged[-1]["parts"], *parts]}
+        else:
+            merged.append({**content, "parts": parts})
+    return merged
+
+
+def _without_prefix(part: dict[str, Any]) -> dict[str, Any]:
+    out = dict(part)
+    for key in ("functionCall", "functionResponse"):
+        value = out.get(key)
+        if isinstance(value, dict) and isinstance(value.get("id"), str):
+            name = (value.get("name") or "").strip() or "generic_tool"
+            if value["id"].startswith(f"{name}__"):
+                out[key] = {**value, "id": value["id"][len(name) + 2 :]}
+    if out.get("text") == "" and len(out) > 1:
+        del out["text"]
+    return out
+
+
+def _as_compared(sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request without what Gemini CLI adds for the API alone: the synthetic ``thoughtSignature`` it puts
+    on a model turn's first function call (geminiChat.ts ``stripThoughts``)."""
+    return [
+        {**c, "parts": [{k: v for k, v in p.items() if k != "thoughtSignature"} for p in c["parts"]]}
+        for c in _strip_session_context(sent)
+    ]
+
+
+def _resume(gemini: Path, written: Path, session_id: str, root: Path) -> list[dict[str, Any]]:
+    """Resume a copy of ``written`` in a workspace of its own; the contents of the chat request sent."""
+    workspace = make_workspace(root)
+    chats = register_project(workspace)
+    data = written.read_bytes()
+    (chats / written.name).write_bytes(data)
+    api = FakeGeminiAPI(
+        chat=[text("Resumed.", usage(100, 2))], utility=lambda b, m: text("title", usage(5, 1))
+    )
+    with api.serving() as url:
+        done = run_gemini(gemini, workspace, url, ["-m", CHAT_MODEL, "--resume", session_id, "-p", PROMPT])
+    assert done.returncode == 0, done.stderr[-2000:]
+    [request] = api.chat_requests()
+    contents: list[dict[str, Any]] = request.body["contents"]
+    return contents
+
+
+def _sources() -> list[Path]:
+    real = [REAL_SESSIONS / name for name in REAL_SOURCES] if REAL_SESSIONS.is_dir() else []
+    return [*FIXTURE_SOURCES, *real]
+
+
+def test_gemini_cli_resumes_exactly_what_every_strategy_wrote(gemini_cli: Path, tmp_path: Path) -> None:
+    """Every strategy, fixtures of every era and real sessions (.json and .jsonl): Gemini CLI 0.61 resumes
+    the written session and its chat request carries exactly the history ctxtool wrote."""
+    workspace = make_workspace(tmp_path / "src")
+    chats = register_project(workspace)
+    source_of = {recent_copy(src, workspace.project, chats): src for src in _sources()}
+    originals = list(source_of)
+    ctxtool = os.path.join(os.path.dirname(sys.executable), "ctxtool")
+    jobs: list[tuple[str, Path, Path, str]] = []
+    for strategy in STRATEGIES:
+        proc = subprocess.run(
+            [ctxtool, "compact", *map(str, originals), "--force", "--as-new-session", "-f", "json",
+             "--strategy", strategy],
+            capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        rows = json.loads(proc.stdout)["sessions"]
+        written = [
+            (Path(r["input_path"]), Path(r["output_path"]), r["session_id"]) for r in rows if r["written"]
+        ]
+        # Every source with something to compress is written (the small fixtures may be NOOP for some).
+        assert len(written) >= 4, (strategy, [(r["path"], r["status"]) for r in rows])
+        jobs += [(strategy, src, out, sid) for src, out, sid in written]
+    assert len({j[0] for j in jobs}) == len(STRATEGIES)
+
+    def check(job: tuple[int, tuple[str, Path, Path, str]]) -> str | None:
+        index, (strategy, src, out, sid) = job
+        sent = _resume(gemini_cli, out, sid, tmp_path / f"resume-{index}")
+        if _as_compared(sent) != _expected_request(out):
+            return f"{strategy} {src.name}: Gemini CLI sent another history than the file holds"
+        return None
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        failures = [f for f in pool.map(check, enumerate(jobs)) if f]
+    assert failures == []
+    if REAL_SESSIONS.is_dir():  # real sessions of both eras were written and resumed
+        real = {source_of[src] for _, src, _, _ in jobs if source_of[src].parent == REAL_SESSIONS}
+        assert len(real) >= 3
+        assert {p.suffix for p in real} == {".json", ".jsonl"}
+
+
+def test_sessions_under_the_seatbelt_root_are_read_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """Gemini CLI 0.61 in macOS Seatbelt writes to <home>/.cache/.gemini/tmp (storage.ts
+    ``getGlobalRuntimeDir``): with no PATH, ctxtool reads it beside <home>/.gemini/tmp."""
+    home = tmp_path / "home"
+    plain = home / ".gemini" / "tmp" / "a" / "chats"
+    sandboxed = home / ".cache" / ".gemini" / "tmp" / "b" / "chats"
+    for folder, name in (
+        (plain, "session-2026-05-25T09-30-c4e5f6a7.jsonl"),
+        (sandboxed, "session-2026-02-10T09-00-c0ffee01.json"),
+    ):
+        folder.mkdir(parents=True)
+        (folder / name).write_bytes((CHATS / name).read_bytes())
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(home))
+    assert run(["stats", "--by", "session", "--format", "json", "--no-cache"]) == 0
+    rows = json.loads(capsysbinary.readouterr().out)["rows"]
+    assert sorted(Path(r["file"]).parent.parent.name for r in rows) == ["a", "b"]

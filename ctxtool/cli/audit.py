@@ -87,7 +87,7 @@ def audit(
 ) -> int:
     from ctxtool import audit as lib
     from ctxtool import frames
-    from ctxtool.session.discover import default_root
+    from ctxtool.session.discover import default_roots
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r} is not supported by audit", use_one_of(fmt, FORMATS))
@@ -123,7 +123,7 @@ def audit(
 
     from ctxtool.loading import load_corpus
 
-    corpus, _ = load_corpus(paths or [str(default_root())], subagents=subagents, cache=True)
+    corpus, _ = load_corpus(paths or [str(root) for root in default_roots()], subagents=subagents, cache=True)
     for warning in frames.read_warnings(corpus):
         _warn(warning)
     if corpus.sessions.height == 0:

@@ -51,10 +51,10 @@ def export(
             raise UsageError(f"{p} is a ctxtool dataset, not sessions", "Pass session files or directories")
 
     from ctxtool.output import dumps
-    from ctxtool.session.discover import default_root
+    from ctxtool.session.discover import default_roots
 
     # Session keys are paths: make them absolute so a later run from another directory finds the same ones.
-    sources = [os.path.abspath(p) for p in paths] if paths else [str(default_root())]
+    sources = [os.path.abspath(p) for p in paths] if paths else [str(root) for root in default_roots()]
     from ctxtool.loading import load_corpus
 
     corpus, _ = load_corpus(sources, cache=True)

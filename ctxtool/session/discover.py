@@ -1,6 +1,7 @@
 """Where Gemini CLI sessions live, and which files on disk are sessions.
 
-Owns: the data root (``$GEMINI_CLI_HOME/.gemini/tmp``, else ``~/.gemini/tmp``), the layout
+Owns: the data roots (``$GEMINI_CLI_HOME/.gemini/tmp``, else ``~/.gemini/tmp``, and the same under
+``.cache/`` where Gemini CLI ran in macOS Seatbelt), the layout
 ``<root>/<project>/chats/session-*.json[l]`` with nested subagent files ``chats/<parent>/<id>.json[l]``
 (also ``chats/skill-extraction-<8hex>/…``), what is skipped (``*.unreadable-*`` repair leftovers, temp
 files), and the identity key that makes a legacy ``.json`` and the ``.jsonl`` Gemini CLI writes when it
@@ -42,10 +43,29 @@ class Discovery:
 
 def default_root(env: Mapping[str, str] | None = None) -> Path:
     """Gemini CLI's data root: ``$GEMINI_CLI_HOME/.gemini/tmp`` when set, else ``~/.gemini/tmp``."""
+    return _home(env) / ".gemini" / "tmp"
+
+
+def default_roots(env: Mapping[str, str] | None = None) -> list[Path]:
+    """Every data root Gemini CLI 0.61 may have written to: ``default_root()``, and the one it uses under
+    macOS Seatbelt (``SANDBOX=sandbox-exec``), ``<home>/.cache/.gemini/tmp``, when that folder exists.
+
+    Source: ``Storage.getGlobalRuntimeDir`` / ``getGlobalTempDir`` (packages/core/src/config/storage.ts,
+    v0.61.0): the runtime state (chats included) moves to ``<home>/.cache/.gemini`` inside the Seatbelt
+    sandbox, ``<home>`` being ``GEMINI_CLI_HOME`` or the user's home. A user who ran both ways has sessions
+    in both; reading the one that exists needs no flag.
+    """
+    roots = [default_root(env)]
+    seatbelt = _home(env) / ".cache" / ".gemini" / "tmp"
+    if seatbelt.is_dir():
+        roots.append(seatbelt)
+    return roots
+
+
+def _home(env: Mapping[str, str] | None) -> Path:
     env = os.environ if env is None else env
     home = env.get("GEMINI_CLI_HOME")
-    base = Path(home).expanduser() if home else Path.home()
-    return base / ".gemini" / "tmp"
+    return Path(home).expanduser() if home else Path.home()
 
 
 def skip_reason(name: str) -> str | None:
