@@ -32,6 +32,7 @@ and id generator, the same input gives the same bytes.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +47,7 @@ from ctxtool.compress.offline import OfflineSummarizer
 from ctxtool.compress.profiles import DEFAULT_PROFILE, get_profile
 from ctxtool.compress.summarizer import Content, Summarizer
 from ctxtool.errors import CtxtoolError, UsageError
-from ctxtool.jsvalue import js_truthy
+from ctxtool.jsvalue import js_iso, js_truthy
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import Era, SessionFile, parse_session_bytes
 from ctxtool.session.write import (
@@ -55,12 +56,13 @@ from ctxtool.session.write import (
     atomic_write,
     replace_checked,
     session_bytes,
+    stringify,
     write_backup,
 )
 
 Mode = Literal["out", "new-session", "in-place"]
 FAILED = "FAILED"  # status of a file that could not be read or written (not an upstream status)
-DEFAULT_CHAT_MODEL = "gemini-2.5-pro"  # DEFAULT_GEMINI_MODEL (packages/core/src/config/models.ts)
+DEFAULT_CHAT_MODEL = g.DEFAULT_CHAT_MODEL
 DEFAULT_OUT_DIR = "ctxtool-compacted"
 TOOL_OUTPUTS_DIR = "tool-outputs"
 # The smallest positive threshold: with it the "under the threshold" test never holds, which is how
@@ -115,9 +117,16 @@ class CompactionReport:
     deterministic: bool | None = None
     threshold: float | None = None
     token_limit: int | None = None
+    # Tokens before/after: one measure for every command and strategy (``measure_history``): Gemini CLI's
+    # local estimate of the history a resume of the session sends, env turn included.
     tokens_before: int | None = None
-    tokens_before_source: str | None = None  # "recorded" promptTokenCount or local "estimate"
     tokens_after: int | None = None
+    # The prompt tokens recorded for the session's last request (None when it recorded none).
+    recorded_prompt_tokens: int | None = None
+    # What the gemini-cli strategy's threshold check read, as Gemini CLI does: the recorded prompt tokens,
+    # else the estimate ("recorded" or "estimate").
+    threshold_tokens: int | None = None
+    threshold_tokens_source: str | None = None
     split_index: int | None = None  # into the curated turns
     split_message_id: str | None = None
     messages_total: int | None = None
@@ -151,10 +160,21 @@ class CompactionReport:
 # Helpers
 
 
-def js_iso(now: datetime) -> str:
-    """``new Date().toISOString()``: UTC with milliseconds and a Z."""
-    utc = now.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+def measure_history(messages: Sequence[Mapping[str, Any]], model: str) -> int:
+    """Tokens before/after, as ``compact``, ``compare`` and ``diff`` report them: Gemini CLI's local estimate
+    (``estimateTokenCountSync``) of the history a resume of ``messages`` sends, env turn included. One
+    function, so the three commands agree to the token (the recorded prompt tokens of the last request are
+    reported beside it, under their own name)."""
+    from ctxtool.compress import strategies
+
+    return strategies.gemini_estimate([dict(m) for m in messages], model)
+
+
+def as_copies(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The messages ctxtool writes, as copies: without ``tokens``. The requests were billed once, in the
+    session they were recorded in; a copy is not a new response (Gemini CLI 0.61.0 writes its own copies the
+    same way: chatRecordingService.ts ``updateMessagesFromHistory`` builds them with ``newMessage``)."""
+    return [{k: v for k, v in m.items() if k != "tokens"} for m in messages]
 
 
 def compacted_title(session: SessionFile) -> str:
@@ -373,6 +393,12 @@ def compact_session(
         strategy=opts.strategy,
     )
 
+    if dest.mode == "in-place" and session.era == "json" and sp.path.with_suffix(".jsonl").exists():
+        raise CtxtoolError(
+            f"{sp.path}: Gemini CLI resumed this session into {sp.path.with_suffix('.jsonl').name}, which is "
+            "the session now",
+            "Compact the .jsonl file instead",
+        )
     new_session_id = new_id() if dest.mode == "new-session" else None
     era: Era = opts.era or ("jsonl" if session.era == "jsonl" else "json")
     report.output_era = era
@@ -403,12 +429,14 @@ def compact_session(
     if curated.env_synthesized:
         report.notes.append("the session stored no <session_context> message; a stand-in was synthesised")
     recorded = g.recorded_input(messages)
+    report.recorded_prompt_tokens = recorded or None
+    report.tokens_before = measure_history(messages, model)
     if recorded:
-        original, report.tokens_before_source = recorded, "recorded"
+        original, report.threshold_tokens_source = recorded, "recorded"
     else:
         unrecorded = [{**m, "tokens": None} if m.get("type") == "gemini" else m for m in messages]
         original = g.original_token_count(unrecorded, estimator=profile.estimator)
-        report.tokens_before_source = "estimate"
+        report.threshold_tokens_source = "estimate"
         if recorded == 0:
             report.notes.append("the recorded promptTokenCount is 0; the local estimate is used instead")
 
@@ -452,10 +480,10 @@ def compact_session(
     report.status = result.status.name
     report.threshold = result.threshold
     report.token_limit = result.token_limit
-    report.tokens_before = result.original_token_count
-    report.tokens_after = result.new_token_count
+    report.threshold_tokens = result.original_token_count
     if result.status == g.CompressionStatus.NOOP:
         report.reason = _noop_reason(result, len(contents), opts.force)
+        report.tokens_after = report.tokens_before  # nothing changes
     report.split_index = result.split_index
     report.anchored = result.anchored
     report.tool_outputs_truncated = [s.path for s in result.truncated_outputs]
@@ -508,6 +536,7 @@ def compact_session(
 
     if out_messages is None:
         return report
+    report.tokens_after = measure_history(out_messages, model)
     report.output_path = str(target)
     if opts.dry_run:
         return report
@@ -530,6 +559,11 @@ def compact_session(
     )
 
 
+# The key ctxtool adds to the ``$set`` record it appends for ``--in-place`` (Gemini CLI merges unknown
+# ``$set`` keys into the session's metadata and ignores them): what ``compact --undo`` looks for.
+COMPACTION_MARK = "ctxtoolCompaction"
+
+
 def _write_compacted(
     report: CompactionReport,
     session: Any,
@@ -544,27 +578,119 @@ def _write_compacted(
     new_session_id: str | None,
     before_replace: Callable[[], object] | None,
 ) -> CompactionReport:
-    """Write the compacted session where ``dest`` says (in place after a backup, or a new file)."""
-    metadata = dict(session.metadata)
-    metadata["lastUpdated"] = js_iso(now)
-    if new_session_id is not None:
-        metadata["sessionId"] = new_session_id
-        metadata["startTime"] = js_iso(now)
-        metadata["summary"] = compacted_title(session)
-        report.session_id = new_session_id
-    payload = session_bytes(era, metadata, messages)
+    """Write the compacted session where ``dest`` says, never changing what was billed.
+
+    Every message written again is a copy without ``tokens`` (``as_copies``). ``--as-new-session`` and
+    ``--out`` write a session marked ``derivedFrom`` the original's id. ``--in-place`` keeps the recorded
+    history: on a ``.jsonl`` it appends a ``$set.messages`` record with the compacted history (as Gemini
+    CLI does when it rebuilds a history), after a backup and through a checked atomic replace; on a legacy
+    ``.json`` it leaves the file as it is and writes the ``.jsonl`` beside it that Gemini CLI itself would
+    write on resume (the metadata and every recorded message, chatRecordingService.ts ``initialize``),
+    followed by that record.
+    """
+    copies = as_copies(messages)
+    ts = js_iso(now)
     if dest.mode == "in-place":
         assert stamp is not None
-        report.backup_path = str(write_backup(source, data, now))
-        replace_checked(source, payload, stamp, before_replace=before_replace)
-    else:
-        atomic_write(
-            target,
-            payload,
-            exclusive=dest.mode == "new-session" or dest.out_file is not None,
-            like=source if dest.mode == "new-session" else None,  # beside the original: its privacy
-        )
+        mark = {"at": ts, "strategy": report.strategy, "summarizer": report.summarizer}
+        if session.era == "jsonl":
+            report.backup_path = str(write_backup(source, data, now))
+            head = data if data.endswith(b"\n") or not data else data + b"\n"
+            record = {"$set": {"messages": copies, "lastUpdated": ts, COMPACTION_MARK: mark}}
+            replace_checked(source, head + stringify(record) + b"\n", stamp, before_replace=before_replace)
+        else:
+            beside = source.with_suffix(".jsonl")
+            mark["created"] = beside.name
+            metadata = {**session.metadata, "lastUpdated": ts}
+            lines = [stringify(metadata)]
+            lines += [stringify(m) for m in session.messages]
+            lines.append(stringify({"$set": {"messages": copies, "lastUpdated": ts, COMPACTION_MARK: mark}}))
+            atomic_write(beside, b"\n".join(lines) + b"\n", exclusive=True, like=source)
+            report.output_path = str(beside)
+            report.output_era = "jsonl"
+        report.written = True
+        return report
+    metadata = dict(session.metadata)
+    metadata["lastUpdated"] = ts
+    if session.session_id is not None:
+        metadata["derivedFrom"] = session.session_id
+    if new_session_id is not None:
+        metadata["sessionId"] = new_session_id
+        metadata["startTime"] = ts
+        metadata["summary"] = compacted_title(session)
+        report.session_id = new_session_id
+    payload = session_bytes(era, metadata, copies)
+    atomic_write(
+        target,
+        payload,
+        exclusive=dest.mode == "new-session" or dest.out_file is not None,
+        like=source if dest.mode == "new-session" else None,  # beside the original: its privacy
+    )
     report.written = True
+    return report
+
+
+@dataclass
+class UndoReport:
+    """What ``compact --undo`` did to one file."""
+
+    path: str
+    status: str  # "UNDONE", "NOTHING" (no compaction of ctxtool's at the end) or FAILED
+    removed: str | None = None  # "record" (the appended $set line) or "file" (the .jsonl ctxtool created)
+    backup_path: str | None = None
+    records_after: int = 0  # records Gemini CLI appended after the compaction (dropped only with --force)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def undo_compaction(
+    path: Path, *, force: bool = False, clock: Callable[[], datetime] | None = None
+) -> UndoReport:
+    """Drop the ``$set.messages`` record the last ``compact --in-place`` appended to ``path`` (a ``.jsonl``;
+    for a legacy ``.json``, the ``.jsonl`` ctxtool wrote beside it). The recorded history is untouched, so
+    the session is again what it was before. Records appended after the compaction (Gemini CLI resumed the
+    compacted session) are kept; undoing then needs ``force``, since they answered the compacted history.
+    Raises CtxtoolError when the file cannot be undone.
+    """
+    now = (clock or (lambda: datetime.now(UTC)))()
+    path = Path(path)
+    if path.suffix == ".json" and path.with_suffix(".jsonl").exists():
+        path = path.with_suffix(".jsonl")
+    data = path.read_bytes()
+    stamp = FileStamp.of_bytes(data, path)
+    lines = data.split(b"\n")
+    found = None
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        if COMPACTION_MARK.encode() in line and line.startswith(b'{"$set"'):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record.get("$set"), dict) and COMPACTION_MARK in record["$set"]:
+                found = (index, record["$set"][COMPACTION_MARK])
+                break
+    if found is None:
+        return UndoReport(str(path), "NOTHING")
+    index, mark = found
+    after = sum(1 for line in lines[index + 1 :] if line.strip())
+    report = UndoReport(str(path), FAILED, records_after=after)
+    if after and not force:
+        raise UsageError(
+            f"{path}: Gemini CLI recorded {after} record(s) after the compaction (the compacted session was "
+            "resumed); undoing keeps them but they answered the compacted history",
+            "Pass --force to undo anyway",
+        )
+    created = isinstance(mark, dict) and mark.get("created") == path.name
+    if created and not after:
+        path.unlink()
+        report.status, report.removed = "UNDONE", "file"
+        return report
+    report.backup_path = str(write_backup(path, data, now))
+    replace_checked(path, b"\n".join(lines[:index] + lines[index + 1 :]), stamp)
+    report.status, report.removed = "UNDONE", "record"
     return report
 
 
@@ -621,13 +747,13 @@ def _compact_with_strategy(
         "after": result.own_tokens_after,
     }
     report.notes.extend(result.notes)
-    report.tokens_before = strategies.gemini_estimate(messages, model)
-    report.tokens_before_source = "estimate"
+    report.tokens_before = measure_history(messages, model)
+    report.recorded_prompt_tokens = g.recorded_input(messages) or None
     if result.calls:
         report.summarizer_model = result.calls[0].model
     if result.messages is None:
         return report
-    report.tokens_after = strategies.gemini_estimate(result.messages, model)
+    report.tokens_after = measure_history(result.messages, model)
     report.messages_kept = result.messages_kept
     report.messages_summarised = result.messages_summarised
     if result.kept_from is not None and result.kept_from < len(messages):

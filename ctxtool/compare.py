@@ -84,7 +84,7 @@ def compare_sessions(
     keep_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
     """One row (see ``COLUMNS``) per session and strategy, sessions in the given order."""
-    from ctxtool.compact import CompactOptions, Destination, chat_model, compact_session
+    from ctxtool.compact import CompactOptions, Destination, chat_model, compact_session, measure_history
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ctxtool-compare-") as tmp:
@@ -101,7 +101,7 @@ def compare_sessions(
                 continue
             messages = [dict(m) for m in original.messages]
             model = chat_model(messages)
-            before = strategies.gemini_estimate(messages, model)
+            before = measure_history(messages, model)
             facts = extract_facts(strategies.wire_history(messages))
             for name in names:
                 row = _empty_row(str(path), name)
@@ -137,8 +137,8 @@ def compare_sessions(
                     )
                 elif name.partition(":")[0] == "gemini-cli":
                     row.update(
-                        own_measure=f"gemini-cli {report.tokens_before_source} promptTokenCount / estimate",
-                        own_tokens_before=report.tokens_before,
+                        own_measure=f"gemini-cli threshold check ({report.threshold_tokens_source})",
+                        own_tokens_before=report.threshold_tokens,
                         own_tokens_after=report.tokens_after,
                     )
                 after_messages = messages
@@ -151,7 +151,7 @@ def compare_sessions(
                 else:
                     row["messages_kept"] = len(messages)
                     row["messages_summarised"] = 0
-                after = strategies.gemini_estimate(after_messages, model)
+                after = measure_history(after_messages, model)
                 row["tokens_after"] = after
                 row["messages_after"] = len(after_messages)
                 row["reduction"] = round(1 - after / before, 4) if before else None

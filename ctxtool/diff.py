@@ -27,7 +27,12 @@ from typing import Any, Literal
 import orjson
 
 from ctxtool.compress.facts import FACT_KINDS, Retention, extract_facts, history_text, retention
-from ctxtool.compress.gemini_cli import convert_session_to_client_history, estimate_token_count
+from ctxtool.compress.gemini_cli import (
+    DEFAULT_CHAT_MODEL,
+    convert_session_to_client_history,
+    estimate_token_count,
+)
+from ctxtool.compress.strategies import gemini_estimate
 from ctxtool.session.read import SessionFile
 from ctxtool.tokens import token_limit
 
@@ -377,9 +382,9 @@ def _side(sf: SessionFile, model: str | None) -> SideSummary:
             break
     recorded["requests"] = requests
     recorded["context"] = context
-    turns = convert_session_to_client_history([dict(m) for m in sf.messages])
-    # One estimate over the whole history, as Gemini CLI computes it (not the sum of per-message floors).
-    estimated = estimate_token_count([p for t in turns for p in (t["content"].get("parts") or [])])
+    # One estimate over the whole history, as Gemini CLI computes it (not the sum of per-message floors):
+    # the measure `compact` and `compare` report as tokens before/after (strategies.gemini_estimate).
+    estimated = gemini_estimate([dict(m) for m in sf.messages], model or DEFAULT_CHAT_MODEL)
     return SideSummary(
         path=str(sf.path),
         session_id=sf.session_id,

@@ -154,6 +154,7 @@ _SESSION_META_SCHEMA: dict[str, Any] = {
     "files": pl.Int64,
     "era": pl.String,
     "summary": pl.String,
+    "derived_from": pl.String,
     "start_time": pl.String,
     "last_updated": pl.String,
     "broken_lines": pl.Int64,
@@ -411,6 +412,7 @@ def build_corpus(
         srow["files"].append(len(s.files))
         srow["era"].append("+".join(f.era for f in s.files))
         srow["summary"].append(p.summary)
+        srow["derived_from"].append(p.derived_from)
         srow["start_time"].append(min((f.start_time for f in s.files if f.start_time), default=None))
         srow["last_updated"].append(max((f.last_updated for f in s.files if f.last_updated), default=None))
         srow["broken_lines"].append(sum(f.broken_lines for f in s.files))
@@ -1033,6 +1035,7 @@ REPORT_COLUMNS: dict[str, list[str]] = {
     "session": [
         "session",
         "session_id",
+        "derived_from",
         "project",
         "kind",
         "subagents",

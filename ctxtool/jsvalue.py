@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -29,6 +30,12 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # Largest integer a double holds exactly; beyond it JSON.parse already rounded the value.
 _MAX_SAFE_INTEGER = 2**53 - 1
 _MAX_ARRAY_INDEX = 2**32 - 2
+
+
+def js_iso(now: datetime) -> str:
+    """``new Date().toISOString()``: UTC with milliseconds and a Z."""
+    utc = now.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
 def js_trim(s: str) -> str:

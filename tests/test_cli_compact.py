@@ -106,7 +106,10 @@ def test_noop_without_force(data: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert row["written"] is False
     assert not (Path.cwd() / "ctxtool-compacted").exists()
     assert row["reason"].startswith("below the threshold: ")
-    assert f"{row['tokens_before']:,} tokens" in row["reason"]
+    # The threshold check reads what Gemini CLI reads: the recorded prompt tokens of the last request.
+    assert row["threshold_tokens_source"] == "recorded"
+    assert row["threshold_tokens"] == row["recorded_prompt_tokens"]
+    assert f"{row['threshold_tokens']:,} tokens" in row["reason"]
     assert "--force" in row["reason"]
     code, out, _ = compact(capsys, str(data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE), "--width", "300")
     assert "nothing written: below the threshold" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import time
@@ -16,17 +17,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxtool.compact import (
+    DEFAULT_CHAT_MODEL,
     CompactionReport,
     CompactOptions,
     Destination,
+    as_copies,
     check_destination,
     compact_session,
+    measure_history,
     next_truncation_id,
+    undo_compaction,
 )
 from ctxtool.compress import gemini_cli as g
 from ctxtool.compress.offline import OfflineSummarizer
 from ctxtool.compress.summarizer import ModelCall
-from ctxtool.errors import UsageError
+from ctxtool.errors import CtxtoolError, UsageError
 from ctxtool.session.discover import discover
 from ctxtool.session.read import read_session
 from ctxtool.session.write import FileChangedError, stringify
@@ -79,9 +84,11 @@ def check_round_trip(original_path: Path, report: CompactionReport) -> list[dict
     assert report.output_path is not None
     assert report.tokens_before is not None
     assert report.tokens_after is not None
-    assert report.tokens_after < report.tokens_before
     original = read_session(original_path)
     out = read_session(report.output_path)
+    # Before and after are one measure (Gemini CLI's estimate of what a resume sends), of each file.
+    assert report.tokens_before == measure_history(original.messages, report.model or DEFAULT_CHAT_MODEL)
+    assert report.tokens_after == measure_history(out.messages, report.model or DEFAULT_CHAT_MODEL)
     assert out.era == original.era
     kept = report.messages_kept
     assert kept is not None
@@ -92,8 +99,9 @@ def check_round_trip(original_path: Path, report: CompactionReport) -> list[dict
     synced = set(report.synced_messages)
     assert [m["id"] for m in tail_out] == [m["id"] for m in tail_orig]
     for a, b in zip(tail_out, tail_orig, strict=True):
-        if a["id"] not in synced:
-            assert stringify(a) == stringify(b)
+        if a["id"] not in synced:  # a copy: the same record without the billed tokens
+            assert stringify(a) == stringify(as_copies([b])[0])
+            assert "tokens" not in a
     if kept:
         assert tail_orig[0]["id"] == report.split_message_id
         assert tail_orig[0]["type"] == "user"
@@ -113,8 +121,8 @@ def test_compression_fixture_round_trip(project: Path) -> None:
     check_round_trip(path, report)
     assert report.era == "jsonl"
     assert report.anchored is True  # the fixture already holds a <state_snapshot>
-    assert report.tokens_before_source == "recorded"
-    assert report.tokens_before == 24000
+    assert report.threshold_tokens_source == "recorded"
+    assert report.threshold_tokens == report.recorded_prompt_tokens == 24000
     assert report.output_path == str(project.parents[2] / "out" / "ctxdemo" / "chats" / COMPRESSION_FIXTURE)
     assert report.retention is not None
     assert set(report.retention) == {"paths", "commands", "errors", "directives"}
@@ -230,7 +238,13 @@ def test_noop_under_the_threshold(tmp_path: Path) -> None:
     path = make_session(tmp_path, chatty(6, tokens=1000))
     report = run(path, CompactOptions())
     assert report.status == "NOOP"
-    assert (report.tokens_before, report.tokens_after) == (1000, 1000)
+    # The threshold check read the recorded prompt tokens; nothing changed, so after == before.
+    assert (report.threshold_tokens, report.recorded_prompt_tokens) == (1000, 1000)
+    assert (
+        report.tokens_after
+        == report.tokens_before
+        == measure_history(read_session(path).messages, "gemini-2.5-pro")
+    )
     assert report.written is False
     assert report.output_path is None
     assert not (tmp_path / "gemini" / "out").exists()
@@ -282,9 +296,9 @@ def test_inflated_with_force_writes_nothing(tmp_path: Path) -> None:
     path = make_session(tmp_path, chatty(6, tokens=500))
     report = run(path, summarizer=Fixed("word " * 5000))
     assert report.status == "COMPRESSION_FAILED_INFLATED_TOKEN_COUNT"
-    assert report.tokens_after is not None
-    assert report.tokens_before is not None
-    assert report.tokens_after > report.tokens_before
+    assert report.threshold_tokens == 500
+    assert any("would be larger" in n and "> 500 tokens" in n for n in report.notes)
+    assert report.tokens_after is None  # nothing was written
     assert not report.written
 
 
@@ -307,7 +321,9 @@ def test_inflated_without_force_falls_back_to_truncation(tmp_path: Path) -> None
     assert Path(saved).parent == tmp_path / "gemini" / "out" / "proj" / "tool-outputs"
     # every other message is unchanged
     original = read_session(path)
-    assert [stringify(m) for m in out.messages[2:]] == [stringify(m) for m in original.messages[2:]]
+    assert [stringify(m) for m in out.messages[2:]] == [
+        stringify(m) for m in as_copies(original.messages[2:])
+    ]
     assert out.messages[0] == original.messages[0]
 
 
@@ -399,16 +415,54 @@ def test_as_new_session(project: Path) -> None:
     check_round_trip(path, report)
 
 
-def test_in_place_backs_up_and_replaces(project: Path) -> None:
-    path = project / "session-2026-03-20T11-00-abcd1234.json"
+def test_in_place_appends_the_compacted_history_and_keeps_what_was_billed(project: Path) -> None:
+    """A .jsonl keeps every record it had; one `$set.messages` record with the compacted history follows."""
+    path = project / COMPRESSION_FIXTURE
     before = path.read_bytes()
     report = run(path, destination=Destination("in-place"))
     assert report.written
     assert report.output_path == str(path)
     assert report.backup_path is not None
     assert Path(report.backup_path).read_bytes() == before
-    assert path.read_bytes() != before
-    assert read_session(path).messages[1]["content"][0]["text"] == g.SUMMARY_ACK_TEXT
+    after = path.read_bytes()
+    assert after.startswith(before)
+    [appended] = after[len(before) :].splitlines()
+    record = json.loads(appended)
+    assert set(record["$set"]) == {"messages", "lastUpdated", "ctxtoolCompaction"}
+    assert all("tokens" not in m for m in record["$set"]["messages"])
+    resumed = read_session(path)
+    assert resumed.messages[1]["content"][0]["text"] == g.SUMMARY_ACK_TEXT
+    # Undo drops that record: the file is what it was.
+    undone = undo_compaction(path)
+    assert (undone.status, undone.removed) == ("UNDONE", "record")
+    assert path.read_bytes() == before
+    assert undo_compaction(path).status == "NOTHING"
+
+
+def test_in_place_on_a_legacy_json_writes_the_jsonl_beside_it(project: Path) -> None:
+    """The .json stays as it is; the .jsonl Gemini CLI would write on resume holds its records and the
+    compacted history; stats reads the pair as one session; undo removes the .jsonl."""
+    path = project / "session-2026-02-10T09-00-c0ffee01.json"
+    before = path.read_bytes()
+    report = run(path, destination=Destination("in-place"))
+    assert report.written
+    beside = path.with_suffix(".jsonl")
+    assert report.output_path == str(beside)
+    assert path.read_bytes() == before
+    original, resumed = read_session(path), read_session(beside)
+    assert resumed.session_id == original.session_id
+    assert resumed.messages[1]["content"][0]["text"] == g.SUMMARY_ACK_TEXT
+    assert [m["id"] for m in resumed.billed][: len(original.messages)] == [m["id"] for m in original.messages]
+    undone = undo_compaction(path)
+    assert (undone.status, undone.removed) == ("UNDONE", "file")
+    assert not beside.exists()
+    assert path.read_bytes() == before
+
+
+def test_in_place_refuses_a_json_that_gemini_cli_resumed(project: Path) -> None:
+    path = project / "session-2026-03-20T11-00-abcd1234.json"
+    with pytest.raises(CtxtoolError, match="resumed"):
+        run(path, destination=Destination("in-place"))
 
 
 def test_a_private_session_stays_private(project: Path) -> None:
@@ -484,7 +538,8 @@ def test_stored_env_message_is_kept_first(tmp_path: Path) -> None:
 def test_recorded_zero_tokens_fall_back_to_the_estimate(tmp_path: Path) -> None:
     path = make_session(tmp_path, chatty(6, tokens=0))
     report = run(path)
-    assert report.tokens_before_source == "estimate"
+    assert report.threshold_tokens_source == "estimate"
+    assert report.recorded_prompt_tokens is None
     assert report.tokens_before is not None
     assert report.tokens_before > 0
     assert any("is 0" in n for n in report.notes)
@@ -519,9 +574,9 @@ def test_compaction_properties(
     report = run(path)
     if report.status == "COMPRESSED":
         check_round_trip(path, report)
-        assert report.tokens_after is not None
-        assert report.tokens_before is not None
-        assert report.tokens_after <= report.tokens_before
+        assert report.threshold_tokens is not None
+        # The replay only writes a history that is no larger, in the terms of its threshold check.
+        assert not any("would be larger" in n for n in report.notes)
     else:
         assert not report.written
 

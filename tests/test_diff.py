@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxtool.compact import measure_history
+from ctxtool.compress import gemini_cli as g
 from ctxtool.diff import ACK_TEXT, align, diff_sessions, markdown, message_rows, summary_rows
 from ctxtool.errors import SessionFormatError
 from ctxtool.session.read import SessionFile, read_session
@@ -230,7 +232,12 @@ def test_token_deltas(pair: tuple[SessionFile, SessionFile]) -> None:
         role_total = sum(g.as_dict()[ests] for g in d.groups if g.dimension == "role")
         per_message = sum(getattr(m, ests) or 0 for m in d.messages)
         assert type_total == role_total == per_message, side
-        assert abs(getattr(d, side).estimated - per_message) < 10
+        # The session figure is the one measure compact and compare report (env turn included).
+        sf = before if side == "before" else after
+        assert getattr(d, side).estimated == measure_history(sf.messages, MODEL)
+        turns = g.convert_session_to_client_history([dict(m) for m in sf.messages])
+        whole = g.estimate_token_count([p for t in turns for p in t["content"].get("parts") or []])
+        assert abs(whole - per_message) < 10
     tools = {g.key: g for g in d.groups if g.dimension == "tool"}
     assert set(tools) == {"read_file", "run_shell_command", "grep_search"}
     assert tools["read_file"].estimated_after == 0

@@ -323,3 +323,42 @@ def test_sessions_under_the_seatbelt_root_are_read_too(
     assert run(["stats", "--by", "session", "--format", "json", "--no-cache"]) == 0
     rows = json.loads(capsysbinary.readouterr().out)["rows"]
     assert sorted(Path(r["file"]).parent.parent.name for r in rows) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "fixture", ["session-2026-05-25T09-30-c4e5f6a7.jsonl", "session-2026-02-10T09-00-c0ffee01.json"]
+)
+def test_gemini_cli_resumes_what_compact_in_place_wrote(
+    gemini_cli: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fixture: str
+) -> None:
+    """--in-place keeps the recorded history and adds the compacted one (a `$set.messages` record; for a
+    legacy .json, in the .jsonl beside it): Gemini CLI resumes exactly the compacted history."""
+    workspace = make_workspace(tmp_path)
+    chats = register_project(workspace)
+    original = recent_copy(CHATS / fixture, workspace.project, chats)
+    assert run(["compact", str(original), "--force", "--in-place", "-f", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)["sessions"][0]
+    written = Path(report["output_path"])
+    assert written.suffix == ".jsonl"
+    for leftover in chats.glob("*.ctxtool-backup-*"):
+        leftover.unlink()  # the backup is not a session; keep the folder to what Gemini CLI reads
+    session_id = read_session(written).session_id
+    assert session_id is not None
+    assert read_session(written).messages[1]["content"][0]["text"] == g_ack()
+    expected = _expected_request(written)  # before Gemini CLI appends this turn to the file
+    api = FakeGeminiAPI(
+        chat=[text("Resumed.", usage(100, 2))], utility=lambda b, m: text("title", usage(5, 1))
+    )
+    with api.serving() as url:
+        done = run_gemini(
+            gemini_cli, workspace, url, ["-m", CHAT_MODEL, "--resume", session_id, "-p", PROMPT]
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    [request] = api.chat_requests()
+    assert _as_compared(request.body["contents"]) == expected
+
+
+def g_ack() -> str:
+    from ctxtool.compress.gemini_cli import SUMMARY_ACK_TEXT
+
+    return SUMMARY_ACK_TEXT

@@ -66,3 +66,27 @@ def test_stats_does_not_load_google_genai() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False"
+
+
+def test_compress_package_imports_nothing_above_it() -> None:
+    """The strategies sit below ``compact``, ``compare``, ``diff``, ``frames`` and the CLI (lazy imports
+    count too)."""
+    upper = (
+        "ctxtool.compact",
+        "ctxtool.compare",
+        "ctxtool.diff",
+        "ctxtool.audit",
+        "ctxtool.frames",
+        "ctxtool.export",
+        "ctxtool.store",
+        "ctxtool.loading",
+        "ctxtool.cli",
+        "ctxtool.render",
+        "ctxtool.output",
+    )
+    offenders = {
+        str(path.relative_to(PACKAGE)): sorted(bad)
+        for path in (PACKAGE / "compress").rglob("*.py")
+        if (bad := {name for name in all_imports(path) if name.startswith(upper)})
+    }
+    assert offenders == {}

@@ -37,13 +37,20 @@ HELP = f"""Compact Gemini CLI sessions the way Gemini CLI's /compress does, offl
 Each SESSION_OR_DIR (file, directory or glob) is read as Gemini CLI would resume it and run through a port
 of its compression (--profile). A compacted session holds the summary as a user message, the reply
 "Got it. Thanks for the additional context!", then the newest ~30% of the messages unchanged (same ids,
-same bytes), in the input's own format (.jsonl or .json; --era converts). Tool outputs cut by the token
+same bytes, written without their recorded `tokens`: a copy is not a new request, so `ctxtool stats` totals
+do not change), in the input's own format (.jsonl or .json; --era converts). Tool outputs cut by the token
 budget are saved under tool-outputs/ in the output's project folder and referenced by path.
 
 Where results go: --out DIR (default ./ctxtool-compacted, keeping <project>/chats/), or --out FILE.json /
 FILE.jsonl for a single input; --as-new-session (a new session beside the original, listed by
-`gemini --resume`); --in-place (backup, then an atomic replace that is refused if the file changed
-meanwhile). Nothing is written on NOOP or failed statuses.
+`gemini --resume`, marked derivedFrom the original); --in-place (keeps the recorded history: a .jsonl gets
+one appended `$set.messages` record with the compacted history, after a backup and through an atomic replace
+that is refused if the file changed meanwhile; a legacy .json stays as it is and gets the .jsonl Gemini CLI
+writes on resume beside it). --undo drops that record again. Nothing is written on NOOP or failed statuses.
+
+Tokens before/after are one measure everywhere (compact, compare, diff): Gemini CLI's local estimate of the
+history a resume sends. The last request's recorded prompt tokens are shown beside it
+(recorded_prompt_tokens), and the figure the threshold check read (threshold_tokens) in --format json.
 
 The summary comes from --summarizer offline (deterministic, no model: it writes the facts it extracts and
 says so in the summary) or gemini (two model calls, summary and verification, as upstream; these are the
@@ -189,11 +196,21 @@ def compact(
     instructions: str = typer.Option(
         None, "--instructions", help="Other strategies: focus text appended to their summary prompt."
     ),
+    undo: bool = typer.Option(
+        False,
+        "--undo",
+        help="Drop the compaction the last --in-place appended to each SESSION (a .json: remove the "
+        ".jsonl it wrote); the recorded history is untouched. With --force, also when Gemini CLI recorded "
+        "more after it.",
+    ),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
     color: bool = options.COLOR,
     width: int = options.WIDTH,
 ) -> int:
     from ctxtool import compact as lib
+
+    if undo:
+        return _undo(paths, force=force, fmt=fmt, width=width, color=color)
     from ctxtool.compress.profiles import get_profile
     from ctxtool.session.discover import discover
 
@@ -326,6 +343,43 @@ def compact(
         console = render.make_console(width=width, color=color)
         title = "ctxtool compact" + (" --dry-run (nothing written)" if dry_run else "")
         render.print_table(console, render.compact_table(rows, title=title, plan=dry_run))
+    return ExitStatus.ERROR if any(r.status == lib.FAILED for r in reports) else ExitStatus.OK
+
+
+def _undo(paths: list[str], *, force: bool, fmt: str, width: int, color: bool) -> int:
+    """``compact --undo``: one row per file, FAILED rows named on stderr."""
+    from ctxtool import compact as lib
+    from ctxtool.session.discover import discover
+
+    found = discover(paths)
+    reports = [lib.UndoReport(m, lib.FAILED, error=f"{m}: no such file or directory") for m in found.missing]
+    for sp in found.files:
+        if lib.is_backup(sp.path):
+            continue
+        if sp.path.suffix == ".json" and any(o.path == sp.path.with_suffix(".jsonl") for o in found.files):
+            continue  # the pair is undone through its .jsonl
+        try:
+            reports.append(lib.undo_compaction(sp.path, force=force))
+        except (CtxtoolError, OSError) as exc:
+            message = str(exc) if isinstance(exc, CtxtoolError) else f"{sp.path}: {exc}"
+            reports.append(lib.UndoReport(str(sp.path), lib.FAILED, error=message))
+    for report in reports:
+        if report.error:
+            print(f"Error: {report.error}", file=sys.stderr)
+    rows = [r.as_dict() for r in reports]
+    if fmt == "json":
+        from ctxtool import output
+        from ctxtool.frames import SCHEMA_VERSION
+
+        doc = {"schema_version": SCHEMA_VERSION, "command": "compact --undo", "sessions": rows}
+        output.write_stdout(output.dumps(doc) + b"\n", sys.stdout.buffer)
+    else:
+        for r in rows:
+            what = {"record": "dropped the appended compaction", "file": "removed the .jsonl ctxtool wrote"}
+            detail = what.get(r["removed"] or "", "no compaction by ctxtool at the end of the file")
+            if r["status"] != lib.FAILED:
+                backup = f" (backup: {r['backup_path']})" if r["backup_path"] else ""
+                print(f"{r['status']:<8} {r['path']}: {detail}{backup}")
     return ExitStatus.ERROR if any(r.status == lib.FAILED for r in reports) else ExitStatus.OK
 
 

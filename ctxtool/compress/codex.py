@@ -128,7 +128,7 @@ class CodexStrategy:
         now: datetime,
         new_id: Callable[[], str],
     ) -> s.StrategyResult:
-        from ctxtool.compact import js_iso
+        from ctxtool.jsvalue import js_iso
 
         trig = self.trigger(messages, options)
         result = s.StrategyResult(self.name, "NOOP", trig, own_measure="codex approx_token_count (bytes/4)")

@@ -925,6 +925,10 @@ def _first_timestamp(messages: Sequence[dict[str, Any]]) -> datetime | None:
     return None
 
 
+# The chat model when a session names none: DEFAULT_GEMINI_MODEL (packages/core/src/config/models.ts).
+DEFAULT_CHAT_MODEL = "gemini-2.5-pro"
+
+
 def session_to_curated_history(
     messages: Sequence[dict[str, Any]],
     model: str,

@@ -239,7 +239,7 @@ class KodeAutoCompact:
         now: datetime,
         new_id: Callable[[], str],
     ) -> s.StrategyResult:
-        from ctxtool.compact import js_iso
+        from ctxtool.jsvalue import js_iso
 
         trig = self.trigger(messages, options)
         result = s.StrategyResult(self.name, "NOOP", trig, own_measure="kode countTokens (input + output)")
@@ -367,7 +367,7 @@ class KodeRetention:
         now: datetime,
         new_id: Callable[[], str],
     ) -> s.StrategyResult:
-        from ctxtool.compact import js_iso
+        from ctxtool.jsvalue import js_iso
 
         result = s.StrategyResult(
             self.name, "NOOP", self.trigger(messages, options), own_measure="kode message count"

@@ -404,7 +404,7 @@ def build_output(
     new_id: Callable[[], str],
 ) -> tuple[list[s.Record], int]:
     """``[<session_context>?, user(prefix + summary + suffix), ack?, kept...]`` and the kept count."""
-    from ctxtool.compact import js_iso
+    from ctxtool.jsvalue import js_iso
 
     ts = js_iso(now)
     env = s.env_index(records)

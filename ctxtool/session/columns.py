@@ -80,6 +80,7 @@ class FileColumns:
     start_time: str | None = None
     last_updated: str | None = None
     summary: str | None = None
+    derived_from: str | None = None  # the sessionId of the session ctxtool compacted into this one
     lines: int = 0
     blank_lines: int = 0
     broken_lines: int = 0
@@ -188,6 +189,7 @@ class _Patch(msgspec.Struct, gc=False):
     lastUpdated: Any = msgspec.UNSET
     kind: Any = msgspec.UNSET
     summary: Any = msgspec.UNSET
+    derivedFrom: Any = msgspec.UNSET
 
 
 class _Record(msgspec.Struct, gc=False):
@@ -207,11 +209,13 @@ class _Record(msgspec.Struct, gc=False):
     lastUpdated: Any = msgspec.UNSET
     kind: Any = msgspec.UNSET
     summary: Any = msgspec.UNSET
+    derivedFrom: Any = msgspec.UNSET
     set_: Any = msgspec.field(default=msgspec.UNSET, name="$set")
     rewind: Any = msgspec.field(default=msgspec.UNSET, name="$rewindTo")
 
 
-_META_FIELDS = ("sessionId", "projectHash", "startTime", "lastUpdated", "kind", "summary")
+# ``derivedFrom``: ctxtool's mark on a session it wrote from another (the original's id); see compact.py.
+_META_FIELDS = ("sessionId", "projectHash", "startTime", "lastUpdated", "kind", "summary", "derivedFrom")
 _decode_record = msgspec.json.Decoder(_Record).decode
 _decode_patch = msgspec.convert
 _decode_any = msgspec.json.decode
@@ -649,6 +653,7 @@ def _replayed_from(old: FileColumns) -> Replayed[_Row]:
             ("lastUpdated", old.last_updated),
             ("kind", old.kind),
             ("summary", old.summary),
+            ("derivedFrom", old.derived_from),
         )
         if v is not None
     }
@@ -668,6 +673,7 @@ def _set_meta(out: FileColumns, meta: dict[str, Any], era: str, *, lines: int) -
     out.start_time = _str(meta.get("startTime"))
     out.last_updated = _str(meta.get("lastUpdated"))
     out.summary = _str(meta.get("summary"))
+    out.derived_from = _str(meta.get("derivedFrom"))
 
 
 def _count(value: Any) -> int:
