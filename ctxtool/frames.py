@@ -158,6 +158,8 @@ _SESSION_META_SCHEMA: dict[str, Any] = {
     "start_time": pl.String,
     "last_updated": pl.String,
     "broken_lines": pl.Int64,
+    "invalid_utf8_lines": pl.Int64,
+    "first_invalid_utf8_line": pl.Int64,
     "first_broken_line": pl.Int64,
     "rewinds": pl.Int64,
     "checkpoints": pl.Int64,
@@ -416,6 +418,10 @@ def build_corpus(
         srow["start_time"].append(min((f.start_time for f in s.files if f.start_time), default=None))
         srow["last_updated"].append(max((f.last_updated for f in s.files if f.last_updated), default=None))
         srow["broken_lines"].append(sum(f.broken_lines for f in s.files))
+        srow["invalid_utf8_lines"].append(sum(f.invalid_utf8_lines for f in s.files))
+        srow["first_invalid_utf8_line"].append(
+            next((f.first_invalid_utf8_line for f in s.files if f.first_invalid_utf8_line), None)
+        )
         srow["first_broken_line"].append(
             next((f.first_broken_line for f in s.files if f.first_broken_line), None)
         )
@@ -616,6 +622,7 @@ def discovery_problems(found: Discovery) -> list[Problem]:
             Problem(str(d), "holds no Gemini CLI session files (session-*.json or session-*.jsonl)")
             for d in found.empty_dirs
         ),
+        *(Problem(str(path), message) for path, _, message in found.unreadable),
     ]
 
 
@@ -1239,6 +1246,11 @@ def read_warnings(corpus: Corpus) -> list[str]:
             f"{path}: skipped {broken} broken line{'s' if broken != 1 else ''} (first at line {first})"
             for path, broken, first in broken_files(corpus)
         ),
+        *(
+            f"{r['file']}: {r['invalid_utf8_lines']} line(s) hold bytes that are not UTF-8 (first at line "
+            f"{r['first_invalid_utf8_line']}); read with U+FFFD in their place, as Gemini CLI reads them"
+            for r in corpus.sessions.filter(pl.col("invalid_utf8_lines") > 0).iter_rows(named=True)
+        ),
         *corpus.warnings,
     ]
 
@@ -1263,6 +1275,7 @@ def read_summary(corpus: Corpus) -> dict[str, Any]:
         "requests": corpus.requests.height,
         "total_tokens": int(corpus.requests.get_column("total").sum() or 0),
         "broken_lines": corpus.broken_lines,
+        "invalid_utf8_lines": int(s.get_column("invalid_utf8_lines").sum() or 0) if s.height else 0,
         "skipped": [{"file": f, "reason": why} for f, why in corpus.skipped],
         "skipped_by_reason": reasons,
         "errors": [{"file": p.path, "message": p.message} for p in corpus.problems],
@@ -1284,6 +1297,8 @@ def describe_read(summary: dict[str, Any]) -> str:
         text += f" {len(summary['errors'])} could not be read (see warnings)."
     if summary["broken_lines"]:
         text += f" {summary['broken_lines']} broken line(s) skipped."
+    if summary.get("invalid_utf8_lines"):
+        text += f" {summary['invalid_utf8_lines']} line(s) with invalid UTF-8 (see warnings)."
     index = summary.get("index") or {}
     if index.get("corpus_from_cache"):
         text += " Nothing changed since the last run: served from ctxtool's index."

@@ -276,7 +276,11 @@ def compact(
 
     found = discover(paths)
     sources = [sp for sp in found.files if not lib.is_backup(sp.path)]
+    for path, _, message in found.unreadable:
+        print(f"Error: {path}: {message}", file=sys.stderr)
     if not sources and not found.missing:
+        if found.unreadable:
+            return ExitStatus.ERROR  # each refused entry was named above, with its fix
         raise UsageError(f"no session files in {', '.join(paths)}", "Pass session files or a chats/ folder")
     mode: lib.Mode = "in-place" if in_place else "new-session" if as_new_session else "out"
     if out is not None and lib.is_file_name(out):
@@ -331,6 +335,8 @@ def compact(
             print(f"Error: {report.error}", file=sys.stderr)
 
     rows = [r.as_dict() for r in reports]
+    if all(r.status == lib.FAILED for r in reports):
+        return ExitStatus.ERROR  # nothing was compacted: the errors above say why; stdout stays empty
     if fmt == "json":
         from ctxtool import output
         from ctxtool.frames import SCHEMA_VERSION

@@ -84,7 +84,11 @@ def compare(
 
     found = discover(paths)
     sources = [sp for sp in found.files if not is_backup(sp.path)]
+    for path, _, message in found.unreadable:
+        print(f"Error: {path}: {message}", file=sys.stderr)
     if not sources and not found.missing:
+        if found.unreadable:
+            return ExitStatus.ERROR  # each refused entry was named above, with its fix
         raise UsageError(f"no session files in {', '.join(paths)}", "Pass session files or a chats/ folder")
     for missing in found.missing:
         print(f"Error: {missing}: no such file or directory", file=sys.stderr)
@@ -100,6 +104,8 @@ def compare(
         lib.write_chart(rows, chart)
         print(f"chart written to {chart}", file=sys.stderr)
 
+    if not rows or all(r.get("status") == "FAILED" for r in rows):
+        return ExitStatus.ERROR  # nothing was compared: the errors above say why; stdout stays empty
     if fmt == "table":
         from ctxtool import render
 

@@ -233,6 +233,10 @@ def stats(
             out.write_stdout(data, sys.stdout.buffer)
 
     failed = bool(corpus.problems) or corpus.broken_lines > 0
+    from ctxtool.session.discover import refused_paths
+
+    if refused_paths(paths or []):
+        return ExitStatus.ERROR  # a PATH given explicitly could not be read (named in a warning above)
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
 
 

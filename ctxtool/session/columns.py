@@ -20,6 +20,7 @@ import codecs
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -85,6 +86,9 @@ class FileColumns:
     blank_lines: int = 0
     broken_lines: int = 0
     first_broken_line: int | None = None
+    # Lines holding bytes that are not UTF-8: read as Gemini CLI (Node) reads them, with U+FFFD, and counted.
+    invalid_utf8_lines: int = 0
+    first_invalid_utf8_line: int | None = None
     unknown_records: int = 0
     rewinds: int = 0
     checkpoints: int = 0
@@ -480,6 +484,35 @@ def tool_rows(fc: FileColumns) -> list[dict[str, Any]]:
     return [dict(zip(TOOL_COLUMNS, r, strict=True)) for r in decode_rows(fc.tools_cols)]
 
 
+def invalid_utf8(data: bytes, first_line: int = 1) -> tuple[int, int | None]:
+    """(lines holding bytes that are not UTF-8, the first of them) in ``data``; ``first_line`` numbers its
+    first line. ASCII and valid UTF-8 (every session Gemini CLI writes) cost one pass in C."""
+    if data.isascii():
+        return 0, None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    else:
+        return 0, None
+    count, first = 0, None
+    for number, line in enumerate(data.split(b"\n"), first_line):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            count += 1
+            first = number if first is None else first
+    return count, first
+
+
+def _count_invalid(out: FileColumns, data: bytes, first_line: int = 1) -> None:
+    count, first = invalid_utf8(data, first_line)
+    if count:
+        out.invalid_utf8_lines += count
+        if out.first_invalid_utf8_line is None:
+            out.first_invalid_utf8_line = first
+
+
 def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
     """Read one file's bytes into columns. Raises SessionFormatError like the full reader."""
     p = Path(sp.path)
@@ -504,11 +537,13 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
                 check_document({}, p)
         if doc is not None:
             _from_document(out, doc, p)
+            _count_invalid(out, data)
             return out
     r: Replayed[_Row] = Replayed()
     r.feed(line_views(data), _classify, _carry_tokens, _as_copy)
     r.finish(p, whole_error, data)
     _from_replay(out, r, data if data.endswith(b"\n") and not bom else None)
+    _count_invalid(out, data)
     return out
 
 
@@ -543,7 +578,14 @@ def columns_from_file(sp: SessionPath, resume: FileColumns | None = None) -> Fil
         fh.seek(start)
         out = _empty(sp, size)
         r: Replayed[_Row] = Replayed()
-        r.feed(iter_file_lines(fh), _classify, _carry_tokens, _as_copy)
+
+        def counted(lines: Iterator[bytes]) -> Iterator[bytes]:
+            for number, line in enumerate(lines, 1):
+                if not line.isascii():
+                    _count_invalid(out, line, number)
+                yield line
+
+        r.feed(counted(iter_file_lines(fh)), _classify, _carry_tokens, _as_copy)
         r.finish(p, None, head)
         _from_replay(out, r, None)
         return out
@@ -560,8 +602,11 @@ def _resume(fh: BinaryIO, sp: SessionPath, old: FileColumns, size: int) -> FileC
     r = _replayed_from(old)
     fh.seek(offset)
     rest = fh.read()
+    first_new_line = r.next_line
     r.feed(line_views(rest), _classify, _carry_tokens, _as_copy)
     out = _empty(sp, size)
+    out.invalid_utf8_lines, out.first_invalid_utf8_line = old.invalid_utf8_lines, old.first_invalid_utf8_line
+    _count_invalid(out, rest, first_new_line)
     if rest.endswith(b"\n"):
         out.resume_offset = size
         fh.seek(0)

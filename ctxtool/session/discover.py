@@ -10,8 +10,10 @@ resumes it one session. Must not: open session files (apart from the small ``.pr
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,70 @@ class Discovery:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # arguments that named nothing
     empty_dirs: list[Path] = field(default_factory=list)  # directories with no session in them
+    # Entries the filesystem would not let us examine, or that are no regular file (never opened): the
+    # reason key (also in ``skipped``) and the one-line message with its fix.
+    unreadable: list[tuple[Path, str, str]] = field(default_factory=list)
+    refused_args: list[str] = field(default_factory=list)  # PATH arguments that were themselves refused
+
+    def refuse(self, path: str | Path, key: str, message: str) -> None:
+        """Skip one entry for a filesystem reason: counted under ``key``, reported with ``message``."""
+        self.skipped.append((Path(path), key))
+        self.unreadable.append((Path(path), key, message))
+
+
+# Why an entry is skipped, by errno: (key for read.skipped_by_reason, what to tell the user).
+_OS_REASONS = {
+    errno.ELOOP: (
+        "symlink loop",
+        "is a symlink loop (too many levels of symbolic links). Fix or remove the link",
+    ),
+    errno.EACCES: (
+        "permission denied",
+        "cannot be read: permission denied. Make it readable (chmod) or leave it out",
+    ),
+    errno.EPERM: (
+        "permission denied",
+        "cannot be read: operation not permitted. Make it readable or leave it out",
+    ),
+    errno.ENAMETOOLONG: ("name too long", "has a name too long for this system. Rename it"),
+    errno.ENOENT: ("vanished", "vanished while it was being scanned (or is a dangling symlink). Run again"),
+}
+_DANGLING = ("dangling symlink", "is a symlink to a file that does not exist. Remove or fix the link")
+_SPECIAL = (
+    "not a regular file",
+    "is not a regular file (a FIFO, socket or device), so it is never opened. Leave it out",
+)
+
+
+def os_reason(exc: OSError) -> tuple[str, str]:
+    """(key, message) for a filesystem error on one entry."""
+    found = _OS_REASONS.get(exc.errno or 0)
+    if found is not None:
+        return found
+    return ("unreadable", f"cannot be examined ({exc.strerror or exc}). Check the file and its folder")
+
+
+def _kind(entry: os.DirEntry[str], result: Discovery) -> str | None:
+    """ "file" (a regular file, through symlinks), "dir", or None for anything else (refused when its name
+    could be a session, so a FIFO is never opened and a symlink loop never aborts the scan)."""
+    try:
+        if entry.is_file(follow_symlinks=False):
+            return "file"
+        if entry.is_dir(follow_symlinks=False):
+            return "dir"
+        mode = os.stat(entry.path).st_mode  # a symlink (followed) or a special file
+    except OSError as exc:
+        if ".json" in entry.name:
+            dangling = exc.errno == errno.ENOENT and entry.is_symlink()
+            result.refuse(entry.path, *(_DANGLING if dangling else os_reason(exc)))
+        return None
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if ".json" in entry.name:
+        result.refuse(entry.path, *_SPECIAL)
+    return None
 
 
 def default_root(env: Mapping[str, str] | None = None) -> Path:
@@ -66,6 +132,24 @@ def _home(env: Mapping[str, str] | None) -> Path:
     env = os.environ if env is None else env
     home = env.get("GEMINI_CLI_HOME")
     return Path(home).expanduser() if home else Path.home()
+
+
+def refused_paths(paths: Sequence[str | Path]) -> list[str]:
+    """The PATH arguments that name an entry which cannot be read: a symlink loop, a dangling link, one that
+    permission denies, a FIFO, socket or device. (A path that names nothing is ``Discovery.missing``.)"""
+    refused = []
+    for arg in paths:
+        path = os.path.expanduser(str(arg))
+        if not os.path.lexists(path):
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            refused.append(str(arg))
+            continue
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            refused.append(str(arg))
+    return refused
 
 
 def skip_reason(name: str) -> str | None:
@@ -105,7 +189,18 @@ def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discover
 
     for arg in paths:
         for target in _expand(arg, result):
-            if target.is_dir():
+            try:
+                mode = os.stat(target).st_mode
+            except OSError as exc:
+                dangling = exc.errno == errno.ENOENT and os.path.islink(target)
+                result.refuse(target, *(_DANGLING if dangling else os_reason(exc)))
+                result.refused_args.append(str(arg))
+                continue
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                result.refuse(target, *_SPECIAL)
+                result.refused_args.append(str(arg))
+                continue
+            if stat.S_ISDIR(mode):
                 found = False
                 for folder, name in _scan_dir(str(target), result):
                     found = True
@@ -120,7 +215,14 @@ def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discover
 def _expand(arg: str | Path, result: Discovery) -> Iterable[Path]:
     text = str(arg)
     path = Path(text).expanduser()
-    if path.exists():
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return [path]  # a dangling symlink: refused with its reason by the caller
+    except OSError:
+        return [path]  # a symlink loop, a permission denied: refused with its reason by the caller
+    else:
         return [path]
     if any(ch in text for ch in "*?["):
         matches = sorted(glob.glob(os.path.expanduser(text), recursive=True))
@@ -138,28 +240,61 @@ def _scan_dir(root: str, result: Discovery) -> Iterable[tuple[str, str]]:
     if os.path.basename(root) == "chats":
         chats_dirs.append(root)
     else:
-        for dirpath, dirnames, filenames in os.walk(root):
+
+        def walk_error(exc: OSError) -> None:
+            result.refuse(exc.filename or root, *os_reason(exc))
+
+        for dirpath, dirnames, filenames in os.walk(root, onerror=walk_error):
             dirnames[:] = sorted(d for d in dirnames if d not in _PRUNE_DIRS)
             if os.path.basename(dirpath) == "chats":
                 chats_dirs.append(dirpath)
                 dirnames[:] = []
                 continue
-            loose.extend((dirpath, f) for f in sorted(filenames) if f.endswith(SESSION_SUFFIXES))
+            for f in sorted(filenames):
+                if f.endswith(SESSION_SUFFIXES) and _regular(os.path.join(dirpath, f), result):
+                    loose.append((dirpath, f))
     if not chats_dirs:
         yield from _filter(loose, result)
         return
     for chats in sorted(chats_dirs):
-        with os.scandir(chats) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        top = [
-            (chats, e.name) for e in entries if e.name.startswith(("session-", ".session-")) and e.is_file()
+        entries = _entries(chats, result)
+        kinds = [
+            (e, _kind(e, result) if e.name.startswith(("session-", ".session-")) else None) for e in entries
         ]
+        top = [(chats, e.name) for e, kind in kinds if kind == "file"]
         yield from _filter(top, result)
-        for sub in (e for e in entries if e.is_dir()):
+        for sub in entries:
+            try:
+                is_dir = sub.is_dir()
+            except OSError:
+                continue
+            if not is_dir:
+                continue
             folder = os.path.join(chats, sub.name)
-            with os.scandir(folder) as it:
-                names = sorted(f.name for f in it if f.is_file())
+            names = [e.name for e in _entries(folder, result) if _kind(e, result) == "file"]
             yield from _filter([(folder, n) for n in names], result)
+
+
+def _entries(folder: str, result: Discovery) -> list[os.DirEntry[str]]:
+    """A folder's entries by name; a folder that cannot be listed is refused, not fatal."""
+    try:
+        with os.scandir(folder) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        result.refuse(folder, *os_reason(exc))
+        return []
+
+
+def _regular(path: str, result: Discovery) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        result.refuse(path, *os_reason(exc))
+        return False
+    if stat.S_ISREG(mode):
+        return True
+    result.refuse(path, *_SPECIAL)
+    return False
 
 
 def _filter(files: Iterable[tuple[str, str]], result: Discovery) -> Iterable[tuple[str, str]]:
