@@ -48,6 +48,7 @@ class CacheUse:
     files_cached: int = 0
     files_resumed: int = 0
     files_parsed: int = 0
+    notice: str | None = None  # the index held something unusable and was rebuilt (one line for stderr)
 
 
 def load_corpus(
@@ -150,6 +151,7 @@ def _full(
     )
     if index is not None:
         use.files_cached, use.files_resumed, use.files_parsed = index.hits, index.resumed, index.parsed
+        use.notice = index.notice()
     else:
         use.files_parsed = len(results)
     from ctxtool import frames
@@ -184,6 +186,7 @@ def _splice(
     results = read_files(again, workers=1, index=index)
     use.files_cached = len(found.files) - len(again) + index.hits
     use.files_resumed, use.files_parsed = index.resumed, index.parsed
+    use.notice = index.notice()
     records = {p: r for p, r in old.items() if p in by_path and r["group"] not in groups}
     records.update(_records(results))
     fresh = frames.build_corpus(results)

@@ -123,7 +123,11 @@ def audit(
 
     from ctxtool.loading import load_corpus
 
-    corpus, _ = load_corpus(paths or [str(root) for root in default_roots()], subagents=subagents, cache=True)
+    corpus, use = load_corpus(
+        paths or [str(root) for root in default_roots()], subagents=subagents, cache=True
+    )
+    if use.notice:
+        print(f"notice: {use.notice}", file=sys.stderr)
     for warning in frames.read_warnings(corpus):
         _warn(warning)
     if corpus.sessions.height == 0:

@@ -57,7 +57,9 @@ def export(
     sources = [os.path.abspath(p) for p in paths] if paths else [str(root) for root in default_roots()]
     from ctxtool.loading import load_corpus
 
-    corpus, _ = load_corpus(sources, cache=True)
+    corpus, use = load_corpus(sources, cache=True)
+    if use.notice:
+        print(f"notice: {use.notice}", file=sys.stderr)
     for problem in corpus.problems:
         print(f"warning: {problem}", file=sys.stderr)
     result = ex.export_corpus(corpus, to, prompts=prompts)

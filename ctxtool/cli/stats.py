@@ -150,6 +150,8 @@ def stats(
             )
         finally:
             progress.close()
+        if cache_use.notice:
+            print(f"notice: {cache_use.notice}", file=sys.stderr)
     from ctxtool import frames
     from ctxtool import output as out
 

@@ -11,16 +11,22 @@ needs a few entries (a grown session) reads only those, and a first run writes h
 (one small file per entry cost a quarter of a second of file creation on a scan of 860 files). SQLite's
 locking keeps two runs from corrupting it; a damaged, locked or unwritable index is ignored (and rebuilt when
 it can be), never fatal. Must not import polars.
+
+The entries are data, never code: MessagePack (msgspec) decoded into the typed ``Entry`` only, so a cache
+restored from elsewhere (a CI cache shared across branches, another user's folder) cannot run anything when
+it is read. An entry that does not decode into that type (another version's, a damaged or a foreign one) is
+ignored, the file read again, and the run says so once (``FileIndex.notices``).
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ctxtool.session import stamp
 from ctxtool.session.columns import FileColumns
@@ -43,6 +49,10 @@ class Entry:
     columns: FileColumns
 
 
+_encode_entry = msgspec.msgpack.Encoder().encode
+_decode_entry = msgspec.msgpack.Decoder(Entry).decode
+
+
 class FileIndex:
     """Per-file results of earlier reads, in ``<root>/index/<reader version>.sqlite``."""
 
@@ -53,6 +63,8 @@ class FileIndex:
         self._pending: dict[str, bytes | None] = {}
         self._db: sqlite3.Connection | None = None
         self._opened = False
+        self.unusable = 0  # entries that did not decode (another version's, damaged, foreign): read again
+        self.rebuilt = False  # the database itself was not one and was replaced
 
     def _connect(self, *, create: bool) -> sqlite3.Connection | None:
         """The database, opened once; with ``create``, made (or remade, if damaged) when it must be."""
@@ -75,6 +87,7 @@ class FileIndex:
                 db.execute(_SCHEMA)
             except (OSError, sqlite3.Error):
                 return None
+            self.rebuilt = True
         except OSError:
             return None
         self._db = db
@@ -86,21 +99,29 @@ class FileIndex:
             return None
         try:
             row = db.execute("SELECT entry FROM entries WHERE path = ?", (path,)).fetchone()
-            loaded = pickle.loads(row[0]) if row is not None else None
-        except (
-            sqlite3.Error,
-            pickle.UnpicklingError,
-            EOFError,
-            AttributeError,
-            ImportError,
-            TypeError,
-            ValueError,
-            IndexError,
-        ):
+        except sqlite3.Error:
             return None
-        if not isinstance(loaded, Entry) or loaded.columns.path != path:
+        if row is None:
+            return None
+        try:
+            loaded = _decode_entry(row[0]) if isinstance(row[0], bytes) else None
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError):
+            loaded = None
+        if loaded is None or loaded.columns.path != path:
+            self.unusable += 1
             return None
         return loaded
+
+    def notice(self) -> str | None:
+        """One line for the user when the index held something it could not use (it is rebuilt), else None."""
+        if self.rebuilt:
+            return f"the index at {self.path} was not a usable database; it was rebuilt"
+        if self.unusable:
+            return (
+                f"{self.unusable} index entr{'y' if self.unusable == 1 else 'ies'} in {self.path} could not "
+                "be used (another ctxtool version's, damaged, or not ctxtool's); those files were read again"
+            )
+        return None
 
     def lookup(self, sp: SessionPath, st: os.stat_result) -> tuple[FileColumns | None, FileColumns | None]:
         """(the cached result when the file is unchanged, an earlier result to resume from when it grew)."""
@@ -179,7 +200,7 @@ def entry_bytes(fc: FileColumns, st: os.stat_result | None) -> bytes | None:
     """The index entry of ``fc`` read from a file whose stat before reading was ``st`` (None: no entry)."""
     if st is None or fc.error:
         return None
-    return pickle.dumps(Entry(st.st_size, st.st_mtime_ns, fc), protocol=pickle.HIGHEST_PROTOCOL)
+    return _encode_entry(Entry(st.st_size, st.st_mtime_ns, fc))
 
 
 def clear(root: Path) -> int:
