@@ -435,7 +435,8 @@ def compact_table(
     reports: Sequence[Mapping[str, Any]], *, title: str = "ctxtool compact", plan: bool = False
 ) -> Table:
     """One row per session of ``ctxtool compact``: status, tokens before → after, messages summarised /
-    kept, fact retention (paths, commands, errors, directives) and where the result went. ``plan`` (a dry
+    kept, fact retention (user requests, paths, commands, errors, directives: kept verbatim) and where the
+    result went. ``plan`` (a dry
     run) adds the threshold, the split turn and the number of tool outputs the budget would cut."""
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     rows: list[tuple[Any, ...]] = []
@@ -447,7 +448,7 @@ def compact_table(
         summarised, kept = r.get("messages_summarised"), r.get("messages_kept")
         msgs = "–" if summarised is None else f"{summarised}/{kept}"
         retention = r.get("retention") or {}
-        kinds = ("paths", "commands", "errors", "directives")
+        kinds = ("requests", "paths", "commands", "errors", "directives")
         facts = "/".join(_retention_cell(retention.get(k)) for k in kinds)
         if not retention:
             facts = "–"
@@ -467,7 +468,7 @@ def compact_table(
                 str(len(r.get("tool_outputs_truncated") or [])),
             ]
         rows.append((name, styled, tokens, msgs, facts, *extra, where))
-    headers = ["status", "tokens", "msgs sum/kept", "kept facts p/c/e/d"]
+    headers = ["status", "tokens", "msgs sum/kept", "kept facts r/p/c/e/d"]
     if plan:
         headers += ["threshold", "split", "cut outputs"]
     # The short columns are never cut (a status or a count with an ellipsis is useless); session and
@@ -509,7 +510,7 @@ def compare_table(rows: Sequence[Mapping[str, Any]], *, title: str = "ctxtool co
     table.add_column("tokens", justify="right", no_wrap=True)
     table.add_column("cut", justify="right", no_wrap=True)
     table.add_column("kept", justify="right", no_wrap=True)
-    table.add_column("facts p/c/e/d", justify="right", no_wrap=True)
+    table.add_column("facts r/p/c/e/d", justify="right", no_wrap=True)
     table.add_column("time", justify="right", no_wrap=True)
     for r in rows:
         name = str(r.get("session", "")).rsplit("/", 1)[-1]
@@ -523,7 +524,7 @@ def compare_table(rows: Sequence[Mapping[str, Any]], *, title: str = "ctxtool co
         kept = "–" if r.get("messages_kept") is None else str(r["messages_kept"])
         facts = "/".join(
             "–" if r.get(f"{k}_retention") is None else f"{float(r[f'{k}_retention']):.0f}%"
-            for k in ("paths", "commands", "errors", "directives")
+            for k in ("requests", "paths", "commands", "errors", "directives")
         )
         seconds = r.get("seconds")
         took = "–" if seconds is None else f"{float(seconds):.2f}s"

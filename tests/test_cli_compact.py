@@ -57,7 +57,7 @@ def test_json_report_and_default_output_dir(data: Path, capsys: pytest.CaptureFi
     assert row["deterministic"] is True
     for key in ("tokens_before", "tokens_after", "split_index", "messages_summarised", "messages_kept"):
         assert isinstance(row[key], int)
-    assert set(row["retention"]) == {"paths", "commands", "errors", "directives"}
+    assert set(row["retention"]) == {"requests", "paths", "commands", "errors", "directives"}
     assert row["env_synthesized"] is True
     expected = Path.cwd() / "ctxtool-compacted" / "ctxdemo" / "chats" / COMPRESSION_FIXTURE
     assert Path(row["output_path"]).resolve() == expected.resolve()

@@ -125,7 +125,7 @@ def test_compression_fixture_round_trip(project: Path) -> None:
     assert report.threshold_tokens == report.recorded_prompt_tokens == 24000
     assert report.output_path == str(project.parents[2] / "out" / "ctxdemo" / "chats" / COMPRESSION_FIXTURE)
     assert report.retention is not None
-    assert set(report.retention) == {"paths", "commands", "errors", "directives"}
+    assert set(report.retention) == {"requests", "paths", "commands", "errors", "directives"}
 
 
 @pytest.mark.parametrize(

@@ -7,14 +7,17 @@ from typing import Any
 import pytest
 
 from ctxtool.compress.facts import (
+    HEAD_CHARS,
     CommandFact,
     Facts,
     TodoFact,
     error_key,
     extract_facts,
+    first_line,
     history_text,
     path_forms,
     paths_in_text,
+    request_text,
     retention,
 )
 
@@ -137,13 +140,28 @@ def test_paths_from_arguments_user_text_and_attachments_in_order() -> None:
     assert how["src/config/loader.py"] == "mentioned"
 
 
-def test_commands_are_normalised_deduplicated_with_latest_outcome() -> None:
+def test_commands_are_verbatim_deduplicated_with_latest_outcome() -> None:
+    """A command is kept as the agent wrote it (spacing and line breaks are part of it): two spellings are
+    two commands; a repeated command is listed once, at its first run, with its latest outcome."""
     facts = extract_facts(HISTORY)
     assert facts.commands == (
-        CommandFact("poetry run pytest -x", "exit 0"),
+        CommandFact("poetry   run pytest\n -x", "exit 1"),
         CommandFact("ls", "exit 0"),
         CommandFact("rm -rf build", "cancelled"),
+        CommandFact("poetry run pytest -x", "exit 0"),
     )
+
+
+def test_user_requests_are_what_the_user_typed_in_order() -> None:
+    facts = extract_facts(HISTORY)
+    assert facts.requests == (
+        "Please migrate the config loader in `src/config/loader.py`. Never edit generated/schema_pb2.py! "
+        "Use poetry for installs. What do you think?",
+        "Don't touch the CI files.",
+    )
+    long = "word " * 100
+    assert request_text(long) == ("word " * 60).rstrip() + "…"
+    assert request_text("x" * 400) == "x" * 340 + "…"  # no space in reach: cut 40 past the head
 
 
 def test_errors_are_precise() -> None:
@@ -156,7 +174,7 @@ def test_errors_are_precise() -> None:
     ]
     # File content that mentions errors, and "error_log.txt" in a successful listing, are not errors.
     assert not any("file content" in m or "error_log" in m for m in messages)
-    assert facts.errors[0].subject == "poetry run pytest -x"
+    assert facts.errors[0].subject == "poetry   run pytest\n -x"
     assert facts.errors[2].tool == "write_file"
 
 
@@ -221,23 +239,18 @@ def test_paths_in_text(text: str, expected: list[str]) -> None:
     assert paths_in_text(text) == expected
 
 
-def test_error_key_is_a_distinctive_head() -> None:
+def test_error_key_is_the_verbatim_head() -> None:
     short = "File not found: a.py"
     assert error_key(short) == short
-    long = (
-        "Failed to edit, 0 occurrences found for old_string in /home/u/project/module.py. Ensure you're not"
-    )
-    key = error_key(long)
-    assert 24 <= len(key) <= 80
-    assert long.startswith(key)
-    assert not key.endswith(" ")
-    assert error_key("x" * 200) == "x" * 80
+    assert error_key("x" * 500) == "x" * HEAD_CHARS
+    assert error_key("  two  spaces\tand a tab  ") == "  two  spaces\tand a tab  "
+    assert first_line("\x1b[31m\n  Error: boom  \nsecond line") == "Error: boom"
 
 
 def test_path_forms() -> None:
     assert path_forms("/a/b/c.py") == ("/a/b/c.py", "b/c.py", "b\\c.py")
-    assert path_forms("README.md") == ("readme.md",)
-    assert path_forms("C:\\x.txt") == ("c:\\x.txt",)
+    assert path_forms("README.md") == ("README.md",)
+    assert path_forms("C:\\x.txt") == ("C:\\x.txt",)
 
 
 def make_facts(**kinds: tuple[str, ...]) -> Facts:
@@ -252,22 +265,24 @@ def make_facts(**kinds: tuple[str, ...]) -> Facts:
     )
 
 
-def test_retention_arithmetic_and_normalisation() -> None:
+def test_retention_is_verbatim() -> None:
     facts = make_facts(
         paths=("/repo/src/app.py", "/repo/lib/util.py", "/repo/x/y/z.md", "notes.txt"),
-        commands=("npm test -- --watch", "git push origin main"),
+        commands=("npm test -- --watch", "git push origin main && echo done"),
         directives=("Never push to main.", "Use pnpm"),
     )
     text = (
-        "Edited SRC/app.py; ran `npm   test --\n--watch` &amp; said: never push to MAIN! also /repo/x/y/z.md"
+        "Edited src/app.py and SRC/util.py; ran npm test -- --watch and `git push origin main &amp;&amp; echo"
+        " done`; said: never push to MAIN! also /repo/x/y/z.md"
     )
     kept = retention(facts, text)
     assert kept.paths.kept == ("/repo/src/app.py", "/repo/x/y/z.md")
     assert kept.paths.lost == ("/repo/lib/util.py", "notes.txt")
     assert kept.paths.percent == 50.0
+    # An escaped command is not the command; a re-cased directive is not the directive.
     assert kept.commands.kept == ("npm test -- --watch",)
     assert kept.commands.percent == 50.0
-    assert kept.directives.kept == ("Never push to main.",)
+    assert kept.directives.kept == ()
     assert kept.errors.percent is None
     assert kept.percent("errors") is None
     assert kept.as_dict()["paths"] == {
@@ -276,8 +291,8 @@ def test_retention_arithmetic_and_normalisation() -> None:
         "percent": 50.0,
         "lost": ["/repo/lib/util.py", "notes.txt"],
     }
-    # Several texts are joined; XML entities are decoded before matching.
-    kept_two = retention(facts, ["git push origin main", "use &lt;pnpm&gt; Use pnpm"])
+    # Several texts are joined; nothing is decoded or normalised before matching.
+    kept_two = retention(facts, ["git push origin main && echo done", "use &lt;pnpm&gt; Use pnpm"])
     assert kept_two.commands.percent == 50.0
     assert kept_two.directives.kept == ("Use pnpm",)
 
@@ -285,7 +300,7 @@ def test_retention_arithmetic_and_normalisation() -> None:
 def test_the_history_itself_keeps_every_fact() -> None:
     facts = extract_facts(HISTORY)
     kept = retention(facts, history_text(HISTORY))
-    for kind in ("paths", "commands", "errors", "directives"):
+    for kind in ("requests", "paths", "commands", "errors", "directives"):
         assert kept.kind(kind).lost == (), kind
     assert retention(facts, "").paths.percent == 0.0
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 
 from ctxtool.compress.facts import FACT_KINDS, extract_facts, retention
-from ctxtool.compress.offline import SECTIONS, OfflineSummarizer, previous_snapshot, xml_text
+from ctxtool.compress.offline import SECTIONS, OfflineSummarizer, previous_snapshot, snapshot_text
 from ctxtool.compress.summarizer import ModelCall, Summarizer
 from ctxtool.errors import UsageError
 
@@ -84,8 +83,15 @@ def snapshot_of(history: list[dict[str, Any]], budget: int = 2000) -> str:
     return OfflineSummarizer(token_budget=budget).summarize(history)
 
 
-def parse(snapshot: str) -> ET.Element:
-    return ET.fromstring(snapshot)
+def section(snapshot: str, tag: str) -> str:
+    """The text of one section (the snapshot is text for a model, not XML: facts are not escaped)."""
+    found = re.search(rf"<{tag}>\n(.*?)</{tag}>", snapshot, re.DOTALL)
+    assert found is not None, tag
+    return found.group(1)
+
+
+def tags(snapshot: str) -> list[str]:
+    return re.findall(r"^<([a-z_]+)>$", snapshot, re.MULTILINE)
 
 
 def test_protocol_and_identity() -> None:
@@ -94,28 +100,45 @@ def test_protocol_and_identity() -> None:
     assert summarizer.deterministic is True
 
 
-def test_snapshot_has_every_section_and_is_well_formed_xml() -> None:
+def test_snapshot_has_every_section_and_quotes_facts_verbatim() -> None:
     text = snapshot_of(HISTORY)
-    root = parse(text)
-    assert root.tag == "state_snapshot"
-    assert [child.tag for child in root] == list(SECTIONS)
-    assert "<!-- generated offline by ctxtool" in text
-    # Text with < and & is escaped on the way out and comes back intact through the XML parser.
-    constraints = root.findtext("active_constraints") or ""
-    assert "Always keep <tags> & entities intact." in constraints
-    assert "Never touch vendor/lib.js" in constraints
-    actions = root.findtext("recent_actions") or ""
-    assert "\n$ uv run pytest -q tests/test_parse.py [exit 1]\n" in actions
-    knowledge = root.findtext("key_knowledge") or ""
-    assert "AssertionError: expected <a> & got <b>" in knowledge
-    assert "replace: Failed to edit, 0 occurrences found" in knowledge
-    assert "/repo/src/parse.py" in (root.findtext("artifact_trail") or "")
-    task = root.findtext("task_state") or ""
+    assert text.startswith("<state_snapshot>\n<!-- generated offline by ctxtool, no model, facts verbatim")
+    assert text.endswith("\n</state_snapshot>")
+    assert tags(text) == ["state_snapshot", *SECTIONS]
+    # What the user asked comes first, verbatim (no escaping of < and &).
+    requests = section(text, "user_requests")
+    assert (
+        "- Fix the failing parser in `src/parse.py`. Always keep <tags> & entities intact. "
+        "Never touch vendor/lib.js. Use uv run." in requests
+    )
+    assert "Never touch vendor/lib.js" in section(text, "active_constraints")
+    # Commands keep their spacing; errors their first line, with the tool and what it was about.
+    assert "\n$ uv run pytest -q  tests/test_parse.py [exit 1]\n" in section(text, "recent_actions")
+    knowledge = section(text, "key_knowledge")
+    assert (
+        "- run_shell_command (uv run pytest -q  tests/test_parse.py): AssertionError: expected <a> & got <b>"
+        in knowledge
+    )
+    assert "- replace: Failed to edit, 0 occurrences found for old_string in /repo/src/parse.py." in knowledge
+    assert "/repo/src/parse.py" in section(text, "artifact_trail")
+    task = section(text, "task_state")
     assert "[DONE] reproduce the failure" in task
     assert "[IN PROGRESS] fix parse()" in task
-    goal = (root.findtext("overall_goal") or "").strip()
-    assert goal.startswith("Fix the failing parser")
+    assert section(text, "overall_goal").strip().startswith("Fix the failing parser")
     assert "Never trust this turn" not in text
+    assert not any(entity in text for entity in ("&amp;", "&lt;", "&gt;"))
+
+
+def test_only_a_literal_closing_tag_is_guarded() -> None:
+    history = [
+        user("Print the tag: echo '</state_snapshot>' && echo done"),
+        model(call("run_shell_command", {"command": "echo '</state_snapshot>' && echo done"}, "t1")),
+        response("run_shell_command", "t1", output="Output: </state_snapshot>\ndone"),
+    ]
+    text = snapshot_of(history)
+    assert text.count("</state_snapshot>") == 1
+    assert text.endswith("</state_snapshot>")
+    assert "$ echo '<\\/state_snapshot>' && echo done" in text
 
 
 def test_small_history_keeps_every_fact() -> None:
@@ -127,7 +150,7 @@ def test_small_history_keeps_every_fact() -> None:
 
 
 def test_output_is_byte_identical_for_the_same_input() -> None:
-    first = snapshot_of(HISTORY)
+    first = OfflineSummarizer().summarize(HISTORY)
     again = OfflineSummarizer().summarize(json.loads(json.dumps(HISTORY)))
     assert first.encode() == again.encode()
 
@@ -178,31 +201,47 @@ def big_history(n: int) -> list[dict[str, Any]]:
     return history
 
 
-@pytest.mark.parametrize("budget", [100, 400, 2000])
+@pytest.mark.parametrize("budget", [250, 400, 2000])
 def test_budget_is_respected(budget: int) -> None:
     history = big_history(120)
     text = snapshot_of(history, budget)
     assert len(text) <= budget * 4
-    parse(text)
-    assert [child.tag for child in parse(text)] == list(SECTIONS)
+    assert tags(text) == ["state_snapshot", *SECTIONS]
 
 
-def test_budget_is_shared_between_kinds_and_prose_goes_first() -> None:
+def test_a_tight_budget_keeps_requests_and_drops_read_paths_first_and_says_so() -> None:
     history = big_history(120)
     facts = extract_facts(history)
+    assert len(facts.requests) == 121
     assert len(facts.paths) == 120
     assert len(facts.commands) == 120
     assert len(facts.errors) == 120
-    assert len(facts.directives) == 122
-    kept = retention(facts, snapshot_of(history, 2000))
-    shares = [kept.percent(kind) or 0.0 for kind in FACT_KINDS]
-    # Everything cannot fit in 8000 characters, but no kind is starved for the others.
-    assert max(shares) < 100.0
-    assert min(shares) > 15.0
-    roomy = retention(facts, snapshot_of(history, 40_000))
-    assert all(roomy.percent(kind) == 100.0 for kind in FACT_KINDS)
-    assert "latest tool calls:" in snapshot_of(history, 40_000)
-    assert "latest tool calls:" not in snapshot_of(history, 2000)
+    text = snapshot_of(history, 2000)
+    kept = retention(facts, text)
+    # User requests go last: all of them fit and are kept; paths only read are the first to go, then the
+    # failed commands and the older errors (the newest are kept).
+    assert kept.percent("requests") == 100.0
+    assert kept.percent("paths") == 0.0
+    assert facts.errors[-1].message in text
+    assert facts.errors[0].message not in text
+    assert "left out for the size budget: " in text
+    assert "120 paths only read" in text
+    roomy = snapshot_of(history, 40_000)
+    assert all(retention(facts, roomy).percent(kind) == 100.0 for kind in FACT_KINDS)
+    assert "left out" not in roomy
+    assert "latest tool calls:" in roomy
+
+
+def test_the_default_budget_is_a_tenth_of_the_span() -> None:
+    from ctxtool.compress.gemini_cli import estimate_token_count
+    from ctxtool.compress.offline import SMALL_SPAN_BUDGET
+
+    history = big_history(400)
+    span = estimate_token_count([p for c in history for p in c["parts"]])
+    summarizer = OfflineSummarizer()
+    assert summarizer.budget_tokens(history) == max(SMALL_SPAN_BUDGET, span // 10)
+    assert len(summarizer.summarize(history)) <= summarizer.budget_tokens(history) * 4
+    assert summarizer.budget_tokens(HISTORY) == SMALL_SPAN_BUDGET
 
 
 def test_common_directory_is_named_once() -> None:
@@ -224,16 +263,15 @@ def test_anchored_history_integrates_the_previous_snapshot() -> None:
     assert prev is not None
     assert prev["overall_goal"][0].startswith("Fix the failing parser")
     second = snapshot_of(later)
-    root = parse(second)
-    assert (root.findtext("overall_goal") or "").strip().startswith("Fix the failing parser")
-    constraints = root.findtext("active_constraints") or ""
+    assert section(second, "overall_goal").strip().startswith("Fix the failing parser")
+    constraints = section(second, "active_constraints")
     assert "Never touch vendor/lib.js" in constraints  # carried from the previous snapshot
     assert "Don't bump the version." in constraints  # new
     assert "/repo/src/parse.py" in second  # earlier artifact carried
-    assert "uv run pytest -q tests/test_parse.py" in second  # earlier command carried
+    assert "uv run pytest -q  tests/test_parse.py" in second  # earlier command carried, verbatim
     assert "\n$ git diff --stat\n" in second
-    assert "docs/CHANGELOG.md" in (root.findtext("file_system_state") or "")
-    assert "[IN PROGRESS] fix parse()" in (root.findtext("task_state") or "")
+    assert "docs/CHANGELOG.md" in section(second, "file_system_state")
+    assert "[IN PROGRESS] fix parse()" in section(second, "task_state")
     assert "merges the previous snapshot" in second
     # The snapshot text itself is not mistaken for user directives.
     assert not any("state_snapshot" in d for d in extract_facts(later).directives)
@@ -253,10 +291,10 @@ def test_probe_returns_the_previous_summary_unchanged() -> None:
     summary = ModelCall(
         kind="summary", model="gemini-2.5-flash", system_instruction="", contents=[], history=HISTORY
     )
-    assert summarizer.generate(summary) == snapshot_of(HISTORY)
+    assert summarizer.generate(summary) == OfflineSummarizer().summarize(HISTORY)
 
 
-def test_control_characters_are_dropped_so_the_xml_parses() -> None:
+def test_terminal_colour_codes_are_dropped_from_errors() -> None:
     history = [
         user("Run the build."),
         model(call("run_shell_command", {"command": "make"}, "m1")),
@@ -267,12 +305,12 @@ def test_control_characters_are_dropped_so_the_xml_parses() -> None:
         ),
     ]
     text = snapshot_of(history)
-    parse(text)
-    assert "missing" in text
+    assert "error: missing \x00 target" in text
+    assert "\x1b" not in section(text, "key_knowledge")
 
 
 def test_too_small_budget_is_a_usage_error() -> None:
-    with pytest.raises(UsageError, match="at least 100"):
+    with pytest.raises(UsageError, match="at least 250"):
         OfflineSummarizer(token_budget=10)
     with pytest.raises(UsageError, match="chars_per_token"):
         OfflineSummarizer(chars_per_token=0)
@@ -400,8 +438,8 @@ def real_histories() -> list[tuple[str, list[dict[str, Any]]]]:
 
 def commands_ceiling(summarizer: OfflineSummarizer, history: list[dict[str, Any]]) -> int:
     """How many commands of a history could survive if the whole budget went to command lines alone."""
-    room = summarizer.max_chars - len(summarizer.summarize([])) - 80
-    costs = sorted(len(xml_text("$ " + c.command)) + 1 for c in extract_facts(history).commands)
+    room = summarizer.budget_tokens(history) * 4 - len(summarizer.summarize([])) - 80
+    costs = sorted(len(snapshot_text("$ " + c.command)) + 1 for c in extract_facts(history).commands)
     fitted = 0
     for cost in costs:
         if cost > room:
@@ -430,8 +468,7 @@ def real_figures() -> RealFigures:
     rows = []
     for name, history in real_histories():
         snapshot = summarizer.summarize(history)
-        assert len(snapshot) <= summarizer.max_chars, name
-        ET.fromstring(snapshot)
+        assert len(snapshot) <= summarizer.budget_tokens(history) * 4, name
         assert snapshot == summarizer.summarize(history), name
         measured = retention(extract_facts(history), snapshot)
         cells = []
@@ -463,10 +500,45 @@ def test_real_sessions_retention(capsys: pytest.CaptureFixture[str]) -> None:
         )
         print(f"commands ceiling (whole budget spent on commands alone): {figures.commands_ceiling:.1f}%")
     assert set(percent) == set(FACT_KINDS)
-    assert percent["paths"] >= 95.0
-    assert percent["errors"] >= 90.0
+    assert percent["paths"] >= 98.0
+    assert percent["errors"] >= 95.0
     assert percent["directives"] >= 90.0
-    assert percent["commands"] >= 95.0  # the issue's target, at the default budget
+    assert percent["commands"] >= 95.0
+    assert percent["requests"] >= 95.0
+
+
+@needs_real_sessions
+def test_the_eight_largest_real_sessions_keep_every_kind_verbatim() -> None:
+    """Issue 12's targets: over the 8 largest real sessions, the offline snapshot of the first 70% keeps
+    paths >= 98%, commands, errors and user requests >= 95%, verbatim; each snapshot is at most 10% of its
+    span (Gemini CLI's estimate); no XML entity appears unless the span had it."""
+    from ctxtool.compress.gemini_cli import estimate_token_count
+
+    largest = {p.name for p in sorted(REAL_SESSIONS.glob("*.json*"), key=lambda p: -p.stat().st_size)[:8]}
+    summarizer = OfflineSummarizer()
+    kept = dict.fromkeys(FACT_KINDS, 0)
+    total = dict.fromkeys(FACT_KINDS, 0)
+    seen = 0
+    for name, history in real_histories():
+        if name not in largest:
+            continue
+        seen += 1
+        snapshot = summarizer.summarize(history)
+        span = estimate_token_count([p for c in history for p in c["parts"]])
+        assert estimate_token_count([{"text": snapshot}]) <= span * 0.10, name
+        source = json.dumps(history, ensure_ascii=False)
+        for entity in ("&amp;", "&lt;", "&gt;"):
+            assert entity not in snapshot or entity in source, (name, entity)
+        measured = retention(extract_facts(history), snapshot)
+        for kind in FACT_KINDS:
+            kept[kind] += len(measured.kind(kind).kept)
+            total[kind] += measured.kind(kind).total
+    assert seen == 8
+    share = {k: 100.0 * kept[k] / total[k] for k in FACT_KINDS if total[k]}
+    assert share["paths"] >= 98.0
+    assert share["commands"] >= 95.0
+    assert share["errors"] >= 95.0
+    assert share["requests"] >= 95.0
 
 
 def test_converter_handles_jsonl_replay(tmp_path: Path) -> None:

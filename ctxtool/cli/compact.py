@@ -182,7 +182,10 @@ def compact(
         False, "--prompt-from-gemini-cli", help="Use the compression prompt of the installed Gemini CLI."
     ),
     summary_budget: int = typer.Option(
-        None, "--summary-budget", help="Offline summarizer: at most TOKENS in the summary (default 3000)."
+        None,
+        "--summary-budget",
+        help="Offline summarizer: at most TOKENS in the summary (default: 10% of the summarised span, "
+        "1000 for a short one).",
     ),
     strategy: str = typer.Option(
         "gemini-cli", "--strategy", help="Compaction strategy to replay (see the list above)."
@@ -195,6 +198,13 @@ def compact(
     ),
     instructions: str = typer.Option(
         None, "--instructions", help="Other strategies: focus text appended to their summary prompt."
+    ),
+    keep_facts: bool = typer.Option(
+        False,
+        "--keep-facts",
+        help="With --summarizer gemini: append the deterministic facts list (user requests, commands, "
+        "errors, paths; verbatim, within the offline budget) to the model's summary, so a paraphrase cannot "
+        "lose them.",
     ),
     undo: bool = typer.Option(
         False,
@@ -232,6 +242,11 @@ def compact(
         raise UsageError("--prompt-file and --prompt-from-gemini-cli exclude each other", "Pass only one")
     if summarizer == "offline" and model:
         raise UsageError("--model applies to --summarizer gemini", "Add --summarizer gemini, or drop --model")
+    if keep_facts and summarizer != "gemini":
+        raise UsageError(
+            "--keep-facts adds the facts to a model's summary; the offline summary is made of them already",
+            "Add --summarizer gemini, or drop --keep-facts",
+        )
     if summarizer == "gemini" and summary_budget is not None:
         raise UsageError(
             "--summary-budget applies to the offline summarizer", "Drop it or use --summarizer offline"
@@ -273,6 +288,10 @@ def compact(
             return GeminiSummarizer(model=model, base_url=base_url, system_prompt=system_prompt)
 
         summ = _LazySummarizer(make)
+        if keep_facts:
+            from ctxtool.compress.offline import KeepFacts
+
+            summ = KeepFacts(summ)
 
     found = discover(paths)
     sources = [sp for sp in found.files if not lib.is_backup(sp.path)]
@@ -327,8 +346,9 @@ def compact(
             progress.advance(sp.path.name)
     finally:
         progress.close()
-        if isinstance(summ, _LazySummarizer):
-            summ.close()
+        close = getattr(summ, "close", None)
+        if callable(close):
+            close()
 
     for report in reports:
         if report.error:

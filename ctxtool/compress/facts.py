@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from ctxtool.session.schema import EMPTY_RESPONSE_NUDGE_PREFIX
 
-FactKind = Literal["paths", "commands", "errors", "directives"]
-FACT_KINDS: tuple[FactKind, ...] = ("paths", "commands", "errors", "directives")
+FactKind = Literal["requests", "paths", "commands", "errors", "directives"]
+FACT_KINDS: tuple[FactKind, ...] = ("requests", "paths", "commands", "errors", "directives")
 
 # Tool-call argument names that hold one path, or a list of paths.
 _PATH_ARGS = ("file_path", "absolute_path", "path", "dir_path", "directory", "plan_filename", "notebook_path")
@@ -37,11 +37,13 @@ _SHELL_TOOLS = frozenset({"run_shell_command", "shell"})
 _TODO_TOOLS = frozenset({"write_todos"})
 _WRITE_TOOLS = frozenset({"write_file", "replace", "edit", "smart_edit", "create_file"})
 
-# Maximum length of a stored error message (the retention key is shorter still).
-ERROR_MAX_CHARS = 240
-# An error survives when this head of its whitespace-normalised message is found (or all of it if shorter).
-ERROR_KEY_MAX_CHARS = 80
-ERROR_KEY_MIN_CHARS = 24
+# A fact counts as kept when this head of it (all of it, if shorter) appears verbatim: a command, an error's
+# first line, a user request. Facts are never normalised, escaped or re-cased, neither when they are
+# written nor when they are measured.
+HEAD_CHARS = 300
+# Longest text kept of one fact (a command, an error's first line): beyond, it is cut with "…".
+ERROR_MAX_CHARS = 1000
+COMMAND_MAX_CHARS = 2000
 # A "sentence" longer than this is pasted material, not something the user typed as an instruction.
 DIRECTIVE_MAX_CHARS = 400
 _LATEST_ACTIONS = 8
@@ -95,7 +97,8 @@ class CommandFact:
 
 @dataclass(frozen=True)
 class ErrorFact:
-    """An error a tool reported. ``message`` is whitespace-normalised and at most ERROR_MAX_CHARS long."""
+    """An error a tool reported: ``message`` is its first non-empty line as the tool wrote it (without
+    terminal colour codes), at most ERROR_MAX_CHARS long."""
 
     tool: str
     message: str
@@ -139,9 +142,12 @@ class Facts:
     path_facts: tuple[PathFact, ...] = ()
     user_prompts: int = 0
     tool_calls: int = 0
+    requests: tuple[str, ...] = ()  # what the user typed, in order: the first HEAD_CHARS, cut with "…"
 
     def items(self, kind: FactKind) -> tuple[str, ...]:
         """The facts of one kind as the strings retention looks for."""
+        if kind == "requests":
+            return self.requests
         if kind == "paths":
             return self.paths
         if kind == "commands":
@@ -167,18 +173,39 @@ def unescape_xml(text: str) -> str:
     return text
 
 
-def error_key(message: str) -> str:
-    """The distinctive head of an error message that retention looks for.
+def fact_key(text: str) -> str:
+    """What must appear verbatim for a command, an error or a request to count as kept: its first
+    HEAD_CHARS characters (all of it when shorter; a request cut with "…" without that mark)."""
+    return text.removesuffix("…")[:HEAD_CHARS]
 
-    The whole normalised message when it is at most ERROR_KEY_MAX_CHARS long; otherwise its head cut back
-    to a word boundary, never shorter than ERROR_KEY_MIN_CHARS.
-    """
-    text = normalize_ws(message)
-    if len(text) <= ERROR_KEY_MAX_CHARS:
+
+def error_key(message: str) -> str:
+    """The head of an error message that retention looks for (``fact_key``)."""
+    return fact_key(message)
+
+
+def request_text(typed: str) -> str:
+    """A user request as a snapshot quotes it: verbatim, the first HEAD_CHARS characters, and past that the
+    rest of the word it cuts, then "…"."""
+    text = typed.strip()
+    if len(text) <= HEAD_CHARS:
         return text
-    head = text[:ERROR_KEY_MAX_CHARS]
-    cut = head.rfind(" ")
-    return head[:cut] if cut >= ERROR_KEY_MIN_CHARS else head
+    end = HEAD_CHARS
+    while end < len(text) and not (text[end].isspace() or text[end - 1].isspace()) and end < HEAD_CHARS + 40:
+        end += 1
+    return text[:end].rstrip() + "…"
+
+
+def _verbatim_clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def first_line(message: str) -> str:
+    """The first non-empty line of a message as written (terminal colour codes removed)."""
+    for line in _ANSI_RE.sub("", message).splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
 
 
 def _parts(content: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -715,6 +742,7 @@ def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
     prompts = 0
     calls = 0
 
+    requests: dict[str, None] = {}
     events: list[tuple[int, int, str, Any]] = []  # (content index, order, kind, payload) merged in order
     for order, (index, typed, raw) in enumerate(real_user_prompts(history)):
         events.append((index, order, "prompt", (typed, raw)))
@@ -729,6 +757,7 @@ def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
         if kind == "prompt":
             typed, raw = payload
             prompts += 1
+            requests.setdefault(request_text(typed), None)
             if not goal:
                 goal = normalize_ws(typed)
             for path in paths_in_text(typed):
@@ -746,7 +775,7 @@ def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
         subject = _subject(name, args)
         outcome = ""
         if name in _SHELL_TOOLS and isinstance(args.get("command"), str):
-            command = normalize_ws(str(args["command"]))
+            command = _verbatim_clip(str(args["command"]).strip(), COMMAND_MAX_CHARS)
             outcome, message = _shell_outcome(response) if response is not None else ("", "")
             if command:
                 commands[command] = CommandFact(command, outcome, name)  # latest outcome wins
@@ -774,6 +803,7 @@ def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
         path_facts=tuple(paths.items.values()),
         user_prompts=prompts,
         tool_calls=calls,
+        requests=tuple(requests),
     )
 
 
@@ -787,10 +817,10 @@ def _add_path(paths: _Ordered, path: str, how: str) -> None:
 
 
 def _add_error(errors: _Ordered, tool: str, message: str, subject: str) -> None:
-    clipped = _clip(message, ERROR_MAX_CHARS)
-    if len(clipped) < 4:
+    line = _verbatim_clip(first_line(message), ERROR_MAX_CHARS)
+    if len(line) < 4:
         return
-    errors.add(error_key(clipped).casefold(), ErrorFact(tool, clipped, subject))
+    errors.add(error_key(line), ErrorFact(tool, line, subject))
 
 
 def _action_text(name: str, subject: str, outcome: str) -> str:
@@ -805,7 +835,7 @@ def _first_seen_commands(
     order: dict[str, None] = {}
     for _index, name, _id, args in _iter_calls(history):
         if name in _SHELL_TOOLS and isinstance(args.get("command"), str):
-            command = normalize_ws(str(args["command"]))
+            command = _verbatim_clip(str(args["command"]).strip(), COMMAND_MAX_CHARS)
             if command:
                 order.setdefault(command, None)
     return tuple(latest[c] for c in order if c in latest)
@@ -834,6 +864,7 @@ class KindRetention:
 
 @dataclass(frozen=True)
 class Retention:
+    requests: KindRetention
     paths: KindRetention
     commands: KindRetention
     errors: KindRetention
@@ -858,10 +889,6 @@ class Retention:
         }
 
 
-def _norm_text(text: str) -> str:
-    return normalize_ws(unescape_xml(text)).casefold()
-
-
 def path_forms(path: str) -> tuple[str, ...]:
     """The forms of a path that count as keeping it: the path itself, or its parent directory name and
     base name joined by either separator. A path with a single component has only itself."""
@@ -870,38 +897,36 @@ def path_forms(path: str) -> tuple[str, ...]:
     if len(segments) >= 2 and not (len(segments) == 2 and _WIN_PATH_RE.match(path)):
         forms.append(f"{segments[-2]}/{segments[-1]}")
         forms.append(f"{segments[-2]}\\{segments[-1]}")
-    return tuple(dict.fromkeys(f.casefold() for f in forms))
+    return tuple(dict.fromkeys(forms))
 
 
-def fact_kept(kind: FactKind, fact: str, normalized_text: str) -> bool:
-    """Whether a fact survives in a text normalised by ``normalize_ws(unescape_xml(.)).casefold()``."""
+def fact_kept(kind: FactKind, fact: str, text: str) -> bool:
+    """Whether a fact survives, verbatim, in ``text`` (nothing normalised, unescaped or re-cased)."""
     if kind == "paths":
-        return any(form in normalized_text for form in path_forms(fact))
-    if kind == "commands":
-        return normalize_ws(fact).casefold() in normalized_text
-    if kind == "errors":
-        return error_key(fact).casefold() in normalized_text
-    return normalize_directive(fact) in normalized_text
+        return any(form in text for form in path_forms(fact))
+    if kind == "directives":
+        return fact.rstrip(" .!。！;；:") in text
+    return fact_key(fact) in text
 
 
 def retention(facts: Facts, text: str | Iterable[str]) -> Retention:
     """Measure which facts survive in ``text`` (or in the concatenation of several texts).
 
-    Matching is containment after normalisation: whitespace collapsed, case folded and the five XML entities
-    decoded. Paths: the exact path, or ``parent/basename`` (either separator). Commands: the whole command.
-    Errors: the distinctive head of the message (``error_key``). Directives: the whole sentence, without
-    trailing punctuation.
+    Matching is verbatim containment: nothing is normalised, unescaped or re-cased, so a fact that a summary
+    escaped (``&amp;&amp;``) or reflowed is lost. Paths: the exact path, or ``parent/basename`` (either
+    separator). Commands, errors (their first line) and user requests: the first HEAD_CHARS characters
+    (``fact_key``). Directives: the sentence as extracted, without trailing punctuation.
     """
     joined = text if isinstance(text, str) else "\n".join(text)
-    normalized = _norm_text(joined)
     per_kind: dict[str, KindRetention] = {}
     for kind in FACT_KINDS:
         kept: list[str] = []
         lost: list[str] = []
         for fact in facts.items(kind):
-            (kept if fact_kept(kind, fact, normalized) else lost).append(fact)
+            (kept if fact_kept(kind, fact, joined) else lost).append(fact)
         per_kind[kind] = KindRetention(kind, tuple(kept), tuple(lost))
     return Retention(
+        requests=per_kind["requests"],
         paths=per_kind["paths"],
         commands=per_kind["commands"],
         errors=per_kind["errors"],

@@ -31,19 +31,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxtool.compress.facts import (
-    FACT_KINDS,
     Facts,
     PathFact,
-    error_key,
     extract_facts,
     normalize_ws,
     real_user_prompts,
     unescape_xml,
 )
-from ctxtool.compress.summarizer import ModelCall
+from ctxtool.compress.summarizer import ModelCall, Summarizer
 from ctxtool.errors import UsageError
 
 SECTIONS = (
+    "user_requests",
     "overall_goal",
     "active_constraints",
     "key_knowledge",
@@ -52,22 +51,27 @@ SECTIONS = (
     "recent_actions",
     "task_state",
 )
-MIN_TOKEN_BUDGET = 100
+MIN_TOKEN_BUDGET = 250
 _GOAL_HEAD = 240
 _GOAL_MAX = 1200
 _TODO_MAX = 160
 _PROSE_LINE_MAX = 200
 
-_INVALID_XML_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# The snapshot is text for a model, not XML that anything parses: facts go in as they were written. Only
+# the closing tag is guarded (a literal one inside a fact would end the snapshot early for a reader looking
+# for it), in a form a person still reads as the tag.
+_CLOSING_TAG = "</state_snapshot>"
+_CLOSING_TAG_GUARDED = "<\\/state_snapshot>"
+# The header of a snapshot written this way; an earlier ctxtool snapshot without it escaped its facts as XML.
+VERBATIM_MARK = "facts verbatim"
 _SNAPSHOT_RE = re.compile(r"<state_snapshot>(.*?)(?:</state_snapshot>|\Z)", re.DOTALL)
 _COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
 _TODO_MARK = {"completed": "DONE", "in_progress": "IN PROGRESS", "cancelled": "CANCELLED", "pending": "TODO"}
 
 
-def xml_text(text: str) -> str:
-    """Escape text for an XML element body, dropping characters XML 1.0 cannot hold (ANSI escapes, NULs)."""
-    text = _INVALID_XML_RE.sub("", text)
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def snapshot_text(text: str) -> str:
+    """Text as it goes into a snapshot: unchanged, but for a literal ``</state_snapshot>`` (guarded)."""
+    return text.replace(_CLOSING_TAG, _CLOSING_TAG_GUARDED)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -94,6 +98,7 @@ def previous_snapshot(history: Sequence[Mapping[str, Any]]) -> dict[str, list[st
                     found = matches[-1]
     if found is None:
         return None
+    verbatim = VERBATIM_MARK in found[:400]
     body = _COMMENT_RE.sub("", found)
     sections: dict[str, list[str]] = {}
     roots = dict(re.findall(r"^\s*-\s*(\$[A-Z]) = (.+?)\s*$", body, re.MULTILINE))
@@ -103,7 +108,7 @@ def previous_snapshot(history: Sequence[Mapping[str, Any]]) -> dict[str, list[st
             continue
         lines = []
         for raw in match.group(1).splitlines():
-            line = unescape_xml(raw).strip()
+            line = (raw if verbatim else unescape_xml(raw)).strip()
             line = re.sub(r"^(?:[-*•]\s+)", "", line).strip()
             if re.match(r"^\$[A-Z] = ", line):
                 continue  # a root legend of an earlier ctxtool snapshot: its paths are expanded below
@@ -130,9 +135,9 @@ class _Item:
 
     @property
     def line(self) -> str:
-        if self.kind == "commands":
-            return xml_text(self.text)  # "$ command" needs no bullet
-        return f"- {xml_text(self.text)}"
+        if self.text.startswith("$ ") and self.kind in ("commands", "commands_ok", "carried"):
+            return snapshot_text(self.text)  # "$ command" needs no bullet
+        return f"- {snapshot_text(self.text)}"
 
     @property
     def cost(self) -> int:
@@ -210,10 +215,11 @@ class _Roots:
         return path
 
 
-# Default summary budget. On the 43 real sessions (first 70% of each summarised) 3,000 tokens keep 100% of
-# paths, errors and directives and 95.5% of commands; 2,000 kept 85.8% of commands, because some commands
-# are whole heredoc files or `python -c` scripts that only count when kept verbatim.
-DEFAULT_TOKEN_BUDGET = 3000
+# The summary budget scales with what it replaces: at most this share of the span's tokens (Gemini CLI's own
+# estimate of the summarised history), and never less than SMALL_SPAN_BUDGET (a short span's snapshot may be
+# a larger share of it: the gemini-cli replay then reports the compression as inflated and writes nothing).
+SPAN_SHARE = 0.10
+SMALL_SPAN_BUDGET = 1000
 
 
 class OfflineSummarizer:
@@ -222,8 +228,8 @@ class OfflineSummarizer:
     name = "offline"
     deterministic = True
 
-    def __init__(self, token_budget: int = DEFAULT_TOKEN_BUDGET, chars_per_token: int = 4) -> None:
-        if token_budget < MIN_TOKEN_BUDGET:
+    def __init__(self, token_budget: int | None = None, chars_per_token: int = 4) -> None:
+        if token_budget is not None and token_budget < MIN_TOKEN_BUDGET:
             raise UsageError(
                 f"offline summarizer budget {token_budget} tokens is too small",
                 f"Give at least {MIN_TOKEN_BUDGET} tokens.",
@@ -233,9 +239,14 @@ class OfflineSummarizer:
         self.token_budget = token_budget
         self.chars_per_token = chars_per_token
 
-    @property
-    def max_chars(self) -> int:
-        return self.token_budget * self.chars_per_token
+    def budget_tokens(self, history: Sequence[Mapping[str, Any]]) -> int:
+        """The fixed budget when one was given, else SPAN_SHARE of the span (SMALL_SPAN_BUDGET at least)."""
+        if self.token_budget is not None:
+            return self.token_budget
+        from ctxtool.compress.gemini_cli import estimate_token_count
+
+        span = estimate_token_count([p for c in history for p in (c.get("parts") or [])])
+        return max(SMALL_SPAN_BUDGET, int(span * SPAN_SHARE))
 
     def generate(self, call: ModelCall) -> str | None:
         """Answer a summary call with a snapshot; answer a probe with the summary it checks, unchanged."""
@@ -248,15 +259,23 @@ class OfflineSummarizer:
         previous = previous_snapshot(history)
         items = _candidate_items(facts, previous, history)
         merged = "; merges the previous snapshot" if previous is not None else ""
-        header = (
-            f"<!-- generated offline by ctxtool, no model: {len(history)} turns, "
-            f"{facts.user_prompts} prompts, {facts.tool_calls} tool calls{merged} -->"
-        )
-        chosen = _select(items, self.max_chars - len(_render(header, [])))
-        text = _render(header, chosen)
-        while len(text) > self.max_chars and chosen:
+        max_chars = self.budget_tokens(history) * self.chars_per_token
+
+        def header(left_out: Mapping[str, int]) -> str:
+            out = ", ".join(f"{n} {what}" for what, n in left_out.items() if n)
+            return (
+                f"<!-- generated offline by ctxtool, no model, {VERBATIM_MARK}: {len(history)} turns, "
+                f"{facts.user_prompts} prompts, {facts.tool_calls} tool calls{merged}"
+                + (f"; left out for the size budget: {out}" if out else "")
+                + " -->"
+            )
+
+        room = max_chars - len(_render(header(_LEFT_OUT_WIDEST), []))
+        chosen = _select(items, room)
+        text = _render(header(_left_out(items, chosen)), chosen)
+        while len(text) > max_chars and chosen:
             chosen = _drop_one(chosen)
-            text = _render(header, chosen)
+            text = _render(header(_left_out(items, chosen)), chosen)
         return text
 
 
@@ -271,12 +290,15 @@ def _candidate_items(
 
     def add(section: str, group: str, text: str, kind: str) -> None:
         nonlocal order
-        text = normalize_ws(text)
+        # Facts stay as written (a command's line breaks and spacing are part of it); prose is tidied.
+        text = text.strip() if kind in _VERBATIM_KINDS else normalize_ws(text)
         if text:
             items.append(_Item(section, group, text, order, kind))
             order += 1
 
     prev = previous or {}
+    for request in facts.requests:
+        add("user_requests", "", request, "requests")
     goal = " ".join(prev.get("overall_goal", [])) or facts.goal
     if goal:
         add("overall_goal", "", _clip(goal, _GOAL_HEAD), "core")
@@ -293,9 +315,8 @@ def _candidate_items(
             add("active_constraints", "", directive, "directives")
 
     for error in facts.errors:
-        key = error_key(error.message)
-        shown = key if key == normalize_ws(error.message) else key + " …"
-        add("key_knowledge", "errors", f"{error.tool}: {shown}", "errors")
+        about = f" ({error.subject[:120]})" if error.subject and error.subject not in error.message else ""
+        add("key_knowledge", "errors", f"{error.tool}{about}: {error.message}", "errors")
     for line in prev.get("key_knowledge", []):
         if not line.endswith(":"):
             add("key_knowledge", "carried", line, "carried")
@@ -313,8 +334,18 @@ def _candidate_items(
             add(section, "carried", roots.shorten(line), "carried")
 
     for command in facts.commands:
-        outcome = "" if command.outcome == "exit 0" else f" [{command.outcome or 'no result'}]"
-        add("recent_actions", "commands", f"$ {command.command}{outcome}", "commands")
+        ok = command.outcome == "exit 0"
+        outcome = "" if ok else f" [{command.outcome or 'no result'}]"
+        add(
+            "recent_actions",
+            "commands",
+            f"$ {command.command}{outcome}",
+            "commands" if not ok else "commands_ok",
+        )
+    new_commands = {f"$ {c.command}" for c in facts.commands}
+    for line in prev.get("recent_actions", []):
+        if line.startswith("$ ") and line.split(" [")[0] not in new_commands:
+            add("recent_actions", "carried", line, "carried")  # an earlier command, as it was quoted
     for line in prev.get("recent_actions", [])[-12:]:
         if not line.endswith(":") and not line.startswith("$ "):
             add("recent_actions", "carried", line, "prose")
@@ -336,11 +367,43 @@ def _candidate_items(
 
 def _add_path_item(add: Any, roots: _Roots, path_fact: PathFact) -> None:
     section = "artifact_trail" if path_fact.modified else "file_system_state"
-    add(section, path_fact.how, roots.shorten(path_fact.path), "paths")
+    kind = "paths" if path_fact.modified or path_fact.how not in ("read", "listed") else "paths_read"
+    add(section, path_fact.how, roots.shorten(path_fact.path), kind)
+
+
+# Kinds of items, in the order they are given room (see ``_select``), and their names in the header's
+# "left out" note. What the user asked comes first and goes last.
+_VERBATIM_KINDS = frozenset(
+    {"requests", "paths", "paths_read", "commands", "commands_ok", "errors", "directives", "carried"}
+)
+_TIERS: tuple[tuple[str, ...], ...] = (
+    ("core", "requests"),
+    ("errors", "commands", "paths", "directives"),
+    ("commands_ok",),
+    ("paths_read",),
+    ("carried",),
+    ("prose",),
+)
+_LEFT_OUT_NAMES = {
+    "requests": "user requests",
+    "errors": "errors",
+    "commands": "failed commands",
+    "commands_ok": "commands that succeeded",
+    "paths": "paths changed",
+    "paths_read": "paths only read",
+    "directives": "directives",
+}
+_LEFT_OUT_WIDEST = dict.fromkeys(_LEFT_OUT_NAMES.values(), 99999)
 
 
 def _select(items: Sequence[_Item], budget: int) -> list[_Item]:
-    """Choose the items to emit within ``budget`` characters (see the module docstring for the order)."""
+    """Choose the items to emit within ``budget`` characters.
+
+    Tier by tier (``_TIERS``): user requests and the core lines first, then errors (newest first), failed
+    commands, changed paths and directives, then the commands that succeeded, then the paths only read,
+    then lines carried from an earlier snapshot, then prose. So when the facts do not fit, what goes is, in
+    order: paths only read, commands that succeeded, older errors; user requests go last of all.
+    """
     chosen: list[_Item] = []
     used = 0
     headers: set[tuple[str, str]] = set()
@@ -350,54 +413,46 @@ def _select(items: Sequence[_Item], budget: int) -> list[_Item]:
         title = _group_header(item.section, item.group)
         return item.cost + (len(title) + 1 if title and key not in headers else 0)
 
-    def take(item: _Item) -> bool:
-        nonlocal used
-        cost = cost_with_header(item)
-        if used + cost > budget:
-            return False
-        used += cost
-        headers.add((item.section, item.group))
-        chosen.append(item)
-        return True
-
-    for item in items:
-        if item.kind == "core":
-            take(item)
-    # Facts and carried lines: round-robin by lowest share kept, cheapest first within each kind.
-    pools: dict[str, list[_Item]] = {}
-    for kind in (*FACT_KINDS, "carried"):
-        pool = sorted((i for i in items if i.kind == kind), key=lambda i: (i.cost, i.order))
-        if pool:
-            pools[kind] = pool
-    totals = {kind: len(pool) for kind, pool in pools.items()}
-    kept = dict.fromkeys(pools, 0)
-    while pools:
-        kind = min(pools, key=lambda k: (kept[k] / totals[k], _kind_rank(k)))
-        pool = pools[kind]
-        item = pool.pop(0)
-        if take(item):
-            kept[kind] += 1
-        else:
-            # Cheapest remaining does not fit: nothing else of this kind will.
-            del pools[kind]
-            continue
-        if not pool:
-            del pools[kind]
-    for item in items:
-        if item.kind == "prose":
-            take(item)
+    for tier in _TIERS:
+        pool = [i for i in items if i.kind in tier]
+        # Errors: the newest first, so the older ones are what a tight budget leaves out.
+        pool.sort(key=lambda i: -i.order if i.kind == "errors" else i.order)
+        for item in pool:
+            cost = cost_with_header(item)
+            if used + cost > budget:
+                continue
+            used += cost
+            headers.add((item.section, item.group))
+            chosen.append(item)
     return sorted(chosen, key=lambda i: i.order)
 
 
-def _kind_rank(kind: str) -> int:
-    order: tuple[str, ...] = ("directives", "errors", "commands", "paths", "carried")
-    return order.index(kind) if kind in order else len(order)
+def _left_out(items: Sequence[_Item], chosen: Sequence[_Item]) -> dict[str, int]:
+    """How many facts of each kind the budget left out (for the snapshot's own header)."""
+    kept = {id(i) for i in chosen}
+    out: dict[str, int] = {}
+    for item in items:
+        name = _LEFT_OUT_NAMES.get(item.kind)
+        if name is not None and id(item) not in kept:
+            out[name] = out.get(name, 0) + 1
+    return out
 
 
 def _drop_one(chosen: list[_Item]) -> list[_Item]:
     """Remove the least important, most expensive item (used only if rendering overshoots the estimate)."""
-    rank = {"prose": 0, "carried": 1, "paths": 2, "commands": 2, "errors": 2, "directives": 2, "core": 3}
-    victim = min(chosen, key=lambda i: (rank.get(i.kind, 2), -i.cost, -i.order))
+    rank = {
+        "prose": 0,
+        "carried": 1,
+        "paths_read": 2,
+        "commands_ok": 3,
+        "paths": 4,
+        "commands": 4,
+        "errors": 4,
+        "directives": 4,
+        "requests": 6,
+        "core": 5,
+    }
+    victim = min(chosen, key=lambda i: (rank.get(i.kind, 4), -i.cost, -i.order))
     return [i for i in chosen if i is not victim]
 
 
@@ -410,7 +465,7 @@ def _render(header: str, chosen: Sequence[_Item]) -> str:
         lines.append(f"<{section}>")
         section_items = by_section[section]
         if section == "overall_goal":
-            lines.extend(xml_text(i.text) for i in section_items)
+            lines.extend(snapshot_text(i.text) for i in section_items)
         else:
             group_order: list[str] = []
             for item in section_items:
@@ -431,4 +486,53 @@ def _ordered_groups(section: str, present: Sequence[str]) -> list[str]:
     return [g for g in preferred if g in present] + [g for g in present if g not in preferred]
 
 
-__all__ = ["MIN_TOKEN_BUDGET", "SECTIONS", "OfflineSummarizer", "previous_snapshot", "xml_text"]
+# ----------------------------------------------------------------------------------------- --keep-facts
+
+_FACTS_BLOCK_RE = re.compile(r"\n?<verbatim_facts>.*?</verbatim_facts>\n?", re.DOTALL)
+
+
+def with_facts(summary: str, history: Sequence[Mapping[str, Any]], offline: OfflineSummarizer) -> str:
+    """``summary`` (a model's), then the deterministic facts of ``history`` in a ``<verbatim_facts>`` block
+    inside its ``<state_snapshot>``: what a paraphrasing model might lose (requests, commands, errors,
+    paths) stays verbatim. A block the model echoed back (the probe sees the first answer) is replaced."""
+    facts = offline.summarize(history)
+    body = facts.removeprefix("<state_snapshot>\n").removesuffix("\n</state_snapshot>")
+    block = f"<verbatim_facts>\n{body}\n</verbatim_facts>"
+    text = _FACTS_BLOCK_RE.sub("\n", summary).rstrip()
+    if text.endswith(_CLOSING_TAG):
+        return f"{text[: -len(_CLOSING_TAG)].rstrip()}\n{block}\n{_CLOSING_TAG}"
+    return f"{text}\n{block}"
+
+
+class KeepFacts:
+    """``--summarizer gemini --keep-facts``: each answer of the model, with the deterministic facts list of
+    the summarised span appended (``with_facts``), so a summary that paraphrases cannot lose them."""
+
+    deterministic = False
+
+    def __init__(self, inner: Summarizer, offline: OfflineSummarizer | None = None) -> None:
+        self.inner = inner
+        self.offline = offline or OfflineSummarizer()
+        self.name = f"{inner.name}+facts"
+
+    def generate(self, call: ModelCall) -> str | None:
+        answer = self.inner.generate(call)
+        if answer is None or not answer.strip():
+            return answer  # an empty summary stays empty: the replay reports it as Gemini CLI would
+        return with_facts(answer, call.history, self.offline)
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+
+__all__ = [
+    "MIN_TOKEN_BUDGET",
+    "SECTIONS",
+    "KeepFacts",
+    "OfflineSummarizer",
+    "previous_snapshot",
+    "snapshot_text",
+    "with_facts",
+]
