@@ -32,6 +32,7 @@ and id generator, the same input gives the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import uuid
@@ -41,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from ctxtool import interrupt
 from ctxtool.compress import gemini_cli as g
 from ctxtool.compress.facts import extract_facts, history_text, retention
 from ctxtool.compress.offline import OfflineSummarizer
@@ -541,22 +543,25 @@ def compact_session(
     if opts.dry_run:
         return report
 
-    for saved in result.truncated_outputs:
-        atomic_write(Path(saved.path), saved.text.encode("utf-8", "surrogatepass"))
-    return _write_compacted(
-        report,
-        session,
-        era,
-        out_messages,
-        sp.path,
-        target,
-        data,
-        stamp,
-        dest,
-        now,
-        new_session_id,
-        before_replace,
-    )
+    # The writes complete together or leave nothing: a signal waits for the end of the block
+    # (ctxtool.interrupt), and an error removes what the block had written (tool outputs, their folder).
+    with interrupt.deferred(), _Written() as written:
+        for saved in result.truncated_outputs:
+            written.write(Path(saved.path), saved.text.encode("utf-8", "surrogatepass"))
+        return _write_compacted(
+            report,
+            session,
+            era,
+            out_messages,
+            sp.path,
+            target,
+            data,
+            stamp,
+            dest,
+            now,
+            new_session_id,
+            before_replace,
+        )
 
 
 # The key ctxtool adds to the ``$set`` record it appends for ``--in-place`` (Gemini CLI merges unknown
@@ -594,10 +599,17 @@ def _write_compacted(
         assert stamp is not None
         mark = {"at": ts, "strategy": report.strategy, "summarizer": report.summarizer}
         if session.era == "jsonl":
-            report.backup_path = str(write_backup(source, data, now))
+            backup = write_backup(source, data, now)
             head = data if data.endswith(b"\n") or not data else data + b"\n"
             record = {"$set": {"messages": copies, "lastUpdated": ts, COMPACTION_MARK: mark}}
-            replace_checked(source, head + stringify(record) + b"\n", stamp, before_replace=before_replace)
+            try:
+                replace_checked(
+                    source, head + stringify(record) + b"\n", stamp, before_replace=before_replace
+                )
+            except BaseException:
+                backup.unlink(missing_ok=True)  # nothing changed: no backup of it either
+                raise
+            report.backup_path = str(backup)
         else:
             beside = source.with_suffix(".jsonl")
             mark["created"] = beside.name
@@ -620,14 +632,58 @@ def _write_compacted(
         metadata["summary"] = compacted_title(session)
         report.session_id = new_session_id
     payload = session_bytes(era, metadata, copies)
-    atomic_write(
-        target,
-        payload,
-        exclusive=dest.mode == "new-session" or dest.out_file is not None,
-        like=source if dest.mode == "new-session" else None,  # beside the original: its privacy
-    )
+    created = _missing_dirs(target.parent)
+    try:
+        atomic_write(
+            target,
+            payload,
+            exclusive=dest.mode == "new-session" or dest.out_file is not None,
+            like=source if dest.mode == "new-session" else None,  # beside the original: its privacy
+        )
+    except BaseException:
+        _remove_dirs(created)
+        raise
     report.written = True
     return report
+
+
+class _Written:
+    """Files (and the folders made for them) written in one block; removed again if the block fails."""
+
+    def __init__(self) -> None:
+        self.files: list[Path] = []
+        self.dirs: list[Path] = []
+
+    def write(self, path: Path, data: bytes) -> None:
+        self.dirs += _missing_dirs(path.parent)
+        atomic_write(path, data)
+        self.files.append(path)
+
+    def __enter__(self) -> _Written:
+        return self
+
+    def __exit__(self, kind: object, error: object, tb: object) -> None:
+        if error is None:
+            return
+        for path in self.files:
+            path.unlink(missing_ok=True)
+        _remove_dirs(self.dirs)
+
+
+def _missing_dirs(folder: Path) -> list[Path]:
+    """The folders ``folder.mkdir(parents=True)`` would create, deepest first."""
+    out = []
+    while not folder.exists() and folder.parent != folder:
+        out.append(folder)
+        folder = folder.parent
+    return out
+
+
+def _remove_dirs(dirs: Sequence[Path]) -> None:
+    """Remove folders made for a write that failed, deepest first, if they are empty."""
+    for folder in sorted(set(dirs), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 @dataclass
@@ -688,8 +744,14 @@ def undo_compaction(
         path.unlink()
         report.status, report.removed = "UNDONE", "file"
         return report
-    report.backup_path = str(write_backup(path, data, now))
-    replace_checked(path, b"\n".join(lines[:index] + lines[index + 1 :]), stamp)
+    with interrupt.deferred():
+        backup = write_backup(path, data, now)
+        try:
+            replace_checked(path, b"\n".join(lines[:index] + lines[index + 1 :]), stamp)
+        except BaseException:
+            backup.unlink(missing_ok=True)
+            raise
+    report.backup_path = str(backup)
     report.status, report.removed = "UNDONE", "record"
     return report
 

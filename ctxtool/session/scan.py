@@ -86,7 +86,11 @@ def read_files(
         # Batches of files (a task per file costs more in the pool's bookkeeping than small files take to
         # parse), largest first, shrinking so that no worker is left alone at the end.
         batches = _batches(todo, cost, n_workers)
-        pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=_mp_context())
+        from ctxtool import interrupt
+
+        pool = ProcessPoolExecutor(
+            max_workers=n_workers, mp_context=_mp_context(), initializer=interrupt.worker_init
+        )
         try:
             futures = {
                 pool.submit(_extract_batch, [(files[i], resume[i]) for i in batch]): batch
@@ -113,9 +117,9 @@ def read_files(
                 if progress:
                     progress(done, total)
         except KeyboardInterrupt:
-            # Ctrl-C: queued batches are dropped; the running ones end during the interpreter's normal exit
-            # (ctxtool.cli.main exits normally after an interrupt), so no worker is left behind. Killing
-            # workers instead could leave the pool's result pipe half-written and hang.
+            # Ctrl-C in a process without ctxtool's signal handlers (the console script installs them and
+            # never gets here; see ctxtool.interrupt): queued batches are dropped; the running ones end
+            # during the interpreter's normal exit, so no worker is left behind.
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         except BaseException:
