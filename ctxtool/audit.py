@@ -63,6 +63,7 @@ METRICS: dict[str, Metric] = {
         Metric("min-cache-ratio", "share", False, "cached over input tokens of a session"),
         Metric("max-compressions", "count", True, "compression events in a session"),
         Metric("max-tool-output-share", "share", True, "tool-result characters over all content characters"),
+        Metric("max-secrets", "count", True, "secrets (API keys, tokens, private keys) held in a session"),
     )
 }
 CONFIG_FILE = "ctxtool.toml"
@@ -555,6 +556,8 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule]) -> AuditReport:
             "models": models,
         }
         measures = _session_measures(corpus, key, row, None, families)
+        if any(r.metric == "max-secrets" for r in rules):  # reads the whole file: only when asked
+            measures["max-secrets"] = _secrets_measure(row["file"])
         metrics[key] = {name: m.value for name, m in measures.items() if name != "max-daily-cost"}
         for metric in METRICS:
             if metric == "max-daily-cost":
@@ -594,6 +597,25 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule]) -> AuditReport:
     summary_read = read_summary(corpus)
     errors = list(summary_read["errors"])
     return AuditReport(list(rules), checks, metrics, info, summary, summary_read, errors=errors)
+
+
+def _secrets_measure(file: str | None) -> _Measure:
+    """How many secrets a session file holds (every record, billed view), and where: the message and the
+    kinds, never a value."""
+    from ctxtool.secret_scan import in_messages
+    from ctxtool.session.read import read_session
+
+    if file is None:
+        return _Measure(None, note="no file")
+    try:
+        session = read_session(file)
+    except (CtxtoolError, OSError) as exc:
+        return _Measure(None, note=f"cannot be read: {exc}")
+    found = in_messages(session.billed)
+    if not found:
+        return _Measure(0.0)
+    kinds = sorted({f.kind for f in found})
+    return _Measure(float(len(found)), f"message {found[0].message_id}: {', '.join(kinds)}")
 
 
 def _models_matching(patterns: Sequence[str], models: Sequence[str]) -> list[str]:
@@ -768,10 +790,24 @@ def junit_xml(report_: AuditReport) -> bytes:
     for attr in ("tests", "failures", "errors", "skipped", "time"):
         root.set(attr, suite.get(attr, "0"))
     root.append(suite)
+    for element in root.iter():  # session text may hold what XML 1.0 cannot (control characters)
+        element.text = _xml_chars(element.text) if element.text else element.text
+        for key, value in element.attrib.items():
+            element.set(key, _xml_chars(value))
     ET.indent(root)
     return (
         b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode").encode() + b"\n"
     )
+
+
+# Characters XML 1.0 cannot hold, even escaped: C0 controls but tab, LF and CR; lone surrogates; U+FFFE/F.
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_chars(text: str) -> str:
+    """``text`` with every character XML 1.0 cannot hold replaced by U+FFFD (ElementTree escapes the rest:
+    ``<``, ``&``, ``]]>``, quotes)."""
+    return _XML_INVALID.sub("\ufffd", text)
 
 
 def regression_text(r: Regression) -> str:
@@ -798,7 +834,10 @@ def verdict(report_: AuditReport) -> str:
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A markdown table cell that stays one cell of one row, whatever the text: line breaks become spaces,
+    pipes are escaped, and HTML is shown as text (``&``, ``<``, ``>`` as entities)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return " ".join(text.replace("|", "\\|").splitlines())
 
 
 def markdown(report_: AuditReport) -> str:

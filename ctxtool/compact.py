@@ -87,6 +87,7 @@ class CompactOptions:
     context_window: int | None = None  # other strategies: window for their trigger (None: their default)
     custom_instructions: str | None = None  # other strategies: focus text appended to their prompt
     era: Era | None = None  # the output's format: "jsonl" (current) or legacy "json"; None: the input's own
+    redact_secrets: bool = False  # write secrets found in the kept text as [REDACTED:kind]
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,20 @@ def measure_history(messages: Sequence[Mapping[str, Any]], model: str) -> int:
     from ctxtool.compress import strategies
 
     return strategies.gemini_estimate([dict(m) for m in messages], model)
+
+
+def _redacted(messages: Sequence[Mapping[str, Any]], report: CompactionReport) -> list[dict[str, Any]]:
+    """``--redact-secrets``: the messages with every secret in their text, thoughts and tool calls written as
+    ``[REDACTED:kind]`` (ctxtool.secret_scan), so a leaked key does not travel on into the next
+    conversation; the report notes how many."""
+    from ctxtool.secret_scan import in_messages, redact_value
+
+    found = in_messages(messages)
+    if not found:
+        return [dict(m) for m in messages]
+    report.notes.append(f"{len(found)} secret(s) written as [REDACTED:kind] (--redact-secrets)")
+    keep = ("id", "timestamp", "type", "model", "tokens")
+    return [{k: (v if k in keep else redact_value(v)) for k, v in m.items()} for m in messages]
 
 
 def as_copies(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -543,6 +558,8 @@ def compact_session(
     if opts.dry_run:
         return report
 
+    if opts.redact_secrets:
+        out_messages = _redacted(out_messages, report)
     # The writes complete together or leave nothing: a signal waits for the end of the block
     # (ctxtool.interrupt), and an error removes what the block had written (tool outputs, their folder).
     with interrupt.deferred(), _Written() as written:
@@ -825,11 +842,12 @@ def _compact_with_strategy(
     report.output_path = str(target)
     if opts.dry_run:
         return report
+    written = _redacted(result.messages, report) if opts.redact_secrets else result.messages
     return _write_compacted(
         report,
         session,
         era,
-        result.messages,
+        written,
         Path(report.input_path),
         target,
         data,

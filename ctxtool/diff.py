@@ -33,6 +33,7 @@ from ctxtool.compress.gemini_cli import (
     estimate_token_count,
 )
 from ctxtool.compress.strategies import gemini_estimate
+from ctxtool.session.columns import clip_preview
 from ctxtool.session.read import SessionFile
 from ctxtool.tokens import token_limit
 
@@ -284,7 +285,7 @@ def _preview(msg: Mapping[str, Any]) -> str:
         names = _tool_names(msg)
         if names:
             text = "[" + ", ".join(names) + "]"
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+    return clip_preview(text, PREVIEW_CHARS)  # never inside a token: a cut key could not be redacted
 
 
 def _tool_names(msg: Mapping[str, Any]) -> tuple[str, ...]:
@@ -831,9 +832,7 @@ def markdown(d: SessionDiff, *, preview_chars: int = 80) -> str:
         "|---|---:|---:|---|---:|---|",
     ]
     for r in message_rows(d):
-        content = r["content"]
-        if len(content) > preview_chars:
-            content = content[: preview_chars - 1] + "…"
+        content = clip_preview(r["content"], preview_chars)
         b = "" if r["before_index"] is None else r["before_index"]
         a = "" if r["after_index"] is None else r["after_index"]
         lines.append(f"| {r['status']} | {b} | {a} | {r['type']} | {r['estimate']} | {_md(content)} |")

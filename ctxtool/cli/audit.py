@@ -64,6 +64,12 @@ def audit(
         "--max-tool-output-share",
         help="Size of tool results (stored JSON) over that plus all message text of a session (e.g. 70%).",
     ),
+    max_secrets: str = typer.Option(
+        None,
+        "--max-secrets",
+        help="Secrets (API keys, tokens, private keys) a session may hold, at most (0: none); a failure "
+        "names the session, the message and the kind, never the value.",
+    ),
     config: Path = typer.Option(
         None, "--config", "-c", help="Read budgets from this TOML file (ctxtool.toml or pyproject.toml)."
     ),
@@ -82,6 +88,7 @@ def audit(
     subagents: bool = typer.Option(
         True, "--subagents/--no-subagents", help="Include subagent sessions (rolled up into their parent)."
     ),
+    show_secrets: bool = options.SHOW_SECRETS,
     color: bool = options.COLOR,
     width: int = options.WIDTH,
 ) -> int:
@@ -108,6 +115,7 @@ def audit(
         "min-cache-ratio": _limit("min-cache-ratio", min_cache_ratio),
         "max-compressions": _limit("max-compressions", max_compressions),
         "max-tool-output-share": _limit("max-tool-output-share", max_tool_output_share),
+        "max-secrets": _limit("max-secrets", max_secrets),
     }
     tol = lib.parse_tolerance(tolerance)
     config_path = None if no_config else (config if config is not None else lib.find_config(Path.cwd()))
@@ -138,6 +146,15 @@ def audit(
         )
 
     result = lib.run_audit(corpus, rules)
+    if not show_secrets:  # what a check quotes (a command, a path) may hold a key: never in a CI log
+        from dataclasses import replace
+
+        from ctxtool.secret_scan import redact
+
+        result.checks = [
+            replace(c, message=redact(c.message), offender=redact(c.offender) if c.offender else c.offender)
+            for c in result.checks
+        ]
     if base_doc is not None:
         result = lib.compare_baseline(result, base_doc, tol, str(baseline))
 

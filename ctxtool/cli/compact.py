@@ -206,6 +206,13 @@ def compact(
         "errors, paths; verbatim, within the offline budget) to the model's summary, so a paraphrase cannot "
         "lose them.",
     ),
+    redact_secrets: bool = typer.Option(
+        False,
+        "--redact-secrets",
+        help="Write secrets found in the kept text (API keys, tokens, private keys) as [REDACTED:kind], so "
+        "a leaked key does not travel on into the next conversation.",
+    ),
+    show_secrets: bool = options.SHOW_SECRETS,
     undo: bool = typer.Option(
         False,
         "--undo",
@@ -324,6 +331,7 @@ def compact(
         context_window=context_window,
         custom_instructions=instructions,
         era=None if era is None else "jsonl" if era == "jsonl" else "json",
+        redact_secrets=redact_secrets,
     )
 
     reports: list[lib.CompactionReport] = [
@@ -355,6 +363,10 @@ def compact(
             print(f"Error: {report.error}", file=sys.stderr)
 
     rows = [r.as_dict() for r in reports]
+    if not show_secrets:  # a report quotes facts of the sessions (retention's lost facts, notes)
+        from ctxtool.secret_scan import redact_value
+
+        rows = redact_value(rows)
     if all(r.status == lib.FAILED for r in reports):
         return ExitStatus.ERROR  # nothing was compacted: the errors above say why; stdout stays empty
     if fmt == "json":

@@ -49,6 +49,7 @@ def compare(
     bars: bool = typer.Option(True, "--bars/--no-bars", help="Bar chart under the table (table format)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv."),
     output_path: Path = typer.Option(None, "--output", "-o", help="Write json/csv to PATH, not stdout."),
+    show_secrets: bool = options.SHOW_SECRETS,
     color: bool = options.COLOR,
     width: int = options.WIDTH,
 ) -> int:
@@ -97,6 +98,10 @@ def compare(
     finally:
         if isinstance(summ, _LazySummarizer):
             summ.close()
+    if not show_secrets:  # notes and errors quote session text
+        from ctxtool.secret_scan import redact_value
+
+        rows = redact_value(rows)
     for row in rows:
         if row.get("error"):
             print(f"Error: {row['session']} ({row['strategy']}): {row['error']}", file=sys.stderr)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -39,6 +40,7 @@ def diff(
     exit_code: bool = typer.Option(
         False, "--exit-code", help="Exit 1 when the sessions differ, 0 when they do not (like git diff)."
     ),
+    show_secrets: bool = options.SHOW_SECRETS,
     color: bool = options.COLOR,
     width: int = options.WIDTH,
 ) -> int:
@@ -50,10 +52,11 @@ def diff(
         raise UsageError(f"--format {fmt!r} is not supported by diff", use_one_of(fmt, FORMATS))
     result = diff_lib.diff_sessions(read_session(before), read_session(after))
 
+    hide = _hider(show_secrets)
     if fmt == "json":
-        data = out.dumps(result.as_dict()) + b"\n"
+        data = out.dumps(hide(result.as_dict())) + b"\n"
     elif fmt == "markdown":
-        data = diff_lib.markdown(result).encode()
+        data = hide(diff_lib.markdown(result)).encode()
     else:
         data = b""
     if fmt != "table":
@@ -62,11 +65,27 @@ def diff(
         else:
             out.write_stdout(data, sys.stdout.buffer)
     else:
-        _print_table(result, output, width=width, color=color)
+        _print_table(result, output, width=width, color=color, hide=hide)
     return ExitStatus.ERROR if exit_code and result.differs else ExitStatus.OK
 
 
-def _print_table(result: SessionDiff, output: Path | None, *, width: int | None, color: bool | None) -> None:
+def _hider(show: bool) -> Callable[[Any], Any]:
+    """What every text shown passes through: secrets redacted unless --show-secrets."""
+    if show:
+        return lambda value: value
+    from ctxtool.secret_scan import redact_value
+
+    return redact_value
+
+
+def _print_table(
+    result: SessionDiff,
+    output: Path | None,
+    *,
+    width: int | None,
+    color: bool | None,
+    hide: Callable[[Any], Any],
+) -> None:
     from ctxtool import diff as diff_lib
     from ctxtool import render
 
@@ -95,14 +114,16 @@ def _print_table(result: SessionDiff, output: Path | None, *, width: int | None,
         )
         for i, snapshot in enumerate(result.snapshots, 1):
             console.print(f"\nState snapshot{f' {i}' if len(result.snapshots) > 1 else ''}:", style="bold")
-            console.print(snapshot, markup=False, highlight=False)
+            console.print(hide(snapshot), markup=False, highlight=False)
         console.print()
         for line in diff_lib.retention_lines(result):
-            console.print(line, markup=False, highlight=False)
+            console.print(hide(line), markup=False, highlight=False)
         console.print()
         render.print_table(
             console,
-            render.diff_message_table(diff_lib.message_rows(result), title="Messages", width=console.width),
+            render.diff_message_table(
+                hide(diff_lib.message_rows(result)), title="Messages", width=console.width
+            ),
         )
     finally:
         if stream is not None:

@@ -11,3 +11,8 @@ SUMMARIZER = typer.Option("offline", "--summarizer", help="offline (deterministi
 BASE_URL = typer.Option(
     None, "--base-url", envvar="GOOGLE_GEMINI_BASE_URL", help="Gemini API base URL (gemini summarizer)."
 )
+SHOW_SECRETS = typer.Option(
+    False,
+    "--show-secrets",
+    help="Show secrets found in session text (API keys, tokens, private keys) instead of [REDACTED:kind].",
+)

@@ -114,6 +114,7 @@ def stats(
         envvar="CTXTOOL_CACHE_DIR",
         help="Where ctxtool keeps its index (default: the platform's user cache directory).",
     ),
+    show_secrets: bool = options.SHOW_SECRETS,
     color: bool = options.COLOR,
     width: int = options.WIDTH,
 ) -> int:
@@ -168,6 +169,13 @@ def stats(
     roots = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height
     by = by or ("turn" if roots == 1 else "session")
     rows = frames.report(corpus, by, include_subagents_in_parent=subagents)
+    if not show_secrets and "prompt" in rows.columns:
+        import polars as pl
+
+        from ctxtool.secret_scan import redact
+
+        prompts = [None if text is None else redact(text) for text in rows.get_column("prompt").to_list()]
+        rows = rows.with_columns(pl.Series("prompt", prompts, dtype=pl.String))
     if sort:
         if sort not in rows.columns:
             raise UsageError(f"--sort {sort!r} is not a column of --by {by}", use_one_of(sort, rows.columns))

@@ -728,9 +728,32 @@ def _count(value: Any) -> int:
     return _int(value) or 0
 
 
+# A preview is never cut inside a long token (a key, a token, a hash): it would show part of a secret that
+# redaction can no longer recognise. The token is kept whole, up to this many characters more.
+_TOKEN_CHAR = re.compile(r"[A-Za-z0-9_\-+/=.:@]")
+_TOKEN_MAX_EXTRA = 240
+
+
 def _preview_text(text: str) -> str:
-    text = " ".join(text[: PREVIEW_CHARS * 4].split())
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+    return clip_preview(text, PREVIEW_CHARS)
+
+
+def clip_preview(text: str, limit: int) -> str:
+    """``text`` on one line, cut to about ``limit`` characters with "…", never inside a long token."""
+    text = " ".join(text[: limit * 4 + _TOKEN_MAX_EXTRA].split())
+    if len(text) <= limit:
+        return text
+    cut = limit - 1
+    if _TOKEN_CHAR.match(text[cut - 1]) and _TOKEN_CHAR.match(text[cut]):
+        end = cut
+        while end < len(text) and end < cut + _TOKEN_MAX_EXTRA and _TOKEN_CHAR.match(text[end]):
+            end += 1
+        start = cut - 1
+        while start > 0 and _TOKEN_CHAR.match(text[start - 1]):
+            start -= 1
+        if end - start >= 16:  # a long token: whole (a short word is simply cut)
+            cut = end
+    return text if cut >= len(text) else text[:cut] + "…"
 
 
 def _str(value: Any) -> str | None:
