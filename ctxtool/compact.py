@@ -56,6 +56,7 @@ from ctxtool.session.write import (
     BACKUP_MARKER,
     FileStamp,
     atomic_write,
+    clean_stale_temps,
     replace_checked,
     session_bytes,
     stringify,
@@ -171,6 +172,13 @@ def measure_history(messages: Sequence[Mapping[str, Any]], model: str) -> int:
     from ctxtool.compress import strategies
 
     return strategies.gemini_estimate([dict(m) for m in messages], model)
+
+
+def _clean_leftovers(report: CompactionReport, *folders: Path) -> None:
+    """Before writing: remove the temporary files an earlier ctxtool run, killed mid-write, left there."""
+    removed = [p for folder in dict.fromkeys(folders) for p in clean_stale_temps(folder)]
+    if removed:
+        report.notes.append(f"removed {len(removed)} temporary file(s) an interrupted ctxtool run left")
 
 
 def _redacted(messages: Sequence[Mapping[str, Any]], report: CompactionReport) -> list[dict[str, Any]]:
@@ -560,6 +568,7 @@ def compact_session(
 
     if opts.redact_secrets:
         out_messages = _redacted(out_messages, report)
+    _clean_leftovers(report, sp.path.parent, target.parent)
     # The writes complete together or leave nothing: a signal waits for the end of the block
     # (ctxtool.interrupt), and an error removes what the block had written (tool outputs, their folder).
     with interrupt.deferred(), _Written() as written:
@@ -843,6 +852,7 @@ def _compact_with_strategy(
     if opts.dry_run:
         return report
     written = _redacted(result.messages, report) if opts.redact_secrets else result.messages
+    _clean_leftovers(report, Path(report.input_path).parent, target.parent)
     return _write_compacted(
         report,
         session,

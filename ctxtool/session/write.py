@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -159,11 +160,51 @@ class FileChangedError(CtxtoolError):
     """The file changed on disk between ctxtool reading it and replacing it."""
 
 
+# Temporary files ctxtool writes carry this and the writing process's id in their name, so that a later run
+# can prove a leftover is its own (the name) and abandoned (no process of that id): see clean_stale_temps.
+TEMP_MARK = "ctxtool-tmp-"
+_TEMP_RE = re.compile(r"^\.(?P<name>.+)\." + re.escape(TEMP_MARK) + r"(?P<pid>\d+)-[A-Za-z0-9_]+\.tmp$")
+
+
+def clean_stale_temps(directory: Path) -> list[Path]:
+    """Remove the temporary files a ctxtool process killed mid-write (``kill -9``, a power cut) left in
+    ``directory``: only names ctxtool makes, and only when no process of the id in the name is running.
+    Returns what was removed."""
+    removed: list[Path] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        found = _TEMP_RE.match(name)
+        if found is None or _alive(int(found.group("pid"))):
+            continue
+        path = directory / name
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process of that id: not provably ours
+    return True
+
+
 def temp_beside(directory: Path, name: str, *, like: Path | None = None) -> tuple[int, Path]:
     """A temporary file beside ``name`` with the mode the final file should have: ``like``'s (a backup or a
     copy of a session keeps the original's, so a private session stays private), else the existing file's,
     else what a plain ``open()`` gives (mkstemp's 0600 would hide a file from its owner's other tools)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.{TEMP_MARK}{os.getpid()}-", suffix=".tmp", dir=directory)
     mode = None
     for source in (like, directory / name):
         try:
