@@ -83,7 +83,7 @@ def test_stats(
     snapshot: SnapshotAssertion,
 ) -> None:
     text = _run(capsys, monkeypatch, workdir, mode, *STATS[report])
-    # _check(text, mode)
+    _check(text, mode)
     assert text == snapshot
 
 
@@ -98,7 +98,7 @@ def test_compact_dry_run(
     text = _run(
         capsys, monkeypatch, workdir, mode, "compact", "gemini/tmp/ctxdemo/chats", "--dry-run", "--force"
     )
-    # _check(text, mode)
+    _check(text, mode)
     assert text == snapshot
 
 
@@ -111,7 +111,7 @@ def test_compare(
     snapshot: SnapshotAssertion,
 ) -> None:
     text = _run(capsys, monkeypatch, workdir, mode, "compare", ONE)
-    # _check(text, mode)
+    _check(text, mode)
     assert text == snapshot
 
 
@@ -125,7 +125,7 @@ def test_diff(
 ) -> None:
     assert run(["compact", ONE, "--force", "--out", "small.jsonl"]) == 0
     text = _run(capsys, monkeypatch, workdir, mode, "diff", ONE, "small.jsonl")
-    # _check(text, mode)
+    _check(text, mode)
     assert text == snapshot
 
 
@@ -152,5 +152,5 @@ def test_audit(
         "--min-cache-ratio",
         "30%",
     )
-    # _check(text, mode)
+    _check(text, mode)
     assert text == snapshot

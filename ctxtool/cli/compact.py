@@ -192,6 +192,7 @@ def compact(
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
     color: bool = options.COLOR,
     width: int = options.WIDTH,
+    wide: bool = options.WIDE,
 ) -> int:
     from ctxtool import compact as lib
     from ctxtool.compress.profiles import get_profile
@@ -325,7 +326,10 @@ def compact(
 
         console = render.make_console(width=width, color=color)
         title = "ctxtool compact" + (" --dry-run (nothing written)" if dry_run else "")
-        render.print_table(console, render.compact_table(rows, title=title, plan=dry_run))
+        table, notes = render.compact_table(rows, title=title, plan=dry_run, width=console.width, wide=wide)
+        render.print_table(console, table, wide=wide)
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
     return ExitStatus.ERROR if any(r.status == lib.FAILED for r in reports) else ExitStatus.OK
 
 

@@ -51,6 +51,7 @@ def compare(
     output_path: Path = typer.Option(None, "--output", "-o", help="Write json/csv to PATH, not stdout."),
     color: bool = options.COLOR,
     width: int = options.WIDTH,
+    wide: bool = options.WIDE,
 ) -> int:
     from ctxtool import compare as lib
     from ctxtool.cli.compact import _LazySummarizer
@@ -104,7 +105,10 @@ def compare(
         from ctxtool import render
 
         console = render.make_console(width=width, color=color)
-        render.print_table(console, render.compare_table(rows))
+        table, notes = render.compare_table(rows, width=console.width, wide=wide)
+        render.print_table(console, table, wide=wide)
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
         if bars:
             console.print()
             render.print_table(console, render.compare_bars(lib.strategy_means(rows)))

@@ -73,7 +73,10 @@ def _print_table(result: SessionDiff, output: Path | None, *, width: int | None,
     stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
     try:
         console = render.make_console(stream, width=width, color=color)
-        console.print(f"ctxtool diff {result.before.path} → {result.after.path}", soft_wrap=True)
+        room = console.width - len("ctxtool diff  → ") if console.width else 80
+        before = render.short_path(str(result.before.path), max(20, room // 2))
+        after = render.short_path(str(result.after.path), max(20, room - len(before)))
+        console.print(f"ctxtool diff {before} → {after}", soft_wrap=True, markup=False, highlight=False)
         console.print(
             f"{diff_lib.counts_line(result)}; "
             + ("the sessions differ." if result.differs else "no differences."),
@@ -90,7 +93,11 @@ def _print_table(result: SessionDiff, output: Path | None, *, width: int | None,
             render.diff_summary_table(
                 diff_lib.group_rows(result),
                 title="Tokens by message type, wire role and tool",
-                headers=("group", "rec. before", "rec. after", "est. before", "est. after", "est. delta"),
+                headers=(
+                    "group",
+                    *(f"{kind}\n{side}" for kind, side in [("rec.", "before"), ("rec.", "after")]),
+                    *(f"est.\n{side}" for side in ("before", "after", "delta")),
+                ),
             ),
         )
         for i, snapshot in enumerate(result.snapshots, 1):

@@ -11,3 +11,6 @@ SUMMARIZER = typer.Option("offline", "--summarizer", help="offline (deterministi
 BASE_URL = typer.Option(
     None, "--base-url", envvar="GOOGLE_GEMINI_BASE_URL", help="Gemini API base URL (gemini summarizer)."
 )
+WIDE = typer.Option(
+    False, "--wide", help="Show every column, even wider than the terminal (default: drop the least needed)."
+)

@@ -116,6 +116,7 @@ def stats(
     ),
     color: bool = options.COLOR,
     width: int = options.WIDTH,
+    wide: bool = options.WIDE,
 ) -> int:
     from ctxtool.choices import BY_CHOICES, FORMATS
 
@@ -221,8 +222,9 @@ def stats(
             caption="\n".join(n for n in notes if n),
             single_session=roots == 1,
             width=console.width,
+            wide=wide,
         )
-        render.print_table(console, table)
+        render.print_table(console, table, wide=wide)
         if output:
             console.file.close()
     else:
