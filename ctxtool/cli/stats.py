@@ -20,7 +20,8 @@ PATHS are session files, directories or globs; with none, the Gemini CLI data ro
 ($GEMINI_CLI_HOME/.gemini/tmp if set, else ~/.gemini/tmp). A PATH may instead be one dataset directory
 written by `ctxtool export`. Token sums count every request ever billed
 (including requests later removed by a rewind or a checkpoint); --live keeps only the history Gemini CLI
-would resume. Exit status: 0 ok, 1 with --strict when a file could not be read in full, 2 usage error.
+would resume. Exit status: 0 ok; 1 a PATH matched no session (an error, on stderr), or with --strict a file
+could not be read in full; 2 usage error.
 """
 
 
@@ -234,8 +235,29 @@ def stats(
         else:
             out.write_stdout(data, sys.stdout.buffer)
 
+    unmatched = _unmatched(paths or [])
+    for path in unmatched:
+        print(f"Error: {path}: matches no session file. Check the path, or quote a glob", file=sys.stderr)
+    if paths and sessions_read == 0 and not unmatched:
+        print(
+            f"Error: no session in {' '.join(paths)}. Pass session files or a chats/ folder", file=sys.stderr
+        )
+    if unmatched or (paths and sessions_read == 0):
+        return ExitStatus.ERROR  # an explicit PATH that names nothing is a mistake, not an empty report
     failed = bool(corpus.problems) or corpus.broken_lines > 0
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
+
+
+def _unmatched(paths: list[str]) -> list[str]:
+    """The PATH arguments that name no existing file, directory or glob match."""
+    import glob
+    import os
+
+    return [
+        p
+        for p in paths
+        if not Path(p).expanduser().exists() and not glob.glob(os.path.expanduser(p), recursive=True)
+    ]
 
 
 def _warn(message: str) -> None:
