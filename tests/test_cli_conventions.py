@@ -20,7 +20,7 @@ def test_bare_ctxtool_prints_an_overview_and_exits_0(
     out, err = capsys.readouterr()
     assert err == ""
     # The bundled data root holds 16 session files (subagents and a .json/.jsonl pair included), 3 projects.
-    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}: 16 session file(s) in 3 project(s)." in out
+    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}:\n  16 session file(s) in 3 project(s).\n" in out
     assert "ctxtool stats" in out
     assert "ctxtool audit" in out
     assert "Exit status: 0 ok;" in out
@@ -32,7 +32,7 @@ def test_bare_ctxtool_without_sessions_says_where_it_looked(
 ) -> None:
     monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path))
     assert run([]) == 0
-    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}: not there yet" in capsys.readouterr().out
+    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}:\n  not there yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("fmt", ["table", "json"])

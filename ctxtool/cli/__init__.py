@@ -38,9 +38,9 @@ app = typer.Typer(
 _MAIN_COMMANDS = (
     ("ctxtool stats", "token usage, context share and cost per session"),
     ("ctxtool compact SESSION", "replay Gemini CLI's compression offline"),
-    ("ctxtool compare SESSION", "several agents' compaction side by side"),
-    ("ctxtool diff BEFORE AFTER", "what a compaction removed, kept and changed"),
-    ("ctxtool audit --max-session-tokens 2M", "a CI gate over token and cost budgets"),
+    ("ctxtool compare SESSION", "other agents' compaction side by side"),
+    ("ctxtool diff BEFORE AFTER", "what a compaction removed and kept"),
+    ("ctxtool audit", "a CI gate over budgets (--max-session-tokens 2M)"),
 )
 
 
@@ -50,20 +50,23 @@ def overview() -> str:
 
     from ctxtool.session.discover import default_roots, discover
 
-    lines = ["ctxtool: token usage, compaction replay, diffs and CI budgets for Gemini CLI sessions.", ""]
+    lines = ["ctxtool: token usage, compaction, diffs and CI budgets of Gemini CLI sessions.", ""]
     for root in default_roots():
         if root.is_dir():
             found = discover([str(root)])
             projects = len({sp.project_dir for sp in found.files})
-            lines.append(f"Looks in {root}: {len(found.files):,} session file(s) in {projects:,} project(s).")
+            lines += [
+                f"Looks in {root}:",
+                f"  {len(found.files):,} session file(s) in {projects:,} project(s).",
+            ]
         else:
-            lines.append(f"Looks in {root}: not there yet (Gemini CLI has not run, or set GEMINI_CLI_HOME).")
+            lines += [f"Looks in {root}:", "  not there yet (run Gemini CLI, or set GEMINI_CLI_HOME)."]
     lines += ["", "Main commands:"]
     width = max(len(c) for c, _ in _MAIN_COMMANDS)
     lines += [f"  {c:<{width}}  {what}" for c, what in _MAIN_COMMANDS]
     lines += [
         "",
-        "ctxtool COMMAND --help: a command's options and examples; ctxtool --help: every command.",
+        "ctxtool COMMAND --help: its options and examples. ctxtool --help: every command.",
         *textwrap.wrap(EXIT_STATUS_HELP, 80),
     ]
     return "\n".join(lines)
