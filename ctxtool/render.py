@@ -135,16 +135,44 @@ _MAX_WIDTH = {"prompt": 40, "session": 34, "project": 24, "model": 30}
 
 
 def make_console(
-    stream: IO[str] | None = None, *, width: int | None = None, color: bool | None = None
+    stream: IO[str] | None = None, *, width: int | None = None, color: bool | str | None = None
 ) -> Console:
+    """A console on ``stream`` (default stdout). ``color``: ``"auto"`` (or None), ``"always"`` (or True),
+    ``"never"`` (or False); see :func:`wants_color`."""
+    import os
+    import sys
+
+    choice = "always" if color is True else "never" if color is False else str(color or "auto")
+    target = stream if stream is not None else sys.stdout
+    tty = bool(getattr(target, "isatty", lambda: False)())
+    want = wants_color(str(choice), tty=tty, env=os.environ, to_file=stream is not None)
     return Console(
         file=stream,
         width=width,
-        no_color=color is False,
-        force_terminal=True if color else None,
+        no_color=not want,
+        force_terminal=True if want else None,
+        # rich turns colour off for TERM=dumb even when forced; "always" means always.
+        color_system=("standard" if os.environ.get("TERM") == "dumb" else "auto") if want else None,
         highlight=False,
         soft_wrap=False,
     )
+
+
+def wants_color(choice: str, *, tty: bool, env: Mapping[str, str], to_file: bool = False) -> bool:
+    """Whether to colour: ``always`` and ``never`` decide; ``auto`` follows the conventions, in this order:
+    ``NO_COLOR`` set (no-color.org) → no; ``FORCE_COLOR`` set (and not ``0``) → yes, even in a pipe but not
+    into an ``--output`` file; ``TERM=dumb`` → no; else only on a terminal."""
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR") not in (None, "", "0", "false") and not to_file:
+        return True
+    if env.get("TERM") == "dumb":
+        return False
+    return tty
 
 
 def human_int(value: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 
@@ -58,3 +59,56 @@ def test_exit_statuses_are_in_help(capsys: pytest.CaptureFixture[str]) -> None:
     out = " ".join(capsys.readouterr().out.split())
     assert "Exit status: 0 ok; 1 an error" in out
     assert "3 a budget exceeded (audit)" in out
+
+
+@pytest.mark.parametrize(
+    ("choice", "tty", "env", "expected"),
+    [
+        ("auto", True, {}, True),
+        ("auto", False, {}, False),
+        ("auto", True, {"NO_COLOR": "1"}, False),
+        ("auto", False, {"FORCE_COLOR": "1"}, True),
+        ("auto", True, {"FORCE_COLOR": "1", "NO_COLOR": "1"}, False),
+        ("auto", True, {"FORCE_COLOR": "0"}, True),
+        ("auto", False, {"FORCE_COLOR": "0"}, False),
+        ("auto", True, {"TERM": "dumb"}, False),
+        ("auto", False, {"TERM": "dumb", "FORCE_COLOR": "1"}, True),
+        ("always", False, {"NO_COLOR": "1", "TERM": "dumb"}, True),
+        ("never", True, {"FORCE_COLOR": "1"}, False),
+    ],
+)
+def test_colour_follows_the_conventions(choice: str, tty: bool, env: dict[str, str], expected: bool) -> None:
+    from ctxtool.render import wants_color
+
+    assert wants_color(choice, tty=tty, env=env) is expected
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("env", "color", "coloured"),
+    [
+        ({"NO_COLOR": "1"}, "auto", False),  # NO_COLOR on a terminal (ignored before issue 14)
+        ({}, "auto", True),
+        ({"TERM": "dumb"}, "auto", False),
+        ({"TERM": "dumb"}, "always", True),
+        ({}, "never", False),
+    ],
+)
+def test_a_terminal_gets_colour_unless_the_environment_says_no(
+    env: dict[str, str], color: str, coloured: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctxtool import render
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    stream = _Terminal()
+    console = render.make_console(stream, width=80, color=color)
+    console.print("x", style="red")
+    assert ("\x1b[" in stream.getvalue()) is coloured

@@ -71,7 +71,7 @@ def test_every_report_in_every_format(
 
 
 def test_table_at_fixed_width(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
-    code, out, _ = stats(capsysbinary, str(ONE), "--width", "100", "--no-color")
+    code, out, _ = stats(capsysbinary, str(ONE), "--width", "100", "--color", "never")
     text = out.decode()
     assert code == 0
     assert "ctxtool stats --by turn" in text

@@ -82,7 +82,7 @@ def audit(
     subagents: bool = typer.Option(
         True, "--subagents/--no-subagents", help="Include subagent sessions (rolled up into their parent)."
     ),
-    color: bool = options.COLOR,
+    color: options.Color = options.COLOR,
     width: int = options.WIDTH,
 ) -> int:
     from ctxtool import audit as lib
@@ -147,7 +147,7 @@ def audit(
 
 
 def _write_report(
-    result: AuditReport, fmt: str, output: Path | None, *, width: int | None, color: bool | None
+    result: AuditReport, fmt: str, output: Path | None, *, width: int | None, color: str | None
 ) -> None:
     from ctxtool import audit as lib
     from ctxtool import output as out
@@ -167,7 +167,7 @@ def _write_report(
         out.write_stdout(data, sys.stdout.buffer)
 
 
-def _print_table(result: AuditReport, output: Path | None, *, width: int | None, color: bool | None) -> None:
+def _print_table(result: AuditReport, output: Path | None, *, width: int | None, color: str | None) -> None:
     from ctxtool import audit as lib
     from ctxtool import render
 

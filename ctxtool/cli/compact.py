@@ -190,7 +190,7 @@ def compact(
         None, "--instructions", help="Other strategies: focus text appended to their summary prompt."
     ),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
-    color: bool = options.COLOR,
+    color: options.Color = options.COLOR,
     width: int = options.WIDTH,
     wide: bool = options.WIDE,
 ) -> int:

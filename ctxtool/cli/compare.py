@@ -49,7 +49,7 @@ def compare(
     bars: bool = typer.Option(True, "--bars/--no-bars", help="Bar chart under the table (table format)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv."),
     output_path: Path = typer.Option(None, "--output", "-o", help="Write json/csv to PATH, not stdout."),
-    color: bool = options.COLOR,
+    color: options.Color = options.COLOR,
     width: int = options.WIDTH,
     wide: bool = options.WIDE,
 ) -> int:

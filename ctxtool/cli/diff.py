@@ -39,7 +39,7 @@ def diff(
     exit_code: bool = typer.Option(
         False, "--exit-code", help="Exit 1 when the sessions differ, 0 when they do not (like git diff)."
     ),
-    color: bool = options.COLOR,
+    color: options.Color = options.COLOR,
     width: int = options.WIDTH,
 ) -> int:
     from ctxtool import diff as diff_lib
@@ -66,7 +66,7 @@ def diff(
     return ExitStatus.ERROR if exit_code and result.differs else ExitStatus.OK
 
 
-def _print_table(result: SessionDiff, output: Path | None, *, width: int | None, color: bool | None) -> None:
+def _print_table(result: SessionDiff, output: Path | None, *, width: int | None, color: str | None) -> None:
     from ctxtool import diff as diff_lib
     from ctxtool import render
 

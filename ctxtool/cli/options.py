@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import typer
 
-COLOR = typer.Option(None, "--color/--no-color", help="Force colour on or off (default: auto).")
+
+class Color(StrEnum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+COLOR = typer.Option(
+    Color.auto,
+    "--color",
+    help="auto: colour on a terminal unless NO_COLOR is set or TERM=dumb, and in a pipe when FORCE_COLOR is "
+    "set; always; never.",
+)
 WIDTH = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal).")
 STRICT = typer.Option(False, "--strict", help="Exit 1 when any file could not be read or had broken lines.")
 SUMMARIZER = typer.Option("offline", "--summarizer", help="offline (deterministic) or gemini.")

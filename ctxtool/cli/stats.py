@@ -115,7 +115,7 @@ def stats(
         envvar="CTXTOOL_CACHE_DIR",
         help="Where ctxtool keeps its index (default: the platform's user cache directory).",
     ),
-    color: bool = options.COLOR,
+    color: options.Color = options.COLOR,
     width: int = options.WIDTH,
     wide: bool = options.WIDE,
 ) -> int:
