@@ -112,3 +112,47 @@ def test_a_terminal_gets_colour_unless_the_environment_says_no(
     console = render.make_console(stream, width=80, color=color)
     console.print("x", style="red")
     assert ("\x1b[" in stream.getvalue()) is coloured
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "check"),
+    [
+        (["stats", str(FIXTURES / "gemini")], "x.csv", lambda b: b.startswith(b"session,session_id,")),
+        (["stats", str(FIXTURES / "gemini")], "x.json", lambda b: b.startswith(b'{\n  "schema_version"')),
+        (["stats", str(FIXTURES / "gemini")], "x.jsonl", lambda b: b.count(b"\n") == 14),
+        (["stats", str(FIXTURES / "gemini")], "x.parquet", lambda b: b.startswith(b"PAR1")),
+        (["stats", str(FIXTURES / "gemini")], "x.txt", lambda b: b.startswith(b"ctxtool stats --by session")),
+        (
+            ["audit", str(FIXTURES / "gemini"), "--no-config", "--max-session-tokens", "1M"],
+            "r.xml",
+            lambda b: b.startswith(b"<?xml"),
+        ),
+        (
+            ["audit", str(FIXTURES / "gemini"), "--no-config", "--max-session-tokens", "1M"],
+            "r.md",
+            lambda b: b.startswith(b"#"),
+        ),
+    ],
+)
+def test_output_writes_the_format_its_suffix_names(
+    command: list[str], name: str, check: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / name
+    assert run([*command, "--output", str(target)]) == 0
+    data = target.read_bytes()
+    assert callable(check)
+    assert check(data), data[:80]
+    assert b"\xe2\x94\x83" not in data or name == "x.txt"  # no box drawing (┃) in a machine format
+
+
+def test_a_format_that_contradicts_the_output_suffix_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = str(FIXTURES / "gemini")
+    assert run(["stats", root, "--output", str(tmp_path / "x.csv"), "--format", "json"]) == 2
+    assert "--format json contradicts --output" in capsys.readouterr().err
+    assert run(["stats", root, "--output", str(tmp_path / "x.md")]) == 2
+    assert "names markdown, which this command does not write" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+    # Agreeing is fine.
+    assert run(["stats", root, "--output", str(tmp_path / "x.csv"), "--format", "csv"]) == 0

@@ -10,7 +10,7 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import CtxtoolError, UsageError, use_one_of
+from ctxtool.errors import CtxtoolError, UsageError
 
 if TYPE_CHECKING:
     from ctxtool.audit import AuditReport
@@ -68,7 +68,12 @@ def audit(
         None, "--config", "-c", help="Read budgets from this TOML file (ctxtool.toml or pyproject.toml)."
     ),
     no_config: bool = typer.Option(False, "--no-config", help="Ignore any configuration file."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json, junit or markdown."),
+    fmt: str = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="table, json, junit or markdown (default: --output's suffix, .xml for junit, else table).",
+    ),
     output: Path = typer.Option(None, "--output", "-o", help="Write the report to FILE instead of stdout."),
     github: bool = typer.Option(
         False, "--github", help="Also print GitHub Actions annotations (::error ...) for every failure."
@@ -87,10 +92,10 @@ def audit(
 ) -> int:
     from ctxtool import audit as lib
     from ctxtool import frames
+    from ctxtool.choices import output_format
     from ctxtool.session.discover import default_roots
 
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not supported by audit", use_one_of(fmt, FORMATS))
+    fmt = output_format(fmt, output, FORMATS, "audit")
     if github and fmt in ("json", "junit") and output is None:
         raise UsageError(
             "--github annotations and a JSON or JUnit report cannot share standard output",

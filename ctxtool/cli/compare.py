@@ -47,20 +47,22 @@ def compare(
     keep: Path = typer.Option(None, "--keep", help="Keep the compacted sessions under DIR/<strategy>/."),
     chart: Path = typer.Option(None, "--chart", help="Also write a chart to FILE (.png or .svg)."),
     bars: bool = typer.Option(True, "--bars/--no-bars", help="Bar chart under the table (table format)."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv."),
+    fmt: str = typer.Option(
+        None, "--format", "-f", help="table, json or csv (default: --output's suffix, else table)."
+    ),
     output_path: Path = typer.Option(None, "--output", "-o", help="Write json/csv to PATH, not stdout."),
     color: options.Color = options.COLOR,
     width: int = options.WIDTH,
     wide: bool = options.WIDE,
 ) -> int:
     from ctxtool import compare as lib
+    from ctxtool.choices import output_format
     from ctxtool.cli.compact import _LazySummarizer
     from ctxtool.compact import is_backup
     from ctxtool.compress.summarizer import Summarizer
     from ctxtool.session.discover import discover
 
-    if fmt not in ("table", "json", "csv"):
-        raise UsageError(f"--format {fmt!r} is not supported", "Use table, json or csv")
+    fmt = output_format(fmt, output_path, ("table", "json", "csv"))
     if summarizer not in ("offline", "gemini"):
         raise UsageError(f"--summarizer {summarizer!r} is not known", "Use offline or gemini")
     if summarizer == "offline" and model:

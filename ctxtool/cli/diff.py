@@ -10,7 +10,6 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import UsageError, use_one_of
 
 if TYPE_CHECKING:
     from ctxtool.diff import SessionDiff
@@ -34,7 +33,9 @@ error (a file cannot be read), 2 usage error.
 def diff(
     before: Path = typer.Argument(..., help="The earlier session file (e.g. the original)."),
     after: Path = typer.Argument(..., help="The later session file (e.g. the compacted copy)."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
+    fmt: str = typer.Option(
+        None, "--format", "-f", help="table, json or markdown (default: --output's suffix, else table)."
+    ),
     output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
     exit_code: bool = typer.Option(
         False, "--exit-code", help="Exit 1 when the sessions differ, 0 when they do not (like git diff)."
@@ -44,10 +45,10 @@ def diff(
 ) -> int:
     from ctxtool import diff as diff_lib
     from ctxtool import output as out
+    from ctxtool.choices import output_format
     from ctxtool.session.read import read_session
 
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not supported by diff", use_one_of(fmt, FORMATS))
+    fmt = output_format(fmt, output, FORMATS, "diff")
     result = diff_lib.diff_sessions(read_session(before), read_session(after))
 
     if fmt == "json":

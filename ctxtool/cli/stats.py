@@ -82,7 +82,12 @@ def stats(
         help="Rows: turn, request, session, model, project or day (default: turn for one session, "
         "else session).",
     ),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json, jsonl, csv or parquet."),
+    fmt: str = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="table, json, jsonl, csv or parquet (default: --output's suffix, else table).",
+    ),
     output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
     since: str = typer.Option(None, "--since", help="Only requests on or after DATE (YYYY-MM-DD, UTC)."),
     until: str = typer.Option(None, "--until", help="Only requests on or before DATE (YYYY-MM-DD, UTC)."),
@@ -123,8 +128,9 @@ def stats(
 
     if by is not None and by not in BY_CHOICES:
         raise UsageError(f"--by {by!r} is not a report", use_one_of(by, BY_CHOICES))
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not supported", use_one_of(fmt, FORMATS))
+    from ctxtool.choices import output_format
+
+    fmt = output_format(fmt, output, FORMATS)
     if fmt == "parquet" and output is None and sys.stdout.isatty():
         raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
     since_d = _parse_date(since, "--since")
