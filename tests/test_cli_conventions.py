@@ -156,3 +156,26 @@ def test_a_format_that_contradicts_the_output_suffix_is_a_usage_error(
     assert not list(tmp_path.iterdir())
     # Agreeing is fine.
     assert run(["stats", root, "--output", str(tmp_path / "x.csv"), "--format", "csv"]) == 0
+
+
+def test_limit_keeps_the_totals_of_everything_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    root = str(FIXTURES / "gemini")
+    assert run(["stats", root, "--no-cache", "--width", "120"]) == 0
+    whole = capsys.readouterr().out
+    assert (
+        run(["stats", root, "--no-cache", "--width", "120", "--sort", "total", "--desc", "--limit", "3"]) == 0
+    )
+    top = capsys.readouterr().out
+    assert "ctxtool stats --by session: top 3 of 14 rows (totals of all 14)" in top
+
+    def total_cells(text: str) -> list[str]:
+        line = next(line for line in text.splitlines() if line.startswith("│ total"))
+        return [c.strip() for c in line.split("│")]
+
+    assert total_cells(top) == total_cells(whole)  # the same totals, cell by cell
+    assert run(["stats", root, "--no-cache", "--limit", "3", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["rows"]) == 3
+    assert doc["rows_total"] == 14

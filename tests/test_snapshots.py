@@ -69,6 +69,7 @@ STATS = {
     "project": ("stats", "gemini", "--by", "project"),
     "day": ("stats", "gemini", "--by", "day"),
     "one-session": ("stats", ONE),
+    "limit": ("stats", "gemini", "--sort", "total", "--desc", "--limit", "3"),
 }
 
 

@@ -178,6 +178,7 @@ def stats(
         if sort not in rows.columns:
             raise UsageError(f"--sort {sort!r} is not a column of --by {by}", use_one_of(sort, rows.columns))
         rows = rows.sort(sort, descending=desc, nulls_last=True)
+    all_rows = rows
     if limit:
         rows = rows.head(limit)
 
@@ -213,7 +214,9 @@ def stats(
             color=color,
         )
         title = f"ctxtool stats --by {by}" + (" (live history only)" if live else "")
-        sums = totals(rows)
+        if rows.height < all_rows.height:
+            title += f": top {rows.height:,} of {all_rows.height:,} rows (totals of all {all_rows.height:,})"
+        sums = totals(all_rows)  # the totals row is of everything, whatever --limit shows
         if "sessions" in sums:
             sums["sessions"] = corpus.requests.get_column("session_key").n_unique()
         notes = [
@@ -235,7 +238,14 @@ def stats(
         if output:
             console.file.close()
     else:
-        data = out.encode(rows, fmt, by=by, view="live" if live else "billed", read=summary)
+        data = out.encode(
+            rows,
+            fmt,
+            by=by,
+            view="live" if live else "billed",
+            read=summary,
+            **_limit_envelope(rows, all_rows),
+        )
         if output:
             out.atomic_write(output, data)
         else:
@@ -252,6 +262,11 @@ def stats(
         return ExitStatus.ERROR  # an explicit PATH that names nothing is a mistake, not an empty report
     failed = bool(corpus.problems) or corpus.broken_lines > 0
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
+
+
+def _limit_envelope(rows: Any, all_rows: Any) -> dict[str, Any]:
+    """With --limit, the JSON envelope says how many rows there were in all (``rows_total``)."""
+    return {"rows_total": all_rows.height} if rows.height < all_rows.height else {}
 
 
 def _unmatched(paths: list[str]) -> list[str]:
