@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-BY_CHOICES: tuple[str, ...] = ("turn", "request", "session", "model", "project", "day")
+BY_CHOICES: tuple[str, ...] = ("turn", "request", "session", "model", "project", "day", "week", "month")
 MACHINE_FORMATS: tuple[str, ...] = ("json", "jsonl", "csv", "parquet")
 FORMATS: tuple[str, ...] = ("table", *MACHINE_FORMATS)
 

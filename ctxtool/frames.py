@@ -1080,11 +1080,34 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "unpriced",
     ],
     "day": ["day", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost", "unpriced"],
+    "week": [
+        "week",
+        "sessions",
+        "requests",
+        *TOKEN_COLUMNS,
+        "peak_context",
+        "cache_ratio",
+        "cost",
+        "unpriced",
+    ],
+    "month": [
+        "month",
+        "sessions",
+        "requests",
+        *TOKEN_COLUMNS,
+        "peak_context",
+        "cache_ratio",
+        "cost",
+        "unpriced",
+    ],
 }
 
 
-def report(corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True) -> pl.DataFrame:
-    """The rows of ``ctxtool stats --by BY``."""
+def report(
+    corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True, timezone: str | None = None
+) -> pl.DataFrame:
+    """The rows of ``ctxtool stats --by BY``. ``timezone`` (an IANA name; default UTC) decides which day,
+    week (the date of its Monday, as ccusage shows it) or month (``YYYY-MM``) a request falls in."""
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
     if by == "turn":
@@ -1098,7 +1121,13 @@ def report(corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True)
     elif by == "project":
         df = _agg_requests(corpus.requests, ["project"])
     else:
-        df = _agg_requests(corpus.requests.with_columns(day=pl.col("ts").dt.date()), ["day"])
+        local = pl.col("ts").dt.convert_time_zone(timezone) if timezone else pl.col("ts")
+        key = {
+            "day": local.dt.date(),
+            "week": local.dt.truncate("1w").dt.date(),  # polars weeks start on Monday
+            "month": local.dt.strftime("%Y-%m"),
+        }[by]
+        df = _agg_requests(corpus.requests.with_columns(key.alias(by)), [by])
     return df.select(REPORT_COLUMNS[by])
 
 

@@ -130,6 +130,8 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "cost",
     ],
     "day": ["day", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
+    "week": ["week", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
+    "month": ["month", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
 }
 _MAX_WIDTH = {"prompt": 40, "session": 34, "project": 24, "model": 30}
 

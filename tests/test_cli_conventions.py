@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import shutil
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,29 @@ def test_limit_keeps_the_totals_of_everything_and_says_so(capsys: pytest.Capture
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["rows"]) == 3
     assert doc["rows_total"] == 14
+
+
+def test_by_week_and_month_in_a_time_zone(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    root = str(FIXTURES / "gemini")
+
+    def rows(*args: str) -> list[dict[str, object]]:
+        assert run(["stats", root, "--no-cache", "--format", "json", *args]) == 0
+        return list(json.loads(capsys.readouterr().out)["rows"])
+
+    weeks = rows("--by", "week")
+    # 2025-09-12 (a Friday, the first fixture) falls in the week of Monday 2025-09-08.
+    assert weeks[0]["week"] == "2025-09-08"
+    assert all(date.fromisoformat(str(w["week"])).weekday() == 0 for w in weeks)  # every key a Monday
+    months = rows("--by", "month")
+    assert [m["month"] for m in months][:3] == ["2025-09", "2026-02", "2026-03"]
+    assert sum(int(m["requests"]) for m in months) == sum(int(w["requests"]) for w in weeks) == 33
+    # 2026-03-02 14:20 UTC is already 2026-03-03 at UTC+14.
+    utc_days = [d["day"] for d in rows("--by", "day")]
+    kiritimati = [d["day"] for d in rows("--by", "day", "--timezone", "Pacific/Kiritimati")]
+    assert "2026-03-02" in utc_days
+    assert "2026-03-02" not in kiritimati
+    assert "2026-03-03" in kiritimati
+    assert run(["stats", root, "--timezone", "Mars/Olympus"]) == 2
+    assert "is not a time zone" in capsys.readouterr().err

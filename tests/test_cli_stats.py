@@ -121,7 +121,7 @@ def test_bad_files_are_reported_and_the_rest_still_counts(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--by", "week"], "--by 'week' is not a report"),
+        (["--by", "fortnight"], "--by 'fortnight' is not a report"),
         (["--format", "xml"], "--format 'xml' is not supported"),
         (["--since", "yesterday"], "Write it as YYYY-MM-DD"),
         (["--since", "2026-02-01", "--until", "2026-01-01"], "is after --until"),

@@ -79,8 +79,8 @@ def stats(
         None,
         "--by",
         "-b",
-        help="Rows: turn, request, session, model, project or day (default: turn for one session, "
-        "else session).",
+        help="Rows: turn, request, session, model, project, day, week (by its Monday) or month "
+        "(default: turn for one session, else session).",
     ),
     fmt: str = typer.Option(
         None,
@@ -89,6 +89,12 @@ def stats(
         help="table, json, jsonl, csv or parquet (default: --output's suffix, else table).",
     ),
     output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
+    timezone: str = typer.Option(
+        None,
+        "--timezone",
+        "--tz",
+        help="IANA time zone for --by day|week|month, e.g. Europe/Paris (default: UTC).",
+    ),
     since: str = typer.Option(None, "--since", help="Only requests on or after DATE (YYYY-MM-DD, UTC)."),
     until: str = typer.Option(None, "--until", help="Only requests on or before DATE (YYYY-MM-DD, UTC)."),
     project: list[str] = typer.Option(
@@ -133,6 +139,15 @@ def stats(
     fmt = output_format(fmt, output, FORMATS)
     if fmt == "parquet" and output is None and sys.stdout.isatty():
         raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
+    if timezone is not None:
+        import zoneinfo
+
+        try:
+            zoneinfo.ZoneInfo(timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise UsageError(
+                f"--timezone {timezone!r} is not a time zone", "Use an IANA name such as Europe/Paris or UTC"
+            ) from None
     since_d = _parse_date(since, "--since")
     until_d = _parse_date(until, "--until")
     if since_d and until_d and since_d > until_d:
@@ -173,7 +188,7 @@ def stats(
 
     roots = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height
     by = by or ("turn" if roots == 1 else "session")
-    rows = frames.report(corpus, by, include_subagents_in_parent=subagents)
+    rows = frames.report(corpus, by, include_subagents_in_parent=subagents, timezone=timezone)
     if sort:
         if sort not in rows.columns:
             raise UsageError(f"--sort {sort!r} is not a column of --by {by}", use_one_of(sort, rows.columns))
