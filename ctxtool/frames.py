@@ -898,6 +898,29 @@ def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame
     ).with_columns(pl.col("subagents").fill_null(0))
 
 
+def _session_match(sessions: pl.DataFrame, wanted: str) -> pl.Expr:
+    """Sessions that ``--session WANTED`` names: a session id or a unique prefix of one (the short id a table
+    shows is such a prefix), or a file name without its extension, or the file itself. Never a substring
+    found elsewhere in a name. A prefix shared by several sessions is a usage error listing them; a whole
+    id that several files share (the a2a server writes a constant one) names them all."""
+    from ctxtool.errors import UsageError
+
+    exact = (
+        (pl.col("session_id") == wanted) | (pl.col("session") == wanted) | (pl.col("session_key") == wanted)
+    )
+    if sessions.filter(exact).height:
+        return exact
+    prefix = pl.col("session_id").str.starts_with(wanted)
+    roots = sessions.filter(prefix & pl.col("parent_session_key").is_null())
+    if roots.height > 1:
+        names = ", ".join(f"{r['session_id']} ({r['session']})" for r in roots.head(10).iter_rows(named=True))
+        raise UsageError(
+            f"--session {wanted} is ambiguous: {roots.height} sessions have an id starting with it: {names}",
+            "Give more characters of the id",
+        )
+    return prefix
+
+
 # --- reports ---------------------------------------------------------------------------------------
 
 
@@ -923,16 +946,7 @@ def filter_corpus(
             )
         )
     if sessions:
-        keep = keep.filter(
-            pl.any_horizontal(
-                *[
-                    pl.col("session_id").str.starts_with(s)
-                    | pl.col("session").str.contains(s, literal=True)
-                    | (pl.col("session_key") == s)
-                    for s in sessions
-                ]
-            )
-        )
+        keep = keep.filter(pl.any_horizontal(*[_session_match(keep, s) for s in sessions]))
     # A subagent follows its parent session when filtering by session.
     roots = keep.get_column("session_key")
     keys = corpus.sessions.filter(

@@ -206,3 +206,29 @@ def test_by_week_and_month_in_a_time_zone(capsys: pytest.CaptureFixture[str]) ->
     assert "2026-03-03" in kiritimati
     assert run(["stats", root, "--timezone", "Mars/Olympus"]) == 2
     assert "is not a time zone" in capsys.readouterr().err
+
+
+def test_session_is_an_id_or_a_unique_prefix_never_a_substring(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    root = str(FIXTURES / "gemini")
+
+    def sessions(*ids: str) -> list[str]:
+        args = [a for i in ids for a in ("--session", i)]
+        assert run(["stats", root, "--no-cache", "--by", "session", "--format", "json", *args]) == 0
+        return [str(r["session"]) for r in json.loads(capsys.readouterr().out)["rows"]]
+
+    assert sessions("c4e5f6a7") == ["session-2026-05-25T09-30-c4e5f6a7"]  # the short id
+    assert sessions("c4e") == ["session-2026-05-25T09-30-c4e5f6a7"]
+    assert sessions("c4e5f6a7-b8c9-4dae-8f01-23456789abcd") == ["session-2026-05-25T09-30-c4e5f6a7"]
+    assert sessions("session-2026-02-10T09-00-c0ffee01") == ["session-2026-02-10T09-00-c0ffee01"]
+    # The a2a server's constant id names both its sessions; that is not ambiguous, it is their id.
+    assert len(sessions("a2a-server")) == 2
+    # "f6a7" is inside c4e5f6a7 but starts no id: not a match (it used to be, as a substring).
+    assert sessions("f6a7") == []
+    assert sessions("2026-05") == []
+    assert run(["stats", root, "--no-cache", "--session", "c"]) == 2
+    err = capsys.readouterr().err
+    assert "--session c is ambiguous: 2 sessions have an id starting with it:" in err
+    assert "c0ffee01-2a3b-4c5d-8e9f-0a1b2c3d4e5f (session-2026-02-10T09-00-c0ffee01)" in err
+    assert "(session-2026-05-25T09-30-c4e5f6a7)" in err

@@ -101,7 +101,11 @@ def stats(
         None, "--project", "-p", help="Only this project (name, path fragment or folder); repeatable."
     ),
     session: list[str] = typer.Option(
-        None, "--session", "-s", help="Only this session (id prefix or file name fragment); repeatable."
+        None,
+        "--session",
+        "-s",
+        help="Only this session: its id or a unique prefix of it (the short id the table shows), or its file "
+        "name; repeatable.",
     ),
     sort: str = typer.Option(None, "--sort", help="Sort rows by COLUMN (any column of the report)."),
     desc: bool = typer.Option(False, "--desc", help="With --sort: largest first."),
