@@ -530,12 +530,18 @@ _STATUS_STYLE = {
 
 
 def audit_table(
-    checks: Sequence[Mapping[str, Any]], *, title: str, caption: str | None = None, width: int = 120
+    checks: Sequence[Mapping[str, Any]],
+    *,
+    title: str,
+    caption: str | None = None,
+    width: int = 120,
+    subjects: Sequence[str] | None = None,
 ) -> Table:
     """One row per check: status, subject (session or day), rule, value, limit and the worst offender.
 
     ``checks`` rows carry ``status``, ``subject``, ``rule``, ``value`` and ``limit`` already formatted as
-    text, and ``offender``."""
+    text, and ``offender``. ``subjects``: every session audited, shown or not, so that short ids stay
+    unique among them (default: those of ``checks``)."""
     table = Table(title=title, title_justify="left", caption=caption, caption_justify="left", width=None)
     table.add_column("status", no_wrap=True)
     # Rich narrows only wrappable columns; the cells themselves are no_wrap, so they end in an ellipsis.
@@ -544,9 +550,10 @@ def audit_table(
     table.add_column("value", justify="right", no_wrap=True)
     table.add_column("limit", justify="right", no_wrap=True)
     table.add_column("worst", overflow="ellipsis", no_wrap=False, min_width=min(12, width // 8))
-    subjects = [str(c["subject"]) for c in checks]
-    shorts = short_session_ids([s for s in subjects if not _is_day(s)])
-    for c, subject in zip(checks, subjects, strict=True):
+    names = [str(c["subject"]) for c in checks]
+    every = subjects if subjects is not None else names
+    shorts = short_session_ids([s for s in every if not _is_day(s)])
+    for c, subject in zip(checks, names, strict=True):
         status = str(c["status"])
         table.add_row(
             Text(status.upper(), style=_STATUS_STYLE.get(status, "")),

@@ -232,3 +232,20 @@ def test_session_is_an_id_or_a_unique_prefix_never_a_substring(capsys: pytest.Ca
     assert "--session c is ambiguous: 2 sessions have an id starting with it:" in err
     assert "c0ffee01-2a3b-4c5d-8e9f-0a1b2c3d4e5f (session-2026-02-10T09-00-c0ffee01)" in err
     assert "(session-2026-05-25T09-30-c4e5f6a7)" in err
+
+
+def test_audit_lists_failures_and_a_summary_and_all_lists_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["audit", str(FIXTURES / "gemini"), "--no-config", "--max-session-tokens", "40k"]
+    assert run(args) == 3
+    out = capsys.readouterr().out
+    assert "PASS " not in out
+    assert out.count("│ FAIL ") == 2
+    assert "FAIL: 2 budgets exceeded; 12 of 14 checks passed (--all lists them)." in " ".join(out.split())
+    assert run([*args, "--all"]) == 3
+    out = capsys.readouterr().out
+    assert out.count("│ PASS ") == 12
+    assert out.count("│ FAIL ") == 2
+    assert run(["audit", str(FIXTURES / "gemini"), "--no-config", "--max-session-tokens", "1M"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "PASS: within budget (14 checks passed or skipped); --all lists the checks."
+    )

@@ -87,6 +87,11 @@ def audit(
     subagents: bool = typer.Option(
         True, "--subagents/--no-subagents", help="Include subagent sessions (rolled up into their parent)."
     ),
+    show_all: bool = typer.Option(
+        False,
+        "--all",
+        help="Table: list the checks that passed too (default: failures, skips and a summary).",
+    ),
     color: options.Color = options.COLOR,
     width: int = options.WIDTH,
 ) -> int:
@@ -145,20 +150,26 @@ def audit(
     if github:
         for line in lib.github_annotations(result):
             print(line, flush=True)
-    _write_report(result, fmt, output, width=width, color=color)
+    _write_report(result, fmt, output, width=width, color=color, show_all=show_all)
     if result.exceeded:
         return ExitStatus.BUDGET_EXCEEDED
     return ExitStatus.ERROR if result.errors else ExitStatus.OK
 
 
 def _write_report(
-    result: AuditReport, fmt: str, output: Path | None, *, width: int | None, color: str | None
+    result: AuditReport,
+    fmt: str,
+    output: Path | None,
+    *,
+    width: int | None,
+    color: str | None,
+    show_all: bool = False,
 ) -> None:
     from ctxtool import audit as lib
     from ctxtool import output as out
 
     if fmt == "table":
-        _print_table(result, output, width=width, color=color)
+        _print_table(result, output, width=width, color=color, show_all=show_all)
         return
     if fmt == "json":
         data = out.dumps(result.as_dict()) + b"\n"
@@ -172,7 +183,9 @@ def _write_report(
         out.write_stdout(data, sys.stdout.buffer)
 
 
-def _print_table(result: AuditReport, output: Path | None, *, width: int | None, color: str | None) -> None:
+def _print_table(
+    result: AuditReport, output: Path | None, *, width: int | None, color: str | None, show_all: bool = False
+) -> None:
     from ctxtool import audit as lib
     from ctxtool import render
 
@@ -187,13 +200,26 @@ def _print_table(result: AuditReport, output: Path | None, *, width: int | None,
             "offender": c.offender,
         }
         for c in sorted(result.checks, key=lambda c: order[c.status])
+        if show_all or c.status != "pass"
     ]
+    passed = sum(1 for c in result.checks if c.status == "pass")
+    hidden = 0 if show_all else passed
     stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
     try:
         console = render.make_console(stream, width=width, color=color)
         verdict = ("FAIL: " if result.exceeded or result.errors else "PASS: ") + lib.verdict(result)
+        if hidden and rows:
+            verdict += f"; {passed:,} of {len(result.checks):,} checks passed (--all lists them)."
+        elif hidden:
+            verdict += "; --all lists the checks."
         if rows:
-            table = render.audit_table(rows, title="ctxtool audit", caption=verdict, width=console.width)
+            table = render.audit_table(
+                rows,
+                title="ctxtool audit",
+                caption=verdict,
+                width=console.width,
+                subjects=[c.subject for c in result.checks],
+            )
             render.print_table(console, table)
         else:
             console.print(verdict)
