@@ -249,3 +249,36 @@ def test_audit_lists_failures_and_a_summary_and_all_lists_passes(capsys: pytest.
     assert capsys.readouterr().out.strip() == (
         "PASS: within budget (14 checks passed or skipped); --all lists the checks."
     )
+
+
+@pytest.mark.parametrize("command", ["stats", "compact", "compare", "diff", "audit", "export"])
+def test_every_command_help_has_examples(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    examples = out.split("Examples:", 1)[1].split("Exit status", 1)[0]
+    lines = [line.strip() for line in examples.splitlines() if line.strip()]
+    assert 2 <= len(lines) <= 3
+    assert all(line.startswith(("ctxtool ", "duckdb ")) for line in lines)
+
+
+def test_shell_completion_is_enabled(capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+    import sys
+
+    assert run(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--install-completion" in out
+    assert "--show-completion" in out
+    env = {
+        "_CTXTOOL_COMPLETE": "complete_bash",
+        "COMP_WORDS": "ctxtool stats --ti",
+        "COMP_CWORD": "2",
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(Path.home()),
+    }
+    script = "from ctxtool.cli import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["--timezone"]

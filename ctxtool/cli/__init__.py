@@ -29,7 +29,7 @@ app = typer.Typer(
         + EXIT_STATUS_HELP
     ),
     no_args_is_help=False,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -130,7 +130,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     # effective before that; a value the user set wins.
     os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:1000,muzzy_decay_ms:0")
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
+    completing = "_CTXTOOL_COMPLETE" in os.environ  # a shell asking for completions (--install-completion)
+    if not args and not completing:
         print(overview())
         return ExitStatus.OK
     want_traceback = "--traceback" in args

@@ -26,6 +26,13 @@ Budgets come from the flags or from a configuration file: --config FILE, else th
 replaces the configured rules of its metric. In the file each rule can be scoped to projects or models.
 Limits: tokens as 2000000 or 2M, shares as 60% or 0.6, costs in USD.
 
+Examples:
+
+\b
+  ctxtool audit --max-session-tokens 2M --max-context-share 50%
+  ctxtool audit .gemini/tmp --output audit.xml --github     # JUnit for CI, annotations on stdout
+  ctxtool audit --baseline main-audit.json --tolerance 10% --all
+
 Exit status: 0 within budget; 3 a budget was exceeded or a metric regressed past --tolerance (this wins
 over 1); 1 an error (a session file could not be read, or no session was found); 2 usage error.
 """

@@ -63,6 +63,13 @@ Gemini CLI's "Got it" ack is inserted where a layout would leave two user messag
 
 {strategies_help()}
 
+Examples:
+
+\b
+  ctxtool compact SESSION.jsonl --dry-run
+  ctxtool compact ~/.gemini/tmp/myproj/chats/ --force
+  ctxtool compact SESSION.jsonl --force --as-new-session
+
 Exit status: 0 every file processed (whatever its outcome), 1 a file could not be read, summarised or
 written, 2 usage error.
 """

@@ -26,6 +26,13 @@ shell commands, errors, user directives) and the time taken.
 `strategy` column); --output PATH writes it to a file. --chart FILE.png|FILE.svg also draws tokens and
 retention per strategy with matplotlib.
 
+Examples:
+
+\b
+  ctxtool compare ~/.gemini/tmp/myproj/chats/
+  ctxtool compare SESSION.jsonl --strategies gemini-cli,pi --output compare.csv
+  ctxtool compare SESSION.jsonl --chart strategies.png
+
 Exit status: 0 compared (whatever the outcomes), 1 a session could not be read or compacted, 2 usage error.
 """
 

@@ -25,6 +25,13 @@ estimate of the live history, in total and per message type, wire role and tool,
 before and after against the model's limit. The facts (paths, commands, errors, directives) of the removed
 and changed messages are checked against the after history: lost ones are listed.
 
+Examples:
+
+\b
+  ctxtool diff SESSION.jsonl ctxtool-compacted/myproj/chats/SESSION.jsonl
+  ctxtool diff BEFORE.jsonl AFTER.jsonl --output diff.md
+  ctxtool diff BEFORE.jsonl AFTER.jsonl --format json --exit-code
+
 Exit status: 0 ok (with --exit-code: the sessions are the same), 1 with --exit-code when they differ, or an
 error (a file cannot be read), 2 usage error.
 """

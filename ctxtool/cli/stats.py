@@ -20,7 +20,16 @@ PATHS are session files, directories or globs; with none, the Gemini CLI data ro
 ($GEMINI_CLI_HOME/.gemini/tmp if set, else ~/.gemini/tmp). A PATH may instead be one dataset directory
 written by `ctxtool export`. Token sums count every request ever billed
 (including requests later removed by a rewind or a checkpoint); --live keeps only the history Gemini CLI
-would resume. Exit status: 0 ok; 1 a PATH matched no session (an error, on stderr), or with --strict a file
+would resume.
+
+Examples:
+
+\b
+  ctxtool stats                                  # every session, one row each
+  ctxtool stats --by week --timezone Europe/Paris --sort cost --desc --limit 5
+  ctxtool stats --session c4e5f6a7 --output turns.csv
+
+Exit status: 0 ok; 1 a PATH matched no session (an error, on stderr), or with --strict a file
 could not be read in full; 2 usage error.
 """
 
