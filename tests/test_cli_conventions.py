@@ -282,3 +282,24 @@ def test_shell_completion_is_enabled(capsys: pytest.CaptureFixture[str]) -> None
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["--timezone"]
+
+
+def test_json_has_totals_and_integers_as_integers(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    root = str(FIXTURES / "gemini")
+    assert run(["stats", root, "--no-cache", "--by", "model", "--format", "json", "--limit", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["totals"]["requests"] == 33  # of every row, not only the one --limit shows
+    assert doc["totals"]["total"] == 478448
+    assert doc["totals"]["sessions"] == 14
+    assert doc["rows_total"] == 4
+    args = ["audit", root, "--no-config", "--max-session-tokens", "40k", "--max-compressions", "3"]
+    assert run([*args, "--format", "json"]) == 3
+    audit = json.loads(capsys.readouterr().out)
+    tokens = [c for c in audit["checks"] if c["rule"] == "max-session-tokens"]
+    assert all(type(c["value"]) is int and type(c["limit"]) is int for c in tokens)
+    assert type(audit["summary"]["max-compressions"]) is int
+    assert type(audit["summary"]["max-context-share"]) is float
+    assert all(type(r["limit"]) is int for r in audit["rules"])
+    assert all(type(s["metrics"]["max-turn-tokens"]) is int for s in audit["sessions"])

@@ -234,7 +234,6 @@ def stats(
         print(f"{frames.describe_read(summary)} Nothing to report.{why}", file=sys.stderr)
     elif fmt == "table":
         from ctxtool import render
-        from ctxtool.frames import totals
 
         console = render.make_console(
             open(output, "w", encoding="utf-8") if output else None,  # noqa: SIM115
@@ -244,9 +243,7 @@ def stats(
         title = f"ctxtool stats --by {by}" + (" (live history only)" if live else "")
         if rows.height < all_rows.height:
             title += f": top {rows.height:,} of {all_rows.height:,} rows (totals of all {all_rows.height:,})"
-        sums = totals(all_rows)  # the totals row is of everything, whatever --limit shows
-        if "sessions" in sums:
-            sums["sessions"] = corpus.requests.get_column("session_key").n_unique()
+        sums = _totals(all_rows, corpus)  # the totals row is of everything, whatever --limit shows
         notes = [
             frames.describe_read(summary),
             render.unpriced_note(int(sums.get("unpriced") or 0)),
@@ -266,14 +263,10 @@ def stats(
         if output:
             console.file.close()
     else:
-        data = out.encode(
-            rows,
-            fmt,
-            by=by,
-            view="live" if live else "billed",
-            read=summary,
-            **_limit_envelope(rows, all_rows),
-        )
+        envelope: dict[str, Any] = {"by": by, "view": "live" if live else "billed", "read": summary}
+        if fmt == "json":
+            envelope["totals"] = _totals(all_rows, corpus)
+        data = out.encode(rows, fmt, **envelope, **_limit_envelope(rows, all_rows))
         if output:
             out.atomic_write(output, data)
         else:
@@ -290,6 +283,16 @@ def stats(
         return ExitStatus.ERROR  # an explicit PATH that names nothing is a mistake, not an empty report
     failed = bool(corpus.problems) or corpus.broken_lines > 0
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
+
+
+def _totals(rows: Any, corpus: Any) -> dict[str, Any]:
+    """The totals of every row (whatever --limit shows); ``sessions`` counts each session once."""
+    from ctxtool.frames import totals
+
+    sums = totals(rows)
+    if "sessions" in sums:
+        sums["sessions"] = corpus.requests.get_column("session_key").n_unique()
+    return sums
 
 
 def _limit_envelope(rows: Any, all_rows: Any) -> dict[str, Any]:
