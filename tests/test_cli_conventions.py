@@ -303,3 +303,28 @@ def test_json_has_totals_and_integers_as_integers(capsys: pytest.CaptureFixture[
     assert type(audit["summary"]["max-context-share"]) is float
     assert all(type(r["limit"]) is int for r in audit["rules"])
     assert all(type(s["metrics"]["max-turn-tokens"]) is int for s in audit["sessions"])
+
+
+@pytest.mark.parametrize(
+    ("tty", "ci", "expected"),
+    [
+        (True, None, True),
+        (True, "true", False),
+        (True, "1", False),
+        (False, None, False),
+        (True, "false", True),
+    ],
+)
+def test_progress_only_on_a_terminal_and_not_under_ci(
+    tty: bool, ci: str | None, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from ctxtool.cli.options import progress_wanted
+
+    monkeypatch.setattr(sys, "stderr", _Terminal() if tty else io.StringIO())
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    assert progress_wanted() is expected

@@ -298,7 +298,9 @@ def compact(
         lib.CompactionReport.failed(m, f"{m}: no such file or directory") for m in found.missing
     ]
     superseded = lib.superseded_by_resume(sources) if options.era and mode == "out" else {}
-    progress = _Progress(len(sources), sys.stderr.isatty())
+    from ctxtool.cli.options import progress_wanted
+
+    progress = _Progress(len(sources), progress_wanted())
     try:
         for sp in sources:
             if sp.path in superseded:

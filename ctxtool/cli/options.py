@@ -7,6 +7,15 @@ from enum import StrEnum
 import typer
 
 
+def progress_wanted() -> bool:
+    """A progress bar goes to stderr only when it is a terminal and not under CI (``CI=true``, which CI
+    services set even when they give the job a pseudo-terminal): pipes and logs get none."""
+    import os
+    import sys
+
+    return sys.stderr.isatty() and os.environ.get("CI", "").lower() not in ("true", "1")
+
+
 class Color(StrEnum):
     auto = "auto"
     always = "always"

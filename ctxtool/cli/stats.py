@@ -179,7 +179,7 @@ def stats(
         corpus = export.load_dataset(datasets[0], subagents=subagents)
         cache_use = CacheUse()
     else:
-        progress = _DelayedProgress(sys.stderr.isatty())
+        progress = _DelayedProgress(options.progress_wanted())
         try:
             corpus, cache_use = load_corpus(
                 paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir, progress=progress
