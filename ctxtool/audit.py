@@ -94,11 +94,20 @@ class Rule:
     def as_dict(self) -> dict[str, Any]:
         return {
             "rule": self.metric,
-            "limit": self.limit,
+            "limit": json_number(self.metric, self.limit),
             "projects": list(self.projects),
             "models": list(self.models),
             "source": self.source,
         }
+
+
+def json_number(metric: str, value: Any) -> Any:
+    """A token or count figure as the integer it is (``17528``, not ``17528.0``) in JSON; shares and costs
+    stay floats at full precision."""
+    m = METRICS.get(metric)
+    if m is not None and m.kind in ("tokens", "count") and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 # --------------------------------------------------------------------------------------------- limits
@@ -297,8 +306,8 @@ class Check:
             "project": self.project,
             "file": self.file,
             "status": self.status,
-            "value": self.value,
-            "limit": self.limit,
+            "value": json_number(self.rule, self.value),
+            "limit": json_number(self.rule, self.limit),
             "offender": self.offender,
             "message": self.message,
             "scope": self.scope,
@@ -321,8 +330,8 @@ class Regression:
         return {
             "metric": self.metric,
             "subject": self.subject,
-            "baseline": self.baseline,
-            "current": self.current,
+            "baseline": json_number(self.metric, self.baseline),
+            "current": json_number(self.metric, self.current),
             "change": self.change,
             "tolerance": self.tolerance,
         }
@@ -366,8 +375,14 @@ class AuditReport:
             },
             "rules": [r.as_dict() for r in self.rules],
             "checks": [c.as_dict() for c in self.checks],
-            "summary": dict(self.summary),
-            "sessions": [{**self.sessions[key], "metrics": self.metrics[key]} for key in self.sessions],
+            "summary": {k: json_number(k, v) for k, v in self.summary.items()},
+            "sessions": [
+                {
+                    **self.sessions[key],
+                    "metrics": {k: json_number(k, v) for k, v in self.metrics[key].items()},
+                }
+                for key in self.sessions
+            ],
             "baseline": None
             if self.baseline is None
             else {

@@ -907,6 +907,29 @@ def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame
     ).with_columns(pl.col("subagents").fill_null(0))
 
 
+def _session_match(sessions: pl.DataFrame, wanted: str) -> pl.Expr:
+    """Sessions that ``--session WANTED`` names: a session id or a unique prefix of one (the short id a table
+    shows is such a prefix), or a file name without its extension, or the file itself. Never a substring
+    found elsewhere in a name. A prefix shared by several sessions is a usage error listing them; a whole
+    id that several files share (the a2a server writes a constant one) names them all."""
+    from ctxtool.errors import UsageError
+
+    exact = (
+        (pl.col("session_id") == wanted) | (pl.col("session") == wanted) | (pl.col("session_key") == wanted)
+    )
+    if sessions.filter(exact).height:
+        return exact
+    prefix = pl.col("session_id").str.starts_with(wanted)
+    roots = sessions.filter(prefix & pl.col("parent_session_key").is_null())
+    if roots.height > 1:
+        names = ", ".join(f"{r['session_id']} ({r['session']})" for r in roots.head(10).iter_rows(named=True))
+        raise UsageError(
+            f"--session {wanted} is ambiguous: {roots.height} sessions have an id starting with it: {names}",
+            "Give more characters of the id",
+        )
+    return prefix
+
+
 # --- reports ---------------------------------------------------------------------------------------
 
 
@@ -932,16 +955,7 @@ def filter_corpus(
             )
         )
     if sessions:
-        keep = keep.filter(
-            pl.any_horizontal(
-                *[
-                    pl.col("session_id").str.starts_with(s)
-                    | pl.col("session").str.contains(s, literal=True)
-                    | (pl.col("session_key") == s)
-                    for s in sessions
-                ]
-            )
-        )
+        keep = keep.filter(pl.any_horizontal(*[_session_match(keep, s) for s in sessions]))
     # A subagent follows its parent session when filtering by session.
     roots = keep.get_column("session_key")
     keys = corpus.sessions.filter(
@@ -1090,11 +1104,34 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "unpriced",
     ],
     "day": ["day", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost", "unpriced"],
+    "week": [
+        "week",
+        "sessions",
+        "requests",
+        *TOKEN_COLUMNS,
+        "peak_context",
+        "cache_ratio",
+        "cost",
+        "unpriced",
+    ],
+    "month": [
+        "month",
+        "sessions",
+        "requests",
+        *TOKEN_COLUMNS,
+        "peak_context",
+        "cache_ratio",
+        "cost",
+        "unpriced",
+    ],
 }
 
 
-def report(corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True) -> pl.DataFrame:
-    """The rows of ``ctxtool stats --by BY``."""
+def report(
+    corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True, timezone: str | None = None
+) -> pl.DataFrame:
+    """The rows of ``ctxtool stats --by BY``. ``timezone`` (an IANA name; default UTC) decides which day,
+    week (the date of its Monday, as ccusage shows it) or month (``YYYY-MM``) a request falls in."""
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
     if by == "turn":
@@ -1108,7 +1145,13 @@ def report(corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True)
     elif by == "project":
         df = _agg_requests(corpus.requests, ["project"])
     else:
-        df = _agg_requests(corpus.requests.with_columns(day=pl.col("ts").dt.date()), ["day"])
+        local = pl.col("ts").dt.convert_time_zone(timezone) if timezone else pl.col("ts")
+        key = {
+            "day": local.dt.date(),
+            "week": local.dt.truncate("1w").dt.date(),  # polars weeks start on Monday
+            "month": local.dt.strftime("%Y-%m"),
+        }[by]
+        df = _agg_requests(corpus.requests.with_columns(key.alias(by)), [by])
     return df.select(REPORT_COLUMNS[by])
 
 

@@ -30,7 +30,8 @@ def _default(value: Any) -> Any:
 
 
 def dumps(obj: Any, *, indent: bool = True) -> bytes:
-    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
+    # ISO 8601 UTC with a Z (2026-04-05T18:01:30.114000Z), as ccusage writes and jq users expect.
+    option = orjson.OPT_NON_STR_KEYS | orjson.OPT_UTC_Z | (orjson.OPT_INDENT_2 if indent else 0)
     return orjson.dumps(obj, default=_default, option=option)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import polars as pl
 from rich.console import Console
@@ -130,21 +130,51 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "cost",
     ],
     "day": ["day", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
+    "week": ["week", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
+    "month": ["month", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
 }
 _MAX_WIDTH = {"prompt": 40, "session": 34, "project": 24, "model": 30}
 
 
 def make_console(
-    stream: IO[str] | None = None, *, width: int | None = None, color: bool | None = None
+    stream: IO[str] | None = None, *, width: int | None = None, color: bool | str | None = None
 ) -> Console:
+    """A console on ``stream`` (default stdout). ``color``: ``"auto"`` (or None), ``"always"`` (or True),
+    ``"never"`` (or False); see :func:`wants_color`."""
+    import os
+    import sys
+
+    choice = "always" if color is True else "never" if color is False else str(color or "auto")
+    target = stream if stream is not None else sys.stdout
+    tty = bool(getattr(target, "isatty", lambda: False)())
+    want = wants_color(str(choice), tty=tty, env=os.environ, to_file=stream is not None)
     return Console(
         file=stream,
         width=width,
-        no_color=color is False,
-        force_terminal=True if color else None,
+        no_color=not want,
+        force_terminal=True if want else None,
+        # rich turns colour off for TERM=dumb even when forced; "always" means always.
+        color_system=("standard" if os.environ.get("TERM") == "dumb" else "auto") if want else None,
         highlight=False,
         soft_wrap=False,
     )
+
+
+def wants_color(choice: str, *, tty: bool, env: Mapping[str, str], to_file: bool = False) -> bool:
+    """Whether to colour: ``always`` and ``never`` decide; ``auto`` follows the conventions, in this order:
+    ``NO_COLOR`` set (no-color.org) → no; ``FORCE_COLOR`` set (and not ``0``) → yes, even in a pipe but not
+    into an ``--output`` file; ``TERM=dumb`` → no; else only on a terminal."""
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR") not in (None, "", "0", "false") and not to_file:
+        return True
+    if env.get("TERM") == "dumb":
+        return False
+    return tty
 
 
 def human_int(value: Any) -> str:
@@ -231,45 +261,200 @@ def stats_table(
     caption: str | None = None,
     single_session: bool = False,
     width: int = 120,
+    wide: bool = False,
 ) -> Table:
+    """The stats report as a table at most ``width`` columns wide (``wide``: every column, however wide).
+
+    Numbers and the short session id are never cut; text columns give way (a path from the left); the
+    least important columns are dropped and named in a last caption line (see :func:`dropped_note`)."""
     wanted = TABLE_COLUMNS.get(by, rows.columns)
     columns = [
         c for c in wanted if c in rows.columns and not (single_session and c == "session" and by != "session")
     ]
-    columns = _fit(rows, columns, totals, width)
-    table = Table(
-        title=title, title_justify="left", caption=caption, caption_justify="left", show_footer=True
-    )
+    shorts = short_session_ids(rows.get_column("session").to_list()) if "session" in columns else {}
     unpriced = rows.get_column("unpriced").to_list() if "unpriced" in rows.columns else [0] * rows.height
-    body = [
-        [_partial(cell(col, v), col, missing) for col, v in zip(columns, row, strict=True)]
-        for row, missing in zip(rows.select(columns).iter_rows(), unpriced, strict=True)
-    ]
-    footers: list[Text] = []
+    full = {
+        col: [
+            _partial(_session_cell(col, v, shorts), col, m)
+            for v, m in zip(rows.get_column(col), unpriced, strict=True)
+        ]
+        for col in columns
+    }
+    footers: dict[str, Text] = {}
     for i, col in enumerate(columns):
         if i == 0:
-            footers.append(Text("total", style="bold"))
+            footers[col] = Text("total", style="bold")
         else:
             footer = cell(col, totals[col]) if col in totals else Text("")
-            footers.append(_partial(footer, col, totals.get("unpriced", 0)))
-    for i, col in enumerate(columns):
+            footers[col] = _partial(footer, col, totals.get("unpriced", 0))
+    kept, text_width, dropped = fit_columns(
+        columns, {c: [footers[c], *full[c]] for c in columns}, width=width, wide=wide
+    )
+    notes = [n for n in (caption, dropped_note(dropped)) if n]
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption="\n".join(notes) or None,
+        caption_justify="left",
+        show_footer=True,
+    )
+    for col in kept:
         header = _HEADERS.get(col, col)
-        shrinkable = col in _MAX_WIDTH
-        # Numbers are never cut: their column is as wide as the widest value; text columns give way.
-        widest = max([len(header), footers[i].cell_len, *(r[i].cell_len for r in body)])
+        w = text_width.get(col)
+        cells = full[col] if w is None else [clip(col, t, w) for t in full[col]]
+        footer = footers[col] if w is None else clip(col, footers[col], w)
+        widest = max([len(header), footer.cell_len, *(t.cell_len for t in cells)])
         table.add_column(
             header,
             justify="right" if col in _RIGHT else "left",
-            footer=footers[i],
-            overflow="ellipsis",
-            # Rich only narrows wrappable columns; each text cell itself is no_wrap (ellipsis instead).
-            no_wrap=not shrinkable,
-            max_width=_MAX_WIDTH.get(col),
-            min_width=None if shrinkable else widest,
+            footer=footer,
+            no_wrap=True,
+            min_width=widest,
+            max_width=widest,
         )
-    for r in body:
-        table.add_row(*r)
+        full[col] = cells
+    for i in range(rows.height):
+        table.add_row(*(full[col][i] for col in kept))
     return table
+
+
+def _session_cell(column: str, value: Any, shorts: Mapping[str, str]) -> Text:
+    if column == "session" and isinstance(value, str):
+        return Text(shorts.get(value, value))
+    return cell(column, value)
+
+
+def short_session_ids(names: Sequence[str | None]) -> dict[str, str]:
+    """The last 8 characters of each session name (Gemini CLI ends a file name with the first 8 of the
+    session id), longer where two different sessions would otherwise read the same."""
+    distinct = sorted({n for n in names if n})
+    out: dict[str, str] = {}
+    n = 8
+    pending = distinct
+    while pending:
+        groups: dict[str, list[str]] = {}
+        for name in pending:
+            groups.setdefault(name[-n:], []).append(name)
+        pending = []
+        for short, group in groups.items():
+            if len(group) == 1 or all(len(g) <= n for g in group):
+                for g in group:
+                    out[g] = short
+            else:
+                pending.extend(group)
+        n += 1
+    return out
+
+
+def clip(column: str, text: Text, width: int) -> Text:
+    """``text`` cut to ``width`` cells: a path (or a project path) from the left, keeping its end
+    (``…/chats/session-…-cd7b13fa.jsonl``), anything else from the right; both with an ellipsis."""
+    if text.cell_len <= width:
+        return text
+    plain = text.plain
+    if column in _PATH_COLUMNS:
+        return Text(short_path(plain, width), style=text.style)
+    if column == "project" and "/" in plain:
+        return Text(left_ellipsis(plain, width), style=text.style)
+    cut = text.copy()
+    cut.truncate(width, overflow="ellipsis")
+    return cut
+
+
+def left_ellipsis(text: str, width: int) -> str:
+    """The end of ``text`` in at most ``width`` cells, preceded by ``…``; cut at a ``/`` when one is near."""
+    from rich.cells import cell_len
+
+    if cell_len(text) <= width:
+        return text
+    tail = ""
+    for ch in reversed(text):
+        if cell_len(ch + tail) > width - 1:
+            break
+        tail = ch + tail
+    slash = tail.find("/")
+    if 0 <= slash < len(tail) // 3:
+        tail = tail[slash:]
+    return "…" + tail
+
+
+_PATH_COLUMNS = {"file", "output", "path"}
+
+
+def short_path(path: str, width: int) -> str:
+    """``path`` in at most ``width`` cells, keeping what identifies a session: the folders nearest the file
+    go first, then the middle of a Gemini CLI file name (``…/chats/session-…-cd7b13fa.jsonl``)."""
+    from rich.cells import cell_len
+
+    if cell_len(path) <= width:
+        return path
+    parts = path.split("/")
+    name = parts[-1]
+    stem, dot, ext = name.partition(".")
+    short_name = name
+    if stem.startswith("session-") and "-" in stem.removeprefix("session-"):
+        short_name = "session-…-" + stem.rsplit("-", 1)[1] + dot + ext
+    for last in (name, short_name):
+        for k in range(1, len(parts)):
+            candidate = "…/" + "/".join([*parts[k:-1], last])
+            if cell_len(candidate) <= width:
+                return candidate
+    return left_ellipsis(short_name, width)
+
+
+def dropped_note(dropped: Sequence[str]) -> str | None:
+    """The caption line that names the columns a narrow terminal left out, and how to see them."""
+    if not dropped:
+        return None
+    return f"Not shown (too narrow): {', '.join(dropped)}. --wide shows every column."
+
+
+def fit_columns(
+    columns: Sequence[str],
+    cells: Mapping[str, Sequence[Text]],
+    *,
+    width: int,
+    wide: bool = False,
+    headers: Mapping[str, str] | None = None,
+    text_min: Mapping[str, int] | None = None,
+    max_width: Mapping[str, int] | None = None,
+    drop_order: Sequence[str] | None = None,
+) -> tuple[list[str], dict[str, int], list[str]]:
+    """Which columns fit in ``width`` cells, the width of each text column that gives way, and the dropped
+    columns (in the order of ``columns``). ``cells`` holds every cell of a column (footer included).
+
+    A number column is as wide as its widest value; a text column of ``_TEXT_MIN`` may shrink to that
+    minimum; columns go in ``_DROP_ORDER`` until the rest fit. With ``wide`` nothing is dropped or cut.
+    The stats report's headers, minimums, maximums and drop order are the defaults."""
+    headers = _HEADERS if headers is None else headers
+    text_min = _TEXT_MIN if text_min is None else text_min
+    max_width = _MAX_WIDTH if max_width is None else max_width
+    drop_order = _DROP_ORDER if drop_order is None else drop_order
+
+    def natural(col: str) -> int:
+        return max([len(headers.get(col, col)), *(t.cell_len for t in cells[col])])
+
+    def least(col: str) -> int:
+        return min(natural(col), text_min[col]) if col in text_min else natural(col)
+
+    if wide:
+        return list(columns), {}, []
+    cols = list(columns)
+    for victim in drop_order:
+        if 1 + sum(least(c) + 3 for c in cols) <= width:
+            break
+        if victim in cols:
+            cols.remove(victim)
+    spare = width - 1 - sum(least(c) + 3 for c in cols)
+    text_width: dict[str, int] = {}
+    for col in cols:
+        if col not in text_min:
+            continue
+        want = min(natural(col), max_width.get(col, natural(col)))
+        give = max(0, min(spare, want - least(col)))
+        text_width[col] = least(col) + give
+        spare -= give
+    return cols, text_width, [c for c in columns if c not in cols]
 
 
 def _partial(text: Text, column: str, unpriced: int | None) -> Text:
@@ -313,37 +498,21 @@ _DROP_ORDER = (
     "turns",
     "peak_context",
     "output",
-    "project",
     "model",
 )
-_TEXT_MIN = {"prompt": 16, "session": 14, "project": 12, "model": 14}
+_TEXT_MIN = {"prompt": 16, "project": 12, "model": 14}
 
 
-def _fit(rows: pl.DataFrame, columns: list[str], totals: Mapping[str, Any], width: int) -> list[str]:
-    def need(cols: list[str]) -> int:
-        total = 1
-        for col in cols:
-            if col in _TEXT_MIN:
-                w = _TEXT_MIN[col]
-            else:
-                values = rows.get_column(col).to_list()
-                w = max(
-                    [len(_HEADERS.get(col, col)), cell(col, totals.get(col)).cell_len]
-                    + [cell(col, v).cell_len for v in values]
-                )
-            total += w + 3
-        return total
+def print_table(console: Console, table: Table, *, wide: bool = False) -> None:
+    """Print ``table``; ``wide`` lets it be as wide as its columns need, past the console's width."""
+    if wide:
+        from rich.measure import Measurement
 
-    cols = list(columns)
-    for victim in _DROP_ORDER:
-        if need(cols) <= width:
-            break
-        if victim in cols:
-            cols.remove(victim)
-    return cols
-
-
-def print_table(console: Console, table: Table) -> None:
+        need = Measurement.get(console, console.options.update_width(100_000), table).maximum
+        if need > console.width:
+            console.width = need  # print(width=) cannot exceed the console's width
+        console.print(table)
+        return
     console.print(table)
 
 
@@ -361,31 +530,45 @@ _STATUS_STYLE = {
 
 
 def audit_table(
-    checks: Sequence[Mapping[str, Any]], *, title: str, caption: str | None = None, width: int = 120
+    checks: Sequence[Mapping[str, Any]],
+    *,
+    title: str,
+    caption: str | None = None,
+    width: int = 120,
+    subjects: Sequence[str] | None = None,
 ) -> Table:
     """One row per check: status, subject (session or day), rule, value, limit and the worst offender.
 
     ``checks`` rows carry ``status``, ``subject``, ``rule``, ``value`` and ``limit`` already formatted as
-    text, and ``offender``."""
+    text, and ``offender``. ``subjects``: every session audited, shown or not, so that short ids stay
+    unique among them (default: those of ``checks``)."""
     table = Table(title=title, title_justify="left", caption=caption, caption_justify="left", width=None)
     table.add_column("status", no_wrap=True)
     # Rich narrows only wrappable columns; the cells themselves are no_wrap, so they end in an ellipsis.
-    table.add_column("session / day", overflow="ellipsis", no_wrap=False, max_width=36)
+    table.add_column("session / day", no_wrap=True)
     table.add_column("rule", no_wrap=True)
     table.add_column("value", justify="right", no_wrap=True)
     table.add_column("limit", justify="right", no_wrap=True)
     table.add_column("worst", overflow="ellipsis", no_wrap=False, min_width=min(12, width // 8))
-    for c in checks:
+    names = [str(c["subject"]) for c in checks]
+    every = subjects if subjects is not None else names
+    shorts = short_session_ids([s for s in every if not _is_day(s)])
+    for c, subject in zip(checks, names, strict=True):
         status = str(c["status"])
         table.add_row(
             Text(status.upper(), style=_STATUS_STYLE.get(status, "")),
-            Text(str(c["subject"]).removeprefix("session-"), overflow="ellipsis", no_wrap=True),
+            Text(shorts.get(subject, subject), overflow="ellipsis", no_wrap=True),
             Text(str(c["rule"])),
             Text(str(c["value"])),
             Text(str(c["limit"])),
             Text(str(c.get("offender") or ""), overflow="ellipsis", no_wrap=True),
         )
     return table
+
+
+def _is_day(subject: str) -> bool:
+    """An audit subject that is a UTC day (``--max-daily-cost``), not a session."""
+    return len(subject) == 10 and subject[4] == "-" and subject[7] == "-" and subject[:4].isdigit()
 
 
 # --- ctxtool diff -----------------------------------------------------------------------------------
@@ -395,7 +578,9 @@ def diff_summary_table(rows: Sequence[Sequence[str]], *, title: str, headers: Se
     """A small table of preformatted cells: the first column left-aligned, the others right-aligned."""
     table = Table(title=title, title_justify="left")
     for i, name in enumerate(headers):
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+        # Numbers are never cut: each column is as wide as its widest cell (a header may take two lines).
+        widest = max([*(len(h) for h in name.split("\n")), *(Text(r[i]).cell_len for r in rows)])
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True, min_width=widest)
     for row in rows:
         table.add_row(*row)
     return table
@@ -432,55 +617,135 @@ _COMPACT_STATUS_STYLE = {
 
 
 def compact_table(
-    reports: Sequence[Mapping[str, Any]], *, title: str = "ctxtool compact", plan: bool = False
-) -> Table:
+    reports: Sequence[Mapping[str, Any]],
+    *,
+    title: str = "ctxtool compact",
+    plan: bool = False,
+    width: int = 120,
+    wide: bool = False,
+) -> tuple[Table, list[str]]:
     """One row per session of ``ctxtool compact``: status, tokens before → after, messages summarised /
-    kept, fact retention (user requests, paths, commands, errors, directives: kept verbatim) and where the
+    kept, fact retention (user requests, paths, commands, errors, directives; verbatim) and where the
     result went. ``plan`` (a dry
-    run) adds the threshold, the split turn and the number of tool outputs the budget would cut."""
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    rows: list[tuple[Any, ...]] = []
-    for r in reports:
-        name = str(r.get("input_path", "")).rsplit("/", 1)[-1]
+    run) adds the threshold, the split turn and the number of tool outputs the budget would cut.
+
+    Returns the table and the lines to print under it: why a row wrote nothing (or failed), one line per
+    row, since a reason cut to fit a column would say nothing."""
+    names = session_labels([str(r.get("input_path", "")) for r in reports])
+    cols: dict[str, list[Text]] = {c: [] for c in _COMPACT_COLUMNS}
+    notes: list[str] = []
+    for r, name in zip(reports, names, strict=True):
         status = str(r.get("status"))
         before, after = r.get("tokens_before"), r.get("tokens_after")
-        tokens = "–" if before is None else f"{human_int(before)} → {human_int(after)}"
         summarised, kept = r.get("messages_summarised"), r.get("messages_kept")
-        msgs = "–" if summarised is None else f"{summarised}/{kept}"
         retention = r.get("retention") or {}
         kinds = ("requests", "paths", "commands", "errors", "directives")
-        facts = "/".join(_retention_cell(retention.get(k)) for k in kinds)
-        if not retention:
-            facts = "–"
+        facts = "/".join(_retention_cell(retention.get(k)) for k in kinds) if retention else "–"
         if r.get("error"):
-            where = str(r["error"])
+            where = "failed (see below)"
+            notes.append(f"{name}: {r['error']}")
         elif r.get("output_path"):
-            where = ("would write " if r.get("dry_run") else "") + _short_path(str(r["output_path"]))
+            where = _short_path(str(r["output_path"]))
         else:
-            where = f"nothing written: {r['reason']}" if r.get("reason") else "nothing written"
-        styled = Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow"))
-        extra: list[str] = []
-        if plan:
-            limit, share = r.get("token_limit"), r.get("threshold")
-            extra = [
-                "–" if limit is None or share is None else human_int(int(share * limit)),
-                "–" if r.get("split_index") is None else str(r["split_index"]),
-                str(len(r.get("tool_outputs_truncated") or [])),
-            ]
-        rows.append((name, styled, tokens, msgs, facts, *extra, where))
-    headers = ["status", "tokens", "msgs sum/kept", "kept facts r/p/c/e/d"]
-    if plan:
-        headers += ["threshold", "split", "cut outputs"]
-    # The short columns are never cut (a status or a count with an ellipsis is useless); session and
-    # output give way on a narrow terminal.
-    table.add_column("session", overflow="ellipsis", max_width=40, min_width=12)
-    for i, header in enumerate(headers, 1):
-        widest = max([len(header), *(Text(str(row[i])).cell_len for row in rows)])
-        table.add_column(header, justify="left" if i == 1 else "right", no_wrap=True, min_width=widest)
-    table.add_column("output", overflow="fold", min_width=16)
-    for row in rows:
+            where = "nothing written" + (" (see below)" if r.get("reason") else "")
+            if r.get("reason"):
+                notes.append(f"{name}: {status}, nothing written: {r['reason']}")
+        limit, share = r.get("token_limit"), r.get("threshold")
+        values = {
+            "session": Text(name),
+            "status": Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow")),
+            "tokens": Text("–" if before is None else f"{human_int(before)} → {human_int(after)}"),
+            "msgs": Text("–" if summarised is None else f"{summarised}/{kept}"),
+            "facts": Text(facts),
+            "threshold": Text("–" if limit is None or share is None else human_int(int(share * limit))),
+            "split": Text("–" if r.get("split_index") is None else str(r["split_index"])),
+            "cut_outputs": Text(str(len(r.get("tool_outputs_truncated") or []))),
+            "output": Text(where),
+        }
+        for c in _COMPACT_COLUMNS:
+            cols[c].append(values[c])
+    columns = [c for c in _COMPACT_COLUMNS if plan or c not in ("threshold", "split", "cut_outputs")]
+    headers = dict(_COMPACT_HEADERS, output="would write" if plan else "output")
+    table, dropped = _fitted_table(
+        title,
+        columns,
+        cols,
+        headers=headers,
+        right={"tokens", "msgs", "facts", "threshold", "split", "cut_outputs"},
+        width=width,
+        wide=wide,
+        text_min={"output": 24},
+        drop_order=("threshold", "cut_outputs", "split", "msgs", "facts"),
+    )
+    note = dropped_note(dropped)
+    return table, notes + ([note] if note else [])
+
+
+_COMPACT_COLUMNS = (
+    "session",
+    "status",
+    "tokens",
+    "msgs",
+    "facts",
+    "threshold",
+    "split",
+    "cut_outputs",
+    "output",
+)
+_COMPACT_HEADERS = {"msgs": "msgs sum/kept", "facts": "kept facts r/p/c/e/d", "cut_outputs": "cut outputs"}
+
+
+def session_labels(paths: Sequence[str]) -> list[str]:
+    """The short id of each session file (:func:`short_session_ids` of the file names without their
+    extension), with the extension where a ``.json`` and a ``.jsonl`` of one session are both listed."""
+    stems = [p.rsplit("/", 1)[-1].removesuffix(".jsonl").removesuffix(".json") for p in paths]
+    shorts = short_session_ids(stems)
+    labels = []
+    for path, stem in zip(paths, stems, strict=True):
+        label = shorts.get(stem, stem)
+        if len({q for q, t in zip(paths, stems, strict=True) if t == stem}) > 1:
+            label += path[path.rfind(".") :] if path.endswith((".json", ".jsonl")) else ""
+        labels.append(label)
+    return labels
+
+
+def _fitted_table(
+    title: str,
+    columns: Sequence[str],
+    cells: Mapping[str, Sequence[Text]],
+    *,
+    headers: Mapping[str, str],
+    right: set[str],
+    width: int,
+    wide: bool,
+    text_min: Mapping[str, int],
+    drop_order: Sequence[str],
+) -> tuple[Table, list[str]]:
+    """A borderless table of the ``columns`` that fit ``width`` (see :func:`fit_columns`); the text columns
+    of ``text_min`` give way, a path from the left. Returns the table and the dropped columns."""
+    kept, text_width, dropped = fit_columns(
+        columns,
+        cells,
+        width=width,
+        wide=wide,
+        headers=headers,
+        text_min=text_min,
+        max_width={},
+        drop_order=drop_order,
+    )
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    shown: list[list[Text]] = []
+    for col in kept:
+        w = text_width.get(col)
+        column_cells = list(cells[col]) if w is None else [clip(col, t, w) for t in cells[col]]
+        header = headers.get(col, col)
+        widest = max([len(header), *(t.cell_len for t in column_cells)])
+        justify: Literal["right", "left"] = "right" if col in right else "left"
+        table.add_column(header, justify=justify, no_wrap=True, min_width=widest, max_width=widest)
+        shown.append(column_cells)
+    for row in zip(*shown, strict=True):
         table.add_row(*row)
-    return table
+    return table, dropped
 
 
 def _short_path(path: str) -> str:
@@ -499,38 +764,55 @@ def _retention_cell(kind: Any) -> str:
     return f"{100 * int(kind['kept']) // int(kind['total'])}%"
 
 
-def compare_table(rows: Sequence[Mapping[str, Any]], *, title: str = "ctxtool compare") -> Table:
+def compare_table(
+    rows: Sequence[Mapping[str, Any]], *, title: str = "ctxtool compare", width: int = 120, wide: bool = False
+) -> tuple[Table, list[str]]:
     """One row per session and strategy of ``ctxtool compare``: trigger, tokens before → after, reduction,
-    messages kept, fact retention per kind and the time taken."""
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    table.add_column("session", no_wrap=True, overflow="ellipsis", max_width=28)
-    table.add_column("strategy", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("trigger", justify="right", no_wrap=True)
-    table.add_column("tokens", justify="right", no_wrap=True)
-    table.add_column("cut", justify="right", no_wrap=True)
-    table.add_column("kept", justify="right", no_wrap=True)
-    table.add_column("facts r/p/c/e/d", justify="right", no_wrap=True)
-    table.add_column("time", justify="right", no_wrap=True)
-    for r in rows:
-        name = str(r.get("session", "")).rsplit("/", 1)[-1]
+    messages kept, fact retention per kind and the time taken. Returns the table and the lines to print
+    under it (the columns a narrow terminal left out)."""
+    names = session_labels([str(r.get("session", "")) for r in rows])
+    cols: dict[str, list[Text]] = {c: [] for c in _COMPARE_COLUMNS}
+    for r, name in zip(rows, names, strict=True):
         status = str(r.get("status"))
         trig = r.get("would_trigger")
-        trigger = "n/a" if trig is None else f"turn {r.get('trigger_turn')}" if trig else "no"
         before, after = r.get("tokens_before"), r.get("tokens_after")
-        tokens = "–" if before is None or after is None else f"{human_int(before)} → {human_int(after)}"
         reduction = r.get("reduction")
-        cut = "–" if reduction is None else f"{100 * float(reduction):.0f}%"
-        kept = "–" if r.get("messages_kept") is None else str(r["messages_kept"])
         facts = "/".join(
             "–" if r.get(f"{k}_retention") is None else f"{float(r[f'{k}_retention']):.0f}%"
             for k in ("requests", "paths", "commands", "errors", "directives")
         )
         seconds = r.get("seconds")
-        took = "–" if seconds is None else f"{float(seconds):.2f}s"
-        styled = Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow"))
-        table.add_row(name, str(r.get("strategy")), styled, trigger, tokens, cut, kept, facts, took)
-    return table
+        values = {
+            "session": Text(name),
+            "strategy": Text(str(r.get("strategy"))),
+            "status": Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow")),
+            "trigger": Text("n/a" if trig is None else f"turn {r.get('trigger_turn')}" if trig else "no"),
+            "tokens": Text(
+                "–" if before is None or after is None else f"{human_int(before)} → {human_int(after)}"
+            ),
+            "cut": Text("–" if reduction is None else f"{100 * float(reduction):.0f}%"),
+            "kept": Text("–" if r.get("messages_kept") is None else str(r["messages_kept"])),
+            "facts": Text(facts),
+            "time": Text("–" if seconds is None else f"{float(seconds):.2f}s"),
+        }
+        for c in _COMPARE_COLUMNS:
+            cols[c].append(values[c])
+    table, dropped = _fitted_table(
+        title,
+        _COMPARE_COLUMNS,
+        cols,
+        headers={"facts": "facts r/p/c/e/d"},
+        right={"trigger", "tokens", "cut", "kept", "facts", "time"},
+        width=width,
+        wide=wide,
+        text_min={},
+        drop_order=("time", "trigger", "kept", "facts"),
+    )
+    note = dropped_note(dropped)
+    return table, [note] if note else []
+
+
+_COMPARE_COLUMNS = ("session", "strategy", "status", "trigger", "tokens", "cut", "kept", "facts", "time")
 
 
 def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 40) -> Table:

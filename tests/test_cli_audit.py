@@ -123,7 +123,7 @@ def test_markdown_and_table_at_fixed_width(capsysbinary: pytest.CaptureFixture[b
         "turn 1 (156,800 tokens) |"
     )
     code, out, _ = audit(
-        capsysbinary, str(ONE), "--max-session-tokens", "200k", "--width", "80", "--no-color"
+        capsysbinary, str(ONE), "--max-session-tokens", "200k", "--width", "80", "--color", "never"
     )
     assert code == 3
     lines = out.splitlines()

@@ -51,7 +51,7 @@ def test_different_sessions_exit_code_1_only_when_asked(
 
 
 def test_table_at_fixed_width(capsysbinary: pytest.CaptureFixture[bytes], files: tuple[str, str]) -> None:
-    code, out, _ = diff(capsysbinary, *files, "--width", "90", "--no-color")
+    code, out, _ = diff(capsysbinary, *files, "--width", "90", "--color", "never")
     assert code == 0
     lines = out.splitlines()
     assert "\x1b[" not in out

@@ -71,7 +71,7 @@ def test_every_report_in_every_format(
 
 
 def test_table_at_fixed_width(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
-    code, out, _ = stats(capsysbinary, str(ONE), "--width", "100", "--no-color")
+    code, out, _ = stats(capsysbinary, str(ONE), "--width", "100", "--color", "never")
     text = out.decode()
     assert code == 0
     assert "ctxtool stats --by turn" in text
@@ -121,7 +121,7 @@ def test_bad_files_are_reported_and_the_rest_still_counts(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--by", "week"], "--by 'week' is not a report"),
+        (["--by", "fortnight"], "--by 'fortnight' is not a report"),
         (["--format", "xml"], "--format 'xml' is not supported"),
         (["--since", "yesterday"], "Write it as YYYY-MM-DD"),
         (["--since", "2026-02-01", "--until", "2026-01-01"], "is after --until"),

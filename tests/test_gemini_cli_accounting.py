@@ -226,7 +226,7 @@ def test_an_unknown_model_leaves_the_known_part_of_a_cost(
     assert session["cost"] == pytest.approx(sum(known))
     turns = stats_json(capsysbinary, str(path), "--by", "turn")["rows"]
     assert [(t["unpriced"], t["cost"] is None) for t in turns] == [(0, False), (1, True), (0, False)]
-    assert run(["stats", str(path), "--by", "session", "--no-cache", "--no-color"]) == 0
+    assert run(["stats", str(path), "--by", "session", "--no-cache", "--color", "never"]) == 0
     table = capsysbinary.readouterr().out.decode()
     assert f"{session['cost']:.4f}+" in table
     assert "leaves out 1 request(s) whose model has no known price" in table

@@ -16,18 +16,60 @@ from ctxtool import __version__
 from ctxtool.cli.status import ExitStatus
 from ctxtool.errors import CtxtoolError, UsageError
 
+EXIT_STATUS_HELP = (
+    "Exit status: 0 ok; 1 an error (a file could not be read, an explicit PATH matched no session; for stats "
+    "a partly unreadable file only with --strict); 2 a usage error; 3 a budget exceeded (audit); "
+    "130 interrupted."
+)
+
 app = typer.Typer(
     name="ctxtool",
     help=(
         "Token usage per turn, offline compaction replay, diffs and CI budgets for Gemini CLI sessions.\n\n"
-        "Exit status: 0 ok, 1 error (with --strict: a file could not be read), 2 usage error, "
-        "3 budget exceeded (audit)."
+        + EXIT_STATUS_HELP
     ),
-    no_args_is_help=True,
-    add_completion=False,
+    no_args_is_help=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+_MAIN_COMMANDS = (
+    ("ctxtool stats", "token usage, context share and cost per session"),
+    ("ctxtool compact SESSION", "replay Gemini CLI's compression offline"),
+    ("ctxtool compare SESSION", "other agents' compaction side by side"),
+    ("ctxtool diff BEFORE AFTER", "what a compaction removed and kept"),
+    ("ctxtool audit", "a CI gate over budgets (--max-session-tokens 2M)"),
+)
+
+
+def overview() -> str:
+    """What bare ``ctxtool`` prints: where it looks, what it found there, and the main commands."""
+    import textwrap
+
+    from ctxtool.session.discover import default_roots, discover
+
+    lines = ["ctxtool: token usage, compaction, diffs and CI budgets of Gemini CLI sessions.", ""]
+    for root in default_roots():
+        if root.is_dir():
+            found = discover([str(root)])
+            projects = len({sp.project_dir for sp in found.files})
+            lines += [
+                f"Looks in {root}:",
+                f"  {len(found.files):,} session file(s) in {projects:,} project(s).",
+            ]
+        else:
+            lines += [f"Looks in {root}:", "  not there yet (run Gemini CLI, or set GEMINI_CLI_HOME)."]
+    lines += ["", "Main commands:"]
+    width = max(len(c) for c, _ in _MAIN_COMMANDS)
+    lines += [f"  {c:<{width}}  {what}" for c, what in _MAIN_COMMANDS]
+    lines += [
+        "",
+        "ctxtool COMMAND --help: its options and examples. ctxtool --help: every command.",
+        *textwrap.wrap(EXIT_STATUS_HELP, 80),
+    ]
+    return "\n".join(lines)
 
 
 def _version(value: bool) -> None:
@@ -88,6 +130,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     # effective before that; a value the user set wins.
     os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:1000,muzzy_decay_ms:0")
     args = list(sys.argv[1:] if argv is None else argv)
+    completing = "_CTXTOOL_COMPLETE" in os.environ  # a shell asking for completions (--install-completion)
+    if not args and not completing:
+        print(overview())
+        return ExitStatus.OK
     want_traceback = "--traceback" in args
     command = _command_in(args)
     register([command] if command in _COMMANDS else None)

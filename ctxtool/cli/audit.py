@@ -10,7 +10,7 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import CtxtoolError, UsageError, use_one_of
+from ctxtool.errors import CtxtoolError, UsageError
 
 if TYPE_CHECKING:
     from ctxtool.audit import AuditReport
@@ -25,6 +25,13 @@ Budgets come from the flags or from a configuration file: --config FILE, else th
 ([audit] table) or pyproject.toml ([tool.ctxtool.audit] table) in the current directory or a parent; a flag
 replaces the configured rules of its metric. In the file each rule can be scoped to projects or models.
 Limits: tokens as 2000000 or 2M, shares as 60% or 0.6, costs in USD.
+
+Examples:
+
+\b
+  ctxtool audit --max-session-tokens 2M --max-context-share 50%
+  ctxtool audit .gemini/tmp --output audit.xml --github     # JUnit for CI, annotations on stdout
+  ctxtool audit --baseline main-audit.json --tolerance 10% --all
 
 Exit status: 0 within budget; 3 a budget was exceeded or a metric regressed past --tolerance (this wins
 over 1); 1 an error (a session file could not be read, or no session was found); 2 usage error.
@@ -74,7 +81,12 @@ def audit(
         None, "--config", "-c", help="Read budgets from this TOML file (ctxtool.toml or pyproject.toml)."
     ),
     no_config: bool = typer.Option(False, "--no-config", help="Ignore any configuration file."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json, junit or markdown."),
+    fmt: str = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="table, json, junit or markdown (default: --output's suffix, .xml for junit, else table).",
+    ),
     output: Path = typer.Option(None, "--output", "-o", help="Write the report to FILE instead of stdout."),
     github: bool = typer.Option(
         False, "--github", help="Also print GitHub Actions annotations (::error ...) for every failure."
@@ -89,15 +101,20 @@ def audit(
         True, "--subagents/--no-subagents", help="Include subagent sessions (rolled up into their parent)."
     ),
     show_secrets: bool = options.SHOW_SECRETS,
-    color: bool = options.COLOR,
+    show_all: bool = typer.Option(
+        False,
+        "--all",
+        help="Table: list the checks that passed too (default: failures, skips and a summary).",
+    ),
+    color: options.Color = options.COLOR,
     width: int = options.WIDTH,
 ) -> int:
     from ctxtool import audit as lib
     from ctxtool import frames
+    from ctxtool.choices import output_format
     from ctxtool.session.discover import default_roots
 
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not supported by audit", use_one_of(fmt, FORMATS))
+    fmt = output_format(fmt, output, FORMATS, "audit")
     if github and fmt in ("json", "junit") and output is None:
         raise UsageError(
             "--github annotations and a JSON or JUnit report cannot share standard output",
@@ -161,20 +178,26 @@ def audit(
     if github:
         for line in lib.github_annotations(result):
             print(line, flush=True)
-    _write_report(result, fmt, output, width=width, color=color)
+    _write_report(result, fmt, output, width=width, color=color, show_all=show_all)
     if result.exceeded:
         return ExitStatus.BUDGET_EXCEEDED
     return ExitStatus.ERROR if result.errors else ExitStatus.OK
 
 
 def _write_report(
-    result: AuditReport, fmt: str, output: Path | None, *, width: int | None, color: bool | None
+    result: AuditReport,
+    fmt: str,
+    output: Path | None,
+    *,
+    width: int | None,
+    color: str | None,
+    show_all: bool = False,
 ) -> None:
     from ctxtool import audit as lib
     from ctxtool import output as out
 
     if fmt == "table":
-        _print_table(result, output, width=width, color=color)
+        _print_table(result, output, width=width, color=color, show_all=show_all)
         return
     if fmt == "json":
         data = out.dumps(result.as_dict()) + b"\n"
@@ -188,7 +211,9 @@ def _write_report(
         out.write_stdout(data, sys.stdout.buffer)
 
 
-def _print_table(result: AuditReport, output: Path | None, *, width: int | None, color: bool | None) -> None:
+def _print_table(
+    result: AuditReport, output: Path | None, *, width: int | None, color: str | None, show_all: bool = False
+) -> None:
     from ctxtool import audit as lib
     from ctxtool import render
 
@@ -203,13 +228,26 @@ def _print_table(result: AuditReport, output: Path | None, *, width: int | None,
             "offender": c.offender,
         }
         for c in sorted(result.checks, key=lambda c: order[c.status])
+        if show_all or c.status != "pass"
     ]
+    passed = sum(1 for c in result.checks if c.status == "pass")
+    hidden = 0 if show_all else passed
     stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
     try:
         console = render.make_console(stream, width=width, color=color)
         verdict = ("FAIL: " if result.exceeded or result.errors else "PASS: ") + lib.verdict(result)
+        if hidden and rows:
+            verdict += f"; {passed:,} of {len(result.checks):,} checks passed (--all lists them)."
+        elif hidden:
+            verdict += "; --all lists the checks."
         if rows:
-            table = render.audit_table(rows, title="ctxtool audit", caption=verdict, width=console.width)
+            table = render.audit_table(
+                rows,
+                title="ctxtool audit",
+                caption=verdict,
+                width=console.width,
+                subjects=[c.subject for c in result.checks],
+            )
             render.print_table(console, table)
         else:
             console.print(verdict)

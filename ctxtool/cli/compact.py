@@ -70,6 +70,13 @@ Gemini CLI's "Got it" ack is inserted where a layout would leave two user messag
 
 {strategies_help()}
 
+Examples:
+
+\b
+  ctxtool compact SESSION.jsonl --dry-run
+  ctxtool compact ~/.gemini/tmp/myproj/chats/ --force
+  ctxtool compact SESSION.jsonl --force --as-new-session
+
 Exit status: 0 every file processed (whatever its outcome), 1 a file could not be read, summarised or
 written, 2 usage error.
 """
@@ -221,8 +228,9 @@ def compact(
         "more after it.",
     ),
     fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
-    color: bool = options.COLOR,
+    color: options.Color = options.COLOR,
     width: int = options.WIDTH,
+    wide: bool = options.WIDE,
 ) -> int:
     from ctxtool import compact as lib
 
@@ -338,7 +346,9 @@ def compact(
         lib.CompactionReport.failed(m, f"{m}: no such file or directory") for m in found.missing
     ]
     superseded = lib.superseded_by_resume(sources) if options.era and mode == "out" else {}
-    progress = _Progress(len(sources), sys.stderr.isatty())
+    from ctxtool.cli.options import progress_wanted
+
+    progress = _Progress(len(sources), progress_wanted())
     try:
         for sp in sources:
             if sp.path in superseded:
@@ -380,11 +390,14 @@ def compact(
 
         console = render.make_console(width=width, color=color)
         title = "ctxtool compact" + (" --dry-run (nothing written)" if dry_run else "")
-        render.print_table(console, render.compact_table(rows, title=title, plan=dry_run))
+        table, notes = render.compact_table(rows, title=title, plan=dry_run, width=console.width, wide=wide)
+        render.print_table(console, table, wide=wide)
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
     return ExitStatus.ERROR if any(r.status == lib.FAILED for r in reports) else ExitStatus.OK
 
 
-def _undo(paths: list[str], *, force: bool, fmt: str, width: int, color: bool) -> int:
+def _undo(paths: list[str], *, force: bool, fmt: str, width: int, color: object) -> int:
     """``compact --undo``: one row per file, FAILED rows named on stderr."""
     from ctxtool import compact as lib
     from ctxtool.session.discover import discover

@@ -26,6 +26,13 @@ shell commands, errors, user directives) and the time taken.
 `strategy` column); --output PATH writes it to a file. --chart FILE.png|FILE.svg also draws tokens and
 retention per strategy with matplotlib.
 
+Examples:
+
+\b
+  ctxtool compare ~/.gemini/tmp/myproj/chats/
+  ctxtool compare SESSION.jsonl --strategies gemini-cli,pi --output compare.csv
+  ctxtool compare SESSION.jsonl --chart strategies.png
+
 Exit status: 0 compared (whatever the outcomes), 1 a session could not be read or compacted, 2 usage error.
 """
 
@@ -47,20 +54,23 @@ def compare(
     keep: Path = typer.Option(None, "--keep", help="Keep the compacted sessions under DIR/<strategy>/."),
     chart: Path = typer.Option(None, "--chart", help="Also write a chart to FILE (.png or .svg)."),
     bars: bool = typer.Option(True, "--bars/--no-bars", help="Bar chart under the table (table format)."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv."),
+    fmt: str = typer.Option(
+        None, "--format", "-f", help="table, json or csv (default: --output's suffix, else table)."
+    ),
     output_path: Path = typer.Option(None, "--output", "-o", help="Write json/csv to PATH, not stdout."),
     show_secrets: bool = options.SHOW_SECRETS,
-    color: bool = options.COLOR,
+    color: options.Color = options.COLOR,
     width: int = options.WIDTH,
+    wide: bool = options.WIDE,
 ) -> int:
     from ctxtool import compare as lib
+    from ctxtool.choices import output_format
     from ctxtool.cli.compact import _LazySummarizer
     from ctxtool.compact import is_backup
     from ctxtool.compress.summarizer import Summarizer
     from ctxtool.session.discover import discover
 
-    if fmt not in ("table", "json", "csv"):
-        raise UsageError(f"--format {fmt!r} is not supported", "Use table, json or csv")
+    fmt = output_format(fmt, output_path, ("table", "json", "csv"))
     if summarizer not in ("offline", "gemini"):
         raise UsageError(f"--summarizer {summarizer!r} is not known", "Use offline or gemini")
     if summarizer == "offline" and model:
@@ -115,7 +125,10 @@ def compare(
         from ctxtool import render
 
         console = render.make_console(width=width, color=color)
-        render.print_table(console, render.compare_table(rows))
+        table, notes = render.compare_table(rows, width=console.width, wide=wide)
+        render.print_table(console, table, wide=wide)
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
         if bars:
             console.print()
             render.print_table(console, render.compare_bars(lib.strategy_means(rows)))

@@ -11,7 +11,6 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import UsageError, use_one_of
 
 if TYPE_CHECKING:
     from ctxtool.diff import SessionDiff
@@ -27,6 +26,13 @@ estimate of the live history, in total and per message type, wire role and tool,
 before and after against the model's limit. The facts (paths, commands, errors, directives) of the removed
 and changed messages are checked against the after history: lost ones are listed.
 
+Examples:
+
+\b
+  ctxtool diff SESSION.jsonl ctxtool-compacted/myproj/chats/SESSION.jsonl
+  ctxtool diff BEFORE.jsonl AFTER.jsonl --output diff.md
+  ctxtool diff BEFORE.jsonl AFTER.jsonl --format json --exit-code
+
 Exit status: 0 ok (with --exit-code: the sessions are the same), 1 with --exit-code when they differ, or an
 error (a file cannot be read), 2 usage error.
 """
@@ -35,21 +41,23 @@ error (a file cannot be read), 2 usage error.
 def diff(
     before: Path = typer.Argument(..., help="The earlier session file (e.g. the original)."),
     after: Path = typer.Argument(..., help="The later session file (e.g. the compacted copy)."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json or markdown."),
+    fmt: str = typer.Option(
+        None, "--format", "-f", help="table, json or markdown (default: --output's suffix, else table)."
+    ),
     output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
     exit_code: bool = typer.Option(
         False, "--exit-code", help="Exit 1 when the sessions differ, 0 when they do not (like git diff)."
     ),
     show_secrets: bool = options.SHOW_SECRETS,
-    color: bool = options.COLOR,
+    color: options.Color = options.COLOR,
     width: int = options.WIDTH,
 ) -> int:
     from ctxtool import diff as diff_lib
     from ctxtool import output as out
+    from ctxtool.choices import output_format
     from ctxtool.session.read import read_session
 
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not supported by diff", use_one_of(fmt, FORMATS))
+    fmt = output_format(fmt, output, FORMATS, "diff")
     result = diff_lib.diff_sessions(read_session(before), read_session(after))
 
     hide = _hider(show_secrets)
@@ -83,7 +91,7 @@ def _print_table(
     output: Path | None,
     *,
     width: int | None,
-    color: bool | None,
+    color: str | None,
     hide: Callable[[Any], Any],
 ) -> None:
     from ctxtool import diff as diff_lib
@@ -92,7 +100,10 @@ def _print_table(
     stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
     try:
         console = render.make_console(stream, width=width, color=color)
-        console.print(f"ctxtool diff {result.before.path} → {result.after.path}", soft_wrap=True)
+        room = console.width - len("ctxtool diff  → ") if console.width else 80
+        before = render.short_path(str(result.before.path), max(20, room // 2))
+        after = render.short_path(str(result.after.path), max(20, room - len(before)))
+        console.print(f"ctxtool diff {before} → {after}", soft_wrap=True, markup=False, highlight=False)
         console.print(
             f"{diff_lib.counts_line(result)}; "
             + ("the sessions differ." if result.differs else "no differences."),
@@ -109,7 +120,11 @@ def _print_table(
             render.diff_summary_table(
                 diff_lib.group_rows(result),
                 title="Tokens by message type, wire role and tool",
-                headers=("group", "rec. before", "rec. after", "est. before", "est. after", "est. delta"),
+                headers=(
+                    "group",
+                    *(f"{kind}\n{side}" for kind, side in [("rec.", "before"), ("rec.", "after")]),
+                    *(f"est.\n{side}" for side in ("before", "after", "delta")),
+                ),
             ),
         )
         for i, snapshot in enumerate(result.snapshots, 1):

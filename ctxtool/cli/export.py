@@ -25,6 +25,13 @@ _ctxtool_manifest.json. Run it as often as you like: new sessions are appended, 
 to since are replaced (never duplicated), unchanged ones are skipped, and sessions whose files were deleted
 stay. Read it back with `ctxtool stats DIR`, or query it with DuckDB, Spark or polars.
 
+Examples:
+
+\b
+  ctxtool export --to history
+  ctxtool stats history --by month
+  duckdb -c "select sum(total) from 'history/requests/**/*.parquet'"
+
 Exit status: 0 ok, 1 with --strict when a file could not be read in full, 2 usage error.
 """
 

@@ -20,7 +20,17 @@ PATHS are session files, directories or globs; with none, the Gemini CLI data ro
 ($GEMINI_CLI_HOME/.gemini/tmp if set, else ~/.gemini/tmp). A PATH may instead be one dataset directory
 written by `ctxtool export`. Token sums count every request ever billed
 (including requests later removed by a rewind or a checkpoint); --live keeps only the history Gemini CLI
-would resume. Exit status: 0 ok, 1 with --strict when a file could not be read in full, 2 usage error.
+would resume.
+
+Examples:
+
+\b
+  ctxtool stats                                  # every session, one row each
+  ctxtool stats --by week --timezone Europe/Paris --sort cost --desc --limit 5
+  ctxtool stats --session c4e5f6a7 --output turns.csv
+
+Exit status: 0 ok; 1 a PATH matched no session (an error, on stderr), or with --strict a file
+could not be read in full; 2 usage error.
 """
 
 
@@ -78,18 +88,33 @@ def stats(
         None,
         "--by",
         "-b",
-        help="Rows: turn, request, session, model, project or day (default: turn for one session, "
-        "else session).",
+        help="Rows: turn, request, session, model, project, day, week (by its Monday) or month "
+        "(default: turn for one session, else session).",
     ),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json, jsonl, csv or parquet."),
+    fmt: str = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="table, json, jsonl, csv or parquet (default: --output's suffix, else table).",
+    ),
     output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
+    timezone: str = typer.Option(
+        None,
+        "--timezone",
+        "--tz",
+        help="IANA time zone for --by day|week|month, e.g. Europe/Paris (default: UTC).",
+    ),
     since: str = typer.Option(None, "--since", help="Only requests on or after DATE (YYYY-MM-DD, UTC)."),
     until: str = typer.Option(None, "--until", help="Only requests on or before DATE (YYYY-MM-DD, UTC)."),
     project: list[str] = typer.Option(
         None, "--project", "-p", help="Only this project (name, path fragment or folder); repeatable."
     ),
     session: list[str] = typer.Option(
-        None, "--session", "-s", help="Only this session (id prefix or file name fragment); repeatable."
+        None,
+        "--session",
+        "-s",
+        help="Only this session: its id or a unique prefix of it (the short id the table shows), or its file "
+        "name; repeatable.",
     ),
     sort: str = typer.Option(None, "--sort", help="Sort rows by COLUMN (any column of the report)."),
     desc: bool = typer.Option(False, "--desc", help="With --sort: largest first."),
@@ -115,17 +140,28 @@ def stats(
         help="Where ctxtool keeps its index (default: the platform's user cache directory).",
     ),
     show_secrets: bool = options.SHOW_SECRETS,
-    color: bool = options.COLOR,
+    color: options.Color = options.COLOR,
     width: int = options.WIDTH,
+    wide: bool = options.WIDE,
 ) -> int:
     from ctxtool.choices import BY_CHOICES, FORMATS
 
     if by is not None and by not in BY_CHOICES:
         raise UsageError(f"--by {by!r} is not a report", use_one_of(by, BY_CHOICES))
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not supported", use_one_of(fmt, FORMATS))
+    from ctxtool.choices import output_format
+
+    fmt = output_format(fmt, output, FORMATS)
     if fmt == "parquet" and output is None and sys.stdout.isatty():
         raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
+    if timezone is not None:
+        import zoneinfo
+
+        try:
+            zoneinfo.ZoneInfo(timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise UsageError(
+                f"--timezone {timezone!r} is not a time zone", "Use an IANA name such as Europe/Paris or UTC"
+            ) from None
     since_d = _parse_date(since, "--since")
     until_d = _parse_date(until, "--until")
     if since_d and until_d and since_d > until_d:
@@ -144,7 +180,7 @@ def stats(
         corpus = export.load_dataset(datasets[0], subagents=subagents)
         cache_use = CacheUse()
     else:
-        progress = _DelayedProgress(sys.stderr.isatty())
+        progress = _DelayedProgress(options.progress_wanted())
         try:
             corpus, cache_use = load_corpus(
                 paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir, progress=progress
@@ -168,7 +204,7 @@ def stats(
 
     roots = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height
     by = by or ("turn" if roots == 1 else "session")
-    rows = frames.report(corpus, by, include_subagents_in_parent=subagents)
+    rows = frames.report(corpus, by, include_subagents_in_parent=subagents, timezone=timezone)
     if not show_secrets and "prompt" in rows.columns:
         import polars as pl
 
@@ -180,6 +216,7 @@ def stats(
         if sort not in rows.columns:
             raise UsageError(f"--sort {sort!r} is not a column of --by {by}", use_one_of(sort, rows.columns))
         rows = rows.sort(sort, descending=desc, nulls_last=True)
+    all_rows = rows
     if limit:
         rows = rows.head(limit)
 
@@ -207,7 +244,6 @@ def stats(
         print(f"{frames.describe_read(summary)} Nothing to report.{why}", file=sys.stderr)
     elif fmt == "table":
         from ctxtool import render
-        from ctxtool.frames import totals
 
         console = render.make_console(
             open(output, "w", encoding="utf-8") if output else None,  # noqa: SIM115
@@ -215,9 +251,9 @@ def stats(
             color=color,
         )
         title = f"ctxtool stats --by {by}" + (" (live history only)" if live else "")
-        sums = totals(rows)
-        if "sessions" in sums:
-            sums["sessions"] = corpus.requests.get_column("session_key").n_unique()
+        if rows.height < all_rows.height:
+            title += f": top {rows.height:,} of {all_rows.height:,} rows (totals of all {all_rows.height:,})"
+        sums = _totals(all_rows, corpus)  # the totals row is of everything, whatever --limit shows
         notes = [
             frames.describe_read(summary),
             render.unpriced_note(int(sums.get("unpriced") or 0)),
@@ -231,23 +267,63 @@ def stats(
             caption="\n".join(n for n in notes if n),
             single_session=roots == 1,
             width=console.width,
+            wide=wide,
         )
-        render.print_table(console, table)
+        render.print_table(console, table, wide=wide)
         if output:
             console.file.close()
     else:
-        data = out.encode(rows, fmt, by=by, view="live" if live else "billed", read=summary)
+        envelope: dict[str, Any] = {"by": by, "view": "live" if live else "billed", "read": summary}
+        if fmt == "json":
+            envelope["totals"] = _totals(all_rows, corpus)
+        data = out.encode(rows, fmt, **envelope, **_limit_envelope(rows, all_rows))
         if output:
             out.atomic_write(output, data)
         else:
             out.write_stdout(data, sys.stdout.buffer)
 
+    unmatched = _unmatched(paths or [])
+    for path in unmatched:
+        print(f"Error: {path}: matches no session file. Check the path, or quote a glob", file=sys.stderr)
+    if paths and sessions_read == 0 and not unmatched:
+        print(
+            f"Error: no session in {' '.join(paths)}. Pass session files or a chats/ folder", file=sys.stderr
+        )
+    if unmatched or (paths and sessions_read == 0):
+        return ExitStatus.ERROR  # an explicit PATH that names nothing is a mistake, not an empty report
     failed = bool(corpus.problems) or corpus.broken_lines > 0
     from ctxtool.session.discover import refused_paths
 
     if refused_paths(paths or []):
         return ExitStatus.ERROR  # a PATH given explicitly could not be read (named in a warning above)
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
+
+
+def _totals(rows: Any, corpus: Any) -> dict[str, Any]:
+    """The totals of every row (whatever --limit shows); ``sessions`` counts each session once."""
+    from ctxtool.frames import totals
+
+    sums = totals(rows)
+    if "sessions" in sums:
+        sums["sessions"] = corpus.requests.get_column("session_key").n_unique()
+    return sums
+
+
+def _limit_envelope(rows: Any, all_rows: Any) -> dict[str, Any]:
+    """With --limit, the JSON envelope says how many rows there were in all (``rows_total``)."""
+    return {"rows_total": all_rows.height} if rows.height < all_rows.height else {}
+
+
+def _unmatched(paths: list[str]) -> list[str]:
+    """The PATH arguments that name no existing file, directory or glob match."""
+    import glob
+    import os
+
+    return [
+        p
+        for p in paths
+        if not Path(p).expanduser().exists() and not glob.glob(os.path.expanduser(p), recursive=True)
+    ]
 
 
 def _warn(message: str) -> None:

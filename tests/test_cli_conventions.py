@@ -1,0 +1,330 @@
+"""Conventions every command shares: the bare overview and the exit status of a PATH that names nothing."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from ctxtool.cli import run
+from tests.conftest import FIXTURES
+
+
+def test_bare_ctxtool_prints_an_overview_and_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(FIXTURES / "gemini", tmp_path / ".gemini")
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path))
+    assert run([]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    # The bundled data root holds 16 session files (subagents and a .json/.jsonl pair included), 3 projects.
+    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}:\n  16 session file(s) in 3 project(s).\n" in out
+    assert "ctxtool stats" in out
+    assert "ctxtool audit" in out
+    assert "Exit status: 0 ok;" in out
+    assert max(len(line) for line in out.splitlines() if not line.startswith("Looks in")) <= 80
+
+
+def test_bare_ctxtool_without_sessions_says_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path))
+    assert run([]) == 0
+    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}:\n  not there yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_an_explicit_path_that_matches_nothing_is_an_error(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["stats", str(tmp_path / "nope"), "--format", fmt, "--no-cache"]) == 1
+    assert "Error: " in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert run(["stats", str(tmp_path / "empty"), "--format", fmt, "--no-cache"]) == 1
+    assert "Error: no session in" in capsys.readouterr().err
+    # The rest of a batch is still reported, and the exit status still says one PATH was wrong.
+    assert (
+        run(["stats", str(FIXTURES / "gemini"), str(tmp_path / "nope"), "--format", fmt, "--no-cache"]) == 1
+    )
+    out, err = capsys.readouterr()
+    assert "c4e5f6a7" in out
+    assert f"Error: {tmp_path / 'nope'}: matches no session file" in err
+
+
+def test_exit_statuses_are_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Exit status: 0 ok; 1 an error" in out
+    assert "3 a budget exceeded (audit)" in out
+
+
+@pytest.mark.parametrize(
+    ("choice", "tty", "env", "expected"),
+    [
+        ("auto", True, {}, True),
+        ("auto", False, {}, False),
+        ("auto", True, {"NO_COLOR": "1"}, False),
+        ("auto", False, {"FORCE_COLOR": "1"}, True),
+        ("auto", True, {"FORCE_COLOR": "1", "NO_COLOR": "1"}, False),
+        ("auto", True, {"FORCE_COLOR": "0"}, True),
+        ("auto", False, {"FORCE_COLOR": "0"}, False),
+        ("auto", True, {"TERM": "dumb"}, False),
+        ("auto", False, {"TERM": "dumb", "FORCE_COLOR": "1"}, True),
+        ("always", False, {"NO_COLOR": "1", "TERM": "dumb"}, True),
+        ("never", True, {"FORCE_COLOR": "1"}, False),
+    ],
+)
+def test_colour_follows_the_conventions(choice: str, tty: bool, env: dict[str, str], expected: bool) -> None:
+    from ctxtool.render import wants_color
+
+    assert wants_color(choice, tty=tty, env=env) is expected
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("env", "color", "coloured"),
+    [
+        ({"NO_COLOR": "1"}, "auto", False),  # NO_COLOR on a terminal (ignored before issue 14)
+        ({}, "auto", True),
+        ({"TERM": "dumb"}, "auto", False),
+        ({"TERM": "dumb"}, "always", True),
+        ({}, "never", False),
+    ],
+)
+def test_a_terminal_gets_colour_unless_the_environment_says_no(
+    env: dict[str, str], color: str, coloured: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctxtool import render
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    stream = _Terminal()
+    console = render.make_console(stream, width=80, color=color)
+    console.print("x", style="red")
+    assert ("\x1b[" in stream.getvalue()) is coloured
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "check"),
+    [
+        (["stats", str(FIXTURES / "gemini")], "x.csv", lambda b: b.startswith(b"session,session_id,")),
+        (["stats", str(FIXTURES / "gemini")], "x.json", lambda b: b.startswith(b'{\n  "schema_version"')),
+        (["stats", str(FIXTURES / "gemini")], "x.jsonl", lambda b: b.count(b"\n") == 14),
+        (["stats", str(FIXTURES / "gemini")], "x.parquet", lambda b: b.startswith(b"PAR1")),
+        (["stats", str(FIXTURES / "gemini")], "x.txt", lambda b: b.startswith(b"ctxtool stats --by session")),
+        (
+            ["audit", str(FIXTURES / "gemini"), "--no-config", "--max-session-tokens", "1M"],
+            "r.xml",
+            lambda b: b.startswith(b"<?xml"),
+        ),
+        (
+            ["audit", str(FIXTURES / "gemini"), "--no-config", "--max-session-tokens", "1M"],
+            "r.md",
+            lambda b: b.startswith(b"#"),
+        ),
+    ],
+)
+def test_output_writes_the_format_its_suffix_names(
+    command: list[str], name: str, check: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / name
+    assert run([*command, "--output", str(target)]) == 0
+    data = target.read_bytes()
+    assert callable(check)
+    assert check(data), data[:80]
+    assert b"\xe2\x94\x83" not in data or name == "x.txt"  # no box drawing (┃) in a machine format
+
+
+def test_a_format_that_contradicts_the_output_suffix_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = str(FIXTURES / "gemini")
+    assert run(["stats", root, "--output", str(tmp_path / "x.csv"), "--format", "json"]) == 2
+    assert "--format json contradicts --output" in capsys.readouterr().err
+    assert run(["stats", root, "--output", str(tmp_path / "x.md")]) == 2
+    assert "names markdown, which this command does not write" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+    # Agreeing is fine.
+    assert run(["stats", root, "--output", str(tmp_path / "x.csv"), "--format", "csv"]) == 0
+
+
+def test_limit_keeps_the_totals_of_everything_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    root = str(FIXTURES / "gemini")
+    assert run(["stats", root, "--no-cache", "--width", "120"]) == 0
+    whole = capsys.readouterr().out
+    assert (
+        run(["stats", root, "--no-cache", "--width", "120", "--sort", "total", "--desc", "--limit", "3"]) == 0
+    )
+    top = capsys.readouterr().out
+    assert "ctxtool stats --by session: top 3 of 14 rows (totals of all 14)" in top
+
+    def total_cells(text: str) -> list[str]:
+        line = next(line for line in text.splitlines() if line.startswith("│ total"))
+        return [c.strip() for c in line.split("│")]
+
+    assert total_cells(top) == total_cells(whole)  # the same totals, cell by cell
+    assert run(["stats", root, "--no-cache", "--limit", "3", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["rows"]) == 3
+    assert doc["rows_total"] == 14
+
+
+def test_by_week_and_month_in_a_time_zone(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    root = str(FIXTURES / "gemini")
+
+    def rows(*args: str) -> list[dict[str, object]]:
+        assert run(["stats", root, "--no-cache", "--format", "json", *args]) == 0
+        return list(json.loads(capsys.readouterr().out)["rows"])
+
+    weeks = rows("--by", "week")
+    # 2025-09-12 (a Friday, the first fixture) falls in the week of Monday 2025-09-08.
+    assert weeks[0]["week"] == "2025-09-08"
+    assert all(date.fromisoformat(str(w["week"])).weekday() == 0 for w in weeks)  # every key a Monday
+    months = rows("--by", "month")
+    assert [m["month"] for m in months][:3] == ["2025-09", "2026-02", "2026-03"]
+    assert sum(int(m["requests"]) for m in months) == sum(int(w["requests"]) for w in weeks) == 33
+    # 2026-03-02 14:20 UTC is already 2026-03-03 at UTC+14.
+    utc_days = [d["day"] for d in rows("--by", "day")]
+    kiritimati = [d["day"] for d in rows("--by", "day", "--timezone", "Pacific/Kiritimati")]
+    assert "2026-03-02" in utc_days
+    assert "2026-03-02" not in kiritimati
+    assert "2026-03-03" in kiritimati
+    assert run(["stats", root, "--timezone", "Mars/Olympus"]) == 2
+    assert "is not a time zone" in capsys.readouterr().err
+
+
+def test_session_is_an_id_or_a_unique_prefix_never_a_substring(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    root = str(FIXTURES / "gemini")
+
+    def sessions(*ids: str) -> list[str]:
+        args = [a for i in ids for a in ("--session", i)]
+        assert run(["stats", root, "--no-cache", "--by", "session", "--format", "json", *args]) == 0
+        return [str(r["session"]) for r in json.loads(capsys.readouterr().out)["rows"]]
+
+    assert sessions("c4e5f6a7") == ["session-2026-05-25T09-30-c4e5f6a7"]  # the short id
+    assert sessions("c4e") == ["session-2026-05-25T09-30-c4e5f6a7"]
+    assert sessions("c4e5f6a7-b8c9-4dae-8f01-23456789abcd") == ["session-2026-05-25T09-30-c4e5f6a7"]
+    assert sessions("session-2026-02-10T09-00-c0ffee01") == ["session-2026-02-10T09-00-c0ffee01"]
+    # The a2a server's constant id names both its sessions; that is not ambiguous, it is their id.
+    assert len(sessions("a2a-server")) == 2
+    # "f6a7" is inside c4e5f6a7 but starts no id: not a match (it used to be, as a substring).
+    assert sessions("f6a7") == []
+    assert sessions("2026-05") == []
+    assert run(["stats", root, "--no-cache", "--session", "c"]) == 2
+    err = capsys.readouterr().err
+    assert "--session c is ambiguous: 2 sessions have an id starting with it:" in err
+    assert "c0ffee01-2a3b-4c5d-8e9f-0a1b2c3d4e5f (session-2026-02-10T09-00-c0ffee01)" in err
+    assert "(session-2026-05-25T09-30-c4e5f6a7)" in err
+
+
+def test_audit_lists_failures_and_a_summary_and_all_lists_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["audit", str(FIXTURES / "gemini"), "--no-config", "--max-session-tokens", "40k"]
+    assert run(args) == 3
+    out = capsys.readouterr().out
+    assert "PASS " not in out
+    assert out.count("│ FAIL ") == 2
+    assert "FAIL: 2 budgets exceeded; 12 of 14 checks passed (--all lists them)." in " ".join(out.split())
+    assert run([*args, "--all"]) == 3
+    out = capsys.readouterr().out
+    assert out.count("│ PASS ") == 12
+    assert out.count("│ FAIL ") == 2
+    assert run(["audit", str(FIXTURES / "gemini"), "--no-config", "--max-session-tokens", "1M"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "PASS: within budget (14 checks passed or skipped); --all lists the checks."
+    )
+
+
+@pytest.mark.parametrize("command", ["stats", "compact", "compare", "diff", "audit", "export"])
+def test_every_command_help_has_examples(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    examples = out.split("Examples:", 1)[1].split("Exit status", 1)[0]
+    lines = [line.strip() for line in examples.splitlines() if line.strip()]
+    assert 2 <= len(lines) <= 3
+    assert all(line.startswith(("ctxtool ", "duckdb ")) for line in lines)
+
+
+def test_shell_completion_is_enabled(capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+    import sys
+
+    assert run(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--install-completion" in out
+    assert "--show-completion" in out
+    env = {
+        "_CTXTOOL_COMPLETE": "complete_bash",
+        "COMP_WORDS": "ctxtool stats --ti",
+        "COMP_CWORD": "2",
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(Path.home()),
+    }
+    script = "from ctxtool.cli import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["--timezone"]
+
+
+def test_json_has_totals_and_integers_as_integers(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    root = str(FIXTURES / "gemini")
+    assert run(["stats", root, "--no-cache", "--by", "model", "--format", "json", "--limit", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["totals"]["requests"] == 33  # of every row, not only the one --limit shows
+    assert doc["totals"]["total"] == 478448
+    assert doc["totals"]["sessions"] == 14
+    assert doc["rows_total"] == 4
+    args = ["audit", root, "--no-config", "--max-session-tokens", "40k", "--max-compressions", "3"]
+    assert run([*args, "--format", "json"]) == 3
+    audit = json.loads(capsys.readouterr().out)
+    tokens = [c for c in audit["checks"] if c["rule"] == "max-session-tokens"]
+    assert all(type(c["value"]) is int and type(c["limit"]) is int for c in tokens)
+    assert type(audit["summary"]["max-compressions"]) is int
+    assert type(audit["summary"]["max-context-share"]) is float
+    assert all(type(r["limit"]) is int for r in audit["rules"])
+    assert all(type(s["metrics"]["max-turn-tokens"]) is int for s in audit["sessions"])
+
+
+@pytest.mark.parametrize(
+    ("tty", "ci", "expected"),
+    [
+        (True, None, True),
+        (True, "true", False),
+        (True, "1", False),
+        (False, None, False),
+        (True, "false", True),
+    ],
+)
+def test_progress_only_on_a_terminal_and_not_under_ci(
+    tty: bool, ci: str | None, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from ctxtool.cli.options import progress_wanted
+
+    monkeypatch.setattr(sys, "stderr", _Terminal() if tty else io.StringIO())
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    assert progress_wanted() is expected
