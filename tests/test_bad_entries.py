@@ -10,6 +10,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxtool.cli import run
 from tests.conftest import FIXTURES
@@ -129,3 +131,50 @@ def test_a_command_that_fails_prints_nothing_on_stdout(
     captured = capsysbinary.readouterr()
     assert captured.out == b""
     assert b"is not a regular file" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("data", "valid"),
+    [
+        (b"a" * 20000 + b"\xe9 " + b"b" * 20000, False),  # Latin-1 in the middle
+        (b"a" * 16383 + b"\xe2" + b"a" * 20000, False),  # a sequence cut at a chunk boundary
+        (b"a" * 16383 + "→".encode() + b"a" * 20000, True),  # a character across the boundary
+        (b"x" * 10 + b"\xe2\x86", False),  # cut at the end
+        ("日本語".encode() * 9000, True),
+        (b"plain ascii", True),
+    ],
+)
+def test_the_utf8_check_agrees_with_decoding(data: bytes, valid: bool) -> None:
+    from ctxtool.session.columns import invalid_utf8
+
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        decodes = False
+    else:
+        decodes = True
+    assert decodes == valid
+    assert (invalid_utf8(data)[0] == 0) == valid
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")), st.binary(max_size=8)
+        ),
+        max_size=30,
+    ),
+    st.integers(min_value=0, max_value=20000),
+)
+def test_the_utf8_check_agrees_with_decoding_on_any_bytes(pieces: list[bytes], pad: int) -> None:
+    from ctxtool.session.columns import invalid_utf8
+
+    data = b"a" * pad + b"".join(pieces)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        decodes = False
+    else:
+        decodes = True
+    assert (invalid_utf8(data)[0] == 0) == decodes
