@@ -282,6 +282,24 @@ def _with_partitions(table: str, df: pl.DataFrame, projects: pl.DataFrame) -> pl
     return df.with_columns(_day=_day_expr(table).dt.strftime("%Y-%m-%d"))
 
 
+def _redact_secrets(table: str, df: pl.DataFrame) -> pl.DataFrame:
+    """The text columns with every secret written as ``[REDACTED:kind]`` (ctxtool.secret_scan)."""
+    import polars as pl
+
+    from ctxtool.secret_scan import redact
+
+    text = {"messages": ["preview"], "turns": ["prompt"], "sessions": ["summary"]}.get(table, [])
+    cols = [c for c in text if c in df.columns]
+    return df.with_columns(
+        [
+            pl.Series(
+                c, [None if v is None else redact(v) for v in df.get_column(c).to_list()], dtype=pl.String
+            )
+            for c in cols
+        ]
+    )
+
+
 def _strip_for_privacy(table: str, df: pl.DataFrame) -> pl.DataFrame:
     import polars as pl
 
@@ -294,7 +312,12 @@ def _strip_for_privacy(table: str, df: pl.DataFrame) -> pl.DataFrame:
 
 
 def export_corpus(
-    corpus: Corpus, to_dir: str | Path, *, prompts: bool = True, now: str | None = None
+    corpus: Corpus,
+    to_dir: str | Path,
+    *,
+    prompts: bool = True,
+    now: str | None = None,
+    show_secrets: bool = False,
 ) -> ExportResult:
     """Add the sessions of ``corpus`` to the dataset at ``to_dir`` (created if needed).
 
@@ -351,6 +374,8 @@ def export_corpus(
             new = frame.filter(pl.col("session_key").is_in(write_list))
             if not prompts:
                 new = _strip_for_privacy(table, new)
+            elif not show_secrets:
+                new = _redact_secrets(table, new)
             rows[table] = new.height
             new = _with_partitions(table, new, projects)
             old_parts = [p for p in manifest["parts"] if p["table"] == table and gone & set(p["sessions"])]

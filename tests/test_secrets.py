@@ -172,3 +172,29 @@ def test_the_real_sessions_leaks_are_found(
     failing = {c["subject"]: c["offender"] for c in doc["checks"] if c["status"] == "fail"}
     assert list(failing) == ["session-2026-02-24T16-56-cd7b13fa"]
     assert "telegram-bot-token" in failing["session-2026-02-24T16-56-cd7b13fa"]
+
+
+def test_export_writes_no_secret_unless_asked(leaky: Path, tmp_path: Path) -> None:
+    import polars as pl
+
+    root = str(leaky.parents[2])
+    assert run(["export", root, "--to", str(tmp_path / "ds")]) == 0
+    texts = []
+    for part in (tmp_path / "ds").rglob("*.parquet"):
+        frame = pl.read_parquet(part)
+        for column in ("preview", "prompt", "summary"):
+            if column in frame.columns:
+                texts += [v for v in frame.get_column(column).to_list() if v]
+    joined = "\n".join(texts)
+    assert "[REDACTED:google-api-key]" in joined
+    assert_no_secret(joined, "export")
+    assert run(["export", root, "--to", str(tmp_path / "raw"), "--show-secrets"]) == 0
+    raw = "\n".join(
+        v
+        for part in (tmp_path / "raw").rglob("*.parquet")
+        for c in ("preview", "prompt")
+        if c in (f := pl.read_parquet(part)).columns
+        for v in f.get_column(c).to_list()
+        if v
+    )
+    assert GOOGLE[:20] in raw

@@ -48,6 +48,7 @@ def export(
         "--prompts/--no-prompts",
         help="Keep prompt text (turn prompts, message previews, session summaries) in the dataset.",
     ),
+    show_secrets: bool = options.SHOW_SECRETS,
     json_out: bool = typer.Option(False, "--json", help="Print what the run did as JSON on standard output."),
     strict: bool = options.STRICT,
 ) -> int:
@@ -69,7 +70,7 @@ def export(
         print(f"notice: {use.notice}", file=sys.stderr)
     for problem in corpus.problems:
         print(f"warning: {problem}", file=sys.stderr)
-    result = ex.export_corpus(corpus, to, prompts=prompts)
+    result = ex.export_corpus(corpus, to, prompts=prompts, show_secrets=show_secrets)
 
     if json_out:
         doc: dict[str, Any] = {
