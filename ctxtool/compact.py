@@ -853,20 +853,21 @@ def _compact_with_strategy(
         return report
     written = _redacted(result.messages, report) if opts.redact_secrets else result.messages
     _clean_leftovers(report, Path(report.input_path).parent, target.parent)
-    return _write_compacted(
-        report,
-        session,
-        era,
-        written,
-        Path(report.input_path),
-        target,
-        data,
-        stamp,
-        dest,
-        now,
-        new_session_id,
-        before_replace,
-    )
+    with interrupt.deferred():  # as the gemini-cli path: the write completes or does not begin
+        return _write_compacted(
+            report,
+            session,
+            era,
+            written,
+            Path(report.input_path),
+            target,
+            data,
+            stamp,
+            dest,
+            now,
+            new_session_id,
+            before_replace,
+        )
 
 
 def _message_index(

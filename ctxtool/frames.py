@@ -1016,6 +1016,17 @@ def _agg_requests(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 
 
 # Columns each report shows, in order (the README documents every one).
+# The columns of every report that sums requests by one key (model, project, day, week, month).
+_AGGREGATE_COLUMNS = [
+    "sessions",
+    "requests",
+    *TOKEN_COLUMNS,
+    "peak_context",
+    "cache_ratio",
+    "cost",
+    "unpriced",
+]
+
 REPORT_COLUMNS: dict[str, list[str]] = {
     "turn": [
         "session",
@@ -1083,47 +1094,11 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "hidden_cost",
         "file",
     ],
-    "model": [
-        "model",
-        "sessions",
-        "requests",
-        *TOKEN_COLUMNS,
-        "peak_context",
-        "cache_ratio",
-        "cost",
-        "unpriced",
-    ],
-    "project": [
-        "project",
-        "sessions",
-        "requests",
-        *TOKEN_COLUMNS,
-        "peak_context",
-        "cache_ratio",
-        "cost",
-        "unpriced",
-    ],
-    "day": ["day", "sessions", "requests", *TOKEN_COLUMNS, "peak_context", "cache_ratio", "cost", "unpriced"],
-    "week": [
-        "week",
-        "sessions",
-        "requests",
-        *TOKEN_COLUMNS,
-        "peak_context",
-        "cache_ratio",
-        "cost",
-        "unpriced",
-    ],
-    "month": [
-        "month",
-        "sessions",
-        "requests",
-        *TOKEN_COLUMNS,
-        "peak_context",
-        "cache_ratio",
-        "cost",
-        "unpriced",
-    ],
+    "model": ["model", *_AGGREGATE_COLUMNS],
+    "project": ["project", *_AGGREGATE_COLUMNS],
+    "day": ["day", *_AGGREGATE_COLUMNS],
+    "week": ["week", *_AGGREGATE_COLUMNS],
+    "month": ["month", *_AGGREGATE_COLUMNS],
 }
 
 
