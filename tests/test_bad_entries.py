@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -178,3 +179,49 @@ def test_the_utf8_check_agrees_with_decoding_on_any_bytes(pieces: list[bytes], p
     else:
         decodes = True
     assert (invalid_utf8(data)[0] == 0) == decodes
+
+
+class _Entry:
+    """A directory entry whose examination fails the way the filesystem can fail."""
+
+    def __init__(self, name: str, error: OSError) -> None:
+        self.name = name
+        self.path = f"/nowhere/{name}"
+        self.error = error
+
+    def is_file(self, *, follow_symlinks: bool = True) -> bool:
+        raise self.error
+
+    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
+        raise self.error
+
+    def is_symlink(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("error", "key", "says"),
+    [
+        (OSError(errno.ELOOP, "loop"), "symlink loop", "symlink loop"),
+        (PermissionError(errno.EACCES, "denied"), "permission denied", "permission denied"),
+        (OSError(errno.ENAMETOOLONG, "too long"), "name too long", "name too long"),
+        (FileNotFoundError(errno.ENOENT, "gone"), "vanished", "vanished while it was being scanned"),
+        (OSError(errno.EIO, "I/O error"), "unreadable", "cannot be examined (I/O error)"),
+    ],
+)
+def test_every_filesystem_error_on_an_entry_is_that_entrys_problem(
+    error: OSError, key: str, says: str
+) -> None:
+    """Each class of error, whoever runs the test (root reads through permissions, so a real
+    permission-denied file is tested above only for other users): skipped with its reason, never raised."""
+    from ctxtool.session.discover import Discovery, _kind
+
+    found = Discovery()
+    assert _kind(_Entry("session-x.jsonl", error), found) is None  # type: ignore[arg-type]
+    assert found.skipped == [(Path("/nowhere/session-x.jsonl"), key)]
+    [(_, _, message)] = found.unreadable
+    assert says in message
+    # Entries whose name cannot be a session are passed over silently.
+    quiet = Discovery()
+    assert _kind(_Entry("notes.txt", error), quiet) is None  # type: ignore[arg-type]
+    assert quiet.skipped == []
