@@ -48,6 +48,7 @@ from ctxtool.compress.facts import extract_facts, history_text, retention
 from ctxtool.compress.offline import OfflineSummarizer
 from ctxtool.compress.profiles import DEFAULT_PROFILE, get_profile
 from ctxtool.compress.summarizer import Content, Summarizer
+from ctxtool.compress.texts import CTXTOOL_TEXTS, CompressionTexts
 from ctxtool.errors import CtxtoolError, UsageError
 from ctxtool.jsvalue import js_iso, js_truthy
 from ctxtool.session.discover import SessionPath
@@ -81,9 +82,12 @@ class CompactOptions:
     truncate_only: bool = False
     dry_run: bool = False
     chat_model: str | None = None  # None: the newest model recorded in the session
-    system_prompt: str | None = (
-        None  # replaces the profile's prompt (--prompt-file, --prompt-from-gemini-cli)
-    )
+    # The fixed texts of the gemini-cli strategy: ctxtool's own; --prompt-file replaces the system prompt,
+    # --prompt-from-gemini-cli every text with the installed Gemini CLI's.
+    texts: CompressionTexts = CTXTOOL_TEXTS
+    # The project folder a session without a stored <session_context> ran in (--workspace); None: the
+    # .project_root file beside chats/ names it.
+    workspace: Path | None = None
     strategy: str = "gemini-cli"  # ctxtool.compress.strategies name; others than gemini-cli ignore profile
     context_window: int | None = None  # other strategies: window for their trigger (None: their default)
     custom_instructions: str | None = None  # other strategies: focus text appended to their prompt
@@ -140,7 +144,10 @@ class CompactionReport:
     turns_kept: int | None = None
     tool_outputs_truncated: list[str] = field(default_factory=list)
     synced_messages: list[str] = field(default_factory=list)
-    env_synthesized: bool | None = None
+    env_synthesized: bool | None = None  # True when the <session_context> turn was not the stored one
+    env_source: str | None = None  # stored, built (from the project folder) or stand-in
+    # How many tool outputs of the written history Gemini CLI 0.61 will mask when it next sends it.
+    masked_by_gemini_cli: int | None = None
     anchored: bool | None = None
     retention: dict[str, dict[str, Any]] | None = None
     backup_path: str | None = None
@@ -282,6 +289,27 @@ def output_location(
 
 
 _NOTHING_OLD = "nothing old enough to summarise: the recent turns are kept as they are"
+
+
+def _environment_text(
+    messages: list[dict[str, Any]], path: Path, opts: CompactOptions, report: CompactionReport
+) -> str | None:
+    """The ``<session_context>`` text a resume of this session starts with: the stored one (None here, the
+    port reads it), else built from the project folder as Gemini CLI 0.61 builds it, else a stand-in."""
+    if g.stored_env_index(messages) is not None:
+        report.env_source = "stored"
+        return None
+    from ctxtool.compress.environment import build_environment_text, project_temp_dir, recorded_project_root
+
+    project = opts.workspace if opts.workspace is not None else recorded_project_root(path)
+    temp_dir = project_temp_dir(path)
+    if project is not None and project.is_dir():
+        built = build_environment_text(opts.texts.env, project, temp_dir)
+        report.env_source = "built"
+        report.notes.extend(built.notes)
+        return built.text
+    report.env_source = "stand-in"
+    return g.synthesize_env_text(g.first_timestamp(messages), temp_dir=temp_dir, template=opts.texts.env)
 
 
 def _noop_reason(result: g.CompressionResult, turns: int, force: bool) -> str:
@@ -449,10 +477,16 @@ def compact_session(
             before_replace,
         )
 
-    curated = g.session_to_curated_history(messages, model, profile=profile)
-    report.env_synthesized = curated.env_synthesized
-    if curated.env_synthesized:
-        report.notes.append("the session stored no <session_context> message; a stand-in was synthesised")
+    env_text = _environment_text(messages, sp.path, opts, report)
+    curated = g.session_to_curated_history(messages, model, env_text, profile=profile)
+    report.env_synthesized = env_text is not None
+    if report.env_source == "stand-in":
+        assumed = g.estimate_token_count(curated.env_turn["content"]["parts"], estimator=profile.estimator)
+        report.notes.append(
+            "the session stored no <session_context> message and its project folder is unknown (no "
+            f".project_root beside chats/, or the folder is gone); a stand-in of {assumed} tokens was "
+            "assumed: pass --workspace DIR to build Gemini CLI's own"
+        )
     recorded = g.recorded_input(messages)
     report.recorded_prompt_tokens = recorded or None
     report.tokens_before = measure_history(messages, model)
@@ -485,7 +519,7 @@ def compact_session(
             env_turn=curated.env_turn["content"],
             tool_output_dir=str(tool_dir.absolute()),
             first_truncation_id=next_truncation_id(tool_dir),
-            system_prompt=opts.system_prompt,
+            texts=opts.texts,
         )
 
     if opts.truncate_only:
@@ -535,7 +569,7 @@ def compact_session(
             "id": new_id(),
             "timestamp": ts,
             "type": "gemini",
-            "content": [{"text": g.SUMMARY_ACK_TEXT}],
+            "content": [{"text": opts.texts.ack}],
         }
         rep = _replacements(contents[split:], result.kept_history)
         kept = _sync(messages[keep_from:], rep, report)
@@ -551,7 +585,16 @@ def compact_session(
         report.messages_summarised = 0
         facts = extract_facts(contents)
         report.retention = retention(facts, history_text(result.new_history)).as_dict()
-    elif status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT:
+    if result.new_history is not None and out_messages is not None:
+        plan = g.plan_tool_output_masking([curated.env_turn["content"], *result.new_history])
+        report.masked_by_gemini_cli = len(plan.parts)
+        if plan.parts:
+            report.notes.append(
+                f"Gemini CLI 0.61 masks {len(plan.parts)} older tool output(s) of this history "
+                f"({plan.prunable_tokens} tokens) the next time it sends it (tool output masking); the token "
+                "counts here are before that"
+            )
+    if status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT:
         report.notes.append(
             f"the new history would be larger ({result.new_token_count} > "
             f"{result.original_token_count} tokens); nothing was written"

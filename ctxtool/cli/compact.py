@@ -179,14 +179,26 @@ def compact(
         None, "--chat-model", help="Model the session ran on (default: the newest one it recorded)."
     ),
     model: str = typer.Option(
-        None, "--model", help="Summarizer model (gemini; default: upstream's chat-compression alias)."
+        None,
+        "--model",
+        help="Summarizer model (gemini; default: the model Gemini CLI 0.61 compresses this chat with).",
     ),
     base_url: str = options.BASE_URL,
     prompt_file: Path = typer.Option(
         None, "--prompt-file", help="System prompt for the summarizer, from FILE."
     ),
     prompt_from_gemini_cli: bool = typer.Option(
-        False, "--prompt-from-gemini-cli", help="Use the compression prompt of the installed Gemini CLI."
+        False,
+        "--prompt-from-gemini-cli",
+        help="Send every text of the installed Gemini CLI's compression (system prompt, instruction, "
+        "verification probe, acknowledgement, <session_context>) instead of ctxtool's wording.",
+    ),
+    workspace: Path = typer.Option(
+        None,
+        "--workspace",
+        metavar="DIR",
+        help="The project folder the sessions ran in, for a session that stored no <session_context> "
+        "(default: the folder .project_root names beside chats/).",
     ),
     summary_budget: int = typer.Option(
         None,
@@ -266,6 +278,10 @@ def compact(
         raise UsageError(
             "--summary-budget applies to the offline summarizer", "Drop it or use --summarizer offline"
         )
+    if workspace is not None and not workspace.is_dir():
+        raise UsageError(
+            f"--workspace {workspace} is not a folder", "Pass the project folder the sessions ran in"
+        )
     get_profile(profile)
     from ctxtool.compress.strategies import get_strategy
 
@@ -278,15 +294,19 @@ def compact(
             "Drop them or use --strategy gemini-cli",
         )
 
-    system_prompt: str | None = None
+    from ctxtool.compress.texts import CTXTOOL_TEXTS
+
+    texts = CTXTOOL_TEXTS
     if prompt_file is not None:
+        from dataclasses import replace
+
         from ctxtool.compress.prompts import load_prompt_file
 
-        system_prompt = load_prompt_file(prompt_file)
+        texts = replace(CTXTOOL_TEXTS, system_prompt=load_prompt_file(prompt_file))
     elif prompt_from_gemini_cli:
-        from ctxtool.compress.prompts import find_gemini_cli_prompt
+        from ctxtool.compress.prompts import find_gemini_cli_texts
 
-        system_prompt = find_gemini_cli_prompt().text
+        texts = find_gemini_cli_texts()
 
     summ: Summarizer
     if summarizer == "offline":
@@ -300,7 +320,7 @@ def compact(
         def make() -> Summarizer:
             from ctxtool.compress.gemini_model import GeminiSummarizer
 
-            return GeminiSummarizer(model=model, base_url=base_url, system_prompt=system_prompt)
+            return GeminiSummarizer(model=model, base_url=base_url)
 
         summ = _LazySummarizer(make)
         if keep_facts:
@@ -334,12 +354,13 @@ def compact(
         truncate_only=truncate_only,
         dry_run=dry_run,
         chat_model=chat_model,
-        system_prompt=system_prompt,
+        texts=texts,
         strategy=strategy,
         context_window=context_window,
         custom_instructions=instructions,
         era=None if era is None else "jsonl" if era == "jsonl" else "json",
         redact_secrets=redact_secrets,
+        workspace=workspace,
     )
 
     reports: list[lib.CompactionReport] = [

@@ -30,6 +30,7 @@ from datetime import datetime
 from enum import IntEnum
 from typing import Any
 
+from ctxtool.compress.model_configs import compression_model
 from ctxtool.compress.profiles import (
     DEFAULT_PROFILE,
     ESTIMATOR_HEAD,
@@ -39,6 +40,28 @@ from ctxtool.compress.profiles import (
 )
 from ctxtool.compress.prompts import ctxtool_compression_prompt
 from ctxtool.compress.summarizer import CallKind, Content, ModelCall, Summarizer
+from ctxtool.compress.texts import (
+    ANCHOR_EXISTING as ANCHOR_EXISTING,
+)
+from ctxtool.compress.texts import (
+    ANCHOR_NEW as ANCHOR_NEW,
+)
+from ctxtool.compress.texts import (
+    CTXTOOL_TEXTS,
+    DEFAULT_ENV_TEMPLATE,
+    LEGACY_INSTRUCTION,
+    CompressionTexts,
+    EnvTemplate,
+)
+from ctxtool.compress.texts import (
+    INSTRUCTION_SUFFIX as INSTRUCTION_SUFFIX,
+)
+from ctxtool.compress.texts import (
+    PROBE_TEXT as PROBE_TEXT,
+)
+from ctxtool.compress.texts import (
+    SUMMARY_ACK_TEXT as SUMMARY_ACK_TEXT,
+)
 from ctxtool.jsvalue import (
     js_slice,
     js_stringify,
@@ -74,30 +97,10 @@ MAX_TRUNCATED_CHARS = 10_000  # utils/fileUtils.ts, ee8d425603..28805a4b2d
 SYNTHETIC_THOUGHT_SIGNATURE = "skip_thought_signature_validator"  # core/geminiChat.ts
 ENVIRONMENT_CONTEXT_ID = "d04923d38bb0f6017037e74183378ef4"  # deriveStableId(['environment-context'])
 
-# The acknowledgement turns are written into session files, where Gemini CLI and ctxtool recognise them,
-# so they match upstream byte for byte (spec section 9.5; context/chatCompressionService.ts @ 5411f113ca,
-# introduced by 0ca5c07135).
-SUMMARY_ACK_TEXT = "Got it. Thanks for the additional context!"
+# The acknowledgement, instruction, anchors and probe live in ctxtool.compress.texts (ctxtool's wording of
+# the prose, upstream's acknowledgement byte for byte); --prompt-from-gemini-cli swaps in the installed
+# Gemini CLI's own. The names stay importable from here.
 ENV_ACK_TEXT = "Got it. Thanks for the context!"  # after the env turn, until ed0d1a0ba3 (2025-10-07)
-
-# The instruction turn, its anchor and the verification probe (spec sections 9.2 and 9.4) are prompt prose:
-# ctxtool words them itself (project rule: no upstream prompt text), keeping upstream's structure: which turn
-# carries them, when the anchored variant is chosen (any text part containing "<state_snapshot>"), the
-# scratchpad-then-snapshot order, and the probe's repeat-or-improve contract. They only reach the model; the
-# deterministic algorithm never measures them.
-LEGACY_INSTRUCTION = "Think it through in your scratchpad first, then write the <state_snapshot>."
-INSTRUCTION_SUFFIX = "Think it through in your scratchpad first, then write the updated <state_snapshot>."
-ANCHOR_NEW = "Write a fresh <state_snapshot> from the conversation above."
-ANCHOR_EXISTING = (
-    "The conversation above already contains an earlier <state_snapshot>. Carry every part of it that still"
-    " holds into the new one and bring it up to date with what happened since; keep all constraints and"
-    " key facts it established."
-)
-PROBE_TEXT = (
-    "Review the <state_snapshot> you just wrote against the conversation. If it leaves out or blurs any"
-    " concrete detail (file paths, commands, tool results, errors, the user's constraints), write a FINAL,"
-    " corrected <state_snapshot>. If nothing is missing, write the same <state_snapshot> again unchanged."
-)
 STATE_SNAPSHOT_TAG = "<state_snapshot>"
 
 # System prompts. Upstream's prose is not copied (project rule). The v6-structure prompt (HEAD, section
@@ -899,22 +902,19 @@ def _find_stored_env(messages: Sequence[dict[str, Any]]) -> dict[str, Any] | Non
     return messages[i] if i is not None else None
 
 
-def synthesize_env_text(date: datetime | None = None, platform: str = "linux", temp_dir: str = "") -> str:
+def synthesize_env_text(
+    date: datetime | None = None,
+    platform: str = "linux",
+    temp_dir: str = "",
+    template: EnvTemplate = DEFAULT_ENV_TEMPLATE,
+) -> str:
     """A stand-in ``<session_context>`` turn shaped like upstream's (section 10.3) for sessions that did not
-    store one; its exact text depends on the user's machine, so replays built on it differ slightly."""
+    store one and whose project folder is unknown: no folder structure, dated by the session's start."""
     day = f"{date:%A, %B} {date.day}, {date.year}" if date else "unknown"
-    body = (
-        "<session_context>\n"
-        "This is the Gemini CLI. We are setting up the context for our chat.\n"
-        f"Today's date is {day} (formatted according to the user's locale).\n"
-        f"My operating system is: {platform}\n"
-        f"The project's temporary directory is: {temp_dir}\n"
-        "\n\n\n</session_context>"
-    )
-    return js_trim(body)
+    return template.render({"today": day, "platform": platform, "temp_dir": temp_dir})
 
 
-def _first_timestamp(messages: Sequence[dict[str, Any]]) -> datetime | None:
+def first_timestamp(messages: Sequence[dict[str, Any]]) -> datetime | None:
     for msg in messages:
         ts = msg.get("timestamp")
         if isinstance(ts, str):
@@ -961,7 +961,7 @@ def _client_history(
     elif env_turn_text is not None:
         env_parts = [{"text": env_turn_text}]
     else:
-        env_parts = [{"text": synthesize_env_text(_first_timestamp(messages))}]
+        env_parts = [{"text": synthesize_env_text(first_timestamp(messages))}]
         synthesized = True
     env_turn: Turn = {"id": ENVIRONMENT_CONTEXT_ID, "content": {"role": "user", "parts": env_parts}}
     # getInitialChatHistory: prepend unless the first turn already is the env turn.
@@ -1065,14 +1065,15 @@ def compress(
     tool_output_dir: str = "tool-outputs",
     first_truncation_id: int = 1,
     truncate_tool_output_threshold: int = DEFAULT_TRUNCATE_TOOL_OUTPUT_THRESHOLD,
-    system_prompt: str | None = None,
+    texts: CompressionTexts = CTXTOOL_TEXTS,
     prompt_id: str = "ctxtool-compress",
 ) -> CompressionResult:
     """``ChatCompressionService.compress`` (context/chatCompressionService.ts at HEAD), era per ``profile``.
 
     ``curated`` is the curated history (env turn first, as ``GeminiChat.getHistory(true)`` returns it);
     ``env_turn`` is the env-context Content a new chat would get, counted in the new token estimate.
-    ``tool_output_dir`` is the directory truncated outputs would be written to. Only the two summarizer
+    ``tool_output_dir`` is the directory truncated outputs would be written to. ``texts`` are the fixed
+    texts sent and written (ctxtool's own wording, or an installed Gemini CLI's). Only the two summarizer
     calls are non-deterministic; nothing is written.
     """
     prof = profile or PROFILES[DEFAULT_PROFILE]
@@ -1169,11 +1170,25 @@ def compress(
     else:
         for_summarizer = to_compress_truncated
 
-    call_model = summarizer_model(model) if prof.compression_alias else model
     alias = model_to_compression_alias(model)
+    generation_config: dict[str, Any] = {}
+    vertex: dict[str, Any] = {}
+    if prof.model_configs:
+        # BaseLlmClient._generateWithRetry -> applyModelSelection (Gemini CLI 0.61.0): the alias, then the
+        # policy chain, which may swap the model and with it the generationConfig (model_configs.py).
+        chosen = compression_model(model, "gemini-api-key")
+        alias, call_model, generation_config = chosen.alias, chosen.model, chosen.generation_config
+        on_vertex = compression_model(model, "vertex-ai")
+        vertex = {
+            "model_configs": True,
+            "vertex_model": on_vertex.model,
+            "vertex_generation_config": on_vertex.generation_config,
+        }
+    else:
+        call_model = summarizer_model(model) if prof.compression_alias else model
     prompt = (
-        system_prompt
-        if system_prompt is not None
+        texts.system_prompt
+        if texts.system_prompt is not None
         else (ctxtool_compression_prompt() if prof.prompt_version == "v6" else SYSTEM_PROMPT_V4)
     )
     calls: list[ModelCall] = []
@@ -1190,7 +1205,8 @@ def compress(
             anchored=anchored,
             previous_summary=previous,
             prompt_id=pid,
-            extra={"model_config_alias": alias, "profile": prof.name},
+            generation_config=generation_config,
+            extra={"model_config_alias": alias, "profile": prof.name, **vertex},
         )
         calls.append(call)
         return summarizer.generate(call)
@@ -1198,15 +1214,14 @@ def compress(
     anchored = False
     if prof.verification_probe:
         anchored = _has_previous_snapshot(for_summarizer)
-        anchor = ANCHOR_EXISTING if anchored else ANCHOR_NEW
-        instruction = f"{anchor}\n\n{INSTRUCTION_SUFFIX}"
+        instruction = texts.instruction(anchored)
         summary = ask(
             "summary", [*for_summarizer, _text_content("user", instruction)], prompt_id, anchored, None
         )
         summary = summary if summary is not None else ""
         probe = ask(
             "probe",
-            [*for_summarizer, _text_content("model", summary), _text_content("user", PROBE_TEXT)],
+            [*for_summarizer, _text_content("model", summary), _text_content("user", texts.probe)],
             f"{prompt_id}-verify",
             anchored,
             summary,
@@ -1233,7 +1248,7 @@ def compress(
         )
         final = answer if answer is not None else ""
 
-    extra = [_text_content("user", final), _text_content("model", SUMMARY_ACK_TEXT), *keep]
+    extra = [_text_content("user", final), _text_content("model", texts.ack), *keep]
     env = env_turn if env_turn is not None else {"role": "user", "parts": []}
     full = [env, *extra]
     if prof.env_ack_turn:
@@ -1261,3 +1276,73 @@ def compress(
     if new_count > original:
         return result(CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT, new_count, **common)
     return result(CompressionStatus.COMPRESSED, new_count, new_history=extra, **common)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tool output masking (section 13.2): what Gemini CLI 0.61 does to the history after compressing
+
+
+# context/toolOutputMaskingService.ts and config.ts defaults, Gemini CLI 0.61.0 (cc0107ed2). Code Assist
+# users may get other values from remote experiment flags.
+MASKING_PROTECTION_THRESHOLD_TOKENS = 50_000
+MASKING_MIN_PRUNABLE_TOKENS = 30_000
+MASKING_PROTECT_LATEST_TURN = True
+MASKING_INDICATOR_TAG = "tool_output_masked"
+MASKING_EXEMPT_TOOLS = frozenset({"activate_skill", "ask_user", "enter_plan_mode", "exit_plan_mode"})
+
+
+@dataclass(frozen=True)
+class MaskingPlan:
+    """The tool outputs ``ToolOutputMaskingService.mask`` would replace in a history: (content index, part
+    index, estimated tokens), newest first, and their total. Empty when under the prunable threshold."""
+
+    parts: list[tuple[int, int, int]]
+    prunable_tokens: int
+
+
+def plan_tool_output_masking(
+    history: Sequence[Content],
+    *,
+    protection_tokens: int = MASKING_PROTECTION_THRESHOLD_TOKENS,
+    min_prunable_tokens: int = MASKING_MIN_PRUNABLE_TOKENS,
+    protect_latest_turn: bool = MASKING_PROTECT_LATEST_TURN,
+) -> MaskingPlan:
+    """The selection of ``ToolOutputMaskingService.mask`` (Gemini CLI 0.61.0), which runs on every turn after
+    the compression check and before the request (``GeminiClient.tryMaskToolOutputs``), and persists what it
+    masks. Scanning newest to oldest, function responses fill a protected window of ``protection_tokens``;
+    the one that crosses it and every older one are prunable; nothing is masked under
+    ``min_prunable_tokens``. (Each replacement is kept only when its snippet is smaller; a large output's
+    always is.)"""
+    start = len(history) - 2 if protect_latest_turn else len(history) - 1
+    cumulative = 0
+    boundary = False
+    chosen: list[tuple[int, int, int]] = []
+    total = 0
+    for i in range(start, -1, -1):
+        parts = _parts(history[i])
+        for j in range(len(parts) - 1, -1, -1):
+            fr = _get(parts[j], "functionResponse")
+            if not js_truthy(fr):
+                continue
+            if _get(fr, "name") in MASKING_EXEMPT_TOOLS:
+                continue
+            response = _get(fr, "response")
+            if not js_truthy(response):
+                continue
+            try:
+                shown = js_stringify(response, 2)
+            except TypeError:
+                continue
+            if not shown or f"<{MASKING_INDICATOR_TAG}" in shown:
+                continue
+            tokens = estimate_token_count([parts[j]])
+            if not boundary:
+                cumulative += tokens
+                if cumulative <= protection_tokens:
+                    continue
+                boundary = True
+            chosen.append((i, j, tokens))
+            total += tokens
+    if total < min_prunable_tokens:
+        return MaskingPlan([], total)
+    return MaskingPlan(chosen, total)

@@ -172,15 +172,21 @@ class GeminiSummarizer:
         from google.genai import errors, types
 
         client = self._get_client()
-        model = self.model or call.model
+        model, generation = self.request_model(call)
         system = self.system_prompt if self.system_prompt is not None else call.system_instruction
+        body: dict[str, Any] = {"contents": call.contents}
+        if generation:
+            body["generationConfig"] = {
+                **generation,
+                **({"maxOutputTokens": call.max_output_tokens} if call.max_output_tokens else {}),
+            }
         config = types.GenerateContentConfig(
             system_instruction=system,
             max_output_tokens=call.max_output_tokens,
             # The SDK re-serialises contents through its pydantic types, which renames some fields
-            # (inlineData.mimeType -> mime_type). extra_body replaces the list with the call's own dicts,
-            # so the request carries exactly what the strategy built.
-            http_options=types.HttpOptions(extra_body={"contents": call.contents}),
+            # (inlineData.mimeType -> mime_type). extra_body replaces the list (and the generationConfig)
+            # with the call's own dicts, so the request carries exactly what the strategy built.
+            http_options=types.HttpOptions(extra_body=body),
         )
         timeout_types, connection_types = _transport_errors()
         attempt = 0
@@ -221,6 +227,21 @@ class GeminiSummarizer:
                     "Retry, or raise the summarizer timeout",
                 ) from None
             return get_response_text(response)
+
+    def request_model(self, call: ModelCall) -> tuple[str, dict[str, Any]]:
+        """The model and generationConfig this back end sends ``call`` with: the call's own (its Vertex AI
+        variant on Vertex AI), or ``--model`` with the config Gemini CLI's aliases give that model."""
+        if self._vertex and "vertex_model" in call.extra:
+            model, generation = call.extra["vertex_model"], call.extra["vertex_generation_config"]
+        else:
+            model, generation = call.model, call.generation_config
+        if self.model and self.model != model:
+            if call.extra.get("model_configs"):
+                from ctxtool.compress.model_configs import resolved_config
+
+                return self.model, resolved_config(self.model)[1]
+            return self.model, {}
+        return model, dict(generation)
 
     # -- helpers ------------------------------------------------------------------------------------------
 

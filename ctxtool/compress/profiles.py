@@ -64,6 +64,7 @@ class Profile:
     coalesce_curated: bool  # 3818efbbfb: getHistory(true) strips thoughts and merges roles
     head_valid_content: bool  # eaa30429a7: empty-text parts with payload keys and empty model turns ok
     compression_alias: bool  # e50bf6adad: summarizer runs on a chat-compression-* alias, not the chat model
+    model_configs: bool  # 0.61.0: the alias goes through the model chain (customtools, chat-base-3 config)
     env_ack_turn: bool  # env turn followed by a "Got it. Thanks for the context!" model turn (< ed0d1a0ba3)
 
 
@@ -90,6 +91,7 @@ _HEAD = Profile(
     coalesce_curated=True,
     head_valid_content=True,
     compression_alias=True,
+    model_configs=True,
     env_ack_turn=False,
 )
 
@@ -97,6 +99,8 @@ _HEAD = Profile(
 def _era(**changes: object) -> Profile:
     from dataclasses import replace
 
+    # Only HEAD (0.61.0) is checked against the real model chain; older eras call the alias's own model.
+    changes.setdefault("model_configs", False)
     return replace(_HEAD, **changes)  # type: ignore[arg-type]
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxtool.compress.texts import CompressionTexts, EnvSlot, EnvTemplate
 from ctxtool.errors import SummarizerError, UsageError
 
 # Points at an installed Gemini CLI: a package directory, a node_modules directory or one .js file.
@@ -558,11 +559,13 @@ def _skip_regex(source: str, i: int) -> int:
     raise _JsScanError
 
 
-def _read_template(source: str, start: int) -> tuple[str, int] | None:
+def _read_template(source: str, start: int, expressions: list[str] | None = None) -> tuple[str, int] | None:
     """Cook the template literal starting at the backtick ``start``; return (text, index after it).
 
     Substitutions that are a single string literal keep its value; every other ``${...}`` becomes the
-    empty string (see :func:`find_gemini_cli_prompt`). Returns None when the text does not parse.
+    empty string (see :func:`find_gemini_cli_prompt`). With ``expressions``, each ``${...}`` is instead
+    appended there (its source text) and marked in the text by ``_SUBST``. Returns None when the text does
+    not parse.
     """
     out: list[str] = []
     i = start + 1
@@ -578,7 +581,11 @@ def _read_template(source: str, start: int) -> tuple[str, int] | None:
                 continue
             if c == "$" and source.startswith("${", i):
                 expr_end = _substitution_end(source, i + 2)
-                out.append(_literal_value(source[i + 2 : expr_end]))
+                if expressions is not None:
+                    expressions.append(source[i + 2 : expr_end].strip())
+                    out.append(_SUBST)
+                else:
+                    out.append(_literal_value(source[i + 2 : expr_end]))
                 i = expr_end + 1
                 continue
             if c == "\r":
@@ -591,6 +598,11 @@ def _read_template(source: str, start: int) -> tuple[str, int] | None:
     except _JsScanError:
         return None
     return None
+
+
+# Marks a substitution in a template read with ``expressions`` (a private-use code point: JS source text of
+# a template never holds it raw in the files we read, and a cooked escape of it is rejected below).
+_SUBST = "\uf8ff"
 
 
 def _substitution_end(source: str, i: int) -> int:
@@ -696,3 +708,189 @@ def _join_surrogates(pieces: list[str]) -> str:
         lambda m: chr(0x10000 + ((ord(m.group()[0]) - 0xD800) << 10) + (ord(m.group()[1]) - 0xDC00)),
         text,
     )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Every other text of a compression, read from the same installed Gemini CLI
+
+
+def find_gemini_cli_texts(env: Mapping[str, str] | None = None) -> CompressionTexts:
+    """All the fixed texts of the installed Gemini CLI's compression: the system prompt
+    (:func:`find_gemini_cli_prompt`), the anchors and the instruction turn around them, the verification
+    probe and the acknowledgement (``ChatCompressionService.compress``), and the ``<session_context>``
+    template (``getEnvironmentContext``), read from the package the prompt came from.
+
+    They are found by the code's shape, not by their wording: the anchors are the two string branches of
+    the ternary that both mention ``<state_snapshot>``; the instruction is the next template made of one
+    substitution and text mentioning ``<state_snapshot>``; the probe the next string that mentions it; the
+    acknowledgement the string literal of the next ``{role: "model", parts: [{text: "..."}]}``.
+    """
+    prompt = find_gemini_cli_prompt(env)
+    turns: dict[str, str] | None = None
+    template: EnvTemplate | None = None
+    for path in _package_sources(prompt.source):
+        try:
+            source = path.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        if turns is None and _ANCHOR in source:
+            turns = _compression_turns(source)
+        if template is None and "<session_context>" in source:
+            template = _env_template(source)
+        if turns is not None and template is not None:
+            break
+    missing = [name for name, v in (("compression turns", turns), ("<session_context> template", template))
+               if v is None]  # fmt: skip
+    if turns is None or template is None:
+        raise SummarizerError(
+            f"found Gemini CLI's compression prompt in {prompt.source} but not its {' or '.join(missing)}",
+            "This Gemini CLI release is laid out differently: drop --prompt-from-gemini-cli (ctxtool's own "
+            "texts are used), or pass --prompt-file PATH",
+        )
+    version = prompt.package_version or "(version unknown)"
+    return CompressionTexts(
+        system_prompt=prompt.text,
+        env=template,
+        origin=f"Gemini CLI {version} at {prompt.source}",
+        **turns,
+    )
+
+
+def _package_sources(found: Path) -> Iterator[Path]:
+    """The file the prompt came from, then the other JS files of its package."""
+    yield found
+    for parent in found.parents:
+        if (parent / "package.json").is_file():
+            yield from (f for f in _js_files(parent) if f != found)
+            return
+
+
+_STRING = r"""(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
+_ANCHOR_TERNARY = re.compile(rf"\?\s*({_STRING})\s*:\s*({_STRING})", re.DOTALL)
+_MODEL_TEXT = re.compile(r"""role\s*:\s*(["'])model\1\s*,\s*parts\s*:\s*\[\s*\{\s*text\s*:\s*(?=["'`])""")
+_WINDOW = 12_000  # characters after the anchors in which the rest of compress() is looked for
+
+
+def _compression_turns(source: str) -> dict[str, str] | None:
+    for m in _ANCHOR_TERNARY.finditer(source):
+        existing, new = _cook_string_body(m.group(1)[1:-1]), _cook_string_body(m.group(2)[1:-1])
+        if _ANCHOR not in existing or _ANCHOR not in new:
+            continue
+        window_end = min(len(source), m.end() + _WINDOW)
+        instruction: tuple[str, str] | None = None
+        probe: str | None = None
+        ack: str | None = None
+        try:
+            for cooked, kind, end in _literals(source, m.end(), window_end):
+                if instruction is None:
+                    if kind == "`" and cooked.count(_SUBST) == 1 and _ANCHOR in cooked:
+                        before, after = cooked.split(_SUBST)
+                        instruction = (before, after)
+                    continue
+                if _ANCHOR in cooked and kind != "`":
+                    probe = cooked
+                    ack = _model_text_after(source, end, window_end)
+                    break
+        except _JsScanError:
+            continue
+        if instruction is not None and probe is not None and ack is not None:
+            return {
+                "anchor_existing": existing,
+                "anchor_new": new,
+                "instruction_before": instruction[0],
+                "instruction_after": instruction[1],
+                "probe": probe,
+                "ack": ack,
+            }
+    return None
+
+
+def _model_text_after(source: str, start: int, stop: int) -> str | None:
+    m = _MODEL_TEXT.search(source, start, stop)
+    if m is None:
+        return None
+    for cooked, kind, _ in _literals(source, m.end(), stop):
+        return cooked if kind != "`" or _SUBST not in cooked else None
+    return None
+
+
+def _literals(source: str, start: int, stop: int) -> Iterator[tuple[str, str, int]]:
+    """(cooked text, quote, index after it) of each string or template literal in source[start:stop];
+    templates keep their substitutions as ``_SUBST``. Skips comments and regular-expression literals."""
+    i = start
+    last_sig = ""
+    while i < stop:
+        c = source[i]
+        if c in "\"'":
+            end = _skip_string(source, i)
+            yield _cook_string_body(source[i + 1 : end - 1]), c, end
+            i, last_sig = end, "a"
+            continue
+        if c == "`":
+            parsed = _read_template(source, i, expressions=[])
+            if parsed is None:
+                raise _JsScanError
+            yield parsed[0], c, parsed[1]
+            i, last_sig = parsed[1], "a"
+            continue
+        if source.startswith("//", i):
+            j = source.find("\n", i)
+            i = stop if j == -1 else j
+            continue
+        if source.startswith("/*", i):
+            j = source.find("*/", i + 2)
+            i = stop if j == -1 else j + 2
+            continue
+        if c == "/" and last_sig in _REGEX_PRECEDERS:
+            i, last_sig = _skip_regex(source, i), "a"
+            continue
+        if not c.isspace():
+            last_sig = c if not (c.isalnum() or c in "_$") else "a"
+        i += 1
+
+
+# How each substitution of the <session_context> template is recognised: by the expression that defines
+# the variable it names (or by itself when it is inline).
+_ENV_SLOT_SIGNS: tuple[tuple[EnvSlot, str], ...] = (
+    ("today", "toLocaleDateString"),
+    ("platform", "platform"),
+    ("temp_dir", "TempDir"),
+    ("directory_context", "Directory"),
+    ("memory", "Memory"),
+)
+
+
+def _env_template(source: str) -> EnvTemplate | None:
+    for m in re.finditer(re.escape("<session_context>"), source):
+        pos = m.start()
+        window_start = max(0, pos - 2000)
+        while True:
+            pos = source.rfind("`", window_start, pos)
+            if pos == -1:
+                break
+            if _escaped(source, pos):
+                continue
+            expressions: list[str] = []
+            parsed = _read_template(source, pos, expressions)
+            if parsed is None or parsed[1] <= m.end() or not expressions:
+                continue
+            slots = [_env_slot(source, pos, e) for e in expressions]
+            if None in slots or len(set(slots)) != len(slots):
+                break
+            pieces = tuple(parsed[0].split(_SUBST))
+            trim = re.match(r"\s*\.\s*trim\s*\(\s*\)", source[parsed[1] : parsed[1] + 64]) is not None
+            return EnvTemplate(pieces=pieces, slots=tuple(s for s in slots if s is not None), trim=trim)
+    return None
+
+
+def _env_slot(source: str, template_start: int, expression: str) -> EnvSlot | None:
+    defining = expression
+    if re.fullmatch(r"[\w$]+", expression):
+        pattern = re.compile(rf"(?:const|let|var)\s+{re.escape(expression)}\s*=\s*([^;]*)")
+        found = list(pattern.finditer(source, max(0, template_start - 3000), template_start))
+        if found:
+            defining = found[-1].group(1)  # the nearest definition before the template
+    for slot, sign in _ENV_SLOT_SIGNS:
+        if sign in defining:
+            return slot
+    return None

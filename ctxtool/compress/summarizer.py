@@ -37,6 +37,8 @@ class ModelCall:
     previous_summary: str | None = None
     prompt_id: str = ""
     max_output_tokens: int | None = None
+    # The request's generationConfig, in the API's JSON form (Gemini CLI 0.61's model-config aliases).
+    generation_config: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
