@@ -243,8 +243,13 @@ def wire_history(messages: Sequence[Record]) -> list[Content]:
 
 def gemini_estimate(messages: Sequence[Record], model: str) -> int:
     """Gemini CLI's local estimate (``estimateTokenCountSync``) of the history a resume of ``messages``
-    sends, env turn included: the one measure every strategy is compared with."""
-    curated = g.session_to_curated_history(list(messages), model)
+    sends, env turn included: the one measure every strategy is compared with.
+
+    A session that stored no ``<session_context>`` is measured with an undated stand-in, so the measure of a
+    file does not depend on the day it is taken, nor on the timestamps a compaction gave its new messages
+    (a weekday's name is 6 to 9 characters)."""
+    stand_in = None if g.stored_env_index(messages) is not None else g.synthesize_env_text(None)
+    curated = g.session_to_curated_history(list(messages), model, stand_in)
     parts = [p for c in curated.contents for p in c.get("parts") or []]
     return g.estimate_token_count(parts)
 
