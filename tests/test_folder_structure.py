@@ -1,4 +1,5 @@
-"""ctxtool.compress.folder_structure against hand-built trees, Node's localeCompare and the real Gemini CLI."""
+"""ctxtool.compress.folder_structure against hand-built trees, Node's localeCompare, npm ignore and the real
+Gemini CLI."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxtool.compress.folder_structure import (
+    _InvalidIgnorePath,
+    _Rules,
     directory_context,
     folder_structure,
     locale_key,
@@ -41,7 +44,8 @@ def tree(root: Path, spec: dict[str, str | None]) -> Path:
 def body(root: Path, text_: str) -> list[str]:
     """The tree lines after the header and the root line."""
     head, found, rest = text_.partition(f"\n\n{root}/\n")
-    assert found and head.startswith("Showing up to "), text_
+    assert found, text_
+    assert head.startswith("Showing up to "), text_
     return rest.split("\n") if rest else []
 
 
@@ -53,7 +57,7 @@ def test_empty_folder(tmp_path: Path) -> None:
 
 
 def test_files_only_sorted_as_locale_compare(tmp_path: Path) -> None:
-    tree(tmp_path, {n: "" for n in ["b.txt", "A.txt", "a.txt", "_u", "-d", ".h", "10", "9", "é"]})
+    tree(tmp_path, dict.fromkeys(["b.txt", "A.txt", "a.txt", "_u", "-d", ".h", "10", "9", "é"], ""))
     assert body(tmp_path, folder_structure(str(tmp_path))) == [
         "├───_u",
         "├───-d",
@@ -225,8 +229,22 @@ def test_missing_folder_and_a_file_instead_of_a_folder(tmp_path: Path) -> None:
     )
 
 
+def test_unreadable_folder_is_listed_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # root reads any folder: refuse the scan the way the kernel refuses it to others (EACCES)
+    real_scandir = os.scandir
+
+    def scandir(path: str) -> object:
+        if os.path.basename(path) == "locked":
+            raise PermissionError(13, "Permission denied", path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    tree(tmp_path, {"locked/inside": "", "open/f": ""})
+    assert body(tmp_path, folder_structure(str(tmp_path))) == ["├───locked/", "└───open/", "    └───f"]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads unreadable folders")
-def test_unreadable_folder_is_listed_empty(tmp_path: Path) -> None:
+def test_unreadable_folder_by_permissions(tmp_path: Path) -> None:
     tree(tmp_path, {"locked/inside": "", "open/f": ""})
     (tmp_path / "locked").chmod(0)
     try:
@@ -287,7 +305,7 @@ def test_locale_key_matches_node_on_file_like_names() -> None:
 
 
 _NAME_CHARS = st.sampled_from(
-    list("aAbBzZ019._-~ !#$%&()+,;=@[]^`{}'") + ["é", "E", "ü", "ß", "日", "本", "Ω", "ø", "\u0301"]
+    [*"aAbBzZ019._-~ !#$%&()+,;=@[]^`{}'", "é", "E", "ü", "ß", "日", "本", "Ω", "ø", "\u0301"]
 )
 
 
@@ -377,3 +395,151 @@ def test_environment_context_matches_gemini_cli(gemini_cli: Path, tmp_path: Path
     assert theirs == directory_context([project])
     if many:
         assert "display limit (200 items) was reached." in theirs
+
+
+# --- ignore rules against the npm `ignore` package inside the pinned Gemini CLI --------------------------
+
+
+def _npm_ignore_module(tmp_path: Path) -> Path:
+    """The npm ``ignore`` package as Gemini CLI bundles it, cut out of the bundle into a CommonJS file."""
+    from tests.gemini_cli_harness import installed_package_dir
+
+    header = '"packages/core/node_modules/ignore/index.js"('
+    for chunk in sorted((installed_package_dir() / "bundle").glob("*.js")):
+        source = chunk.read_text()
+        start = source.find(header)
+        if start >= 0:
+            break
+    else:
+        pytest.fail("the ignore package is not in Gemini CLI's bundle")
+    params = source[start + len(header) : source.index(")", start)]
+    exports_name, module_name = (p.strip() for p in params.split(","))
+    body_start = source.index("{", start) + 1
+    body_end = source.index("\n  }\n});", body_start)
+    module = tmp_path / "ignore.js"
+    module.write_text(
+        f"const {module_name} = {{exports: {{}}}}; const {exports_name} = {module_name}.exports;\n"
+        f"{source[body_start:body_end]}\nmodule.exports = {module_name}.exports;\n"
+    )
+    return module
+
+
+def npm_ignores(module: Path, cases: list[tuple[list[str], list[str]]]) -> list[list[bool | str]]:
+    node = _node()
+    if node is None:
+        pytest.skip("node is not installed")
+    script = (
+        f"const ignore = require({json.dumps(str(module))});"
+        "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>{"
+        "const out=JSON.parse(s).map(([pats,paths])=>{const ig=ignore().add(pats);"
+        "return paths.map(p=>{try{return ig.ignores(p)}catch(e){return 'error'}})});"
+        "process.stdout.write(JSON.stringify(out))})"
+    )
+    done = subprocess.run(
+        [node, "-e", script], input=json.dumps(cases), capture_output=True, text=True, check=True
+    )
+    result = json.loads(done.stdout)
+    assert isinstance(result, list)
+    return result
+
+
+def our_ignores(cases: list[tuple[list[str], list[str]]]) -> list[list[bool | str]]:
+    out: list[list[bool | str]] = []
+    for patterns, paths in cases:
+        rules = _Rules().add(patterns)
+        row: list[bool | str] = []
+        for path in paths:
+            try:
+                row.append(rules.ignores(path))
+            except _InvalidIgnorePath:
+                row.append("error")
+        out.append(row)
+    return out
+
+
+PATHS = [
+    "a",
+    "a/",
+    "b",
+    "a/b",
+    "a/b/",
+    "a/b/c",
+    "x/a",
+    "x/a/",
+    "x/a/b",
+    "A",
+    "a.log",
+    "x/a.log",
+    "...",
+    ".../a",
+]
+IGNORE_CASES: list[tuple[list[str], list[str]]] = [
+    (["a"], PATHS),
+    (["/a"], PATHS),
+    (["a/"], PATHS),
+    (["/a/"], PATHS),
+    (["a/b"], PATHS),
+    (["a/*"], PATHS),
+    (["a/**"], PATHS),
+    (["**/b"], PATHS),
+    (["a/**/c"], PATHS),
+    (["**/"], PATHS),
+    (["*"], PATHS),
+    (["*", "!a/"], PATHS),
+    (["*", "!a", "!*/"], PATHS),
+    (["a/", "!a/b"], PATHS),
+    (["a/*", "!a/b/"], PATHS),
+    (["*.log", "!x/a.log"], PATHS),
+    (["*.LOG"], PATHS),
+    (["?"], PATHS),
+    (["[ab]"], PATHS),
+    (["a  "], PATHS),
+    (["\\!a", "\\#b"], ["!a", "#b", "a", "b"]),
+    (["/x/**/a"], PATHS),
+    (["/x/**/a/"], PATHS),
+    (["/a/b/**/*"], PATHS),
+]
+
+
+@pytest.fixture(scope="module")
+def npm_ignore(gemini_cli: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _npm_ignore_module(tmp_path_factory.mktemp("npm-ignore"))
+
+
+def test_ignore_rules_match_npm_ignore(npm_ignore: Path) -> None:
+    assert our_ignores(IGNORE_CASES) == npm_ignores(npm_ignore, IGNORE_CASES)
+
+
+# Pattern pieces; `[!a]`, `\*` and a pattern of only `!` and spaces are left out: npm ignore reads them unlike
+# git and pathspec (ctxtool.compress.folder_structure._Rules lists them).
+_PATTERN = st.builds(
+    lambda neg, anchor, body: neg + anchor + body,
+    st.sampled_from(["", "!"]),
+    st.sampled_from(["", "/"]),
+    st.lists(
+        st.sampled_from(["a", "b", "A", "*", "**", "/", "?", ".", "[ab]", "x", ".log", " "]),
+        min_size=1,
+        max_size=5,
+    ).map("".join),
+).filter(lambda p: p.strip(" !/") != "")
+_PATH = st.builds(
+    lambda segments, slash: "/".join(segments) + slash,
+    st.lists(
+        st.sampled_from(["a", "b", "A", "x", "ab", "a.log", ".a", "ba", "a b", "?"]), min_size=1, max_size=4
+    ),
+    st.sampled_from(["", "/"]),
+)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(_PATTERN, min_size=1, max_size=3), st.lists(_PATH, min_size=1, max_size=10)),
+        min_size=20,
+        max_size=40,
+    )
+)
+def test_ignore_rules_match_npm_ignore_property(
+    npm_ignore: Path, cases: list[tuple[list[str], list[str]]]
+) -> None:
+    assert our_ignores(cases) == npm_ignores(npm_ignore, cases)

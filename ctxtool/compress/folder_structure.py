@@ -85,21 +85,38 @@ _INVALID_PATH = re.compile(r"^\.*/|^\.+$")  # ignore: REGEX_TEST_INVALID_PATH
 class _Rule:
     regex: re.Pattern[str]
     negative: bool
-    dir_mark: bool
+    # `a/**` compiles to the prefix `^a/`, which also matches the folder `a/` itself; npm ignore (and git)
+    # match only what is inside.
+    inside_only: bool
+
+
+_TRAILING_SPACES = re.compile(r"(?<!\\) +$")
 
 
 @functools.lru_cache(maxsize=4096)
 def _rule(pattern: str) -> _Rule | None:
+    trimmed = _TRAILING_SPACES.sub("", pattern)
+    if trimmed != pattern and trimmed.endswith("/"):
+        # npm ignore decides "a slash in the middle anchors the pattern" before dropping trailing spaces, so
+        # `build/ ` is anchored there (`/build/`); pathspec drops the spaces first.
+        negation = "!" if trimmed.startswith("!") else ""
+        body = trimmed[len(negation) :]
+        pattern = negation + (body if body.startswith("/") else "/" + body)
     try:
         compiled = GitIgnoreSpecPattern(pattern)
     except ValueError:
         return None  # npm ignore skips patterns it cannot parse (a trailing lone backslash)
     if compiled.include is None or compiled.regex is None:
         return None  # blank line or comment
+    source = compiled.regex.pattern
+    if "(?P<ps_d>" in source:
+        # The pattern's match may end at a folder mark, matching every path below that folder: npm ignore
+        # matches the path's own name only (its parents are tested on their own), so the match must end at
+        # the end of the path.
+        source += r"\Z"
     # npm ignore matches case-insensitively by default (its `ignorecase` option); Gemini CLI keeps it.
     # Python's and JavaScript's case folding differ for a few non-ASCII letters (the Kelvin sign, ß).
-    regex = re.compile(compiled.regex.pattern, re.IGNORECASE)
-    return _Rule(regex, not compiled.include, "ps_d" in regex.groupindex)
+    return _Rule(re.compile(source, re.IGNORECASE), not compiled.include, source.endswith("/"))
 
 
 @dataclass
@@ -110,8 +127,12 @@ class _Rules:
     negation re-include a file whose own name an earlier pattern ignores (``*`` then ``!src/``: pathspec keeps
     ``src/a.py``, npm ignore and git drop it). npm ignore instead tests each path on its own name and calls a
     path ignored when any parent folder (tested with a trailing slash) is. So a rule counts here only when it
-    matches the path itself: its match ends at the path's end, or it is not a folder-prefix match (``*``,
-    ``a/**``), and parents are tested first as npm ignore's ``_t`` does.
+    matches the path itself (see :func:`_rule`), and parents are tested first as npm ignore's ``_t`` does.
+
+    Differences left (found by tests/test_folder_structure.py's comparison with the bundled npm ignore, none
+    likely in a real ignore file): npm ignore reads ``[!a]`` as a class holding ``!`` and ``a``, not its
+    negation; it treats an escaped ``\\*`` as a wildcard; a pattern of ``!`` and spaces re-includes
+    everything there and nothing here.
     """
 
     rules: list[_Rule] = field(default_factory=list)
@@ -144,10 +165,8 @@ class _Rules:
         ignored = False
         for rule in reversed(self.rules):
             found = rule.regex.search(path)
-            if found is None:
+            if found is None or (rule.inside_only and found.end() == len(path)):
                 continue
-            if rule.dir_mark and found.group("ps_d") is not None and found.end() != len(path):
-                continue  # matched a parent folder only
             ignored = not rule.negative
             break
         return ignored
@@ -241,7 +260,7 @@ class GitIgnoreParser:
 
     @staticmethod
     def process_patterns(raw_patterns: Iterable[str], relative_base_dir: str) -> list[str]:
-        """``processPatterns``: a nested file's patterns become ``/base/**/p`` (no slash in p) or ``/base/p``."""
+        """``processPatterns``: a nested pattern becomes ``/base/**/p`` (no slash in p) or ``/base/p``."""
         out: list[str] = []
         for raw in raw_patterns:
             p = raw.lstrip()  # JS trimStart; both strip Unicode white space
@@ -404,8 +423,7 @@ def _read_dir(path: str) -> list[tuple[str, bool, bool]]:
     """(name, is_file, is_dir) of each entry, sorted as readFullStructure sorts them; symlinks are neither."""
     with os.scandir(path) as it:
         entries = [
-            (_js_name(e.name), e.is_file(follow_symlinks=False), e.is_dir(follow_symlinks=False))
-            for e in it
+            (_js_name(e.name), e.is_file(follow_symlinks=False), e.is_dir(follow_symlinks=False)) for e in it
         ]
     entries.sort(key=lambda e: locale_key(e[0]))
     return entries
@@ -499,9 +517,7 @@ def _is_truncated(node: _Folder) -> bool:
     return any(_is_truncated(sub) for sub in node.sub_folders)
 
 
-def folder_structure(
-    directory: str, *, max_items: int = MAX_ITEMS, project_root: str | None = None
-) -> str:
+def folder_structure(directory: str, *, max_items: int = MAX_ITEMS, project_root: str | None = None) -> str:
     """``getFolderStructure`` (utils/getFolderStructure.ts), Gemini CLI 0.61.0 (cc0107ed2): the tree text of
     ``directory`` as Gemini CLI's environment context shows it.
 
