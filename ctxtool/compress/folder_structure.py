@@ -102,6 +102,9 @@ def _rule(pattern: str) -> _Rule | None:
         negation = "!" if trimmed.startswith("!") else ""
         body = trimmed[len(negation) :]
         pattern = negation + (body if body.startswith("/") else "/" + body)
+    if pattern.removeprefix("!") == "/**":
+        # npm ignore compiles `/**` to `^[^/]*[^/]*(?=$|/$)`: top-level names only, as `/*` (git: everything).
+        pattern = pattern[:-1]
     try:
         compiled = GitIgnoreSpecPattern(pattern)
     except ValueError:
@@ -132,7 +135,7 @@ class _Rules:
     Differences left (found by tests/test_folder_structure.py's comparison with the bundled npm ignore, none
     likely in a real ignore file): npm ignore reads ``[!a]`` as a class holding ``!`` and ``a``, not its
     negation; it treats an escaped ``\\*`` as a wildcard; a pattern of ``!`` and spaces re-includes
-    everything there and nothing here.
+    everything there and nothing here; trailing spaces after a wildcard (``!/** ``) change its meaning there.
     """
 
     rules: list[_Rule] = field(default_factory=list)
