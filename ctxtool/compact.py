@@ -309,7 +309,9 @@ def _environment_text(
         report.notes.extend(built.notes)
         return built.text
     report.env_source = "stand-in"
-    return g.synthesize_env_text(g.first_timestamp(messages), temp_dir=temp_dir, template=opts.texts.env)
+    # The machine is unknown too: no temporary folder (a path would make the estimate depend on where the
+    # file happens to be).
+    return g.synthesize_env_text(g.first_timestamp(messages), template=opts.texts.env)
 
 
 def _noop_reason(result: g.CompressionResult, turns: int, force: bool) -> str:

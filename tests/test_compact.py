@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -517,7 +518,30 @@ def test_synthesised_env_is_reported(tmp_path: Path) -> None:
     path = make_session(tmp_path, chatty(6, tokens=5000))
     report = run(path)
     assert report.env_synthesized is True
-    assert any("synthesised" in n for n in report.notes)
+    assert report.env_source == "stand-in"
+    [note] = [n for n in report.notes if "stand-in" in n]
+    assert re.search(r"a stand-in of \d+ tokens was assumed: pass --workspace DIR", note)
+
+
+def test_env_is_built_from_the_project_folder(tmp_path: Path) -> None:
+    """A session without a stored <session_context> whose project folder exists gets Gemini CLI 0.61's own
+    text: today's date, the temporary folder, the folder structure."""
+    path = make_session(tmp_path, chatty(6, tokens=5000))
+    project = tmp_path / "work" / "myproj"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "main.py").write_text("print()\n")
+    (project / "GEMINI.md").write_text("# memory\n")
+    report = compact_session(
+        discover([str(path)]).files[0],
+        OfflineSummarizer(),
+        CompactOptions(force=True, dry_run=True, workspace=project),
+        Destination("out", tmp_path / "out"),
+    )
+    assert report.env_source == "built"
+    assert report.env_synthesized is True
+    assert any("built from the project folder" in n for n in report.notes)
+    assert any("GEMINI.md" in n for n in report.notes)
+    assert report.status == "COMPRESSED"
 
 
 def test_stored_env_message_is_kept_first(tmp_path: Path) -> None:
