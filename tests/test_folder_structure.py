@@ -324,7 +324,7 @@ def _tricky_project(project: Path, *, many: bool) -> None:
     subprocess.run(["git", "init", "-q", str(project)], check=True, capture_output=True)
     spec: dict[str, str | None] = {
         ".gitignore": "*.log\n!important.log\n/anchored.txt\nbuild/\ncoverage\n*.TMP\nsecret*\n!secret-ok\n",
-        ".geminiignore": "private/\n*.bak\n!keep.bak\n",
+        ".geminiignore": "\ufeffprivate/\n*.bak \n!keep.bak\n",
         "README.md": "",
         "readme.txt": "",
         "Makefile": "",
@@ -354,7 +354,7 @@ def _tricky_project(project: Path, *, many: bool) -> None:
         "src/Main.py": "",
         "src/main_test.py": "",
         "src/anchored.txt": "",
-        "src/.gitignore": "generated/\n/local.txt\n!x.log\n*.gen\n",
+        "src/.gitignore": "\ufeffgenerated/\r\n/local.txt\r\n!x.log\n  *.gen\n",
         "src/local.txt": "",
         "src/x.log": "",
         "src/a.gen": "",
