@@ -210,6 +210,17 @@ def test_geminiignore_applies_last_in_a_git_repository(tmp_path: Path) -> None:
     ]
 
 
+def test_a_name_of_dots_breaks_npm_ignore_as_in_gemini_cli(tmp_path: Path) -> None:
+    # npm ignore refuses "..." as not `path.relative()`d: outside git Gemini CLI reports the error instead of
+    # a tree (checked against Gemini CLI 0.61.0); inside git its parser catches it and keeps the name.
+    tree(tmp_path, {"...": "", "a": "", ".geminiignore": "a\n"})
+    assert folder_structure(str(tmp_path)) == (
+        f'Error processing directory "{tmp_path}": path should be a `path.relative()`d string, but got "..."'
+    )
+    (tmp_path / ".git").mkdir()
+    assert body(tmp_path, folder_structure(str(tmp_path))) == ["├───...", "├───.geminiignore", "└───.git/..."]
+
+
 def test_symlinks_are_not_listed(tmp_path: Path) -> None:
     tree(tmp_path, {"real.txt": "", "d/f": ""})
     (tmp_path / "link.txt").symlink_to(tmp_path / "real.txt")
@@ -324,7 +335,7 @@ def _tricky_project(project: Path, *, many: bool) -> None:
     subprocess.run(["git", "init", "-q", str(project)], check=True, capture_output=True)
     spec: dict[str, str | None] = {
         ".gitignore": "*.log\n!important.log\n/anchored.txt\nbuild/\ncoverage\n*.TMP\nsecret*\n!secret-ok\n",
-        ".geminiignore": "private/\n*.bak\n!keep.bak\n",
+        ".geminiignore": "\ufeffprivate/\n*.bak \n!keep.bak\n",
         "README.md": "",
         "readme.txt": "",
         "Makefile": "",
@@ -354,7 +365,7 @@ def _tricky_project(project: Path, *, many: bool) -> None:
         "src/Main.py": "",
         "src/main_test.py": "",
         "src/anchored.txt": "",
-        "src/.gitignore": "generated/\n/local.txt\n!x.log\n*.gen\n",
+        "src/.gitignore": "\ufeffgenerated/\r\n/local.txt\r\n!x.log\n  *.gen\n",
         "src/local.txt": "",
         "src/x.log": "",
         "src/a.gen": "",

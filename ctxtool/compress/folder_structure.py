@@ -33,6 +33,8 @@ from typing import Any
 
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
+from ctxtool.jsvalue import JS_WHITESPACE
+
 MAX_ITEMS = 200  # getFolderStructure.ts
 TRUNCATION_INDICATOR = "..."  # getFolderStructure.ts
 DEFAULT_IGNORED_FOLDERS = frozenset({"node_modules", ".git", "dist", "__pycache__"})  # getFolderStructure.ts
@@ -266,7 +268,7 @@ class GitIgnoreParser:
         """``processPatterns``: a nested pattern becomes ``/base/**/p`` (no slash in p) or ``/base/p``."""
         out: list[str] = []
         for raw in raw_patterns:
-            p = raw.lstrip()  # JS trimStart; both strip Unicode white space
+            p = raw.lstrip(JS_WHITESPACE)  # trimStart: a byte-order mark goes too
             if p == "" or p.startswith("#"):
                 continue
             negative = p.startswith("!")
@@ -348,7 +350,8 @@ class IgnoreFileParser:
         content = _read_text(path)
         if content is None:
             return []
-        return [p for p in (line.strip() for line in _split_lines(content)) if p and not p.startswith("#")]
+        lines = (line.strip(JS_WHITESPACE) for line in _split_lines(content))
+        return [p for p in lines if p and not p.startswith("#")]
 
     def is_ignored(self, file_path: str, is_directory: bool) -> bool:
         if not self.patterns:
