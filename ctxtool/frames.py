@@ -28,7 +28,7 @@ from ctxtool.session.schema import TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
 from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: input excludes cached (prompt_tokens has both), models is a list
 from ctxtool.choices import BY_CHOICES  # noqa: E402  (re-exported)
 
 TOKEN_COLUMNS = TOKEN_KEYS  # the counts of a request, as Gemini CLI names them
@@ -1130,6 +1130,22 @@ def report(
     return df.select(REPORT_COLUMNS[by])
 
 
+def with_uncached_input(df: pl.DataFrame) -> pl.DataFrame:
+    """The token columns as ccusage shows them: ``input`` without the cached tokens, so that ``input``,
+    ``cached``, ``output``, ``thoughts`` and ``tool`` add up to ``total``; Gemini's own prompt count (cached
+    included, what the context holds) stays as ``prompt_tokens``. What ``ctxtool stats`` prints and writes;
+    the frames themselves keep Gemini CLI's names and meanings."""
+    if "input" not in df.columns or "cached" not in df.columns:
+        return df
+    at = df.columns.index("cached") + 1
+    df = df.with_columns(
+        pl.col("input").alias("prompt_tokens"),
+        (pl.col("input") - pl.col("cached").fill_null(0)).alias("input"),
+    )
+    order = [c for c in df.columns if c != "prompt_tokens"]
+    return df.select([*order[:at], "prompt_tokens", *order[at:]])
+
+
 def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
     s = corpus.sessions
     if corpus.requests.height != _request_count(s):
@@ -1189,6 +1205,7 @@ def totals(df: pl.DataFrame) -> dict[str, Any]:
     for col in df.columns:
         if col in (
             *TOKEN_COLUMNS,
+            "prompt_tokens",
             "requests",
             "sessions",
             "tool_calls",
@@ -1205,8 +1222,9 @@ def totals(df: pl.DataFrame) -> dict[str, Any]:
             # requests are missing from it).
             c = df.get_column(col)
             out[col] = None if c.len() and c.null_count() == c.len() else float(c.sum())
-    if out.get("input"):
-        out["cache_ratio"] = out.get("cached", 0) / out["input"]
+    prompt = out.get("prompt_tokens", out.get("input"))
+    if prompt:
+        out["cache_ratio"] = out.get("cached", 0) / prompt
     return out
 
 

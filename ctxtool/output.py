@@ -35,17 +35,31 @@ def dumps(obj: Any, *, indent: bool = True) -> bytes:
     return orjson.dumps(obj, default=_default, option=option)
 
 
+# Columns the frames hold as one comma-joined string (a table cell, a CSV field) and machine formats that
+# can hold a list write as a list.
+LIST_COLUMNS = ("models",)
+
+
+def with_lists(rows: pl.DataFrame) -> pl.DataFrame:
+    """``models`` (and the other LIST_COLUMNS) as lists of strings: ``[]`` for none."""
+    return rows.with_columns(
+        pl.col(c).fill_null("").str.split(",").list.eval(pl.element().filter(pl.element() != "")).alias(c)
+        for c in LIST_COLUMNS
+        if c in rows.columns and rows.schema[c] == pl.String
+    )
+
+
 def json_document(rows: pl.DataFrame, **envelope: Any) -> bytes:
     """``{"schema_version": …, <envelope>, "rows": [...]}`` followed by a newline."""
     from ctxtool.frames import SCHEMA_VERSION
 
-    doc = {"schema_version": SCHEMA_VERSION, **envelope, "rows": rows.to_dicts()}
+    doc = {"schema_version": SCHEMA_VERSION, **envelope, "rows": with_lists(rows).to_dicts()}
     return dumps(doc) + b"\n"
 
 
 def jsonl_lines(rows: pl.DataFrame) -> bytes:
     buf = io.BytesIO()
-    for row in rows.iter_rows(named=True):
+    for row in with_lists(rows).iter_rows(named=True):
         buf.write(dumps(row, indent=False))
         buf.write(b"\n")
     return buf.getvalue()
@@ -57,7 +71,7 @@ def csv_bytes(rows: pl.DataFrame) -> bytes:
 
 def parquet_bytes(rows: pl.DataFrame) -> bytes:
     buf = io.BytesIO()
-    rows.write_parquet(buf)
+    with_lists(rows).write_parquet(buf)
     return buf.getvalue()
 
 

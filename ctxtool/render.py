@@ -53,7 +53,6 @@ _HEADERS = {
     "tool_calls": "tools",
     "tool_errors": "tool err",
     "compressions": "compr.",
-    "cost": "cost $",
 }
 # What a table shows per report; machine formats always carry every column.
 TABLE_COLUMNS: dict[str, list[str]] = {
@@ -97,6 +96,7 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "turns",
         "requests",
         "input",
+        "cached",
         "output",
         "thoughts",
         "total",
@@ -123,15 +123,49 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "sessions",
         "requests",
         "input",
+        "cached",
         "output",
         "thoughts",
         "total",
         "cache_ratio",
         "cost",
     ],
-    "day": ["day", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
-    "week": ["week", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
-    "month": ["month", "sessions", "requests", "input", "output", "thoughts", "total", "cache_ratio", "cost"],
+    "day": [
+        "day",
+        "sessions",
+        "requests",
+        "input",
+        "cached",
+        "output",
+        "thoughts",
+        "total",
+        "cache_ratio",
+        "cost",
+    ],
+    "week": [
+        "week",
+        "sessions",
+        "requests",
+        "input",
+        "cached",
+        "output",
+        "thoughts",
+        "total",
+        "cache_ratio",
+        "cost",
+    ],
+    "month": [
+        "month",
+        "sessions",
+        "requests",
+        "input",
+        "cached",
+        "output",
+        "thoughts",
+        "total",
+        "cache_ratio",
+        "cost",
+    ],
 }
 _MAX_WIDTH = {"prompt": 40, "session": 34, "project": 24, "model": 30}
 
@@ -178,14 +212,10 @@ def wants_color(choice: str, *, tty: bool, env: Mapping[str, str], to_file: bool
 
 
 def human_int(value: Any) -> str:
+    """A count as ccusage prints it: every digit, with thousands separators."""
     if value is None:
         return "–"
-    n = int(value)
-    if abs(n) < 100_000:
-        return f"{n:,}"
-    if abs(n) < 10_000_000:
-        return f"{n / 1_000:,.0f}k"
-    return f"{n / 1_000_000:,.1f}M"
+    return f"{int(value):,}"
 
 
 def percent(value: Any) -> str:
@@ -195,10 +225,11 @@ def percent(value: Any) -> str:
 
 
 def money(value: Any) -> str:
+    """A cost in US dollars as ccusage prints it (``$1,234.56``); JSON keeps the full precision."""
     if value is None:
         return "?"
     v = float(value)
-    return f"{v:,.2f}" if v >= 1 else f"{v:.4f}"
+    return f"-${-v:,.2f}" if v < 0 else f"${v:,.2f}"
 
 
 def duration(value: Any) -> str:
@@ -498,6 +529,7 @@ _DROP_ORDER = (
     "turns",
     "peak_context",
     "output",
+    "context_share",
     "model",
 )
 _TEXT_MIN = {"prompt": 16, "project": 12, "model": 14}

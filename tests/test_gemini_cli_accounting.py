@@ -20,7 +20,7 @@ from tests.gemini_cli_scenarios import RECORDED, SCENARIOS, STATS_FILE, play, ro
 
 # ctxtool's field for each of Gemini CLI's token fields (``stats.models[M].roles[R].tokens``).
 FIELDS = {
-    "prompt": "input",
+    "prompt": "prompt_tokens",  # ctxtool's `input` excludes the cached tokens, as ccusage's does
     "candidates": "output",
     "cached": "cached",
     "thoughts": "thoughts",
@@ -55,7 +55,8 @@ def assert_same_accounting(recording: Path, capsysbinary: pytest.CaptureFixture[
     turns = stats_json(capsysbinary, str(recording / "tmp"), "--by", "turn")["rows"]
     assert [t["turn"] for t in turns] == list(range(1, gemini["prompts"] + 1))
     assert sum(t["requests"] for t in turns) == main["requests"]
-    assert sum(t["input"] for t in turns) == main["prompt"]
+    assert sum(t["prompt_tokens"] for t in turns) == main["prompt"]
+    assert sum(t["input"] + t["cached"] for t in turns) == main["prompt"]
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -228,5 +229,5 @@ def test_an_unknown_model_leaves_the_known_part_of_a_cost(
     assert [(t["unpriced"], t["cost"] is None) for t in turns] == [(0, False), (1, True), (0, False)]
     assert run(["stats", str(path), "--by", "session", "--no-cache", "--color", "never"]) == 0
     table = capsysbinary.readouterr().out.decode()
-    assert f"{session['cost']:.4f}+" in table
+    assert f"${session['cost']:,.2f}+" in table
     assert "leaves out 1 request(s) whose model has no known price" in table

@@ -57,11 +57,11 @@ def test_narrow_stats_drop_columns_name_them_and_wide_shows_them(
     assert run(["stats", str(ROOT), "--by", "session", "--width", "80", "--no-cache"]) == 0
     narrow = capsys.readouterr().out
     assert max(len(line) for line in narrow.splitlines()) <= 80
-    assert "Not shown (too narrow): start, turns, thoughts, peak_context, cache_ratio," in narrow
+    assert "Not shown (too narrow): start, turns, cached, thoughts, peak_context," in narrow
     assert "--wide shows every column." in narrow
     assert "│ c4e5f6a7 " in narrow  # the short id, whole
-    assert "299k" in narrow  # numbers whole
-    assert "302k" in narrow
+    assert "147,000" in narrow  # numbers whole, every digit (input without the 152,000 cached)
+    assert "302,100" in narrow
 
     assert run(["stats", str(ROOT), "--by", "session", "--width", "80", "--no-cache", "--wide"]) == 0
     wide = capsys.readouterr().out

@@ -204,7 +204,9 @@ def stats(
 
     roots = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height
     by = by or ("turn" if roots == 1 else "session")
-    rows = frames.report(corpus, by, include_subagents_in_parent=subagents, timezone=timezone)
+    rows = frames.with_uncached_input(
+        frames.report(corpus, by, include_subagents_in_parent=subagents, timezone=timezone)
+    )
     if not show_secrets and "prompt" in rows.columns:
         import polars as pl
 
