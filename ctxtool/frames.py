@@ -940,9 +940,12 @@ def filter_corpus(
     until: date | None = None,
     projects: Sequence[str] = (),
     sessions: Sequence[str] = (),
+    models: Sequence[str] = (),
 ) -> Corpus:
-    """Keep requests (and the turns/sessions they belong to) matching every filter given."""
-    if not (since or until or projects or sessions):
+    """Keep requests (and the turns/sessions they belong to) matching every filter given. ``models``: a
+    request's model equals one of them or starts with it (``gemini-2.5`` names every 2.5 model); turns are
+    then summed over the matching requests only."""
+    if not (since or until or projects or sessions or models):
         return corpus
     keep = corpus.sessions
     if projects:
@@ -974,6 +977,16 @@ def filter_corpus(
         messages = messages.filter(_within_days("ts", since, until))
         turns = turns.filter(_within_days("start", since, until))
         meta = meta.filter(pl.col("session_key").is_in(messages.get_column("session_key").unique().implode()))
+    if models:
+        requests = requests.filter(
+            pl.any_horizontal(
+                *[(pl.col("model") == m) | pl.col("model").str.starts_with(m) for m in models]
+            ).fill_null(False)
+        )
+        used = requests.get_column("session_key").unique().implode()
+        messages = messages.filter(pl.col("session_key").is_in(used))
+        meta = meta.filter(pl.col("session_key").is_in(used))
+        turns = _turns(messages, requests, meta).filter(pl.col("requests") > 0)
     return replace(
         corpus,
         sessions=meta,

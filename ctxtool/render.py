@@ -508,7 +508,7 @@ def hidden_note(requests: int, cost: float) -> str | None:
         return None
     return (
         f"Not in the totals: Gemini CLI's compression calls, which it does not record: {requests:,} "
-        f"request(s), estimated ${money(cost)}."
+        f"request(s), estimated {money(cost)}."
     )
 
 
@@ -574,27 +574,42 @@ def audit_table(
     ``checks`` rows carry ``status``, ``subject``, ``rule``, ``value`` and ``limit`` already formatted as
     text, and ``offender``. ``subjects``: every session audited, shown or not, so that short ids stay
     unique among them (default: those of ``checks``)."""
-    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left", width=None)
-    table.add_column("status", no_wrap=True)
-    # Rich narrows only wrappable columns; the cells themselves are no_wrap, so they end in an ellipsis.
-    table.add_column("session / day", no_wrap=True)
-    table.add_column("rule", no_wrap=True)
-    table.add_column("value", justify="right", no_wrap=True)
-    table.add_column("limit", justify="right", no_wrap=True)
-    table.add_column("worst", overflow="ellipsis", no_wrap=False, min_width=min(12, width // 8))
     names = [str(c["subject"]) for c in checks]
     every = subjects if subjects is not None else names
     shorts = short_session_ids([s for s in every if not _is_day(s)])
-    for c, subject in zip(checks, names, strict=True):
-        status = str(c["status"])
-        table.add_row(
-            Text(status.upper(), style=_STATUS_STYLE.get(status, "")),
-            Text(shorts.get(subject, subject), overflow="ellipsis", no_wrap=True),
+    rows = [
+        [
+            Text(str(c["status"]).upper(), style=_STATUS_STYLE.get(str(c["status"]), "")),
+            Text(shorts.get(subject, subject)),
             Text(str(c["rule"])),
             Text(str(c["value"])),
             Text(str(c["limit"])),
-            Text(str(c.get("offender") or ""), overflow="ellipsis", no_wrap=True),
-        )
+        ]
+        for c, subject in zip(checks, names, strict=True)
+    ]
+    days = any(_is_day(n) for n in names)
+    headers = ("status", "session / day" if days else "session", "rule", "value", "limit")
+    fixed = [max([len(h), *(r[i].cell_len for r in rows)]) for i, h in enumerate(headers)]
+    # The worst offender takes what is left of the width (whole when it fits, else cut with an ellipsis);
+    # numbers and ids are never cut. Below 8 cells it is left out and the caption says so.
+    room = width - 1 - sum(w + 3 for w in fixed) - 3
+    offenders = [str(c.get("offender") or "") for c in checks]
+    widest = max([len("worst"), *(Text(o).cell_len for o in offenders)])
+    show_worst = room >= 8 or widest <= room
+    if not show_worst and any(offenders):
+        caption = "\n".join(n for n in (caption, "Not shown (too narrow): worst. --width 120 shows it.") if n)
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    for i, h in enumerate(headers):
+        table.add_column(h, justify="right" if i >= 3 else "left", no_wrap=True,
+                         min_width=fixed[i], max_width=fixed[i])  # fmt: skip
+    if show_worst:
+        w = min(widest, room)
+        table.add_column("worst", no_wrap=True, min_width=w, max_width=w)
+    for row, offender in zip(rows, offenders, strict=True):
+        cells = [*row]
+        if show_worst:
+            cells.append(clip("offender", Text(offender), min(widest, room)))
+        table.add_row(*cells)
     return table
 
 

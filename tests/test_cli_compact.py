@@ -159,7 +159,7 @@ def test_as_new_session_and_in_place(data: Path, capsys: pytest.CaptureFixture[s
         ["--threshold", "1.5"],
         ["--profile", "gemini-cli@9"],
         ["--summary-budget", "10"],
-        ["--model", "gemini-2.5-flash"],
+        ["--summarizer-model", "gemini-2.5-flash"],
     ],
 )
 def test_usage_errors(data: Path, capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
@@ -324,7 +324,7 @@ def test_gemini_summarizer_through_the_cli(
         "--force",
         "--summarizer",
         "gemini",
-        "--model",
+        "--summarizer-model",
         "gemini-2.5-flash",
         "--base-url",
         httpserver.url_for("/"),

@@ -305,7 +305,7 @@ def test_404_names_the_model(httpserver: HTTPServer, sleeps: Sleeps) -> None:
         s.generate(summary_call())
     assert len(httpserver.log) == 1
     assert "no-such-model" in str(err.value)
-    assert "--model" in str(err.value)
+    assert "--summarizer-model" in str(err.value)
 
 
 @pytest.mark.parametrize(

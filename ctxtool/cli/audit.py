@@ -46,7 +46,9 @@ def _limit(metric: str, value: str | None) -> float | None:
 
 def audit(
     paths: list[str] = typer.Argument(
-        None, help="Session files, directories or globs (default: the data root)."
+        None,
+        help="Session files, directories, globs or session ids (a unique prefix of 4+ characters; "
+        "default: the data root).",
     ),
     max_session_tokens: str = typer.Option(
         None, "--max-session-tokens", help="Total tokens of a session, subagents included (e.g. 2M)."
@@ -108,13 +110,19 @@ def audit(
     ),
     color: options.Color = options.COLOR,
     width: int = options.WIDTH,
+    since: str = options.SINCE,
+    until: str = options.UNTIL,
+    project: list[str] = options.PROJECT,
+    session: list[str] = options.SESSION,
+    model: list[str] = options.MODEL,
 ) -> int:
     from ctxtool import audit as lib
     from ctxtool import frames
     from ctxtool.choices import output_format
-    from ctxtool.session.discover import default_roots
+    from ctxtool.session.discover import default_roots, resolve_session_args
 
     fmt = output_format(fmt, output, FORMATS, "audit")
+    filters = options.filter_args(since, until, project, session, model)
     if github and fmt in ("json", "junit") and output is None:
         raise UsageError(
             "--github annotations and a JSON or JUnit report cannot share standard output",
@@ -149,16 +157,24 @@ def audit(
     from ctxtool.loading import load_corpus
 
     corpus, use = load_corpus(
-        paths or [str(root) for root in default_roots()], subagents=subagents, cache=True
+        resolve_session_args(paths) if paths else [str(root) for root in default_roots()],
+        subagents=subagents,
+        cache=True,
     )
     if use.notice:
         print(f"notice: {use.notice}", file=sys.stderr)
+    corpus = frames.filter_corpus(corpus, **filters)
     for warning in frames.read_warnings(corpus):
         _warn(warning)
     if corpus.sessions.height == 0:
         raise CtxtoolError(
             "no session to audit"
-            + (f" ({len(corpus.problems)} file(s) could not be read)" if corpus.problems else ""),
+            + (f" ({len(corpus.problems)} file(s) could not be read)" if corpus.problems else "")
+            + (
+                " matches the --since/--until/--project/--session/--model filters"
+                if any(filters.values())
+                else ""
+            ),
             "Check the PATHS (or GEMINI_CLI_HOME); Gemini CLI writes <home>/.gemini/tmp/<project>/chats",
         )
 

@@ -139,7 +139,9 @@ class _Progress:
 
 
 def compact(
-    paths: list[str] = typer.Argument(..., help="Session files, directories or globs to compact."),
+    paths: list[str] = typer.Argument(
+        ..., help="Session files, directories, globs, or session ids (a unique prefix of 4+ characters)."
+    ),
     out: Path = typer.Option(
         None,
         "--out",
@@ -180,7 +182,7 @@ def compact(
     ),
     model: str = typer.Option(
         None,
-        "--model",
+        "--summarizer-model",
         help="Summarizer model (gemini; default: the model Gemini CLI 0.61 compresses this chat with).",
     ),
     base_url: str = options.BASE_URL,
@@ -243,6 +245,11 @@ def compact(
     color: options.Color = options.COLOR,
     width: int = options.WIDTH,
     wide: bool = options.WIDE,
+    since: str = options.SINCE,
+    until: str = options.UNTIL,
+    project: list[str] = options.PROJECT,
+    session: list[str] = options.SESSION,
+    only_model: list[str] = options.MODEL,
 ) -> int:
     from ctxtool import compact as lib
 
@@ -268,7 +275,11 @@ def compact(
     if prompt_file is not None and prompt_from_gemini_cli:
         raise UsageError("--prompt-file and --prompt-from-gemini-cli exclude each other", "Pass only one")
     if summarizer == "offline" and model:
-        raise UsageError("--model applies to --summarizer gemini", "Add --summarizer gemini, or drop --model")
+        raise UsageError(
+            "--summarizer-model applies to --summarizer gemini",
+            "Add --summarizer gemini, or drop --summarizer-model",
+        )
+    filters = options.filter_args(since, until, project, session, only_model)
     if keep_facts and summarizer != "gemini":
         raise UsageError(
             "--keep-facts adds the facts to a model's summary; the offline summary is made of them already",
@@ -328,8 +339,10 @@ def compact(
 
             summ = KeepFacts(summ)
 
-    found = discover(paths)
-    sources = [sp for sp in found.files if not lib.is_backup(sp.path)]
+    from ctxtool.session.discover import resolve_session_args
+
+    found = discover(resolve_session_args(paths))
+    sources = options.filter_sources([sp for sp in found.files if not lib.is_backup(sp.path)], filters)
     for path, _, message in found.unreadable:
         print(f"Error: {path}: {message}", file=sys.stderr)
     if not sources and not found.missing:
@@ -347,7 +360,7 @@ def compact(
     else:
         destination = lib.Destination(mode, out if out is not None else Path(lib.DEFAULT_OUT_DIR))
     lib.check_destination(sources, destination)
-    options = lib.CompactOptions(
+    compact_opts = lib.CompactOptions(
         profile=profile,
         force=force,
         threshold=threshold,
@@ -366,7 +379,7 @@ def compact(
     reports: list[lib.CompactionReport] = [
         lib.CompactionReport.failed(m, f"{m}: no such file or directory") for m in found.missing
     ]
-    superseded = lib.superseded_by_resume(sources) if options.era and mode == "out" else {}
+    superseded = lib.superseded_by_resume(sources) if compact_opts.era and mode == "out" else {}
     from ctxtool.cli.options import progress_wanted
 
     progress = _Progress(len(sources), progress_wanted())
@@ -377,7 +390,7 @@ def compact(
                 progress.advance(sp.path.name)
                 continue
             try:
-                report = lib.compact_session(sp, summ, options, destination)
+                report = lib.compact_session(sp, summ, compact_opts, destination)
             except (CtxtoolError, OSError) as exc:
                 message = str(exc) if isinstance(exc, CtxtoolError) else f"{sp.path}: {exc}"
                 report = lib.CompactionReport.failed(sp.path, message)
@@ -421,9 +434,9 @@ def compact(
 def _undo(paths: list[str], *, force: bool, fmt: str, width: int, color: object) -> int:
     """``compact --undo``: one row per file, FAILED rows named on stderr."""
     from ctxtool import compact as lib
-    from ctxtool.session.discover import discover
+    from ctxtool.session.discover import discover, resolve_session_args
 
-    found = discover(paths)
+    found = discover(resolve_session_args(paths))
     reports = [lib.UndoReport(m, lib.FAILED, error=f"{m}: no such file or directory") for m in found.missing]
     for sp in found.files:
         if lib.is_backup(sp.path):

@@ -38,12 +38,14 @@ Exit status: 0 compared (whatever the outcomes), 1 a session could not be read o
 
 
 def compare(
-    paths: list[str] = typer.Argument(..., help="Session files, directories or globs."),
+    paths: list[str] = typer.Argument(
+        ..., help="Session files, directories, globs, or session ids (a unique prefix of 4+ characters)."
+    ),
     strategies: str = typer.Option(
         "gemini-cli,kode,pi,openclaw,codex", "--strategies", "-s", help="Comma-separated strategy names."
     ),
     summarizer: str = options.SUMMARIZER,
-    model: str = typer.Option(None, "--model", help="Summarizer model (gemini)."),
+    model: str = typer.Option(None, "--summarizer-model", help="Summarizer model (gemini)."),
     base_url: str = options.BASE_URL,
     context_window: int = typer.Option(
         None,
@@ -62,6 +64,11 @@ def compare(
     color: options.Color = options.COLOR,
     width: int = options.WIDTH,
     wide: bool = options.WIDE,
+    since: str = options.SINCE,
+    until: str = options.UNTIL,
+    project: list[str] = options.PROJECT,
+    session: list[str] = options.SESSION,
+    only_model: list[str] = options.MODEL,
 ) -> int:
     from ctxtool import compare as lib
     from ctxtool.choices import output_format
@@ -74,7 +81,11 @@ def compare(
     if summarizer not in ("offline", "gemini"):
         raise UsageError(f"--summarizer {summarizer!r} is not known", "Use offline or gemini")
     if summarizer == "offline" and model:
-        raise UsageError("--model applies to --summarizer gemini", "Add --summarizer gemini, or drop --model")
+        raise UsageError(
+            "--summarizer-model applies to --summarizer gemini",
+            "Add --summarizer gemini, or drop --summarizer-model",
+        )
+    filters = options.filter_args(since, until, project, session, only_model)
     if chart is not None and chart.suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"chart file {chart} is neither .png nor .svg", "Name the chart file *.png or *.svg")
     names = lib.parse_strategies(strategies)
@@ -93,8 +104,10 @@ def compare(
 
         summ = _LazySummarizer(make)
 
-    found = discover(paths)
-    sources = [sp for sp in found.files if not is_backup(sp.path)]
+    from ctxtool.session.discover import resolve_session_args
+
+    found = discover(resolve_session_args(paths))
+    sources = options.filter_sources([sp for sp in found.files if not is_backup(sp.path)], filters)
     for path, _, message in found.unreadable:
         print(f"Error: {path}: {message}", file=sys.stderr)
     if not sources and not found.missing:

@@ -39,8 +39,12 @@ error (a file cannot be read), 2 usage error.
 
 
 def diff(
-    before: Path = typer.Argument(..., help="The earlier session file (e.g. the original)."),
-    after: Path = typer.Argument(..., help="The later session file (e.g. the compacted copy)."),
+    before: str = typer.Argument(
+        ..., help="The earlier session: a file, or a session id or unique prefix (e.g. the original)."
+    ),
+    after: str = typer.Argument(
+        ..., help="The later session: a file, or a session id or unique prefix (e.g. the compacted copy)."
+    ),
     fmt: str = typer.Option(
         None, "--format", "-f", help="table, json or markdown (default: --output's suffix, else table)."
     ),
@@ -55,10 +59,12 @@ def diff(
     from ctxtool import diff as diff_lib
     from ctxtool import output as out
     from ctxtool.choices import output_format
+    from ctxtool.session.discover import resolve_session_args
     from ctxtool.session.read import read_session
 
     fmt = output_format(fmt, output, FORMATS, "diff")
-    result = diff_lib.diff_sessions(read_session(before), read_session(after))
+    before_path, after_path = (Path(p) for p in resolve_session_args([before, after]))
+    result = diff_lib.diff_sessions(read_session(before_path), read_session(after_path))
 
     hide = _hider(show_secrets)
     if fmt == "json":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import date
 from enum import StrEnum
+from typing import Any
 
 import typer
 
@@ -42,3 +44,76 @@ SHOW_SECRETS = typer.Option(
 WIDE = typer.Option(
     False, "--wide", help="Show every column, even wider than the terminal (default: drop the least needed)."
 )
+
+# The session filters: one spelling and one help on every command that reads sessions.
+SINCE = typer.Option(None, "--since", help="Only requests on or after DATE (YYYY-MM-DD, UTC).")
+UNTIL = typer.Option(None, "--until", help="Only requests on or before DATE (YYYY-MM-DD, UTC).")
+PROJECT = typer.Option(
+    None, "--project", "-p", help="Only this project (name, path fragment or folder); repeatable."
+)
+SESSION = typer.Option(
+    None,
+    "--session",
+    "-s",
+    help="Only this session: its id or a unique prefix of it (the short id the tables show), or its file "
+    "name; repeatable.",
+)
+MODEL = typer.Option(
+    None,
+    "--model",
+    "-m",
+    help="Only requests made with this model, or a model starting with it (gemini-2.5 names every 2.5 "
+    "model); repeatable.",
+)
+
+
+def filter_args(
+    since: str | None,
+    until: str | None,
+    projects: list[str] | None,
+    sessions: list[str] | None,
+    models: list[str] | None,
+) -> dict[str, Any]:
+    """The session filters as ``frames.filter_corpus`` keywords; a bad date is a usage error."""
+    since_d, until_d = parse_date(since, "--since"), parse_date(until, "--until")
+    if since_d and until_d and since_d > until_d:
+        from ctxtool.errors import UsageError
+
+        raise UsageError(f"--since {since} is after --until {until}", "Swap the two dates")
+    return {
+        "since": since_d,
+        "until": until_d,
+        "projects": projects or (),
+        "sessions": sessions or (),
+        "models": models or (),
+    }
+
+
+def parse_date(value: str | None, option: str) -> date | None:
+    if value is None:
+        return None
+    from datetime import datetime
+
+    from ctxtool.errors import UsageError
+
+    try:
+        return datetime.strptime(value, "%Y-%m-%d").date()
+    except ValueError:
+        raise UsageError(
+            f"{option} {value!r} is not a date", "Write it as YYYY-MM-DD, e.g. 2026-11-01"
+        ) from None
+
+
+def filter_sources(sources: list[Any], filters: dict[str, Any]) -> list[Any]:
+    """The discovered session files (``SessionPath``) that hold a session the filters keep, as ``stats``
+    would count it (read through ctxtool's index, so a second look costs little)."""
+    if not any(filters.values()):
+        return sources
+    from ctxtool import frames
+    from ctxtool.loading import load_corpus
+
+    corpus, _ = load_corpus([str(sp.path) for sp in sources], subagents=True, cache=True)
+    kept = frames.filter_corpus(corpus, **filters).sessions
+    files = set(kept.get_column("file").to_list()) if "file" in kept.columns else set()
+    groups = {str(f).rsplit(".", 1)[0] for f in files if f}
+    return [sp for sp in sources if str(sp.path) in files or str(sp.path).rsplit(".", 1)[0] in groups]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,27 +21,19 @@ written by `ctxtool export`. Token sums count every request ever billed
 (including requests later removed by a rewind or a checkpoint); --live keeps only the history Gemini CLI
 would resume.
 
+Token columns, as ccusage counts them: input (prompt tokens not served from the cache), cached, output,
+thoughts and tool add up to total; prompt_tokens (JSON, CSV, --wide) is the whole prompt, input + cached.
+
 Examples:
 
 \b
   ctxtool stats                                  # every session, one row each
   ctxtool stats --by week --timezone Europe/Paris --sort cost --desc --limit 5
-  ctxtool stats --session c4e5f6a7 --output turns.csv
+  ctxtool stats --model gemini-2.5 --since 2026-11-01 --by day --output nov.csv
 
 Exit status: 0 ok; 1 a PATH matched no session (an error, on stderr), or with --strict a file
 could not be read in full; 2 usage error.
 """
-
-
-def _parse_date(value: str | None, option: str) -> date | None:
-    if value is None:
-        return None
-    try:
-        return datetime.strptime(value, "%Y-%m-%d").date()
-    except ValueError:
-        raise UsageError(
-            f"{option} {value!r} is not a date", "Write it as YYYY-MM-DD, e.g. 2026-11-01"
-        ) from None
 
 
 class _DelayedProgress:
@@ -104,18 +95,11 @@ def stats(
         "--tz",
         help="IANA time zone for --by day|week|month, e.g. Europe/Paris (default: UTC).",
     ),
-    since: str = typer.Option(None, "--since", help="Only requests on or after DATE (YYYY-MM-DD, UTC)."),
-    until: str = typer.Option(None, "--until", help="Only requests on or before DATE (YYYY-MM-DD, UTC)."),
-    project: list[str] = typer.Option(
-        None, "--project", "-p", help="Only this project (name, path fragment or folder); repeatable."
-    ),
-    session: list[str] = typer.Option(
-        None,
-        "--session",
-        "-s",
-        help="Only this session: its id or a unique prefix of it (the short id the table shows), or its file "
-        "name; repeatable.",
-    ),
+    since: str = options.SINCE,
+    until: str = options.UNTIL,
+    project: list[str] = options.PROJECT,
+    session: list[str] = options.SESSION,
+    model: list[str] = options.MODEL,
     sort: str = typer.Option(None, "--sort", help="Sort rows by COLUMN (any column of the report)."),
     desc: bool = typer.Option(False, "--desc", help="With --sort: largest first."),
     limit: int = typer.Option(None, "--limit", "-n", min=1, help="Show at most N rows (after sorting)."),
@@ -162,10 +146,7 @@ def stats(
             raise UsageError(
                 f"--timezone {timezone!r} is not a time zone", "Use an IANA name such as Europe/Paris or UTC"
             ) from None
-    since_d = _parse_date(since, "--since")
-    until_d = _parse_date(until, "--until")
-    if since_d and until_d and since_d > until_d:
-        raise UsageError(f"--since {since} is after --until {until}", "Swap the two dates")
+    filters = options.filter_args(since, until, project, session, model)
 
     from ctxtool import export
     from ctxtool.loading import CacheUse, load_corpus
@@ -193,9 +174,7 @@ def stats(
     from ctxtool import output as out
 
     sessions_read = corpus.sessions.height
-    corpus = frames.filter_corpus(
-        corpus, since=since_d, until=until_d, projects=project or (), sessions=session or ()
-    )
+    corpus = frames.filter_corpus(corpus, **filters)
     if live:
         corpus = frames.live_only(corpus)
 
@@ -231,16 +210,17 @@ def stats(
         "files_parsed": cache_use.files_parsed,
     }
     if fmt == "table" and rows.height == 0:
-        filters = [
+        given = [
             *([f"--since {since}"] if since else []),
             *([f"--until {until}"] if until else []),
             *(f"--project {p}" for p in project or []),
             *(f"--session {s}" for s in session or []),
+            *(f"--model {m}" for m in model or []),
         ]
         why = (
-            f" {sessions_read:,} session(s) were read, but nothing matches {' '.join(filters)}:"
+            f" {sessions_read:,} session(s) were read, but nothing matches {' '.join(given)}:"
             " loosen or drop the filter(s)."
-            if filters and sessions_read
+            if given and sessions_read
             else ""
         )
         print(f"{frames.describe_read(summary)} Nothing to report.{why}", file=sys.stderr)

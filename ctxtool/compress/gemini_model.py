@@ -230,7 +230,8 @@ class GeminiSummarizer:
 
     def request_model(self, call: ModelCall) -> tuple[str, dict[str, Any]]:
         """The model and generationConfig this back end sends ``call`` with: the call's own (its Vertex AI
-        variant on Vertex AI), or ``--model`` with the config Gemini CLI's aliases give that model."""
+        variant on Vertex AI), or ``--summarizer-model`` with the config Gemini CLI's aliases give that
+        model."""
         if self._vertex and "vertex_model" in call.extra:
             model, generation = call.extra["vertex_model"], call.extra["vertex_generation_config"]
         else:
@@ -271,7 +272,7 @@ class GeminiSummarizer:
         return SummarizerError(
             f"Gemini API quota exhausted for model {model} after {attempts} attempt"
             f"{'s' if attempts != 1 else ''} ({self._describe(exc)}){after}",
-            "Wait and retry, pick another model with --model, or check the quota of your key at "
+            "Wait and retry, pick another model with --summarizer-model, or check the quota of your key at "
             "https://aistudio.google.com",
         )
 
@@ -294,7 +295,7 @@ class GeminiSummarizer:
                 "Retry later",
             )
         if code == 404:
-            fix = "Check the model name (--model) and the base URL"
+            fix = "Check the model name (--summarizer-model) and the base URL"
         else:
             fix = "Check the model name and the request; rerun with --traceback for details"
         return SummarizerError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import re
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -339,3 +340,74 @@ def _project_name(project_dir: str) -> str:
     except (OSError, UnicodeDecodeError):
         return os.path.basename(project_dir)
     return text or os.path.basename(project_dir)
+
+
+# --- session ids as PATH arguments ------------------------------------------------------------------------
+
+_ID_ARG = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{3,}")
+
+
+def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = None) -> list[str]:
+    """PATH arguments with each session id (or unique prefix of one, at least 4 characters) replaced by the
+    session's file under the default roots. An argument that names an existing file, folder or glob match
+    stays as it is. Gemini CLI names a file after the first 8 characters of its session id, so a prefix up
+    to 8 characters is matched on names; a longer one is checked against the ``sessionId`` in the file.
+    Where a legacy ``.json`` was resumed into a ``.jsonl``, the ``.jsonl`` is the session. Raises
+    UsageError for an id that matches no session or several (listing them)."""
+    from ctxtool.errors import UsageError
+
+    out: list[str] = []
+    candidates: list[SessionPath] | None = None
+    for arg in args:
+        if os.path.lexists(os.path.expanduser(arg)) or glob.has_magic(arg) or not _ID_ARG.fullmatch(arg):
+            out.append(arg)
+            continue
+        if candidates is None:
+            found = discover(
+                [str(r) for r in (roots if roots is not None else default_roots())], subagents=False
+            )
+            candidates = found.files
+        matches: dict[str, SessionPath] = {}
+        for sp in candidates:
+            short = _short_id(sp.path.name)
+            if short is None or not (short.startswith(arg) if len(arg) <= 8 else arg.startswith(short)):
+                continue
+            if len(arg) > 8 and not (_header_session_id(sp.path) or "").startswith(arg):
+                continue
+            kept = matches.get(sp.group_key)
+            if kept is None or sp.path.suffix == ".jsonl":
+                matches[sp.group_key] = sp
+        if not matches:
+            where = ", ".join(str(r) for r in (roots if roots is not None else default_roots()))
+            raise UsageError(
+                f"{arg} is neither a file nor the id of a session in {where}",
+                "Pass a session file, a chats/ folder, or a session id from `ctxtool stats`",
+            )
+        if len(matches) > 1:
+            names = ", ".join(sorted(sp.path.name for sp in matches.values())[:10])
+            raise UsageError(
+                f"session id {arg} is ambiguous: {len(matches)} sessions start with it: {names}",
+                "Give more characters of the id",
+            )
+        out.append(str(next(iter(matches.values())).path))
+    return out
+
+
+def _short_id(name: str) -> str | None:
+    """The 8 id characters Gemini CLI ends a session file name with (``session-<time>-<id8>.json[l]``)."""
+    stem = name.rsplit(".", 1)[0]
+    if not stem.startswith("session-"):
+        return None
+    tail = stem.rsplit("-", 1)[-1]
+    return tail or None
+
+
+def _header_session_id(path: Path) -> str | None:
+    """``sessionId`` from the start of a session file (the first record of a .jsonl, the top of a .json)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None
+    m = re.search(rb'"sessionId"\s*:\s*"([^"]+)"', head)
+    return m.group(1).decode("utf-8", "replace") if m else None
