@@ -38,7 +38,7 @@ check: $(STAMP)
 
 ## bench: speed and memory against an orjson floor measured in the same run
 bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py --write-readme
 
 ## gemini-cli-fixtures: play the scripted conversations with the pinned Gemini CLI again (needs npm)
 gemini-cli-fixtures: $(STAMP)

@@ -36,6 +36,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_corpus  # a sibling script, not a package
+import peers as side_by_side  # a sibling script, not a package
 import scenarios  # a sibling script, not a package
 
 REPO = Path(__file__).resolve().parents[1]
@@ -316,6 +317,14 @@ def main(argv: list[str] | None = None) -> int:
         "--ctxtool", help="ctxtool executable to measure (default: the one beside this Python)"
     )
     parser.add_argument("--no-giant", action="store_true", help="skip the 1 GB and 200 MB file scenarios")
+    parser.add_argument(
+        "--peers-only",
+        action="store_true",
+        help="only the side-by-side rounds against ccusage (bench/peers.py)",
+    )
+    parser.add_argument(
+        "--write-readme", action="store_true", help="put the ccusage comparison into README.md's table"
+    )
     parser.add_argument("--floor-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.floor_worker is not None:
@@ -340,6 +349,16 @@ def main(argv: list[str] | None = None) -> int:
     measured = None if args.floor_only else args.ctxtool or ctxtool_exe()
     if measured is not None:
         print(f"ctxtool: {measured} ({byte_compile(measured)})")
+    if measured is not None and not args.no_peers:
+        # A new user's view first: ctxtool and ccusage side by side, in alternating rounds (issue 16).
+        lines, figures = side_by_side.compare(measured, root, args.repeat, measure)
+        print("\n".join(lines) + "\n")
+        if figures and args.write_readme:
+            corpus = f"{len(files)} session files, {total:.0f} MB (bench/make_corpus.py)"
+            if side_by_side.write_readme(side_by_side.readme_table(figures, corpus)):
+                print("README.md: performance table written\n")
+    if args.peers_only:
+        return 0
     rows: list[tuple[str, Measure | None, str]] = []
     # The floor, ctxtool cold and the peers are timed in rounds, one run of each per round, so that a slow
     # spell of the machine (it happens on shared ones) weighs on all of them alike, not on one row's ratio.

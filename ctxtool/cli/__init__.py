@@ -184,7 +184,14 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
-    code = run()
+    from ctxtool import replay
+
+    if replay.eligible(sys.argv[1:]):
+        with replay.Recorder(sys.argv[1:]) as recorder:
+            code = run()
+        recorder.store(code)
+    else:
+        code = run()
     if code == ExitStatus.INTERRUPTED:
         sys.exit(code)  # a normal exit lets interrupted worker processes wind down
     # Every file ctxtool writes is closed (atomic writes) by now and the worker pool has shut down; skip

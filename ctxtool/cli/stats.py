@@ -170,6 +170,11 @@ def stats(
             progress.close()
         if cache_use.notice:
             print(f"notice: {cache_use.notice}", file=sys.stderr)
+        from ctxtool import replay
+        from ctxtool.session.discover import default_roots
+
+        targets = [str(p) for p in paths or ()] or [str(root) for root in default_roots()]
+        replay.loaded(targets, subagents, warm=cache_use.corpus_hit and not cache_use.notice)
     from ctxtool import frames
     from ctxtool import output as out
 
