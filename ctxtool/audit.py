@@ -363,6 +363,7 @@ class AuditReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
+            "command": "audit",
             "ok": not self.exceeded and not self.errors,
             "exceeded": self.exceeded,
             "counts": {

@@ -189,6 +189,7 @@ class SessionDiff:
         rec_b, rec_a = self.before.recorded, self.after.recorded
         return {
             "schema_version": SCHEMA_VERSION,
+            "command": "diff",
             "differs": self.differs,
             "counts": dict(self.counts),
             "before": self.before.as_dict(),

@@ -417,7 +417,13 @@ def compact(
         from ctxtool import output
         from ctxtool.frames import SCHEMA_VERSION
 
-        doc = {"schema_version": SCHEMA_VERSION, "command": "compact", "dry_run": dry_run, "sessions": rows}
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "command": "compact",
+            "dry_run": dry_run,
+            "totals": _compact_totals(rows),
+            "sessions": rows,
+        }
         output.write_stdout(output.dumps(doc) + b"\n", sys.stdout.buffer)
     else:
         from ctxtool import render
@@ -470,3 +476,17 @@ def _undo(paths: list[str], *, force: bool, fmt: str, width: int, color: object)
 
 def register(app: typer.Typer) -> None:
     app.command("compact", help=HELP)(compact)
+
+
+def _compact_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a JSON reader wants at a glance: sessions by status, files written, tokens before and after."""
+    statuses: dict[str, int] = {}
+    for r in rows:
+        statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
+    return {
+        "sessions": len(rows),
+        "written": sum(bool(r.get("written")) for r in rows),
+        "by_status": statuses,
+        "tokens_before": sum(int(r.get("tokens_before") or 0) for r in rows),
+        "tokens_after": sum(int(r.get("tokens_after") or 0) for r in rows),
+    }

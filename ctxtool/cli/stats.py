@@ -260,7 +260,12 @@ def stats(
         if output:
             console.file.close()
     else:
-        envelope: dict[str, Any] = {"by": by, "view": "live" if live else "billed", "read": summary}
+        envelope: dict[str, Any] = {
+            "command": "stats",
+            "by": by,
+            "view": "live" if live else "billed",
+            "read": summary,
+        }
         if fmt == "json":
             envelope["totals"] = _totals(all_rows, corpus)
         data = out.encode(rows, fmt, **envelope, **_limit_envelope(rows, all_rows))
