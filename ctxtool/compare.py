@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,16 @@ def _empty_row(session: str, strategy: str) -> dict[str, Any]:
     return row
 
 
+def _each(
+    sources: Sequence[SessionPath | Path], advance: Callable[[str], None] | None
+) -> Iterator[SessionPath | Path]:
+    """The sources, calling ``advance`` after the loop body has handled each (however it ended)."""
+    for source in sources:
+        yield source
+        if advance is not None:
+            advance((source.path if isinstance(source, SessionPath) else Path(source)).name)
+
+
 def compare_sessions(
     sources: Sequence[SessionPath | Path],
     names: Sequence[str],
@@ -82,14 +92,16 @@ def compare_sessions(
     *,
     context_window: int | None = None,
     keep_dir: Path | None = None,
+    advance: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row (see ``COLUMNS``) per session and strategy, sessions in the given order."""
+    """One row (see ``COLUMNS``) per session and strategy, sessions in the given order. ``advance`` is
+    called with each session's file name once its strategies have run (a progress bar)."""
     from ctxtool.compact import CompactOptions, Destination, chat_model, compact_session, measure_history
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ctxtool-compare-") as tmp:
         base = keep_dir if keep_dir is not None else Path(tmp)
-        for source in sources:
+        for source in _each(sources, advance):
             path = source.path if isinstance(source, SessionPath) else Path(source)
             try:
                 original = read_session(path)

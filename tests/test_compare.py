@@ -64,6 +64,16 @@ def test_rows_per_session_and_strategy(tmp_path: Path) -> None:
     assert [m["strategy"] for m in means] == names
 
 
+def test_progress_advances_once_per_session_even_when_one_fails(tmp_path: Path) -> None:
+    good = crafted(tmp_path)
+    broken = tmp_path / "chats" / "session-2026-01-02T00-00-deadbeef.json"
+    broken.write_text("{ not json", encoding="utf-8")
+    seen: list[str] = []
+    rows = compare.compare_sessions([broken, good], ["kode", "pi"], OfflineSummarizer(), advance=seen.append)
+    assert seen == [broken.name, good.name]
+    assert [r["status"] for r in rows][:2] == ["FAILED", "FAILED"]
+
+
 def test_unknown_strategy_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="unknown compaction strategy"):
         compare.parse_strategies("pi,claude")

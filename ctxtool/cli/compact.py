@@ -112,14 +112,16 @@ class _LazySummarizer:
 
 
 class _Progress:
-    def __init__(self, total: int, enabled: bool) -> None:
+    """A progress bar on stderr (only where ``options.progress_wanted``), one step per session."""
+
+    def __init__(self, total: int, enabled: bool, label: str = "compacting") -> None:
         self.bar: Any = None
         if enabled and total > 1:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
             self.bar = Progress(
-                TextColumn("compacting"),
+                TextColumn(label),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("{task.description}"),

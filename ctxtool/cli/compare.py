@@ -116,9 +116,15 @@ def compare(
         raise UsageError(f"no session files in {', '.join(paths)}", "Pass session files or a chats/ folder")
     for missing in found.missing:
         print(f"Error: {missing}: no such file or directory", file=sys.stderr)
+    from ctxtool.cli.compact import _Progress
+
+    progress = _Progress(len(sources), options.progress_wanted(), "comparing")
     try:
-        rows = lib.compare_sessions(sources, names, summ, context_window=context_window, keep_dir=keep)
+        rows = lib.compare_sessions(
+            sources, names, summ, context_window=context_window, keep_dir=keep, advance=progress.advance
+        )
     finally:
+        progress.close()
         if isinstance(summ, _LazySummarizer):
             summ.close()
     if not show_secrets:  # notes and errors quote session text
