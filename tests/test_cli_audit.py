@@ -216,3 +216,16 @@ def test_bad_session_lines_only_warn(capsysbinary: pytest.CaptureFixture[bytes],
     code, _, err = audit(capsysbinary, str(path), "--max-compressions", "0")
     assert code == 0
     assert "broken line" in err
+
+
+def test_rule_keeps_only_the_named_budgets(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    code, out, _ = audit(
+        capsysbinary, str(ONE), "--max-context-share", "10%", "--max-compressions", "99",
+        "--rule", "max-compressions", "-f", "json",
+    )  # fmt: skip
+    assert code == 0
+    doc = orjson.loads(out)
+    assert {c["rule"] for c in doc["checks"]} == {"max-compressions"}
+    code, _, err = audit(capsysbinary, str(ONE), "--max-compressions", "1", "--rule", "max-compresions")
+    assert code == 2
+    assert "Did you mean max-compressions" in err

@@ -10,7 +10,7 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import CtxtoolError, UsageError
+from ctxtool.errors import CtxtoolError, UsageError, use_one_of
 
 if TYPE_CHECKING:
     from ctxtool.audit import AuditReport
@@ -115,6 +115,9 @@ def audit(
     project: list[str] = options.PROJECT,
     session: list[str] = options.SESSION,
     model: list[str] = options.MODEL,
+    rule: list[str] = typer.Option(
+        None, "--rule", help="Check only this budget (e.g. max-session-cost) of those set; repeatable."
+    ),
 ) -> int:
     from ctxtool import audit as lib
     from ctxtool import frames
@@ -146,6 +149,13 @@ def audit(
     config_path = None if no_config else (config if config is not None else lib.find_config(Path.cwd()))
     configured = lib.load_config(config_path) if config_path is not None else []
     rules = lib.merge_rules(configured, flags)
+    if rule:
+        unknown = [r for r in rule if r not in lib.METRICS]
+        if unknown:
+            raise UsageError(
+                f"--rule {unknown[0]} is not a budget", use_one_of(unknown[0], list(lib.METRICS))
+            )
+        rules = [r for r in rules if r.metric in rule]
     if not rules and baseline is None:
         raise UsageError(
             "no budget to check",
