@@ -59,7 +59,7 @@ METRICS: dict[str, Metric] = {
         Metric("max-request-tokens", "tokens", True, "total tokens of one request"),
         Metric("max-context-share", "share", True, "one request's prompt over the model's context window"),
         Metric("max-session-cost", "cost", True, "cost of a session in USD"),
-        Metric("max-daily-cost", "cost", True, "cost of all audited sessions per UTC day in USD"),
+        Metric("max-daily-cost", "cost", True, "all audited sessions' cost per day (UTC or --timezone), USD"),
         Metric("min-cache-ratio", "share", False, "cached over input tokens of a session"),
         Metric("max-compressions", "count", True, "compression events in a session"),
         Metric("max-tool-output-share", "share", True, "tool-result characters over all content characters"),
@@ -546,8 +546,9 @@ def _session_measures(
     return out
 
 
-def run_audit(corpus: Corpus, rules: Sequence[Rule]) -> AuditReport:
-    """Apply ``rules`` to every root session of ``corpus`` (and to each UTC day for max-daily-cost)."""
+def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = None) -> AuditReport:
+    """Apply ``rules`` to every root session of ``corpus`` (and to each day for max-daily-cost: a UTC day,
+    or one of ``timezone``, an IANA name)."""
     sessions = report(corpus, "session")
     key_of = dict(
         zip(corpus.sessions.get_column("file"), corpus.sessions.get_column("session_key"), strict=True)
@@ -594,10 +595,14 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule]) -> AuditReport:
     for metric, m in METRICS.items():
         values = [x for v in metrics.values() if (x := v.get(metric)) is not None]
         summary[metric] = None if not values else (max(values) if m.lower_is_better else min(values))
-    daily = _daily_costs(corpus, None, None)
+    daily = _daily_costs(corpus, None, None, timezone)
     summary["max-daily-cost"] = max((c for _, c in daily if c is not None), default=None) if daily else None
     for rule in [r for r in rules if r.metric == "max-daily-cost"]:
-        scoped = _daily_costs(corpus, rule.projects or None, rule.models or None) if rule.scoped else daily
+        scoped = (
+            _daily_costs(corpus, rule.projects or None, rule.models or None, timezone)
+            if rule.scoped
+            else daily
+        )
         for day, cost in scoped:
             checks.append(
                 _check(
@@ -669,7 +674,7 @@ def _check(
 
 
 def _daily_costs(
-    corpus: Corpus, projects: Sequence[str] | None, models: Sequence[str] | None
+    corpus: Corpus, projects: Sequence[str] | None, models: Sequence[str] | None, timezone: str | None = None
 ) -> list[tuple[str, float | None]]:
     req = corpus.requests
     if projects:
@@ -685,7 +690,9 @@ def _daily_costs(
     if req.height == 0:
         return []
     days = (
-        req.with_columns(day=pl.col("ts").dt.date())
+        req.with_columns(
+            day=(pl.col("ts").dt.convert_time_zone(timezone) if timezone else pl.col("ts")).dt.date()
+        )
         .filter(pl.col("day").is_not_null())
         .group_by("day")
         .agg(pl.col("cost").sum(), pl.col("cost").is_null().any().alias("unknown"))

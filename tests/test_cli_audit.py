@@ -229,3 +229,24 @@ def test_rule_keeps_only_the_named_budgets(capsysbinary: pytest.CaptureFixture[b
     code, _, err = audit(capsysbinary, str(ONE), "--max-compressions", "1", "--rule", "max-compresions")
     assert code == 2
     assert "Did you mean max-compressions" in err
+
+
+def test_daily_cost_days_follow_the_timezone(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    """A request at 23:30 UTC is on the next day in Tokyo: --timezone moves it there."""
+    meta = {"sessionId": "tz-1", "projectHash": "p", "startTime": "2026-05-01T23:00:00.000Z"}
+    late = {
+        "id": "g1", "timestamp": "2026-05-01T23:30:00.000Z", "type": "gemini", "content": [{"text": "x"}],
+        "model": "gemini-2.5-pro",
+        "tokens": {"input": 100000, "output": 1000, "cached": 0, "thoughts": 0, "tool": 0, "total": 101000},
+    }  # fmt: skip
+    path = tmp_path / "tmp" / "p" / "chats" / "session-2026-05-01T23-00-tz1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(orjson.dumps(r).decode() for r in (meta, late)) + "\n", encoding="utf-8")
+    for zone, day in ((None, "2026-05-01"), ("Asia/Tokyo", "2026-05-02")):
+        args = [str(path), "--max-daily-cost", "0.001", "--no-config", "-f", "json"]
+        code, out, _ = audit(capsysbinary, *args, *(["--timezone", zone] if zone else []))
+        assert code == 3
+        [check] = [c for c in orjson.loads(out)["checks"] if c["rule"] == "max-daily-cost"]
+        assert check["subject"] == day

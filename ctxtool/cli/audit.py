@@ -115,6 +115,7 @@ def audit(
     project: list[str] = options.PROJECT,
     session: list[str] = options.SESSION,
     model: list[str] = options.MODEL,
+    timezone: str = options.TIMEZONE,
     rule: list[str] = typer.Option(
         None, "--rule", help="Check only this budget (e.g. max-session-cost) of those set; repeatable."
     ),
@@ -126,6 +127,7 @@ def audit(
 
     fmt = output_format(fmt, output, FORMATS, "audit")
     filters = options.filter_args(since, until, project, session, model)
+    options.check_timezone(timezone)
     if github and fmt in ("json", "junit") and output is None:
         raise UsageError(
             "--github annotations and a JSON or JUnit report cannot share standard output",
@@ -188,7 +190,7 @@ def audit(
             "Check the PATHS (or GEMINI_CLI_HOME); Gemini CLI writes <home>/.gemini/tmp/<project>/chats",
         )
 
-    result = lib.run_audit(corpus, rules)
+    result = lib.run_audit(corpus, rules, timezone=timezone)
     if not show_secrets:  # what a check quotes (a command, a path) may hold a key: never in a CI log
         from dataclasses import replace
 

@@ -117,3 +117,28 @@ def filter_sources(sources: list[Any], filters: dict[str, Any]) -> list[Any]:
     files = set(kept.get_column("file").to_list()) if "file" in kept.columns else set()
     groups = {str(f).rsplit(".", 1)[0] for f in files if f}
     return [sp for sp in sources if str(sp.path) in files or str(sp.path).rsplit(".", 1)[0] in groups]
+
+
+TIMEZONE = typer.Option(
+    None,
+    "--timezone",
+    "--tz",
+    help="IANA time zone of the days, weeks and months (stats --by day|week|month, audit's daily cost), "
+    "e.g. Europe/Paris (default: UTC).",
+)
+
+
+def check_timezone(timezone: str | None) -> None:
+    """A usage error unless ``timezone`` is None or an IANA name this machine knows."""
+    if timezone is None:
+        return
+    import zoneinfo
+
+    from ctxtool.errors import UsageError
+
+    try:
+        zoneinfo.ZoneInfo(timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise UsageError(
+            f"--timezone {timezone!r} is not a time zone", "Use an IANA name such as Europe/Paris or UTC"
+        ) from None

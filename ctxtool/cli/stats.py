@@ -89,12 +89,7 @@ def stats(
         help="table, json, jsonl, csv or parquet (default: --output's suffix, else table).",
     ),
     output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
-    timezone: str = typer.Option(
-        None,
-        "--timezone",
-        "--tz",
-        help="IANA time zone for --by day|week|month, e.g. Europe/Paris (default: UTC).",
-    ),
+    timezone: str = options.TIMEZONE,
     since: str = options.SINCE,
     until: str = options.UNTIL,
     project: list[str] = options.PROJECT,
@@ -137,15 +132,7 @@ def stats(
     fmt = output_format(fmt, output, FORMATS)
     if fmt == "parquet" and output is None and sys.stdout.isatty():
         raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
-    if timezone is not None:
-        import zoneinfo
-
-        try:
-            zoneinfo.ZoneInfo(timezone)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise UsageError(
-                f"--timezone {timezone!r} is not a time zone", "Use an IANA name such as Europe/Paris or UTC"
-            ) from None
+    options.check_timezone(timezone)
     filters = options.filter_args(since, until, project, session, model)
 
     from ctxtool import export
