@@ -124,3 +124,9 @@ def _media_tokens(part: Any) -> int | None:
         if mime.startswith("application/pdf"):
             return PDF_TOKEN_ESTIMATE
     return None
+
+
+def estimate_text(text: str) -> int:
+    """``estimate_token_count([{"text": text}])`` (the HEAD estimator, 4 characters a token), without
+    building the part: the session reader calls it for every message."""
+    return math.floor(_add_text(0.0, text, 4, ESTIMATOR_HEAD))

@@ -168,7 +168,7 @@ def session_chart(corpus: Corpus, key: str) -> tuple[str, dict[str, Any]]:
                 "part:N",
                 title="what fills the context (estimate)",
                 scale=alt.Scale(domain=list(PART_LABELS.values()), range=_PART_COLORS),
-                legend=alt.Legend(orient="bottom", columns=2),
+                legend=alt.Legend(orient="bottom", columns=2, labelLimit=400),
             ),
             order=alt.Order("order:Q"),
             tooltip=["request:Q", "turn:Q", "timestamp:N", "model:N", "part:N", "tokens:Q", "context:Q"],
@@ -194,19 +194,27 @@ def session_chart(corpus: Corpus, key: str) -> tuple[str, dict[str, Any]]:
         .mark_text(align="left", dx=4, dy=-6, color="#d62728", fontSize=10)
         .encode(y="y:Q", text="label:N", x=alt.value(0))
     )
-    events = req.filter(pl.col("event").is_not_null()).select("request", "event")
+    events = req.filter(pl.col("event").is_not_null()).select(
+        "request", "event", "model", history=pl.col("event") != "model"
+    )
     layers: list[Any] = [area, rules, labels] if lines else [area]
     if events.height:
         marks = alt.Chart(_data(_values(events)))
+        at = alt.X("request:O", bandPosition=0)
+        # A history event (compression, rewind, rollback) is a labelled line; a model switch alone (Gemini
+        # CLI's routing may switch at every request) a faint one, named in its tooltip.
         layers.append(
-            marks.mark_rule(color="#7b4173", strokeWidth=2, strokeDash=[2, 2]).encode(
-                x=alt.X("request:O", bandPosition=0), tooltip=["request:O", "event:N"]
+            marks.mark_rule(strokeDash=[2, 2]).encode(
+                x=at,
+                color=alt.condition("datum.history", alt.value("#7b4173"), alt.value("#c7b3cf")),
+                strokeWidth=alt.condition("datum.history", alt.value(2), alt.value(1)),
+                tooltip=["request:O", "event:N", "model:N"],
             )
         )
         layers.append(
-            marks.mark_text(angle=270, align="right", dx=-4, dy=-4, color="#7b4173", fontSize=10).encode(
-                x=alt.X("request:O", bandPosition=0), text="event:N", y=alt.value(0)
-            )
+            marks.transform_filter("datum.history")
+            .mark_text(angle=270, align="right", dx=-4, dy=-4, color="#7b4173", fontSize=10)
+            .encode(x=at, text="event:N", y=alt.value(0))
         )
     subtitle = f"peak {peak:,} tokens" + (f" = {peak / limit:.1%} of the model's limit" if limit else "")
     if off_chart:

@@ -9,8 +9,11 @@ from pathlib import Path
 import orjson
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxtool.cli import run
+from ctxtool.estimator import estimate_text, estimate_token_count
 from ctxtool.frames import COMPOSITION_COLUMNS, load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,3 +98,36 @@ def test_stats_top_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_top_and_by_conflict() -> None:
     assert run(["stats", str(FIXTURES), "--top", "2", "--by", "request"]) == 2
+
+
+@given(st.text(max_size=300))
+def test_estimate_text_is_the_estimator_on_one_text_part(text: str) -> None:
+    assert estimate_text(text) == estimate_token_count([{"text": text}])
+
+
+def test_message_estimates_follow_convert_session_to_client_history() -> None:
+    """Per message, the parts the reader estimates are the ones the history Gemini CLI rebuilds holds."""
+    from ctxtool.compress.gemini_cli import convert_session_to_client_history, strip_thoughts
+    from ctxtool.session.discover import discover
+    from ctxtool.session.read import read_session
+
+    checked = 0
+    for sp in discover([FIXTURES]).files:
+        if not sp.path.name.endswith(".json"):
+            continue
+        messages = [dict(m) for m in read_session(sp.path).messages]
+        history = strip_thoughts(convert_session_to_client_history(messages))
+        text_turns = [
+            t
+            for t in history
+            if all(isinstance(p, dict) and set(p) == {"text"} for p in t["content"]["parts"])
+        ]
+        expected = sum(estimate_token_count(t["content"]["parts"]) for t in text_turns)
+        rows = load([sp.path]).messages
+        ids = {t["id"] for t in text_turns}
+        got = rows.filter(pl.col("message_id").is_in(list(ids))).select(
+            pl.col("est_prompts") + pl.col("est_model")
+        )
+        assert abs(int(got.to_series().sum()) - expected) <= len(text_turns), sp.path
+        checked += len(text_turns)
+    assert checked > 5

@@ -31,13 +31,11 @@ def _install_chromium() -> str | None:
     if os.geteuid() != 0 and not sudo:
         return "not root and no sudo to run apt-get install chromium"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for args in ([apt, "update", "-qq"], [apt, "install", "-y", "-qq", "chromium"]):
-        if args[1] == "install" or not Path(CHROMIUM).exists():
-            done = subprocess.run(
-                [*sudo, *args], capture_output=True, text=True, env=env, timeout=900, check=False
-            )
-            if done.returncode != 0 and args[1] == "install":
-                return f"apt-get install chromium failed: {done.stderr.strip()[-500:]}"
+    for step in ("update", "install"):
+        args = [*sudo, apt, step, "-y", "-qq", *(["chromium"] if step == "install" else [])]
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900, check=False)
+        if done.returncode != 0 and step == "install":  # a failed update may still leave a usable index
+            return f"apt-get install chromium failed: {done.stderr.strip()[-500:]}"
     return None if Path(CHROMIUM).exists() else "chromium is still missing after apt-get install"
 
 

@@ -29,7 +29,7 @@ import msgspec
 import orjson
 
 from ctxtool.errors import SessionFormatError
-from ctxtool.estimator import estimate_token_count
+from ctxtool.estimator import estimate_text, estimate_token_count
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import (
     BrokenLine,
@@ -411,7 +411,7 @@ def _row(rec: _Record) -> _Row:
                     _target(call.args),
                 )
             )
-    estimates = _estimate(mtype, content, rec.toolCalls, is_command or _ignored(text))
+    estimates = _estimate(mtype, content, text, rec.toolCalls, is_command or _ignored(text))
     t = rec.tokens
     if mtype == "gemini" and t is not None:
         counts: tuple[Any, ...] = (
@@ -443,18 +443,14 @@ def _row(rec: _Record) -> _Row:
         n_errors,
         *counts,
         *estimates,
-        0,  # hist_prompts, hist_model, hist_tool_io, rewinds_seen, checkpoints_seen: see _HistoryTracker
-        0,
-        0,
-        0,
-        0,
+        # hist_prompts, hist_model, hist_tool_io, rewinds_seen, checkpoints_seen follow: every message passes
+        # through _history_classifier or _cumulative, which append them (see _with_history)
     )
     return row, tool_rows
 
 
-# Where the per-message estimates and the history columns sit in a row without the live flag.
+# Where the per-message estimates sit in a row without the live flag.
 _EST = _INPUT + len(TOKEN_KEYS)
-_HIST = _EST + 3
 _IGNORED_PREFIXES = ("/", "?", "<session_context>", "<hook_context>")
 
 
@@ -465,7 +461,9 @@ def _ignored(text: str) -> bool:
     return not trimmed or trimmed.startswith(_IGNORED_PREFIXES)
 
 
-def _estimate(mtype: str, content: Any, calls: list[_Call] | None, ignored: bool) -> tuple[int, int, int]:
+def _estimate(
+    mtype: str, content: Any, text: str, calls: list[_Call] | None, ignored: bool
+) -> tuple[int, int, int]:
     """(prompts, model, tool I/O): what this message adds to the history Gemini CLI rebuilds from the
     session (``convert_session_to_client_history``, thoughts stripped as ``strip_thoughts`` does before a
     request), each part by Gemini CLI's estimator (``ctxtool.estimator.estimate_token_count``, which
@@ -486,46 +484,66 @@ def _estimate(mtype: str, content: Any, calls: list[_Call] | None, ignored: bool
     if mtype == "user":
         if ignored and not _has_media(content):
             return 0, 0, 0
+        if all(isinstance(p, str) or (isinstance(p, dict) and p.keys() <= {"text"}) for p in parts):
+            return estimate_text(text), 0, 0  # text parts only: their estimate is the joined text's
         io = [p for p in parts if isinstance(p, dict) and "functionResponse" in p]
         if not io:
             return estimate_token_count(parts), 0, 0
         rest = [p for p in parts if not (isinstance(p, dict) and "functionResponse" in p)]
         return estimate_token_count(rest), 0, estimate_token_count(io)
-    said = [
-        p for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
-    ]
     called = [p for p in parts if isinstance(p, dict) and p.get("functionCall")]
-    io_chars = 0.0
+    return (
+        0,
+        estimate_text(text) if text else 0,  # ``text``: the non-thought text parts, joined
+        _calls_estimate(calls, bool(called)) + (estimate_token_count(called) if called else 0),
+    )
+
+
+def _calls_estimate(calls: list[_Call] | None, in_parts: bool) -> int:
+    """The function calls (unless the record holds them in its parts) and responses of ``toolCalls``."""
+    io_chars = 0
     for call in calls or ():
         name_len = len(call.name or "")
-        if not called:  # a modern record holds its calls in its parts; an older one in toolCalls
+        if not in_parts:  # a modern record holds its calls in its parts; an older one in toolCalls
             # {"functionCall":{"id":…,"name":…,"args":…}}: 40 characters of keys and quotes around them
             io_chars += 40 + len(call.id or "") + name_len + (0 if _is_null(call.args) else len(call.args))
         if not _is_null(call.result):
             io_chars += name_len + len(call.result) + 12  # {"output": …} around a string result
-    return (
-        0,
-        estimate_token_count(said) if said else 0,
-        int(io_chars / 4) + (estimate_token_count(called) if called else 0),
-    )
+    return io_chars // 4
 
 
 _TARGET_KEYS = ("file_path", "absolute_path", "path", "command", "dir_path", "pattern", "url", "query")
 
 
+class _Args(msgspec.Struct, gc=False):
+    """The arguments of a tool call that name what it was about; the rest (file contents) is skipped."""
+
+    file_path: Any = None
+    absolute_path: Any = None
+    path: Any = None
+    command: Any = None
+    dir_path: Any = None
+    pattern: Any = None
+    url: Any = None
+    query: Any = None
+
+
+_decode_args = msgspec.json.Decoder(_Args).decode
+
+
 def _target(args: msgspec.Raw) -> str | None:
     """What a tool call was about (a file, a command, a pattern), from its args, for naming it in reports."""
-    if _is_null(args) or len(args) > 65536:
+    if _is_null(args):
         return None
     try:
-        value = _decode_any(args)
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        return None
-    if not isinstance(value, dict):
+        value = _decode_args(args)
+    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError included: args not an object
         return None
     for key in _TARGET_KEYS:
-        found = value.get(key)
+        found = getattr(value, key)
         if isinstance(found, str) and found:
+            if len(found) <= PREVIEW_CHARS and found.isprintable():
+                return found  # a path or a short command, as it is (most targets)
             return clip_preview(found, PREVIEW_CHARS)
         if isinstance(found, list) and found and isinstance(found[0], str):
             return clip_preview(", ".join(x for x in found if isinstance(x, str)), PREVIEW_CHARS)
@@ -562,7 +580,8 @@ class _LiveSums(dict[str, _Row]):
 
 
 def _with_history(row: tuple[Any, ...], sums: list[int], rewinds: int, checkpoints: int) -> tuple[Any, ...]:
-    return (*row[:_HIST], *sums, rewinds, checkpoints)
+    """``row`` (as ``_row`` built it) with the history columns appended."""
+    return (*row, sums[0], sums[1], sums[2], rewinds, checkpoints)
 
 
 def _history_classifier(r: Replayed[_Row]) -> Any:
