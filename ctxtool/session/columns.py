@@ -411,7 +411,9 @@ def _row(rec: _Record) -> _Row:
                     _target(call.args),
                 )
             )
-    estimates = _estimate(mtype, content, text, rec.toolCalls, is_command or _ignored(text))
+    estimates = _estimate(
+        mtype, content, text, rec.toolCalls, mtype == "user" and (is_command or _ignored(text))
+    )
     t = rec.tokens
     if mtype == "gemini" and t is not None:
         counts: tuple[Any, ...] = (
@@ -457,8 +459,10 @@ _IGNORED_PREFIXES = ("/", "?", "<session_context>", "<hook_context>")
 def _ignored(text: str) -> bool:
     """``is_ignored_user_content`` (sessionUtils.ts): a user message ``convertSessionToClientHistory``
     leaves out of the history (commands, the environment block, hook context, empty text)."""
-    trimmed = text.strip()
-    return not trimmed or trimmed.startswith(_IGNORED_PREFIXES)
+    if not text or text.isspace():
+        return True
+    head = text[:64].lstrip() or text.lstrip()[:64]  # without copying a long text
+    return head.startswith(_IGNORED_PREFIXES)
 
 
 def _estimate(
@@ -542,8 +546,8 @@ def _target(args: msgspec.Raw) -> str | None:
     for key in _TARGET_KEYS:
         found = getattr(value, key)
         if isinstance(found, str) and found:
-            if len(found) <= PREVIEW_CHARS and found.isprintable():
-                return found  # a path or a short command, as it is (most targets)
+            if len(found) <= PREVIEW_CHARS:  # a path or a short command (most targets): nothing to cut
+                return found if found.isprintable() else " ".join(found.split())
             return clip_preview(found, PREVIEW_CHARS)
         if isinstance(found, list) and found and isinstance(found[0], str):
             return clip_preview(", ".join(x for x in found if isinstance(x, str)), PREVIEW_CHARS)
