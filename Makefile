@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml
 ## demo: the main job on the bundled fixtures (no API key, no home directory needed)
 demo: $(STAMP)
 	$(BIN)/ctxtool stats fixtures/
+	$(BIN)/ctxtool report fixtures/ --output demo-report.html --no-cache
+	@echo "HTML report: $(CURDIR)/demo-report.html"
 
 ## test: the whole test suite
 test: $(STAMP)

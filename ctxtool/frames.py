@@ -125,6 +125,7 @@ _MESSAGE_SCHEMA: dict[str, Any] = {
     "tool_calls": pl.Int64,
     "tool_errors": pl.Int64,
     **dict.fromkeys(TOKEN_COLUMNS, pl.Int64),
+    **dict.fromkeys(MESSAGE_COLUMNS[-8:], pl.Int64),
 }
 _TOOL_SCHEMA: dict[str, Any] = {
     "message_id": pl.String,
@@ -133,6 +134,7 @@ _TOOL_SCHEMA: dict[str, Any] = {
     "status": pl.String,
     "timestamp": pl.String,
     "result_bytes": pl.Int64,
+    "target": pl.String,
 }
 assert tuple(_MESSAGE_SCHEMA) == MESSAGE_COLUMNS
 assert tuple(_TOOL_SCHEMA) == TOOL_COLUMNS
@@ -661,6 +663,9 @@ def _derive(
         ts=ts,
         compression=(pl.col("compression_info") | pl.col("is_snapshot")),
     )
+    messages = messages.with_columns(
+        _compressions_seen=pl.col("compression").cast(pl.Int64).cum_sum().over("session_key")
+    )
 
     # Identity columns are joined onto the smaller frames only; messages keep just the session key.
     requests = messages.filter((pl.col("type") == "gemini") & pl.col("input").is_not_null()).join(
@@ -681,6 +686,7 @@ def _derive(
         cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")).otherwise(None),
     )
     requests, warnings = add_costs(requests, memo=price_memo)
+    requests = _composition(_events(requests))
     requests = requests.select(
         "session_key",
         "session",
@@ -704,6 +710,8 @@ def _derive(
         "cost",
         "tool_calls",
         "tool_errors",
+        *COMPOSITION_COLUMNS,
+        "event",
     )
 
     def tool_calls() -> pl.DataFrame:
@@ -719,6 +727,64 @@ def _derive(
     return Corpus(
         sessions, messages, requests, tool_calls, lambda: _turns(messages, requests, meta), warnings=warnings
     )
+
+
+# What fills the context of a request: an estimate, see _composition. They add up to `context`.
+COMPOSITION_COLUMNS = ("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io")
+_HIST_COLUMNS = ("hist_prompts", "hist_model", "hist_tool_io")
+
+
+def _composition(requests: pl.DataFrame) -> pl.DataFrame:
+    """Split each request's recorded prompt (``context``) into overhead, prompts, model turns and tool I/O.
+
+    The history sent with a request is estimated part by part with Gemini CLI's estimator when the request
+    was recorded (``hist_*``: the live messages before it; see ``ctxtool.session.columns``). What every
+    request of a session sends besides its history (system prompt, tool declarations, environment, memory)
+    is taken as the smallest part of any of its requests that its history estimate does not explain (the
+    *overhead*; 0 when the estimate explains every request whole). The rest of each request's recorded
+    prompt is shared among the three history parts in proportion to their estimates, so the four add up to
+    ``context`` exactly (the parts are rounded down, the overhead takes the remainder).
+    """
+    history = pl.sum_horizontal(*_HIST_COLUMNS)
+    gap = pl.col("input") - history
+    floor = gap.filter((pl.col("input") > 0) & (gap >= 0)).min().over("session_key").fill_null(0).clip(0)
+    base = pl.min_horizontal(floor, pl.col("input"))
+    rest = pl.col("input") - base
+    scale = pl.when(history > 0).then(rest / history).otherwise(0.0)
+    parts = {
+        "ctx_prompts": (pl.col("hist_prompts") * scale).floor().cast(pl.Int64),
+        "ctx_model": (pl.col("hist_model") * scale).floor().cast(pl.Int64),
+        "ctx_tool_io": (pl.col("hist_tool_io") * scale).floor().cast(pl.Int64),
+    }
+    return requests.with_columns(**parts).with_columns(
+        ctx_overhead=pl.col("input") - pl.sum_horizontal(*parts)
+    )
+
+
+def _events(requests: pl.DataFrame) -> pl.DataFrame:
+    """``event``: what happened to the session's history since its previous request (comma-separated):
+    ``compression`` (an info marker or a ``<state_snapshot>``), ``rewind`` (a ``$rewindTo`` record),
+    ``rollback`` (a ``$set.messages`` checkpoint that is not a compression: Gemini CLI rewrote the history),
+    ``model`` (another model than the previous request's)."""
+    prev = {c: pl.col(c).shift(1).over("session_key") for c in ("_compressions_seen", "rewinds_seen")}
+    first = pl.int_range(pl.len()).over("session_key") == 0
+    compressed = pl.col("_compressions_seen") > prev["_compressions_seen"].fill_null(0)
+    rewound = pl.col("rewinds_seen") > prev["rewinds_seen"].fill_null(0)
+    history = pl.sum_horizontal(*_HIST_COLUMNS)
+    rebuilt = (
+        (pl.col("checkpoints_seen") > pl.col("checkpoints_seen").shift(1).over("session_key").fill_null(0))
+        & (history < history.shift(1).over("session_key"))  # a resume rewrites the history whole
+        & compressed.not_()
+    )
+    switched = first.not_() & (pl.col("model") != pl.col("model").shift(1).over("session_key"))
+    names = [
+        pl.when(compressed).then(pl.lit("compression")),
+        pl.when(rewound).then(pl.lit("rewind")),
+        pl.when(rebuilt).then(pl.lit("rollback")),
+        pl.when(switched.fill_null(False)).then(pl.lit("model")),
+    ]
+    event = pl.concat_str(names, separator=",", ignore_nulls=True)
+    return requests.with_columns(event=pl.when(event != "").then(event))
 
 
 def context_limit_expr(model: pl.Expr) -> pl.Expr:
@@ -773,10 +839,11 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -
         pl.col("context_limit").max(),
         *_cost_aggs(),
         pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
+        *[pl.col(c).sum() for c in COMPOSITION_COLUMNS],
     )
     turns = per_msg.join(per_req, on=["session_key", "turn"], how="left", maintain_order="left").with_columns(
         pl.col("requests").fill_null(0),
-        *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
+        *[pl.col(k).fill_null(0) for k in (*TOKEN_COLUMNS, *COMPOSITION_COLUMNS)],
         pl.col("live").fill_null(True),
         duration_s=(pl.col("end") - pl.col("start")).dt.total_milliseconds() / 1000.0,
     )
@@ -854,6 +921,7 @@ def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame
         pl.col("context_limit").max(),
         pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
         pl.col("live").sum().alias("live_requests"),
+        *[pl.col(c).sum() for c in COMPOSITION_COLUMNS],
     )
     meta = meta.with_columns(
         start_ts=parse_times(meta.get_column("start_time")),
@@ -868,7 +936,7 @@ def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame
             pl.col("hidden_cost").fill_null(0.0),
             pl.col("requests").fill_null(0),
             pl.col("live_requests").fill_null(0),
-            *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
+            *[pl.col(k).fill_null(0) for k in (*TOKEN_COLUMNS, *COMPOSITION_COLUMNS)],
             *[
                 pl.col(k).fill_null(0)
                 for k in (
@@ -1060,6 +1128,7 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "models",
         "cost",
         "unpriced",
+        *COMPOSITION_COLUMNS,
     ],
     "request": [
         "session",
@@ -1076,6 +1145,8 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "tool_calls",
         "live",
         "cost",
+        *COMPOSITION_COLUMNS,
+        "event",
     ],
     "session": [
         "session",
@@ -1106,6 +1177,7 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "hidden_output",
         "hidden_cost",
         "file",
+        *COMPOSITION_COLUMNS,
     ],
     "model": ["model", *_AGGREGATE_COLUMNS],
     "project": ["project", *_AGGREGATE_COLUMNS],
@@ -1226,6 +1298,7 @@ def totals(df: pl.DataFrame) -> dict[str, Any]:
             "turns",
             "compressions",
             "unpriced",
+            *COMPOSITION_COLUMNS,
         ):
             out[col] = int(df.get_column(col).sum() or 0)
         elif col in ("peak_context", "context", "context_share"):

@@ -880,3 +880,38 @@ def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 40) -> Tabl
         bar.append(" –" if ret is None else f" {float(ret):.0f}%")
         table.add_row(str(m.get("strategy")), tokens, bar)
     return table
+
+
+_TOP_COLUMNS = ("session", "rank", "item", "tool", "target", "count", "tokens", "share")
+
+
+def top_table(
+    rows: pl.DataFrame, *, title: str, width: int = 120, wide: bool = False
+) -> tuple[Table, list[str]]:
+    """``stats --top``: per session, its largest items in context (estimated tokens and share of the
+    context). Returns the table and the lines to print under it."""
+    shorts = short_session_ids(rows.get_column("session").to_list())
+    cols: dict[str, list[Text]] = {c: [] for c in _TOP_COLUMNS}
+    for r in rows.iter_rows(named=True):
+        cols["session"].append(Text(shorts.get(r["session"], r["session"])))
+        cols["rank"].append(Text(str(r["rank"])))
+        cols["item"].append(Text(str(r["item"])))
+        cols["tool"].append(Text(r["tool"] or "–", style="" if r["tool"] else "dim"))
+        cols["target"].append(Text(" ".join(str(r["target"] or "").split()) or "–"))
+        cols["count"].append(Text(str(r["count"])))
+        cols["tokens"].append(Text(human_int(r["tokens"])))
+        cols["share"].append(Text(percent(r["share"])))
+    table, dropped = _fitted_table(
+        title,
+        _TOP_COLUMNS,
+        cols,
+        headers={"tokens": "~tokens", "share": "ctx %"},
+        right={"rank", "count", "tokens", "share"},
+        width=width,
+        wide=wide,
+        text_min={"target": 12},
+        drop_order=("count", "rank", "tool"),
+    )
+    notes = ["Tokens are estimates (Gemini CLI's estimator, scaled to the recorded prompt)."]
+    note = dropped_note(dropped)
+    return table, [*notes, note] if note else notes

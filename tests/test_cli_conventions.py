@@ -251,7 +251,7 @@ def test_audit_lists_failures_and_a_summary_and_all_lists_passes(capsys: pytest.
     )
 
 
-@pytest.mark.parametrize("command", ["stats", "compact", "compare", "diff", "audit", "export"])
+@pytest.mark.parametrize("command", ["stats", "compact", "compare", "diff", "audit", "export", "report"])
 def test_every_command_help_has_examples(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert run([command, "--help"]) == 0
     out = capsys.readouterr().out

@@ -99,6 +99,7 @@ _COMMANDS = {
     "diff": "ctxtool.cli.diff",
     "audit": "ctxtool.cli.audit",
     "export": "ctxtool.cli.export",
+    "report": "ctxtool.cli.report",
     "cache": "ctxtool.cli.cache",
 }
 _registered: set[str] = set()

@@ -24,12 +24,19 @@ would resume.
 Token columns, as ccusage counts them: input (prompt tokens not served from the cache), cached, output,
 thoughts and tool add up to total; prompt_tokens (JSON, CSV, --wide) is the whole prompt, input + cached.
 
+What fills the context (the ctx_overhead, ctx_prompts, ctx_model and ctx_tool_io columns of --by
+request, summed for --by turn and session, and --top) are estimates: each part of the history sent
+with a request is estimated with Gemini CLI's own estimator (4 characters a token), then scaled so
+that the parts add up to the prompt tokens recorded for the request; overhead is what the history
+does not explain (system prompt, tool declarations, environment), the same for every request of a
+session. The event column of --by request marks compressions, rewinds, rollbacks and model switches.
+
 Examples:
 
 \b
   ctxtool stats                                  # every session, one row each
   ctxtool stats --by week --timezone Europe/Paris --sort cost --desc --limit 5
-  ctxtool stats --model gemini-2.5 --since 2026-11-01 --by day --output nov.csv
+  ctxtool stats --session c4e5f6a7 --top 5       # the 5 largest items in its context
 
 Exit status: 0 ok; 1 a PATH matched no session (an error, on stderr), or with --strict a file
 could not be read in full; 2 usage error.
@@ -98,6 +105,13 @@ def stats(
     sort: str = typer.Option(None, "--sort", help="Sort rows by COLUMN (any column of the report)."),
     desc: bool = typer.Option(False, "--desc", help="With --sort: largest first."),
     limit: int = typer.Option(None, "--limit", "-n", min=1, help="Show at most N rows (after sorting)."),
+    top: int = typer.Option(
+        None,
+        "--top",
+        min=1,
+        help="Instead of --by: the N largest items in context at each session's last request (tool outputs "
+        "by tool and file or command, prompts, model turns, overhead), estimated tokens and share.",
+    ),
     live: bool = typer.Option(
         False,
         "--live",
@@ -174,6 +188,10 @@ def stats(
         _warn(warning)
 
     roots = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height
+    if top is not None:
+        if by is not None:
+            raise UsageError("--top and --by are two reports", "Pass one of them")
+        return _top_report(corpus, top, fmt, output, show_secrets, color, width, wide)
     by = by or ("turn" if roots == 1 else "session")
     rows = frames.with_uncached_input(
         frames.report(corpus, by, include_subagents_in_parent=subagents, timezone=timezone)
@@ -303,6 +321,52 @@ def _unmatched(paths: list[str]) -> list[str]:
         for p in paths
         if not Path(p).expanduser().exists() and not glob.glob(os.path.expanduser(p), recursive=True)
     ]
+
+
+def _top_report(
+    corpus: Any,
+    n: int,
+    fmt: str,
+    output: Path | None,
+    show_secrets: bool,
+    color: options.Color,
+    width: int | None,
+    wide: bool,
+) -> int:
+    """``stats --top N``: the largest items in each session's context at its last request."""
+    import polars as pl
+
+    from ctxtool import output as out
+    from ctxtool.composition import top_consumers
+
+    rows = top_consumers(corpus, n)
+    if not show_secrets:
+        from ctxtool.secret_scan import redact
+
+        targets = [None if t is None else redact(t) for t in rows.get_column("target").to_list()]
+        rows = rows.with_columns(pl.Series("target", targets, dtype=pl.String))
+    if fmt == "table":
+        from ctxtool import render
+
+        console = render.make_console(
+            open(output, "w", encoding="utf-8") if output else None,  # noqa: SIM115
+            width=width,
+            color=color,
+        )
+        title = f"ctxtool stats --top {n}: the largest items in context at each session's last request"
+        table, notes = render.top_table(rows, title=title, width=console.width, wide=wide)
+        render.print_table(console, table, wide=wide)
+        for note in notes:
+            console.print(note)
+        if output:
+            console.file.close()
+    else:
+        data = out.encode(rows, fmt, by="top", top=n, estimate=True)
+        if output:
+            out.atomic_write(output, data)
+        else:
+            out.write_stdout(data, sys.stdout.buffer)
+    return ExitStatus.OK
 
 
 def _warn(message: str) -> None:

@@ -62,6 +62,21 @@ from ctxtool.compress.texts import (
 from ctxtool.compress.texts import (
     SUMMARY_ACK_TEXT as SUMMARY_ACK_TEXT,
 )
+from ctxtool.estimator import (  # the estimator lives below the session layer; its names stay importable here
+    IMAGE_TOKEN_ESTIMATE as IMAGE_TOKEN_ESTIMATE,
+)
+from ctxtool.estimator import (
+    MAX_CHARS_FOR_FULL_HEURISTIC as MAX_CHARS_FOR_FULL_HEURISTIC,
+)
+from ctxtool.estimator import (
+    MAX_RECURSION_DEPTH as MAX_RECURSION_DEPTH,
+)
+from ctxtool.estimator import (
+    PDF_TOKEN_ESTIMATE as PDF_TOKEN_ESTIMATE,
+)
+from ctxtool.estimator import (
+    estimate_token_count as estimate_token_count,
+)
 from ctxtool.jsvalue import (
     js_slice,
     js_stringify,
@@ -71,7 +86,6 @@ from ctxtool.jsvalue import (
     json_length,
     normalize_surrogates,
     utf16_len,
-    utf16_units,
 )
 from ctxtool.tokens import token_limit as _current_token_limit
 
@@ -88,10 +102,6 @@ COMPRESSION_TRUNCATE_LINES = 30  # services/chatCompressionService.ts, 08c32f725
 DEFAULT_TRUNCATE_TOOL_OUTPUT_THRESHOLD = 40_000  # config/config.ts:478
 DEFAULT_TOKEN_LIMIT = 1_048_576  # core/tokenLimits.ts
 GEMMA_4_TOKEN_LIMIT = 256_000  # core/tokenLimits.ts, d4c5333dcf
-MAX_CHARS_FOR_FULL_HEURISTIC = 100_000  # utils/tokenCalculation.ts
-MAX_RECURSION_DEPTH = 3  # utils/tokenCalculation.ts
-IMAGE_TOKEN_ESTIMATE = 3000  # utils/tokenCalculation.ts
-PDF_TOKEN_ESTIMATE = 25_800  # utils/tokenCalculation.ts
 MAX_TRUNCATED_LINE_WIDTH = 1000  # utils/fileUtils.ts, ee8d425603..28805a4b2d
 MAX_TRUNCATED_CHARS = 10_000  # utils/fileUtils.ts, ee8d425603..28805a4b2d
 SYNTHETIC_THOUGHT_SIGNATURE = "skip_thought_signature_validator"  # core/geminiChat.ts
@@ -240,90 +250,6 @@ def legacy_split_point(history: Sequence[Content], fraction: float) -> int:
 
 # --------------------------------------------------------------------------------------------------
 # Token estimation (spec section 7)
-
-
-def _exact_rate(rate: float) -> bool:
-    # A rate with a small power-of-two denominator (0.25, 1.5, 0.5) accumulates without rounding, so
-    # the sequential JS sum equals count * rate whatever the order.
-    return rate.as_integer_ratio()[1] <= 1024 and rate < 1024
-
-
-def _add_text(total: float, text: str, cpt: float, spec: EstimatorSpec) -> float:
-    n_units = utf16_len(text)
-    if spec.long_text_shortcut and n_units > MAX_CHARS_FOR_FULL_HEURISTIC:
-        return total + n_units / cpt
-    ascii_rate = 1 / cpt if spec.ascii_rate is None else spec.ascii_rate
-    other_rate = spec.non_ascii_rate
-    if _exact_rate(ascii_rate) and _exact_rate(other_rate):
-        n_ascii = len(text.encode("ascii", "ignore"))
-        n_other = (n_units if spec.per_code_unit else len(normalize_surrogates(text))) - n_ascii
-        return total + (n_ascii * ascii_rate + n_other * other_rate)
-    # Inexact rates (1.3, 0.33, 1/3): add one increment per character into the running total, in order,
-    # as the per-character loops of e1d2653a7a .. f605628624 did.
-    units = utf16_units(text) if spec.per_code_unit else [ord(c) for c in normalize_surrogates(text)]
-    for u in units:
-        total += ascii_rate if u <= 127 else other_rate
-    return total
-
-
-def estimate_token_count(
-    parts: Sequence[Any],
-    chars_per_token: float = 4,
-    *,
-    depth: int = 0,
-    estimator: EstimatorSpec = ESTIMATOR_HEAD,
-) -> int:
-    """``estimateTokenCountSync(parts, depth, charsPerToken)`` (utils/tokenCalculation.ts, HEAD 07792f98cd).
-
-    Text: 1/charsPerToken per ASCII UTF-16 unit, 1.5 per other unit, ``length/charsPerToken`` above
-    100,000 units; functionResponse: name + response (+ nested parts); images 3000, PDFs 25800; anything
-    else ``JSON.stringify(part).length / charsPerToken``. Floored once per call. ``estimator`` selects an
-    older formula (section 7.1).
-    """
-    if depth > MAX_RECURSION_DEPTH:
-        return 0
-    cpt = chars_per_token
-    total = 0.0
-    for part in parts:
-        text = _get(part, "text")
-        if isinstance(text, str):
-            total = _add_text(total, text, cpt, estimator)
-        elif estimator.structured_function_response and js_truthy(_get(part, "functionResponse")):
-            total += _function_response_tokens(part["functionResponse"], depth, cpt, estimator)
-        else:
-            media = _media_tokens(part) if estimator.media_rates else None
-            if media is not None:
-                total += media
-            elif part is None:
-                continue  # JS would throw on `null.text`; a JSON null part is skipped here
-            else:
-                total += json_length(part) / cpt
-    return math.floor(total)
-
-
-def _function_response_tokens(fr: Any, depth: int, cpt: float, spec: EstimatorSpec) -> float:
-    name = _get(fr, "name")
-    tokens = (utf16_len(name) if isinstance(name, str) else 0) / cpt
-    if isinstance(fr, dict):
-        response = fr.get("response")
-        if isinstance(response, str):
-            tokens += utf16_len(response) / cpt
-        elif response is not None:
-            tokens += json_length(response) / cpt
-        nested = fr.get("parts")
-        if isinstance(nested, list) and nested:
-            tokens += estimate_token_count(nested, cpt, depth=depth + 1, estimator=spec)
-    return tokens
-
-
-def _media_tokens(part: Any) -> int | None:
-    mime = _get(_get(part, "inlineData"), "mimeType") or _get(_get(part, "fileData"), "mimeType")
-    if isinstance(mime, str):
-        if mime.startswith("image/"):
-            return IMAGE_TOKEN_ESTIMATE
-        if mime.startswith("application/pdf"):
-            return PDF_TOKEN_ESTIMATE
-    return None
 
 
 def _has_media(parts: Iterable[Any]) -> bool:

@@ -19,23 +19,12 @@ SplitRule = Literal["index_after_fraction", "compress_split_point_pre", "compres
 Truncation = Literal["none", "lines", "head_tail"]
 NewCount = Literal["json_length", "estimate"]
 
-
-@dataclass(frozen=True)
-class EstimatorSpec:
-    """Which ``estimateTokenCountSync`` (packages/core/src/utils/tokenCalculation.ts) an era used."""
-
-    ascii_rate: float | None  # None: 1/charsPerToken (07792f98cd, HEAD)
-    non_ascii_rate: float
-    per_code_unit: bool  # charCodeAt (f605628624) vs code points (for...of)
-    structured_function_response: bool  # name + response (+ nested parts) instead of JSON of the part
-    media_rates: bool  # image/* 3000, application/pdf* 25800
-    long_text_shortcut: bool  # text > 100,000 units -> length / charsPerToken
-
-
-ESTIMATOR_HEAD = EstimatorSpec(None, 1.5, True, True, True, True)  # 07792f98cd 2026-05-12
-ESTIMATOR_2026_01_30 = EstimatorSpec(0.25, 1.3, True, True, True, True)  # f605628624
-ESTIMATOR_2026_01_16 = EstimatorSpec(0.25, 1.3, False, False, True, True)  # ee8d425603
-ESTIMATOR_2025_11_26 = EstimatorSpec(0.25, 1.3, False, False, False, False)  # e1d2653a7a
+# The estimator eras live with the estimator (below the session layer); the names stay importable here.
+from ctxtool.estimator import ESTIMATOR_2025_11_26 as ESTIMATOR_2025_11_26  # noqa: E402
+from ctxtool.estimator import ESTIMATOR_2026_01_16 as ESTIMATOR_2026_01_16  # noqa: E402
+from ctxtool.estimator import ESTIMATOR_2026_01_30 as ESTIMATOR_2026_01_30  # noqa: E402
+from ctxtool.estimator import ESTIMATOR_HEAD as ESTIMATOR_HEAD  # noqa: E402
+from ctxtool.estimator import EstimatorSpec as EstimatorSpec  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import msgspec
 import orjson
 
 from ctxtool.errors import SessionFormatError
+from ctxtool.estimator import estimate_text, estimate_token_count
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import (
     BrokenLine,
@@ -174,6 +175,7 @@ class _Call(msgspec.Struct, gc=False):
     status: str | None = None
     timestamp: str | None = None
     result: msgspec.Raw = msgspec.Raw(b"null")
+    args: msgspec.Raw = msgspec.Raw(b"null")
 
 
 class _Tokens(msgspec.Struct, gc=False):
@@ -251,6 +253,7 @@ def _lenient(obj: Any) -> _Record:
                 status=_str(c.get("status")),
                 timestamp=_str(c.get("timestamp")),
                 result=msgspec.Raw(orjson.dumps(c.get("result"))),
+                args=msgspec.Raw(orjson.dumps(c.get("args"))),
             )
             for c in calls
             if isinstance(c, dict)
@@ -398,8 +401,19 @@ def _row(rec: _Record) -> _Row:
                 n_errors += 1
             result = call.result
             tool_rows.append(
-                (mid, call.id, call.name, call.status, call.timestamp, 0 if _is_null(result) else len(result))
+                (
+                    mid,
+                    call.id,
+                    call.name,
+                    call.status,
+                    call.timestamp,
+                    0 if _is_null(result) else len(result),
+                    _target(call.args),
+                )
             )
+    estimates = _estimate(
+        mtype, content, text, rec.toolCalls, mtype == "user" and (is_command or _ignored(text))
+    )
     t = rec.tokens
     if mtype == "gemini" and t is not None:
         counts: tuple[Any, ...] = (
@@ -430,8 +444,179 @@ def _row(rec: _Record) -> _Row:
         n_calls,
         n_errors,
         *counts,
+        *estimates,
+        # hist_prompts, hist_model, hist_tool_io, rewinds_seen, checkpoints_seen follow: every message passes
+        # through _history_classifier or _cumulative, which append them (see _with_history)
     )
     return row, tool_rows
+
+
+# Where the per-message estimates sit in a row without the live flag.
+_EST = _INPUT + len(TOKEN_KEYS)
+_IGNORED_PREFIXES = ("/", "?", "<session_context>", "<hook_context>")
+
+
+def _ignored(text: str) -> bool:
+    """``is_ignored_user_content`` (sessionUtils.ts): a user message ``convertSessionToClientHistory``
+    leaves out of the history (commands, the environment block, hook context, empty text)."""
+    if not text or text.isspace():
+        return True
+    head = text[:64].lstrip() or text.lstrip()[:64]  # without copying a long text
+    return head.startswith(_IGNORED_PREFIXES)
+
+
+def _estimate(
+    mtype: str, content: Any, text: str, calls: list[_Call] | None, ignored: bool
+) -> tuple[int, int, int]:
+    """(prompts, model, tool I/O): what this message adds to the history Gemini CLI rebuilds from the
+    session (``convert_session_to_client_history``, thoughts stripped as ``strip_thoughts`` does before a
+    request), each part by Gemini CLI's estimator (``ctxtool.estimator.estimate_token_count``, which
+    ``ctxtool.compress.gemini_cli`` uses). Tool results are never decoded
+    here (speed): a function response is estimated from its stored JSON length, which is the estimator's own
+    formula for a ``functionResponse`` (name + JSON of the response, 4 characters a token)."""
+    if mtype not in ("user", "gemini") or (content is None and not calls):
+        return 0, 0, 0
+    parts: list[Any]
+    if isinstance(content, str):
+        parts = [{"text": content}] if content else []
+    elif isinstance(content, list):
+        parts = content
+    elif isinstance(content, dict):
+        parts = [content]
+    else:
+        parts = []
+    if mtype == "user":
+        if ignored and not _has_media(content):
+            return 0, 0, 0
+        if all(isinstance(p, str) or (isinstance(p, dict) and p.keys() <= {"text"}) for p in parts):
+            return estimate_text(text), 0, 0  # text parts only: their estimate is the joined text's
+        io = [p for p in parts if isinstance(p, dict) and "functionResponse" in p]
+        if not io:
+            return estimate_token_count(parts), 0, 0
+        rest = [p for p in parts if not (isinstance(p, dict) and "functionResponse" in p)]
+        return estimate_token_count(rest), 0, estimate_token_count(io)
+    called = [p for p in parts if isinstance(p, dict) and p.get("functionCall")]
+    return (
+        0,
+        estimate_text(text) if text else 0,  # ``text``: the non-thought text parts, joined
+        _calls_estimate(calls, bool(called)) + (estimate_token_count(called) if called else 0),
+    )
+
+
+def _calls_estimate(calls: list[_Call] | None, in_parts: bool) -> int:
+    """The function calls (unless the record holds them in its parts) and responses of ``toolCalls``."""
+    io_chars = 0
+    for call in calls or ():
+        name_len = len(call.name or "")
+        if not in_parts:  # a modern record holds its calls in its parts; an older one in toolCalls
+            # {"functionCall":{"id":…,"name":…,"args":…}}: 40 characters of keys and quotes around them
+            io_chars += 40 + len(call.id or "") + name_len + (0 if _is_null(call.args) else len(call.args))
+        if not _is_null(call.result):
+            io_chars += name_len + len(call.result) + 12  # {"output": …} around a string result
+    return io_chars // 4
+
+
+_TARGET_KEYS = ("file_path", "absolute_path", "path", "command", "dir_path", "pattern", "url", "query")
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The arguments of a tool call that name what it was about; the rest (file contents) is skipped."""
+
+    file_path: Any = None
+    absolute_path: Any = None
+    path: Any = None
+    command: Any = None
+    dir_path: Any = None
+    pattern: Any = None
+    url: Any = None
+    query: Any = None
+
+
+_decode_args = msgspec.json.Decoder(_Args).decode
+
+
+def _target(args: msgspec.Raw) -> str | None:
+    """What a tool call was about (a file, a command, a pattern), from its args, for naming it in reports."""
+    if _is_null(args):
+        return None
+    try:
+        value = _decode_args(args)
+    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError included: args not an object
+        return None
+    for key in _TARGET_KEYS:
+        found = getattr(value, key)
+        if isinstance(found, str) and found:
+            if len(found) <= PREVIEW_CHARS:  # a path or a short command (most targets): nothing to cut
+                return found if found.isprintable() else " ".join(found.split())
+            return clip_preview(found, PREVIEW_CHARS)
+        if isinstance(found, list) and found and isinstance(found[0], str):
+            return clip_preview(", ".join(x for x in found if isinstance(x, str)), PREVIEW_CHARS)
+    return None
+
+
+class _LiveSums(dict[str, _Row]):
+    """The live history (``Replayed.live``) that also keeps the sum of its messages' estimates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sums = [0, 0, 0]
+
+    def __setitem__(self, key: str, value: _Row) -> None:
+        old = self.get(key)
+        if old is not None:
+            self._add(old[0], -1)
+        self._add(value[0], 1)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._add(self[key][0], -1)
+        super().__delitem__(key)
+
+    def clear(self) -> None:
+        self.sums = [0, 0, 0]
+        super().clear()
+
+    def _add(self, row: tuple[Any, ...], sign: int) -> None:
+        sums = self.sums
+        sums[0] += sign * row[_EST]
+        sums[1] += sign * row[_EST + 1]
+        sums[2] += sign * row[_EST + 2]
+
+
+def _with_history(row: tuple[Any, ...], sums: list[int], rewinds: int, checkpoints: int) -> tuple[Any, ...]:
+    """``row`` (as ``_row`` built it) with the history columns appended."""
+    return (*row, sums[0], sums[1], sums[2], rewinds, checkpoints)
+
+
+def _history_classifier(r: Replayed[_Row]) -> Any:
+    """``_classify`` that also stamps each message with the history before it when it was recorded."""
+    live = r.live
+    assert isinstance(live, _LiveSums)
+
+    def classify(line: bytes | memoryview) -> Event:
+        kind, a, b = _classify(line)
+        if kind == "message":
+            row, calls = b
+            sums = list(live.sums)
+            old = live.get(a)
+            if old is not None:  # an update of a recorded message: the history before it
+                sums = [x - y for x, y in zip(sums, old[0][_EST : _EST + 3], strict=True)]
+            return kind, a, (_with_history(row, sums, r.rewinds, r.checkpoints), calls)
+        if b is not None and kind in ("set", "meta"):
+            return kind, a, _cumulative(b, r.rewinds, r.checkpoints + (kind == "set"))
+        return kind, a, b
+
+    return classify
+
+
+def _cumulative(pairs: list[tuple[str, _Row]], rewinds: int, checkpoints: int) -> list[tuple[str, _Row]]:
+    """Messages of a whole history (a checkpoint, a legacy document): each with the estimates before it."""
+    sums = [0, 0, 0]
+    out = []
+    for mid, (row, calls) in pairs:
+        out.append((mid, (_with_history(row, sums, rewinds, checkpoints), calls)))
+        sums = [sums[0] + row[_EST], sums[1] + row[_EST + 1], sums[2] + row[_EST + 2]]
+    return out
 
 
 # Rows per encoded chunk: a frame builder decodes a chunk at a time, so its Python objects stay few.
@@ -557,8 +742,8 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
             _from_document(out, doc, p)
             _count_invalid(out, data)
             return out
-    r: Replayed[_Row] = Replayed()
-    r.feed(line_views(data), _classify, _carry_tokens, _as_copy)
+    r: Replayed[_Row] = Replayed(live=_LiveSums())
+    r.feed(line_views(data), _history_classifier(r), _carry_tokens, _as_copy)
     r.finish(p, whole_error, data)
     _from_replay(out, r, data if data.endswith(b"\n") and not bom else None)
     _count_invalid(out, data)
@@ -595,7 +780,7 @@ def columns_from_file(sp: SessionPath, resume: FileColumns | None = None) -> Fil
             return columns_from_bytes(fh.read(), sp)
         fh.seek(start)
         out = _empty(sp, size)
-        r: Replayed[_Row] = Replayed()
+        r: Replayed[_Row] = Replayed(live=_LiveSums())
 
         def counted(lines: Iterator[bytes]) -> Iterator[bytes]:
             for number, line in enumerate(lines, 1):
@@ -603,7 +788,7 @@ def columns_from_file(sp: SessionPath, resume: FileColumns | None = None) -> Fil
                     _count_invalid(out, line, number)
                 yield line
 
-        r.feed(counted(iter_file_lines(fh)), _classify, _carry_tokens, _as_copy)
+        r.feed(counted(iter_file_lines(fh)), _history_classifier(r), _carry_tokens, _as_copy)
         r.finish(p, None, head)
         _from_replay(out, r, None)
         return out
@@ -621,7 +806,7 @@ def _resume(fh: BinaryIO, sp: SessionPath, old: FileColumns, size: int) -> FileC
     fh.seek(offset)
     rest = fh.read()
     first_new_line = r.next_line
-    r.feed(line_views(rest), _classify, _carry_tokens, _as_copy)
+    r.feed(line_views(rest), _history_classifier(r), _carry_tokens, _as_copy)
     out = _empty(sp, size)
     out.invalid_utf8_lines, out.first_invalid_utf8_line = old.invalid_utf8_lines, old.first_invalid_utf8_line
     _count_invalid(out, rest, first_new_line)
@@ -674,7 +859,8 @@ def _from_document(out: FileColumns, doc: _Record, p: Path) -> None:
     if doc.messages is not msgspec.UNSET and not isinstance(doc.messages, list):
         raise SessionFormatError(p, "has a 'messages' field that is not a list", "Pass only session files")
     _set_meta(out, _meta(doc), "json", lines=1)
-    billed = [_row(m) for m in (doc.messages or [])] if isinstance(doc.messages, list) else []
+    messages = doc.messages if isinstance(doc.messages, list) else []
+    billed = [row for _, row in _cumulative([("", _row(m)) for m in messages], 0, 0)]
     out.live_messages = len(billed)
     _assemble(out, billed, None)
 
@@ -697,7 +883,7 @@ def _from_replay(
 
 def _replayed_from(old: FileColumns) -> Replayed[_Row]:
     """Rebuild the replay state an earlier result ended with, to feed it the lines appended since."""
-    r: Replayed[_Row] = Replayed()
+    r: Replayed[_Row] = Replayed(live=_LiveSums())
     calls: dict[str, list[tuple[Any, ...]]] = {}
     for row in decode_rows(old.tools_cols):
         calls.setdefault(row[0], []).append(row)

@@ -27,13 +27,25 @@ MESSAGE_COLUMNS = (
     "tool_calls",
     "tool_errors",
     *TOKEN_KEYS,
+    # What the message adds to the history Gemini CLI sends (Gemini CLI's estimator, see columns._estimate):
+    "est_prompts",
+    "est_model",
+    "est_tool_io",
+    # The history before the message when it was first recorded (the live messages' estimates, summed),
+    # and how many $rewindTo records and $set.messages checkpoints the file held by then.
+    "hist_prompts",
+    "hist_model",
+    "hist_tool_io",
+    "rewinds_seen",
+    "checkpoints_seen",
 )
 # result_bytes: size of the tool result as stored (its JSON text, in bytes); results are never decoded.
-TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes")
+# target: the file path, command, pattern or URL the call was about (from its args), for `stats --top`.
+TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes", "target")
 
 # Bump when the rows produced by ctxtool.session.columns change meaning or shape: it invalidates every
 # cached index entry and stored corpus.
-COLUMNS_VERSION = 6
+COLUMNS_VERSION = 7
 STAMP = f"{__version__}-c{COLUMNS_VERSION}"
 
 

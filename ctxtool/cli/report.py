@@ -1,0 +1,131 @@
+"""``ctxtool report PATHS --output report.html``: one self-contained HTML page to look at."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from ctxtool.cli import options
+from ctxtool.cli.status import ExitStatus
+from ctxtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from ctxtool.frames import Corpus
+
+HELP = """Write one self-contained HTML page about Gemini CLI sessions: spend over time (by day, model and
+project); for the largest sessions, context per request against the model's limit and Gemini CLI's
+compression threshold (50% of the limit), stacked by what fills it, with compressions, rewinds,
+rollbacks and model switches marked; the top context consumers; and with --compare, the compaction
+strategies' tokens before/after and fact retention side by side.
+
+PATHS are session files, directories or globs; with none, the Gemini CLI data root is scanned. The page
+loads nothing from the network (the chart runtime, Vega-Lite, is inlined; about 1 MB) and shows
+session text HTML-escaped, secrets redacted unless --show-secrets. What fills the context is an
+estimate: each part of the history is estimated with Gemini CLI's own estimator and scaled to the
+prompt tokens recorded for the request; overhead is what the history does not explain.
+
+Examples:
+
+\b
+  ctxtool report --output report.html
+  ctxtool report ~/.gemini/tmp/myproj/chats/ --sessions 3 --output myproj.html
+  ctxtool report SESSION.jsonl --compare --output session.html
+
+Exit status: 0 written; 1 a PATH matched no session or a file could not be read with --strict;
+2 usage error.
+"""
+
+
+def report(
+    paths: list[str] = typer.Argument(
+        None, help="Session files, directories or globs (default: the data root)."
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="The HTML file to write (*.html)."),
+    sessions: int = typer.Option(
+        5, "--sessions", min=1, help="Chart the context of the N largest sessions (by peak context)."
+    ),
+    top: int = typer.Option(10, "--top", min=1, help="Top context consumers listed per session."),
+    compare: bool = typer.Option(
+        False,
+        "--compare",
+        help="Also run the compaction strategies (offline) on the charted sessions and show them side by "
+        "side (slower).",
+    ),
+    subagents: bool = typer.Option(
+        True, "--subagents/--no-subagents", help="Include subagent sessions (chats/<parent-id>/*.json[l])."
+    ),
+    strict: bool = options.STRICT,
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="Read every file again; neither use nor update ctxtool's index."
+    ),
+    cache_dir: Path = typer.Option(
+        None,
+        "--cache-dir",
+        envvar="CTXTOOL_CACHE_DIR",
+        help="Where ctxtool keeps its index (default: the platform's user cache directory).",
+    ),
+    show_secrets: bool = options.SHOW_SECRETS,
+) -> int:
+    if output.suffix.lower() not in (".html", ".htm"):
+        raise UsageError(
+            f"--output {output} is not an HTML file", "Name it *.html, e.g. --output report.html"
+        )
+    from ctxtool.loading import load_corpus
+
+    corpus, cache_use = load_corpus(paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir)
+    if cache_use.notice:
+        print(f"notice: {cache_use.notice}", file=sys.stderr)
+    from ctxtool import frames
+
+    for warning in frames.read_warnings(corpus):
+        print(f"warning: {warning}", file=sys.stderr)
+    if corpus.requests.height == 0:
+        where = " ".join(paths) if paths else "the Gemini CLI data root"
+        print(
+            f"Error: no request recorded in {where}. Pass session files or a chats/ folder", file=sys.stderr
+        )
+        return ExitStatus.ERROR
+
+    from ctxtool import html_report
+    from ctxtool import output as out
+
+    compare_rows = None
+    if compare:
+        compare_rows = _compare(corpus, html_report.largest_sessions(corpus, sessions), show_secrets)
+    page = html_report.build_report(
+        corpus, sessions=sessions, top=top, compare_rows=compare_rows, redact=not show_secrets
+    )
+    out.atomic_write(output, page.encode("utf-8"))
+    print(f"report written to {output}", file=sys.stderr)
+    failed = bool(corpus.problems) or corpus.broken_lines > 0
+    return ExitStatus.ERROR if strict and failed else ExitStatus.OK
+
+
+def _compare(corpus: Corpus, keys: list[str], show_secrets: bool) -> list[dict[str, Any]]:
+    """``ctxtool compare``'s rows (offline summarizer, every strategy) for the sessions ``keys`` name."""
+    import polars as pl
+
+    from ctxtool import compare as lib
+    from ctxtool.compress.offline import OfflineSummarizer
+
+    files = (
+        corpus.sessions.filter(pl.col("session_key").is_in(keys) & pl.col("file").is_not_null())
+        .get_column("file")
+        .to_list()
+    )
+    rows = lib.compare_sessions([Path(f) for f in files], list(lib.DEFAULT_STRATEGIES), OfflineSummarizer())
+    if not show_secrets:
+        from ctxtool.secret_scan import redact_value
+
+        rows = redact_value(rows)
+    for row in rows:
+        if row.get("error"):
+            print(f"Error: {row['session']} ({row['strategy']}): {row['error']}", file=sys.stderr)
+    return rows
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report", help=HELP)(report)
