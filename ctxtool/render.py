@@ -20,6 +20,10 @@ from rich.text import Text
 from ctxtool.tokens import COMPRESSION_THRESHOLD
 
 _RIGHT = {
+    "ctx_tool_io",
+    "ctx_model",
+    "ctx_prompts",
+    "ctx_overhead",
     "requests",
     "sessions",
     "turn",
@@ -53,6 +57,10 @@ _HEADERS = {
     "tool_calls": "tools",
     "tool_errors": "tool err",
     "compressions": "compr.",
+    "ctx_overhead": "ctx: overhead",
+    "ctx_prompts": "ctx: prompts",
+    "ctx_model": "ctx: model",
+    "ctx_tool_io": "ctx: tool I/O",
 }
 # What a table shows per report; machine formats always carry every column.
 TABLE_COLUMNS: dict[str, list[str]] = {
@@ -72,6 +80,10 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "cache_ratio",
         "tool_calls",
         "compressed",
+        "ctx_overhead",
+        "ctx_prompts",
+        "ctx_model",
+        "ctx_tool_io",
         "cost",
     ],
     "request": [
@@ -87,6 +99,11 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "cache_ratio",
         "tool_calls",
         "live",
+        "event",
+        "ctx_overhead",
+        "ctx_prompts",
+        "ctx_model",
+        "ctx_tool_io",
         "cost",
     ],
     "session": [
@@ -514,6 +531,11 @@ def hidden_note(requests: int, cost: float) -> str | None:
 
 # When a terminal is too narrow, these go first (machine formats still carry them).
 _DROP_ORDER = (
+    "ctx_tool_io",
+    "ctx_model",
+    "ctx_prompts",
+    "ctx_overhead",
+    "event",
     "tool",
     "cached",
     "thoughts",
