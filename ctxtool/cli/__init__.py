@@ -41,6 +41,7 @@ _MAIN_COMMANDS = (
     ("ctxtool compare SESSION", "other agents' compaction side by side"),
     ("ctxtool diff BEFORE AFTER", "what a compaction removed and kept"),
     ("ctxtool audit", "a CI gate over budgets (--max-session-tokens 2M)"),
+    ("ctxtool report -o r.html", "an HTML page: spend, and what fills the context"),
 )
 
 
