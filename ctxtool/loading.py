@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxtool.session import stamp
-from ctxtool.session.discover import Discovery, default_roots, discover
+from ctxtool.session.discover import Discovery, default_roots, discover, file_stamps
 from ctxtool.session.stamp import cache_root
 
 if TYPE_CHECKING:
@@ -72,13 +72,7 @@ def load_corpus(
 
     root = cache_root(cache_dir)
     folder = root / "corpus" / _scan_key(targets, subagents)
-    stamps: dict[str, list[int] | None] = {}
-    for sp in found.files:
-        try:
-            st = os.stat(sp.path)
-            stamps[str(sp.path)] = [st.st_size, st.st_mtime_ns]
-        except OSError:
-            stamps[str(sp.path)] = None
+    stamps = file_stamps(found)
     today = datetime.now(tz=UTC).date().isoformat()  # prices are dated
     extras = [[str(p), why] for p, why in found.skipped], found.missing, [str(d) for d in found.empty_dirs]
     state = _read_state(folder)

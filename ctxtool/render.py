@@ -62,6 +62,18 @@ _HEADERS = {
     "ctx_model": "ctx: model",
     "ctx_tool_io": "ctx: tool I/O",
 }
+# The columns of the --by project, day, week and month tables, after the key itself.
+_PERIOD_COLUMNS = [
+    "sessions",
+    "requests",
+    "input",
+    "cached",
+    "output",
+    "thoughts",
+    "total",
+    "cache_ratio",
+    "cost",
+]
 # What a table shows per report; machine formats always carry every column.
 TABLE_COLUMNS: dict[str, list[str]] = {
     "turn": [
@@ -135,54 +147,10 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "cache_ratio",
         "cost",
     ],
-    "project": [
-        "project",
-        "sessions",
-        "requests",
-        "input",
-        "cached",
-        "output",
-        "thoughts",
-        "total",
-        "cache_ratio",
-        "cost",
-    ],
-    "day": [
-        "day",
-        "sessions",
-        "requests",
-        "input",
-        "cached",
-        "output",
-        "thoughts",
-        "total",
-        "cache_ratio",
-        "cost",
-    ],
-    "week": [
-        "week",
-        "sessions",
-        "requests",
-        "input",
-        "cached",
-        "output",
-        "thoughts",
-        "total",
-        "cache_ratio",
-        "cost",
-    ],
-    "month": [
-        "month",
-        "sessions",
-        "requests",
-        "input",
-        "cached",
-        "output",
-        "thoughts",
-        "total",
-        "cache_ratio",
-        "cost",
-    ],
+    "project": ["project", *_PERIOD_COLUMNS],
+    "day": ["day", *_PERIOD_COLUMNS],
+    "week": ["week", *_PERIOD_COLUMNS],
+    "month": ["month", *_PERIOD_COLUMNS],
 }
 _MAX_WIDTH = {"prompt": 40, "session": 34, "project": 24, "model": 30}
 

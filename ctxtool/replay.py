@@ -100,16 +100,10 @@ def _folder(argv: Sequence[str]) -> Path:
 def _inputs(targets: Sequence[str], subagents: bool) -> dict[str, Any]:
     """What the report was computed from, as ``ctxtool.loading`` checks it: every file's size and mtime and
     the entries discovery skipped, found missing or empty."""
-    from ctxtool.session.discover import discover
+    from ctxtool.session.discover import discover, file_stamps
 
     found = discover(list(targets), subagents=subagents)
-    stamps: dict[str, list[int] | None] = {}
-    for sp in found.files:
-        try:
-            st = os.stat(sp.path)
-            stamps[str(sp.path)] = [st.st_size, st.st_mtime_ns]
-        except OSError:
-            stamps[str(sp.path)] = None
+    stamps = file_stamps(found)
     return {
         "targets": list(targets),
         "subagents": subagents,

@@ -142,3 +142,14 @@ def check_timezone(timezone: str | None) -> None:
         raise UsageError(
             f"--timezone {timezone!r} is not a time zone", "Use an IANA name such as Europe/Paris or UTC"
         ) from None
+
+
+NO_CACHE = typer.Option(
+    False, "--no-cache", help="Read every file again; neither use nor update ctxtool's index."
+)
+CACHE_DIR = typer.Option(
+    None,
+    "--cache-dir",
+    envvar="CTXTOOL_CACHE_DIR",
+    help="Where ctxtool keeps its index (default: the platform's user cache directory).",
+)

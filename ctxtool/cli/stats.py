@@ -123,15 +123,8 @@ def stats(
         help="Include subagent sessions (chats/<parent-id>/*.json[l]); their tokens roll up into the parent.",
     ),
     strict: bool = options.STRICT,
-    no_cache: bool = typer.Option(
-        False, "--no-cache", help="Read every file again; neither use nor update ctxtool's index."
-    ),
-    cache_dir: Path = typer.Option(
-        None,
-        "--cache-dir",
-        envvar="CTXTOOL_CACHE_DIR",
-        help="Where ctxtool keeps its index (default: the platform's user cache directory).",
-    ),
+    no_cache: bool = options.NO_CACHE,
+    cache_dir: Path = options.CACHE_DIR,
     show_secrets: bool = options.SHOW_SECRETS,
     color: options.Color = options.COLOR,
     width: int = options.WIDTH,

@@ -411,3 +411,16 @@ def _header_session_id(path: Path) -> str | None:
         return None
     m = re.search(rb'"sessionId"\s*:\s*"([^"]+)"', head)
     return m.group(1).decode("utf-8", "replace") if m else None
+
+
+def file_stamps(found: Discovery) -> dict[str, list[int] | None]:
+    """Size and modification time (ns) of every file found, None for one that vanished: what tells a file
+    read before from one that changed (ctxtool's index, the replay of a warm run)."""
+    stamps: dict[str, list[int] | None] = {}
+    for sp in found.files:
+        try:
+            st = os.stat(sp.path)
+            stamps[str(sp.path)] = [st.st_size, st.st_mtime_ns]
+        except OSError:
+            stamps[str(sp.path)] = None
+    return stamps
