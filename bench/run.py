@@ -352,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     if measured is not None and not args.no_peers:
         # A new user's view first: ctxtool and ccusage side by side, in alternating rounds (issue 16).
         lines, figures = side_by_side.compare(measured, root, args.repeat, measure)
+        launcher, _ = side_by_side.install_ccusage()
+        if launcher is not None:  # the rows below time it too, beside the floor and the binary alone
+            os.environ["PATH"] = f"{launcher.parent}{os.pathsep}{os.environ.get('PATH', '')}"
         print("\n".join(lines) + "\n")
         if figures and args.write_readme:
             corpus = f"{len(files)} session files, {total:.0f} MB (bench/make_corpus.py)"
