@@ -372,6 +372,8 @@ def clip(column: str, text: Text, width: int) -> Text:
         return Text(short_path(plain, width), style=text.style)
     if column == "project" and "/" in plain:
         return Text(left_ellipsis(plain, width), style=text.style)
+    if column == "target" and "/" in plain and " " not in plain:  # a file: its name is what tells it apart
+        return Text(left_ellipsis(plain, width), style=text.style)
     cut = text.copy()
     cut.truncate(width, overflow="ellipsis")
     return cut

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from rich.text import Text
 
 from ctxtool import render
 from ctxtool.cli import run
@@ -71,3 +72,12 @@ def test_narrow_stats_drop_columns_name_them_and_wide_shows_them(
         assert column in header
     # The whole project hash, uncut, because --wide lets the table be wider than the terminal.
     assert "2136a2490b0bdc8f317d3e16aecb6c0b6c264127ce17e17345fe6c0dc2ce7069" in wide
+
+
+def test_a_long_file_target_keeps_its_name_a_command_its_start() -> None:
+    path = "src/components/dashboard/MasteryGrid.tsx"
+    cut = render.clip("target", Text(path), 16).plain
+    assert cut.startswith("…")
+    assert cut.endswith("MasteryGrid.tsx")
+    command = "npm run build -- --mode production"
+    assert render.clip("target", Text(command), 16).plain.startswith("npm run build")
