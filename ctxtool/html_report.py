@@ -68,27 +68,34 @@ def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
     )
     by_model = req.group_by("day", "model").agg(pl.col("cost").sum(), pl.col("total").sum()).sort("day")
     by_project = req.group_by("day", "project").agg(pl.col("cost").sum(), pl.col("total").sum()).sort("day")
-    cost_day = (
-        alt.Chart(_data(_values(by_model)))
-        .mark_bar()
-        .encode(
-            x=alt.X("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
-            y=alt.Y("sum(cost):Q", title="cost (USD)"),
-            color=alt.Color("model:N", title="model"),
-            tooltip=["day:T", "model:N", alt.Tooltip("sum(cost):Q", format="$.4f"), "sum(total):Q"],
+    cost = alt.Tooltip("sum(cost):Q", format="$.4f")
+
+    def per_day(
+        frame: pl.DataFrame, key: str, measure: Any, axis: str, tooltip: list[Any], title: str
+    ) -> Any:
+        """Stacked bars of one measure per day, coloured by ``key`` (a model or a project)."""
+        return (
+            alt.Chart(_data(_values(frame)))
+            .mark_bar()
+            .encode(
+                x=alt.X("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
+                y=alt.Y(measure, title=axis),
+                color=alt.Color(f"{key}:N", title=key),
+                tooltip=["day:T", f"{key}:N", *tooltip],
+            )
+            .properties(title=title, width="container", height=220)
         )
-        .properties(title="Spend per day, by model", width="container", height=220)
+
+    cost_day = per_day(
+        by_model, "model", "sum(cost):Q", "cost (USD)", [cost, "sum(total):Q"], "Spend per day, by model"
     )
-    tokens_day = (
-        alt.Chart(_data(_values(by_project)))
-        .mark_bar()
-        .encode(
-            x=alt.X("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
-            y=alt.Y("sum(total):Q", title="tokens billed"),
-            color=alt.Color("project:N", title="project"),
-            tooltip=["day:T", "project:N", "sum(total):Q", alt.Tooltip("sum(cost):Q", format="$.4f")],
-        )
-        .properties(title="Tokens per day, by project", width="container", height=220)
+    tokens_day = per_day(
+        by_project,
+        "project",
+        "sum(total):Q",
+        "tokens billed",
+        ["sum(total):Q", cost],
+        "Tokens per day, by project",
     )
     totals = (
         req.group_by("project")

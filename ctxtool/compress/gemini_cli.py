@@ -62,19 +62,7 @@ from ctxtool.compress.texts import (
 from ctxtool.compress.texts import (
     SUMMARY_ACK_TEXT as SUMMARY_ACK_TEXT,
 )
-from ctxtool.estimator import (  # the estimator lives below the session layer; its names stay importable here
-    IMAGE_TOKEN_ESTIMATE as IMAGE_TOKEN_ESTIMATE,
-)
-from ctxtool.estimator import (
-    MAX_CHARS_FOR_FULL_HEURISTIC as MAX_CHARS_FOR_FULL_HEURISTIC,
-)
-from ctxtool.estimator import (
-    MAX_RECURSION_DEPTH as MAX_RECURSION_DEPTH,
-)
-from ctxtool.estimator import (
-    PDF_TOKEN_ESTIMATE as PDF_TOKEN_ESTIMATE,
-)
-from ctxtool.estimator import (
+from ctxtool.estimator import (  # the estimator lives below the session layer; its name stays importable here
     estimate_token_count as estimate_token_count,
 )
 from ctxtool.jsvalue import (

@@ -747,13 +747,7 @@ def find_gemini_cli_texts(env: Mapping[str, str] | None = None) -> CompressionTe
             "This Gemini CLI release is laid out differently: drop --prompt-from-gemini-cli (ctxtool's own "
             "texts are used), or pass --prompt-file PATH",
         )
-    version = prompt.package_version or "(version unknown)"
-    return CompressionTexts(
-        system_prompt=prompt.text,
-        env=template,
-        origin=f"Gemini CLI {version} at {prompt.source}",
-        **turns,
-    )
+    return CompressionTexts(system_prompt=prompt.text, env=template, **turns)
 
 
 def _package_sources(found: Path) -> Iterator[Path]:

@@ -86,7 +86,6 @@ class CompressionTexts:
     probe: str = PROBE_TEXT
     ack: str = SUMMARY_ACK_TEXT
     env: EnvTemplate = field(default=DEFAULT_ENV_TEMPLATE)
-    origin: str = "ctxtool"  # "ctxtool", or where the texts were read ("Gemini CLI 0.61.0 at PATH")
 
     def instruction(self, anchored: bool) -> str:
         anchor = self.anchor_existing if anchored else self.anchor_new
