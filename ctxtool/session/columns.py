@@ -321,12 +321,10 @@ def _classify(line: bytes | memoryview) -> Event:
     return "unknown", None, None
 
 
-def _decode_content(raw: msgspec.Raw) -> Any:
-    try:
-        return _decode_any(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        # Skipped fields are not checked for UTF-8; decode as Node would (U+FFFD for bad bytes).
-        return msgspec.json.decode(bytes(raw).decode("utf-8", "replace"))
+def _decode_replacing(raw: msgspec.Raw) -> Any:
+    """A content that ``_decode_any`` refused: skipped fields are not checked for UTF-8; decode it as Node
+    would (U+FFFD for bad bytes)."""
+    return msgspec.json.decode(bytes(raw).decode("utf-8", "replace"))
 
 
 # A field that is JSON null (or absent): ``raw == _NULL`` compares in C, half the cost of a function.
@@ -378,20 +376,21 @@ def _row(rec: _Record) -> _Row:
     mid = rec.id if rec.id.__class__ is str else None
     mtype = rec.type or "unknown"
     raw = rec.content
-    content: Any = None if raw == _NULL else _decode_content(raw)
+    content: Any = None
+    if raw != _NULL:
+        try:
+            content = _decode_any(raw)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            content = _decode_replacing(raw)
+    text = content if content.__class__ is str else message_text(content)
     is_prompt = is_command = is_snapshot = compression = False
     preview = None
     if mtype == "user":
-        text = content if isinstance(content, str) else message_text(content)
         is_prompt, is_command, is_snapshot = _classify_text(text, content)
-        text_chars = len(text)
         if is_prompt:
             preview = _preview_text(text)
-    else:
-        text = content if isinstance(content, str) else message_text(content)
-        text_chars = len(text)
-        if mtype == "info":
-            compression = _COMPRESSED_INFO.match(text) is not None
+    elif mtype == "info":
+        compression = _COMPRESSED_INFO.match(text) is not None
     n_errors = call_chars = result_chars = 0
     tool_rows: list[tuple[Any, ...]] = []
     if rec.toolCalls:
@@ -437,7 +436,7 @@ def _row(rec: _Record) -> _Row:
         mid,
         mtype,
         rec.timestamp,
-        text_chars,
+        len(text),
         0 if content is None else len(raw),
         is_prompt,
         is_command,
