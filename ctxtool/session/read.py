@@ -15,6 +15,7 @@ Must not: print, import polars/rich/typer, or guess at anything it cannot read (
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,9 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
     return session
 
 
+_NOT_SPACE = re.compile(rb"\S")  # a byte that bytes.strip() keeps
+
+
 def sniff(data: bytes, p: Path) -> Literal["document", "lines"]:
     """One JSON document or JSON lines? Decided from the content, never the extension.
 
@@ -126,14 +130,18 @@ def sniff(data: bytes, p: Path) -> Literal["document", "lines"]:
     first line is parsed here, so a large file is never parsed twice. A "document" whose parse fails is
     read as lines by the caller (a truncated document then reports itself as such).
     """
-    body = data.strip()
+    # Not data.strip(): that copies a whole file ending in a newline (sniffing the bench corpus took 0.010 s
+    # of CPU with it, 0.003 s without). A newline followed only by blank space ends the one line.
+    body = data.lstrip()
     if not body:
         raise SessionFormatError(p, "is empty", "Delete it, or pass only files Gemini CLI finished writing")
     if body[:1] not in (b"{", b"["):
         raise _not_json(p, data)
     newline = body.find(b"\n")
+    if newline >= 0 and _NOT_SPACE.search(body, newline) is None:
+        newline = -1
     try:
-        head = loads_like_node(body if newline < 0 else body[:newline])
+        head = loads_like_node(body.rstrip() if newline < 0 else body[:newline])
     except orjson.JSONDecodeError:
         return "lines" if newline < 0 else "document"
     if isinstance(head, dict) and (newline >= 0 or head.get("messages") is None):
