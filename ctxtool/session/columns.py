@@ -700,20 +700,21 @@ _UTF8_CHUNK = 1 << 14
 
 def _valid_utf8(data: bytes) -> bool:
     """Whether ``data`` is UTF-8, without building the string: chunks of ASCII (most of a session) are
-    skipped, the others go through an incremental decoder (a character may straddle two chunks). Measured
-    on the bench corpus (501 MB): 0.14 s of CPU, against 0.33 s for ``data.decode()``."""
+    skipped, the others decoded. A character cut by a chunk's end is left unconsumed and starts the next
+    chunk, so no decoder state is kept. Measured on the bench corpus (501 MB): 0.15 s of CPU, against
+    0.16 s through an incremental decoder and 0.33 s for ``data.decode()``; chunks of 8 or 32 KB, or a
+    regex for runs of non-ASCII bytes, were slower."""
     if data.isascii():
         return True
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    pending = False
+    end = len(data)
+    start = 0
     try:
-        for start in range(0, len(data), _UTF8_CHUNK):
+        while start < end:
             chunk = data[start : start + _UTF8_CHUNK]
-            if not pending and chunk.isascii():
-                continue
-            decoder.decode(chunk)
-            pending = bool(decoder.getstate()[0])
-        decoder.decode(b"", final=True)
+            if chunk.isascii():
+                start += _UTF8_CHUNK
+            else:  # the last chunk must end on a whole character (final=True)
+                start += codecs.utf_8_decode(chunk, "strict", start + _UTF8_CHUNK >= end)[1]
     except UnicodeDecodeError:
         return False
     return True
