@@ -10,15 +10,23 @@ from ctxtool import interrupt
 interrupt.install()
 
 
+# polars' allocator (jemalloc, built with the ``_rjem_`` prefix) keeps freed pages for ten seconds by
+# default, which a run of about a second never reaches: the frames it builds and drops stay resident until it
+# exits. Returning them at once lowered the peak RSS of `stats --no-cache` on the bench corpus from 215-219 MB
+# to 180-183 MB. Read once, when polars loads; a value the user set wins.
+_POLARS_ALLOCATOR = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+
+
 def main() -> None:
+    import os
     import sys
+
+    os.environ.setdefault(*_POLARS_ALLOCATOR)
 
     from ctxtool import replay
 
     code = replay.try_replay(sys.argv[1:])  # a warm `stats` over unchanged files: no heavy import at all
     if code is not None:
-        import os
-
         os._exit(code)
     from ctxtool.cli import main as cli_main
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -204,6 +205,56 @@ def test_rows_decoded_as_workers_return_them_leave_the_index_whole(
         (fc.path, fc.messages_cols, fc.tools_cols) for fc in expected
     ]
     assert any(fc.messages_cols for fc in hits)
+
+
+def test_entries_are_written_as_batches_arrive_and_seen_only_once_committed(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first run writes each batch's entries as it arrives (nothing is held until the end), inside one
+    transaction: another run sees none of them before the scan commits, and a scan that fails part-way leaves
+    the index as it was."""
+    import sqlite3
+
+    from ctxtool.session import scan
+    from ctxtool.session.discover import discover
+    from ctxtool.session.index import FileIndex
+
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    files = discover([data]).files
+    cache = tmp_path / "cache"
+    index = FileIndex(cache)
+    seen: list[tuple[int, int]] = []  # (entries still held in memory, entries another run can see)
+
+    def arrived(batch: list[object]) -> None:
+        other = sqlite3.connect(index.path)
+        try:
+            visible = other.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+        except sqlite3.OperationalError:  # the table is created inside the uncommitted transaction
+            visible = 0
+        other.close()
+        seen.append((len(index._pending), visible))
+
+    scan.read_files(files, workers=2, index=index, arrived=arrived)
+    assert len(seen) > 1
+    assert all(held == 0 and visible == 0 for held, visible in seen)  # written at once; committed at the end
+    assert len(FileIndex(cache)) == 16
+
+    class Stop(Exception):
+        pass
+
+    def fail(batch: list[object]) -> None:
+        raise Stop
+
+    stamps = {fc.path: FileIndex(cache).entry(fc.path).mtime_ns for fc in scan.read_files(files, workers=1)}  # type: ignore[union-attr]
+    for sp in files[:3]:
+        os.utime(sp.path, ns=(stamps[str(sp.path)] + 10**9, stamps[str(sp.path)] + 10**9))  # read again
+    index = FileIndex(cache)
+    with pytest.raises(Stop):
+        scan.read_files(files, workers=2, index=index, arrived=fail)
+    index.close()
+    after = FileIndex(cache)
+    assert len(after) == 16
+    assert {p: after.entry(p).mtime_ns for p in stamps} == stamps  # type: ignore[union-attr]
 
 
 @contextmanager

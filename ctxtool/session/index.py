@@ -63,6 +63,7 @@ class FileIndex:
         self._pending: dict[str, bytes | None] = {}
         self._db: sqlite3.Connection | None = None
         self._opened = False
+        self._failed = False  # a write failed: this run writes nothing more
         self.unusable = 0  # entries that did not decode (another version's, damaged, foreign): read again
         self.rebuilt = False  # the database itself was not one and was replaced
 
@@ -143,18 +144,26 @@ class FileIndex:
         return None, None
 
     def store(self, fc: FileColumns, st: os.stat_result | None) -> None:
-        """Keep ``fc`` for ``save`` as it is now (pickled at once: building frames consumes its rows)."""
+        """Keep ``fc`` for ``flush`` as it is now (encoded at once: building frames consumes its rows)."""
         self._pending[fc.path] = entry_bytes(fc, st)
 
-    def save(self) -> None:
-        """Write what was stored, in one transaction; entries of other reader versions are deleted."""
-        if not self._pending:
+    def flush(self) -> None:
+        """Write what was stored so far into the open transaction (begun here), and let go of it.
+
+        A first run calls this as each batch of files arrives from the workers, so that the encoded entries
+        (tens of megabytes for a few hundred megabytes of sessions) are not all held until ``save`` and the
+        writing happens while the workers still parse, not after. Nothing is visible to other runs before
+        ``save`` commits. After a failure (a lock held too long, a read-only cache) nothing more is written.
+        """
+        if not self._pending or self._failed:
             return
         db = self._connect(create=True)
         if db is None:
+            self._failed = True
             return
         try:
-            db.execute("BEGIN IMMEDIATE")
+            if not db.in_transaction:
+                db.execute("BEGIN IMMEDIATE")
             db.executemany(
                 "INSERT OR REPLACE INTO entries (path, entry) VALUES (?, ?)",
                 [(path, data) for path, data in self._pending.items() if data is not None],
@@ -163,12 +172,22 @@ class FileIndex:
                 "DELETE FROM entries WHERE path = ?",
                 [(path,) for path, data in self._pending.items() if data is None],
             )
+        except sqlite3.Error:
+            self._abandon(db)
+            return
+        self._pending.clear()
+
+    def save(self) -> None:
+        """Write what was stored and commit it in one transaction; entries of other reader versions go."""
+        self.flush()
+        db = self._db
+        if db is None or self._failed or not db.in_transaction:
+            return
+        try:
             db.execute("COMMIT")
         except sqlite3.Error:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            self._abandon(db)
             return  # locked by another run for too long, or a read-only cache: speed, not correctness
-        self._pending.clear()
         try:
             others = [p for p in self.path.parent.iterdir() if not p.name.startswith(f"{stamp.STAMP}.sqlite")]
         except OSError:
@@ -178,6 +197,16 @@ class FileIndex:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
             except OSError:
                 continue
+
+    def _abandon(self, db: sqlite3.Connection) -> None:
+        """Give up writing this run: what was written is rolled back, what is pending dropped."""
+        self._failed = True
+        self._pending.clear()
+        try:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
     def close(self) -> None:
         """Close the database (it is opened again when needed), e.g. before forking worker processes."""

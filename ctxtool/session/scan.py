@@ -112,6 +112,8 @@ def read_files(
                     if index is not None:
                         index.store(fc, stats[i])  # before ``arrived`` consumes the rows
                         stored_early.add(i)
+                if index is not None:
+                    index.flush()  # written while the other workers still parse; not held until the end
                 if arrived is not None:
                     arrived(batch_results)
                 if progress:
