@@ -38,9 +38,10 @@ check: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
-## bench: speed and memory against an orjson floor measured in the same run
+## bench: speed and memory against an orjson floor measured in the same run, then where the time goes
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --write-readme
+	$(BIN)/python bench/profile.py
 
 ## gemini-cli-fixtures: play the scripted conversations with the pinned Gemini CLI again (needs npm)
 gemini-cli-fixtures: $(STAMP)

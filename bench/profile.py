@@ -1,0 +1,219 @@
+"""Where a first run's time goes: each stage of `ctxtool stats` on the bench corpus, timed on its own.
+
+``python bench/profile.py [CORPUS]`` (also run by ``make bench``; the corpus defaults to the one
+``bench/make_corpus.py`` builds). It prints, for each stage, the CPU seconds it costs on one core and which
+process pays it:
+
+* start-up: ``ctxtool stats --help`` and the imports a run needs before it starts the workers;
+* per file, in the workers: reading the bytes, the UTF-8 check, the msgspec decode of the records (the
+  reader's own decoders, nothing else), and the rest of the per-file work (the replay of Gemini CLI's rules,
+  the report rows and their estimates, encoding the columns); sending the results back (pickle, both ways);
+* in the parent: importing polars, loading genai-prices' data (a new user has no memo of the day's rates),
+  turning the workers' columns into frames, building the corpus (the derived frames, prices), writing the
+  index and the stored frames;
+* the real runs for comparison: ``stats --no-cache`` and a first run, wall time and the CPU of every process.
+
+Stages are timed one after another in this process, each the best of ``--repeat`` (CPU time, so that another
+process on the machine matters less), with the files in the page cache. Their sum is not a run's wall time: a
+run overlaps the parent's stages with the workers'. It tells what to make cheaper first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_corpus  # a sibling script, not a package
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cpu_best(repeat: int, work: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        work()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def child_run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command and all its processes)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus", nargs="?", type=Path, help="session folder (default: the bench corpus)")
+    parser.add_argument("--repeat", type=int, default=3, help="times each stage runs (best CPU time kept)")
+    args = parser.parse_args(argv)
+    root = args.corpus or make_corpus.build(size_mb=500)
+    exe = str(Path(sys.executable).with_name("ctxtool"))
+    if "polars" in sys.modules:
+        raise SystemExit("profile.py must start without polars imported")
+    rows: list[tuple[str, str, float]] = []
+
+    # ------------------------------------------------------------------ start-up (child processes)
+    env = {**os.environ, "CTXTOOL_NO_REPLAY": "1"}
+    help_wall = min(child_run([exe, "stats", "--help"], env)[0] for _ in range(args.repeat))
+    rows.append(("start-up: `ctxtool stats --help` (wall)", "parent", help_wall))
+    imports = [sys.executable, "-c", "import ctxtool.cli.stats, ctxtool.loading, ctxtool.session.scan"]
+    rows.append(
+        ("imports before the workers start", "parent", min(child_run(imports, env)[1] for _ in range(3)))
+    )
+
+    # ------------------------------------------------------------------ per file (the workers' share)
+    from ctxtool.session import columns, discover, read
+
+    started = time.process_time()
+    found = discover.discover([root])
+    rows.append(("finding and stat-ing the files", "parent", time.process_time() - started))
+    files = found.files
+    blobs = [Path(sp.path).read_bytes() for sp in files]
+
+    def read_all() -> None:
+        for sp in files:
+            Path(sp.path).read_bytes()
+
+    def utf8_all() -> None:
+        for data in blobs:
+            columns.invalid_utf8(data)
+
+    def decode_all() -> None:
+        for sp, data in zip(files, blobs, strict=True):
+            if read.sniff(data, Path(sp.path)) == "document":
+                try:
+                    columns._decode_record(data)
+                    continue
+                except Exception:  # what the reader then does (a lenient parse) is part of "the rest"
+                    continue
+            for line in read.line_views(data):
+                try:
+                    columns._decode_line(line)
+                except read.BrokenLine:
+                    continue
+
+    results: list[columns.FileColumns] = []
+
+    def extract_all() -> None:
+        results[:] = [columns.extract_file(sp) for sp in files]
+
+    t_read = cpu_best(args.repeat, read_all)
+    t_utf8 = cpu_best(args.repeat, utf8_all)
+    t_decode = cpu_best(args.repeat, decode_all)
+    t_extract = cpu_best(args.repeat, extract_all)
+    rows.append(("read the bytes", "workers", t_read))
+    rows.append(("UTF-8 check (invalid lines counted)", "workers", t_utf8))
+    rows.append(("msgspec decode of the records", "workers", t_decode))
+    rows.append(("rest: replay, rows, estimates, columns", "workers", t_extract - t_read - t_utf8 - t_decode))
+    blob = pickle.dumps(results)
+    rows.append(
+        ("results sent back (pickle)", "workers", cpu_best(args.repeat, lambda: pickle.dumps(results)))
+    )
+    rows.append(("results received (unpickle)", "parent", cpu_best(args.repeat, lambda: pickle.loads(blob))))
+
+    # ------------------------------------------------------------------ the parent's share
+    started = time.process_time()
+    from ctxtool import frames, store
+    from ctxtool.session.index import FileIndex
+
+    rows.append(("import polars and the frames module", "parent", time.process_time() - started))
+    started = time.process_time()
+    frames.warm_up(price_memo=False)  # a new user has no memo of the day's rates: genai-prices' data loads
+    rows.append(("price data (genai-prices; none memoised yet)", "parent", time.process_time() - started))
+
+    def fresh() -> list[columns.FileColumns]:
+        return pickle.loads(blob)  # type: ignore[no-any-return]
+
+    def to_frames() -> None:
+        batch = fresh()
+        frames.Rows().add(batch)
+
+    rows.append(
+        (
+            "columns into frames (as batches arrive)",
+            "parent",
+            cpu_best(args.repeat, to_frames) - cpu_best(args.repeat, fresh),
+        )
+    )
+    built: list[frames.Corpus] = []
+
+    def build() -> None:
+        batch = fresh()
+        rows_ = frames.Rows()
+        rows_.add(batch)
+        built[:] = [frames.build_corpus(batch, found, rows=rows_)]
+
+    rows.append(
+        (
+            "build the corpus (derived frames, prices)",
+            "parent",
+            cpu_best(args.repeat, build) - cpu_best(args.repeat, to_frames),
+        )
+    )
+    corpus = built[0]
+    stats = [os.stat(sp.path) for sp in files]
+
+    def index_writes() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            index = FileIndex(Path(tmp))
+            for fc, st in zip(results, stats, strict=True):
+                index.store(fc, st)
+            index.save()
+            index.close()
+
+    rows.append(("index entries (encode + SQLite)", "parent", cpu_best(args.repeat, index_writes)))
+
+    def store_frames() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            store.save(corpus, Path(tmp))
+
+    _ = corpus.turns, corpus.tool_calls  # built once, as the first store does; then only the writing is timed
+    rows.append(("stored frames (Arrow IPC)", "parent", cpu_best(args.repeat, store_frames)))
+
+    # ------------------------------------------------------------------ print
+    total = sum(t for _, _, t in rows[1:])
+    width = max(len(name) for name, _, _ in rows)
+    print(
+        f"where a first `ctxtool stats` spends its time: {len(files)} files, "
+        f"{sum(len(b) for b in blobs) / 1e6:.0f} MB, {os.cpu_count()} cores; CPU s, best of {args.repeat}"
+    )
+    print(f"{'stage':<{width}}  {'process':<8} {'CPU s':>6} {'share':>6}")
+    for name, where, seconds in rows:
+        share = "" if name.startswith("start-up") else f"{seconds / total:6.0%}"
+        print(f"{name:<{width}}  {where:<8} {seconds:6.3f} {share:>6}")
+    workers = sum(t for _, where, t in rows if where == "workers")
+    parent = sum(t for name, where, t in rows[1:] if where == "parent")
+    print(f"{'sum: workers / parent':<{width}}  {'':<8} {workers:6.3f} / {parent:.3f}")
+
+    # As bench/peers.py runs them: per round a new cache folder, the first run, then --no-cache beside it.
+    stats_cmd = [exe, "stats", str(root), "--by", "session", "--format", "json"]
+    runs: dict[str, list[tuple[float, float]]] = {"first run (index on)": [], "stats --no-cache": []}
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory() as cache:
+            run_env = {**env, "CTXTOOL_CACHE_DIR": cache}
+            runs["first run (index on)"].append(child_run(stats_cmd, run_env))
+            runs["stats --no-cache"].append(child_run([*stats_cmd, "--no-cache"], run_env))
+    for label, measured in runs.items():
+        wall, cpu = min(measured)
+        print(f"{'real run: ' + label:<{width}}  wall {wall:.2f} s, CPU of all its processes {cpu:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
