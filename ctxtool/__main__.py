@@ -11,10 +11,12 @@ interrupt.install()
 
 
 # polars' allocator (jemalloc, built with the ``_rjem_`` prefix) keeps freed pages for ten seconds by
-# default, which a run of about a second never reaches: the frames it builds and drops stay resident until it
-# exits. Returning them at once lowered the peak RSS of `stats --no-cache` on the bench corpus from 215-219 MB
-# to 180-183 MB. Read once, when polars loads; a value the user set wins.
-_POLARS_ALLOCATOR = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+# default, longer than a whole run: the frames a run builds and drops stay resident until it exits. Measured
+# on a first `stats` of the bench corpus (peak RSS of the process tree, 4 runs each): default 239-247 MB;
+# 10 ms 216-234 MB at the same wall time; 0 ms 210-214 MB, about 0.1 s slower (pages purged, then faulted
+# again).
+# Read once, when polars loads; a value the user set wins.
+_POLARS_ALLOCATOR = ("_RJEM_MALLOC_CONF", "dirty_decay_ms:10,muzzy_decay_ms:0")
 
 
 def main() -> None:
