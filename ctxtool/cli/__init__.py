@@ -126,11 +126,12 @@ def _command_in(args: Sequence[str]) -> str | None:
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit status instead of exiting (used by tests and ``main``)."""
     # polars allocates through jemalloc, which by default keeps freed pages for ten seconds. Giving them back
-    # at once (decay 0) cut the peak of a 500 MB scan by about 26 MB but cost 0.06 s of its 0.65, every
-    # page being faulted in again; one second keeps pages for the burst of frame building and still returns
-    # them during a long run (a 1 GB session: +25 MB, 310 MB). Read by jemalloc when polars loads, so only
-    # effective before that; a value the user set wins.
-    os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:1000,muzzy_decay_ms:0")
+    # at once (decay 0) cut the peak of a 500 MB scan by about 30 MB but cost about 0.1 s, every page being
+    # faulted in again. Measured on a first `stats` of the bench corpus (peak RSS of the process tree, 4 runs
+    # each, same wall time): 1000 ms 226-247 MB, 100 ms 220-225 MB, 10 ms 213-230 MB; a 1 GB session read in
+    # 3.9 s and 336 MB with either 1000 or 10 ms. Read by jemalloc when polars loads, so only effective before
+    # that; a value the user set wins.
+    os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:10,muzzy_decay_ms:0")
     args = list(sys.argv[1:] if argv is None else argv)
     completing = "_CTXTOOL_COMPLETE" in os.environ  # a shell asking for completions (--install-completion)
     if not args and not completing:
