@@ -8,9 +8,12 @@ process pays it:
 * per file, in the workers: reading the bytes, the UTF-8 check, the msgspec decode of the records (the
   reader's own decoders, nothing else), and the rest of the per-file work (the replay of Gemini CLI's rules,
   the report rows and their estimates, encoding the columns); sending the results back (pickle, both ways);
+  starting the worker processes;
 * in the parent: importing polars, loading genai-prices' data (a new user has no memo of the day's rates),
   turning the workers' columns into frames, building the corpus (the derived frames, prices), writing the
   index and the stored frames;
+* whether the workers pay: the wall time of reading the first 2 to 64 MB of the corpus in one process and with
+  a worker per core (``ctxtool.session.scan.PARALLEL_MIN_BYTES`` is where a scan starts using them);
 * the real runs for comparison: ``stats --no-cache`` and a first run, wall time and the CPU of every process.
 
 Stages are timed one after another in this process, each the best of ``--repeat`` (CPU time, so that another
@@ -21,6 +24,7 @@ run overlaps the parent's stages with the workers'. It tells what to make cheape
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pickle
 import resource
@@ -30,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_corpus  # a sibling script, not a package
@@ -55,6 +60,81 @@ def child_run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
+
+
+def _nothing(_: int) -> None:
+    return None
+
+
+def pool_start_cpu(repeat: int) -> float:
+    """CPU of starting the workers as ``ctxtool.session.scan`` does (fork, one per core) and running one empty
+    task in each: this process's CPU plus the workers'."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from ctxtool.session.scan import _mp_context
+
+    best = float("inf")
+    workers = os.cpu_count() or 1
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.process_time()
+        with ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context()) as pool:
+            list(pool.map(_nothing, range(workers)))
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        children = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        best = min(best, time.process_time() - start + children)
+    return best
+
+
+_CROSSOVER_CHILD = """
+import json, sys, time
+from ctxtool.session import discover, scan
+paths, workers = json.loads(sys.argv[1]), int(sys.argv[2])
+files = discover.discover(paths).files
+scan.PARALLEL_MIN_BYTES = 0
+
+def warm():  # what a run does while its workers parse (ctxtool.loading._full)
+    from ctxtool import frames
+    frames.warm_up(price_memo=True)
+
+start = time.perf_counter()
+scan.read_files(files, workers=workers, while_waiting=warm)
+print(time.perf_counter() - start)
+"""
+
+
+def crossover(files: list[Any], repeat: int) -> list[str]:
+    """For ``PARALLEL_MIN_BYTES`` (below it a scan stays in one process): the wall time of reading the first
+    N megabytes of the corpus in one process and with a worker per core, each in a new process as a run
+    does it, with what the run does meanwhile (importing polars, loading prices) counted: with workers it
+    overlaps their parsing, in one process it comes first."""
+    from ctxtool.session import scan
+
+    threshold = scan.PARALLEL_MIN_BYTES / 2**20
+    lines = [f"workers or not (scan.PARALLEL_MIN_BYTES = {threshold:.0f} MB): wall s, best of {repeat}"]
+    cores = os.cpu_count() or 1
+    for mb in (4, 8, 16, 32, 64):
+        chosen: list[str] = []
+        total = 0
+        for sp in files:  # in the order found: projects and their sessions of every size, as a home holds
+            if total >= mb * 2**20:
+                break
+            chosen.append(str(sp.path))
+            total += os.path.getsize(sp.path)
+        walls = {}
+        for n in (1, cores):
+            runs = []
+            for _ in range(repeat):
+                cmd = [sys.executable, "-c", _CROSSOVER_CHILD, json.dumps(chosen), str(n)]
+                runs.append(float(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
+            walls[n] = min(runs)
+        one, many = walls[1], walls[cores]
+        quicker = "workers" if many < one else "one process"
+        lines.append(
+            f"  {total / 2**20:5.1f} MB, {len(chosen):3} files: one process {one:.3f}, "
+            f"{cores} workers {many:.3f} ({quicker} quicker)"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,10 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("msgspec decode of the records", "workers", t_decode))
     rows.append(("rest: replay, rows, estimates, columns", "workers", t_extract - t_read - t_utf8 - t_decode))
     blob = pickle.dumps(results)
+    rows.append(("worker start-up (fork, one empty task each)", "workers", pool_start_cpu(args.repeat)))
     rows.append(
         ("results sent back (pickle)", "workers", cpu_best(args.repeat, lambda: pickle.dumps(results)))
     )
     rows.append(("results received (unpickle)", "parent", cpu_best(args.repeat, lambda: pickle.loads(blob))))
+
+    parallel = crossover(files, args.repeat)
 
     # ------------------------------------------------------------------ the parent's share
     started = time.process_time()
@@ -201,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parent = sum(t for name, where, t in rows[1:] if where == "parent")
     print(f"{'sum: workers / parent':<{width}}  {'':<8} {workers:6.3f} / {parent:.3f}")
 
+    print("\n".join(parallel))
     # As bench/peers.py runs them: per round a new cache folder, the first run, then --no-cache beside it.
     stats_cmd = [exe, "stats", str(root), "--by", "session", "--format", "json"]
     runs: dict[str, list[tuple[float, float]]] = {"first run (index on)": [], "stats --no-cache": []}
