@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 Progress = Callable[[int, int], None]
 
-# Below this many bytes, worker processes cost more than they save. Measured by bench/profile.py (2 cores; each
-# run a new process, importing polars and loading prices meanwhile, as a run does; best of 3): 7.1 MB took
-# 0.121 s in one process and 0.127 s with workers, 9.6 MB 0.132 s and 0.125 s, 19 MB 0.152 s and 0.142 s.
+# Below this many bytes, worker processes cost more than they save. Measured by bench/profile.py (2 cores;
+# each run a new process, importing polars and loading prices meanwhile, as a run does; best of 3): 7.1 MB
+# took 0.121 s in one process and 0.127 s with workers, 9.6 MB 0.132 s and 0.125 s, 19 MB 0.152 s and 0.142 s.
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
 
 
