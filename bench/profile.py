@@ -153,9 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     help_wall = min(child_run([exe, "stats", "--help"], env)[0] for _ in range(args.repeat))
     rows.append(("start-up: `ctxtool stats --help` (wall)", "parent", help_wall))
     imports = [sys.executable, "-c", "import ctxtool.cli.stats, ctxtool.loading, ctxtool.session.scan"]
-    rows.append(
-        ("imports before the workers start", "parent", min(child_run(imports, env)[1] for _ in range(3)))
-    )
+    import_cpu = min(child_run(imports, env)[1] for _ in range(args.repeat))
+    rows.append(("imports before the workers start", "parent", import_cpu))
 
     # ------------------------------------------------------------------ per file (the workers' share)
     from ctxtool.session import columns, discover, read

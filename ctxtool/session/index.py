@@ -64,6 +64,7 @@ class FileIndex:
         self._db: sqlite3.Connection | None = None
         self._opened = False
         self._failed = False  # a write failed: this run writes nothing more
+        self._wrote = False  # this run committed entries (then other reader versions' are tidied away)
         self.unusable = 0  # entries that did not decode (another version's, damaged, foreign): read again
         self.rebuilt = False  # the database itself was not one and was replaced
 
@@ -177,6 +178,7 @@ class FileIndex:
                 [(path,) for path, data in self._pending.items() if data is None],
             )
             db.execute("COMMIT")
+            self._wrote = True
         except sqlite3.Error:
             # Locked by another run for too long, or a read-only cache: speed, not correctness.
             self._failed = True
@@ -188,9 +190,9 @@ class FileIndex:
         self._pending.clear()
 
     def save(self) -> None:
-        """Write what is still pending; entries of other reader versions are deleted."""
+        """Write what is still pending; once this run wrote entries, those of other reader versions go."""
         self.flush()
-        if self._db is None or self._failed:
+        if not self._wrote:
             return
         try:
             others = [p for p in self.path.parent.iterdir() if not p.name.startswith(f"{stamp.STAMP}.sqlite")]
