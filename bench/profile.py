@@ -5,15 +5,17 @@
 process pays it:
 
 * start-up: ``ctxtool stats --help`` and the imports a run needs before it starts the workers;
-* per file, in the workers: reading the bytes, the UTF-8 check, the msgspec decode of the records (the
-  reader's own decoders, nothing else), and the rest of the per-file work (the replay of Gemini CLI's rules,
-  the report rows and their estimates, encoding the columns); sending the results back (pickle, both ways);
-  starting the worker processes;
-* in the parent: importing polars, loading genai-prices' data (a new user has no memo of the day's rates),
+* per file, in the workers and the parent (which parses beside them): reading the bytes, the UTF-8 check,
+  the msgspec decode of the records (the reader's own decoders, nothing else), and the rest of the per-file
+  work (the replay of Gemini CLI's rules, the report rows and their estimates, encoding the columns); sending
+  the results back (pickle, both ways); starting the worker processes;
+* in the parent: importing polars, loading genai-prices' data (a new user has no memo of the day's rates; with
+  one worker beside the parent, on 2 cores, the worker loads it instead, see ``ctxtool.session.scan.Errand``),
   turning the workers' columns into frames, building the corpus (the derived frames, prices), writing the
   index and the stored frames;
-* whether the workers pay: the wall time of reading the first 2 to 64 MB of the corpus in one process and with
-  a worker per core (``ctxtool.session.scan.PARALLEL_MIN_BYTES`` is where a scan starts using them);
+* whether the workers pay: the wall time of a first ``--no-cache`` load of the first 4 to 64 MB of the corpus
+  in one process and with all cores (the parent parsing beside a worker per other core), each in a new process
+  (``ctxtool.session.scan.PARALLEL_MIN_BYTES`` is where a scan starts using workers);
 * the real runs for comparison: ``stats --no-cache`` and a first run, wall time and the CPU of every process.
 
 Stages are timed one after another in this process, each the best of ``--repeat`` (CPU time, so that another
@@ -67,14 +69,14 @@ def _nothing(_: int) -> None:
 
 
 def pool_start_cpu(repeat: int) -> float:
-    """CPU of starting the workers as ``ctxtool.session.scan`` does (fork, one per core) and running one empty
-    task in each: this process's CPU plus the workers'."""
+    """CPU of starting the workers as ``ctxtool.session.scan`` does (fork, one per core but the parent's)
+    and running one empty task in each: this process's CPU plus the workers'."""
     from concurrent.futures import ProcessPoolExecutor
 
     from ctxtool.session.scan import _mp_context
 
     best = float("inf")
-    workers = os.cpu_count() or 1
+    workers = max(1, (os.cpu_count() or 1) - 1)
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.process_time()
@@ -87,27 +89,25 @@ def pool_start_cpu(repeat: int) -> float:
 
 
 _CROSSOVER_CHILD = """
-import json, sys, time
-from ctxtool.session import discover, scan
+import json, os, sys, time
+os.environ["CTXTOOL_NO_PRICE_CACHE"] = "1"  # a new user: genai-prices' data loads, in the parent or a worker
+from ctxtool import loading
+from ctxtool.session import scan
 paths, workers = json.loads(sys.argv[1]), int(sys.argv[2])
-files = discover.discover(paths).files
 scan.PARALLEL_MIN_BYTES = 0
 
-def warm():  # what a run does while its workers parse (ctxtool.loading._full)
-    from ctxtool import frames
-    frames.warm_up(price_memo=True)
-
-start = time.perf_counter()
-scan.read_files(files, workers=workers, while_waiting=warm)
-print(time.perf_counter() - start)
+if __name__ == "__main__":
+    start = time.perf_counter()
+    loading.load_corpus(paths, workers=workers)  # a --no-cache run's load: reading, prices and frames
+    print(time.perf_counter() - start)
 """
 
 
 def crossover(files: list[Any], repeat: int) -> list[str]:
-    """For ``PARALLEL_MIN_BYTES`` (below it a scan stays in one process): the wall time of reading the first
-    N megabytes of the corpus in one process and with a worker per core, each in a new process as a run
-    does it, with what the run does meanwhile (importing polars, loading prices) counted: with workers it
-    overlaps their parsing, in one process it comes first."""
+    """For ``PARALLEL_MIN_BYTES`` (below it a scan stays in one process): the wall time of loading the first
+    N megabytes of the corpus (reading, prices, frames) in one process and with all cores, each in a new
+    process as a run does it: with workers, importing polars and loading prices overlap their parsing, in one
+    process they come first."""
     from ctxtool.session import scan
 
     threshold = scan.PARALLEL_MIN_BYTES / 2**20
@@ -132,7 +132,7 @@ def crossover(files: list[Any], repeat: int) -> list[str]:
         quicker = "workers" if many < one else "one process"
         lines.append(
             f"  {total / 2**20:5.1f} MB, {len(chosen):3} files: one process {one:.3f}, "
-            f"{cores} workers {many:.3f} ({quicker} quicker)"
+            f"{cores} processes {many:.3f} ({quicker} quicker)"
         )
     return lines
 
@@ -196,10 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     t_utf8 = cpu_best(args.repeat, utf8_all)
     t_decode = cpu_best(args.repeat, decode_all)
     t_extract = cpu_best(args.repeat, extract_all)
-    rows.append(("read the bytes", "workers", t_read))
-    rows.append(("UTF-8 check (invalid lines counted)", "workers", t_utf8))
-    rows.append(("msgspec decode of the records", "workers", t_decode))
-    rows.append(("rest: replay, rows, estimates, columns", "workers", t_extract - t_read - t_utf8 - t_decode))
+    rows.append(("read the bytes", "per file", t_read))
+    rows.append(("UTF-8 check (invalid lines counted)", "per file", t_utf8))
+    rows.append(("msgspec decode of the records", "per file", t_decode))
+    rest = t_extract - t_read - t_utf8 - t_decode
+    rows.append(("rest: replay, rows, estimates, columns", "per file", rest))
     blob = pickle.dumps(results)
     rows.append(("worker start-up (fork, one empty task each)", "workers", pool_start_cpu(args.repeat)))
     rows.append(
@@ -217,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("import polars and the frames module", "parent", time.process_time() - started))
     started = time.process_time()
     frames.warm_up(price_memo=False)  # a new user has no memo of the day's rates: genai-prices' data loads
-    rows.append(("price data (genai-prices; none memoised yet)", "parent", time.process_time() - started))
+    who = "worker" if os.cpu_count() == 2 else "parent"  # the lone worker beside the parent loads it
+    rows.append(("price data (genai-prices; none memoised yet)", who, time.process_time() - started))
 
     def fresh() -> list[columns.FileColumns]:
         return pickle.loads(blob)  # type: ignore[no-any-return]
@@ -279,9 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, where, seconds in rows:
         share = "" if name.startswith("start-up") else f"{seconds / total:6.0%}"
         print(f"{name:<{width}}  {where:<8} {seconds:6.3f} {share:>6}")
-    workers = sum(t for _, where, t in rows if where == "workers")
+    # Per-file work is shared by the parent and its workers (the parent parses beside them).
+    shared = sum(t for _, where, t in rows if where in ("per file", "workers", "worker"))
     parent = sum(t for name, where, t in rows[1:] if where == "parent")
-    print(f"{'sum: workers / parent':<{width}}  {'':<8} {workers:6.3f} / {parent:.3f}")
+    print(f"{'sum: files and workers / parent alone':<{width}}  {'':<8} {shared:6.3f} / {parent:.3f}")
 
     print("\n".join(parallel))
     # As bench/peers.py runs them: per round a new cache folder, the first run, then --no-cache beside it.

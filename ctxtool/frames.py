@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 if TYPE_CHECKING:
+    from ctxtool.pricing import PriceTable
     from ctxtool.session.columns import FileColumns
 
 from ctxtool.session.discover import Discovery, discover
@@ -85,6 +86,10 @@ class Corpus:
     broken_lines: int = 0
     # Per-file facts kept with a stored corpus (see ctxtool.loading); not part of the frames.
     file_records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The tool-call rows as read (``tool_calls`` without the turn and session columns joined on): what a
+    # stored corpus keeps, the rest being derived again when read. None for a corpus made otherwise (a
+    # filtered or live view), which is never stored.
+    calls: pl.DataFrame | None = None
 
 
 def load(
@@ -255,12 +260,13 @@ def splice(cached: Corpus, fresh: Corpus, groups: set[str]) -> tuple[Corpus, fro
         return pl.concat([old, new], how="diagonal_relaxed")
 
     warnings = list(dict.fromkeys([*cached.warnings, *fresh.warnings]))
-    spliced = Corpus(
+    assert cached.calls is not None  # built or stored
+    assert fresh.calls is not None
+    spliced = assemble(
         sessions.select(cached.sessions.columns),
         rejoin(cached.messages, fresh.messages),
         rejoin(cached.requests, fresh.requests),
-        rejoin(cached.tool_calls, fresh.tool_calls),
-        rejoin(cached.turns, fresh.turns),
+        rejoin(cached.calls, fresh.calls),
         warnings=warnings,
     )
     changed = None if relinked else frozenset([*gone_keys, *fresh.sessions.get_column("session_key")])
@@ -379,6 +385,7 @@ def build_corpus(
     *,
     price_memo: bool = True,
     rows: Rows | None = None,
+    prices: PriceTable | None = None,
 ) -> Corpus:
     """Frames from flattened files. Consumes the rows of ``results`` (their encoded columns are emptied).
 
@@ -448,7 +455,7 @@ def build_corpus(
     messages = messages.drop("_rank").with_columns(position=pl.int_range(pl.len()).over("session_key"))
     messages = messages.select("session_key", "position", *MESSAGE_COLUMNS, "ts")
     tools = tools.drop("_rank")
-    corpus = _derive(files_meta, messages, tools, price_memo=price_memo)
+    corpus = _derive(files_meta, messages, tools, price_memo=price_memo, prices=prices)
     corpus.warnings = [*rows.warnings, *corpus.warnings]
     rows.warnings.clear()
     corpus.problems = problems
@@ -494,6 +501,13 @@ class Rows:
         self.tools.extend(_decode([c for f in todo for c in f.tools_cols], _TOOL_SCHEMA, self.warnings))
         for f in todo:
             f.messages_cols = f.tools_cols = []
+
+    def models(self) -> list[str]:
+        """The model names in the rows decoded so far (what their requests are priced by)."""
+        names: set[str] = set()
+        for frame in self.messages:
+            names.update(frame.get_column("model").drop_nulls().unique().to_list())
+        return sorted(names)
 
 
 # Decoded into Python lists this many bytes of encoded columns at a time (then turned into a frame).
@@ -553,6 +567,7 @@ def _in_order(
     if not runs:
         return pl.DataFrame(schema=full)
     df = pl.concat(frames, rechunk=False) if len(frames) != 1 else frames[0]
+    frames.clear()  # the rows are in ``df`` now: each column's source is freed once it is copied below
     starts = [start for _, _, start, _ in runs]
     counts = [n for _, _, _, n in runs]
     expected = 0
@@ -564,7 +579,13 @@ def _in_order(
         expected += n
     if not (in_place and expected == df.height):
         order = pl.DataFrame({"start": starts, "n": counts}, schema={"start": pl.Int64, "n": pl.Int64})
-        df = df[order.select(pl.int_ranges("start", pl.col("start") + pl.col("n")).explode()).to_series()]
+        rows = order.select(pl.int_ranges("start", pl.col("start") + pl.col("n")).explode()).to_series()
+        # Column by column, dropping each source as its copy is made: the rows are never held twice over.
+        gathered = []
+        for name in df.columns:
+            gathered.append(df.get_column(name).gather(rows))
+            df = df.drop(name)
+        df = pl.DataFrame(gathered)
     keys = pl.DataFrame(
         {"session_key": [k for k, _, _, _ in runs], "_rank": [r for _, r, _, _ in runs], "n": counts},
         schema={"session_key": pl.String, "_rank": pl.Int64, "n": pl.Int64},
@@ -652,7 +673,12 @@ def parse_times(text: pl.Series) -> pl.Series:
 
 
 def _derive(
-    meta: pl.DataFrame, messages: pl.DataFrame, tools: pl.DataFrame, *, price_memo: bool = True
+    meta: pl.DataFrame,
+    messages: pl.DataFrame,
+    tools: pl.DataFrame,
+    *,
+    price_memo: bool = True,
+    prices: PriceTable | None = None,
 ) -> Corpus:
     from ctxtool.pricing import add_costs
 
@@ -685,7 +711,7 @@ def _derive(
         context_share=pl.col("input") / pl.col("context_limit"),
         cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")).otherwise(None),
     )
-    requests, warnings = add_costs(requests, memo=price_memo)
+    requests, warnings = add_costs(requests, prices, memo=price_memo)
     requests = _composition(_events(requests))
     requests = requests.select(
         "session_key",
@@ -714,18 +740,39 @@ def _derive(
         "event",
     )
 
+    sessions = _sessions(meta, messages, requests, prices)
+    return assemble(sessions, messages, requests, tools, warnings=warnings)
+
+
+def assemble(
+    sessions: pl.DataFrame,
+    messages: pl.DataFrame,
+    requests: pl.DataFrame,
+    calls: pl.DataFrame,
+    *,
+    warnings: list[str] | None = None,
+) -> Corpus:
+    """A corpus of these frames, its tool calls (``calls`` with their turn and session) and turns built when
+    first read (see ``_Later``). A build, a splice and a stored corpus all take this one way, so the derived
+    frames are the same whichever made them."""
+    ids = sessions.select("session_key", "session", "session_id", "project", "kind", "root_session_key")
+
     def tool_calls() -> pl.DataFrame:
-        return tools.join(
+        return calls.join(
             messages.select("session_key", "message_id", "turn", "live"),
             on=["session_key", "message_id"],
             how="left",
             maintain_order="left",
         ).join(ids, on="session_key", how="left", maintain_order="left")
 
-    sessions = _sessions(meta, messages, requests)
-    # Built when first read (see _Later).
     return Corpus(
-        sessions, messages, requests, tool_calls, lambda: _turns(messages, requests, meta), warnings=warnings
+        sessions,
+        messages,
+        requests,
+        tool_calls,
+        lambda: _turns(messages, requests, sessions),
+        calls=calls,
+        warnings=warnings if warnings is not None else [],
     )
 
 
@@ -866,7 +913,7 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -
 HIDDEN_CALLS_PER_COMPRESSION = 2
 
 
-def _hidden_compression_calls(messages: pl.DataFrame) -> pl.DataFrame:
+def _hidden_compression_calls(messages: pl.DataFrame, prices: PriceTable | None = None) -> pl.DataFrame:
     """Per session, an estimate of the compression calls the file shows happened but does not record.
 
     For each ``<state_snapshot>`` message: both calls read the history as it stood (the prompt of the last
@@ -891,7 +938,7 @@ def _hidden_compression_calls(messages: pl.DataFrame) -> pl.DataFrame:
         thoughts=pl.lit(0, dtype=pl.Int64),
         tool=pl.lit(0, dtype=pl.Int64),
     )
-    calls, _ = add_costs(calls)
+    calls, _ = add_costs(calls, prices)
     return calls.group_by("session_key").agg(
         (pl.len() * HIDDEN_CALLS_PER_COMPRESSION).alias("hidden_requests"),
         pl.col("input").sum().alias("hidden_input"),
@@ -900,8 +947,10 @@ def _hidden_compression_calls(messages: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _sessions(meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
-    hidden = _hidden_compression_calls(messages)
+def _sessions(
+    meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame, prices: PriceTable | None = None
+) -> pl.DataFrame:
+    hidden = _hidden_compression_calls(messages, prices)
     msg = messages.group_by("session_key").agg(
         pl.len().alias("billed_messages"),
         pl.col("is_prompt").sum().alias("turns"),
@@ -1062,6 +1111,7 @@ def filter_corpus(
         requests=requests,
         tool_calls=by_key(corpus.tool_calls),
         turns=turns,
+        calls=None,
     )
 
 
@@ -1348,6 +1398,7 @@ def live_only(corpus: Corpus) -> Corpus:
         requests=requests,
         tool_calls=corpus.tool_calls.filter(pl.col("live").fill_null(True)),
         turns=turns,
+        calls=None,
     )
 
 

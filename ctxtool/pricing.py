@@ -42,8 +42,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = [
     "PROVIDER_ID",
@@ -117,10 +119,15 @@ class PriceTable:
 
 def warm_up(*, memo: bool = True) -> None:
     """Load what pricing will need: the memoised rates, or genai-prices' data when there are none."""
-    if not memo or _load_rate_cache() is None:
+    if not rates_memoised(memo):
         from genai_prices import data_snapshot
 
         data_snapshot.get_snapshot()
+
+
+def rates_memoised(memo: bool = True) -> bool:
+    """Whether today's memo of rates exists (``warm_up`` then loads no genai-prices data)."""
+    return memo and _load_rate_cache() is not None
 
 
 def pricing_source() -> str:
@@ -337,6 +344,8 @@ def add_costs(
     library refuses too. Null ``cached``, ``thoughts`` and ``tool`` count as 0. One warning per unknown model,
     plus one per model with impossible counts. Pass ``table`` to reuse a resolved :class:`PriceTable`.
     """
+    import polars as pl  # here, not at the top: a worker process resolves rates without loading polars
+
     missing = [c for c in ("model", *TOKEN_COLUMNS) if c not in df.columns]
     if missing:
         raise ValueError(f"add_costs needs columns {', '.join(missing)}")

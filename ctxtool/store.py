@@ -1,7 +1,7 @@
 """The frames a scan built, stored between runs: a base written whole, and a delta of sessions re-read since.
 
 Owns: the layout of one stored scan (``<folder>/base-<token>/`` and ``<folder>/delta-<token>/``, each
-holding the five frames as Arrow IPC files and a ``meta.json``), writing it so that a reader never sees half
+holding four frames as Arrow IPC files and a ``meta.json``), writing it so that a reader never sees half
 of it, and reading it back. The caller's own state file (see ``ctxtool.loading``), written *after* the
 folders, names the ones that make up the current state; folders it no longer names are then removed.
 
@@ -29,9 +29,12 @@ from typing import Any
 
 import polars as pl
 
-from ctxtool.frames import Corpus, Problem, without_sessions
+from ctxtool.frames import Corpus, Problem, assemble, without_sessions
 
-FRAME_NAMES = ("sessions", "messages", "requests", "tool_calls", "turns")
+# The frames stored: the tool calls as read (``Corpus.calls``); their joined columns and the turns are derived
+# from these when read (``frames.assemble``), so a first run neither builds nor writes them unless its report
+# reads them (less memory at its peak, which is writing these).
+FRAME_NAMES = ("sessions", "messages", "requests", "calls")
 # Frames with rows per session; the sessions frame itself is small and always stored whole.
 _ROW_FRAMES = FRAME_NAMES[1:]
 # Rewrite the base once the delta holds more than this share of the rows.
@@ -83,9 +86,7 @@ def load(folder: Path, names: Any) -> tuple[Corpus, Stored] | None:
             base = got[(base_dir, name)]
             kept = without_sessions(base, sorted(dirty))
             frames[name] = pl.concat([kept, got[(delta_dir, name)]], how="diagonal_relaxed")
-    corpus = Corpus(
-        frames["sessions"], frames["messages"], frames["requests"], frames["tool_calls"], frames["turns"]
-    )
+    corpus = assemble(frames["sessions"], frames["messages"], frames["requests"], frames["calls"])
     corpus.files_read = meta["files_read"]
     corpus.files_found = meta["files_found"]
     corpus.bytes_read = meta["bytes_read"]
@@ -119,16 +120,16 @@ def save(
         "skipped": corpus.skipped,
         "warnings": corpus.warnings,
     }
-    to_write: dict[str, pl.DataFrame]
+    to_write: dict[str, pl.DataFrame | None]
     if previous is not None and changed is not None:
         dirty = previous.dirty | frozenset(changed)
         keys = list(dirty)
         to_write = {"sessions": corpus.sessions}
         delta_rows = total_rows = 0
         for name in _ROW_FRAMES:
-            df = getattr(corpus, name)
-            to_write[name] = df.filter(pl.col("session_key").is_in(keys))
-            delta_rows += to_write[name].height
+            df = _stored(getattr(corpus, name))
+            rows = to_write[name] = df.filter(pl.col("session_key").is_in(keys))
+            delta_rows += rows.height
             total_rows += df.height
         if delta_rows <= DELTA_MAX_SHARE * max(total_rows, 1):
             meta["dirty"] = sorted(dirty)
@@ -142,7 +143,7 @@ def save(
     return None
 
 
-def _write(target: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) -> bool:
+def _write(target: Path, frames: dict[str, pl.DataFrame | None], meta: dict[str, Any]) -> bool:
     tmp = target.with_name(f".{target.name}.tmp")
     try:
         tmp.mkdir(parents=True)
@@ -150,7 +151,9 @@ def _write(target: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) 
         with ThreadPoolExecutor(len(frames)) as pool:
             list(
                 pool.map(
-                    lambda item: item[1].write_ipc(tmp / f"{item[0]}.arrow", compression="uncompressed"),
+                    lambda item: _stored(item[1]).write_ipc(
+                        tmp / f"{item[0]}.arrow", compression="uncompressed"
+                    ),
                     frames.items(),
                 )
             )
@@ -160,6 +163,12 @@ def _write(target: Path, frames: dict[str, pl.DataFrame], meta: dict[str, Any]) 
         shutil.rmtree(tmp, ignore_errors=True)  # a read-only cache costs speed, not correctness
         return False
     return True
+
+
+def _stored(frame: pl.DataFrame | None) -> pl.DataFrame:
+    if frame is None:
+        raise TypeError("only a corpus ctxtool.loading built, spliced or loaded is stored (it has calls)")
+    return frame
 
 
 def prune(folder: Path, current: Stored, replaced: Any = None, *, keep_scans: int = KEEP_SCANS) -> None:

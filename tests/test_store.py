@@ -110,6 +110,27 @@ def test_a_moved_parent_link_writes_the_base_again(root: Path, tmp_path: Path) -
     same(load_corpus([root], cache=True, cache_dir=cache)[0], full)
 
 
+def test_the_tool_calls_and_turns_are_derived_when_read_not_stored(root: Path, tmp_path: Path) -> None:
+    """A scan stores the tool calls as read and derives their joined columns and the turns when a report
+    reads them: a first run whose report never reads them neither builds nor holds them (its peak memory is
+    writing the store). Read back, they equal a build's."""
+    cache = tmp_path / "cache"
+    first, _ = load_corpus([root], cache=True, cache_dir=cache)
+    assert not isinstance(vars(first)["_turns"], pl.DataFrame)  # not built
+    base = scan_folder(cache) / f"base-{state(cache)['base']}"
+    assert sorted(p.name for p in base.glob("*.arrow")) == [
+        "calls.arrow",
+        "messages.arrow",
+        "requests.arrow",
+        "sessions.arrow",
+    ]
+    again, use = load_corpus([root], cache=True, cache_dir=cache)
+    assert use.corpus_hit
+    same(again, load_corpus([root])[0])
+    assert again.tool_calls.height > 0
+    assert again.turns.height > 0
+
+
 def test_a_missing_stored_folder_means_a_full_build(root: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     load_corpus([root], cache=True, cache_dir=cache)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ctxtool.session.columns import FileColumns, extract_file
 from ctxtool.session.discover import SessionPath
@@ -21,6 +22,28 @@ if TYPE_CHECKING:
     from ctxtool.session.index import FileIndex
 
 Progress = Callable[[int, int], None]
+
+
+@dataclass(slots=True)
+class Errand:
+    """Work beside the files that a lone worker process can do so that this one need not hold what it loads.
+
+    On a machine where the scan starts one worker (this process parses too; see ``read_files``), ``start()``
+    runs in that worker before its first file and ``finish(finish_arg())`` after the last file is read, in
+    the same process; its return value lands in ``result``. ``taken`` is set, before ``while_waiting`` runs,
+    when the worker will do it; otherwise (no pool, or several workers) nothing runs and the caller does the
+    work itself, as it must also do when ``result`` stays None (the worker failed). The functions must be
+    picklable (module-level) and must not import polars (workers are forked before it is loaded).
+    """
+
+    start: Callable[[], object]
+    finish: Callable[[Any], object]
+    finish_arg: Callable[[], Any]
+    # Its start alone costs more than starting a worker does: a scan too small for workers starts one for it.
+    repays_a_worker: bool = False
+    taken: bool = False
+    result: object = None
+
 
 # Below this many bytes, worker processes cost more than they save. Measured by bench/profile.py (2 cores;
 # each run a new process, importing polars and loading prices meanwhile, as a run does; best of 3): 7.1 MB
@@ -36,12 +59,18 @@ def read_files(
     while_waiting: Callable[[], object] | None = None,
     index: FileIndex | None = None,
     arrived: Callable[[list[FileColumns]], object] | None = None,
+    errand: Errand | None = None,
 ) -> list[FileColumns]:
     """Flatten every file, in input order. ``while_waiting`` runs in this process while workers parse.
 
+    With work enough for ``workers`` processes (default: a core each), this process is one of them: it starts
+    one worker fewer, and parses the smallest batches itself between the workers' returns. On 2 cores that is
+    one worker beside it, not two, which lowered the peak memory of the process tree by about 35 MB on the
+    bench corpus in the same time. ``errand`` gives that lone worker other work too (see ``Errand``).
+
     With an ``index``, unchanged files come from it, grown JSONL files are read from where they ended, and
-    the index is updated and saved before returning. ``arrived`` is given each batch of results that workers
-    return, as they return (after ``while_waiting``), and may consume their rows: the index has its copy.
+    the index is updated and saved before returning. ``arrived`` is given each batch of results as they come
+    (after ``while_waiting``), and may consume their rows: the index has its copy.
     """
     stats: list[os.stat_result | None] = []
     for sp in files:
@@ -71,8 +100,12 @@ def read_files(
         index.close()  # a database connection must not be shared with forked workers
     # Work still to do: resumed files cost only their new bytes.
     cost = {i: sizes[i] - (resume[i].size if resume[i] is not None else 0) for i in todo}  # type: ignore[union-attr]
-    n_workers = min(workers if workers is not None else (os.cpu_count() or 1), len(todo))
-    if n_workers <= 1 or sum(cost.values()) < PARALLEL_MIN_BYTES:
+    cores = workers if workers is not None else (os.cpu_count() or 1)
+    n_workers = min(cores, len(todo))
+    if sum(cost.values()) < PARALLEL_MIN_BYTES:
+        # Too little to read for workers to repay their start, unless the errand alone does.
+        n_workers = min(cores, 2) if todo and errand is not None and errand.repays_a_worker else 1
+    if n_workers <= 1:
         if while_waiting:
             while_waiting()
         for i in todo:
@@ -82,7 +115,8 @@ def read_files(
                 progress(done, total)
     else:
         # The pool's modules are imported here: a run that reads a few files (a grown session) skips them.
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from collections import deque
+        from concurrent.futures import Future, ProcessPoolExecutor, as_completed
         from concurrent.futures.process import BrokenProcessPool
 
         # Batches of files (a task per file costs more in the pool's bookkeeping than small files take to
@@ -91,35 +125,63 @@ def read_files(
         from ctxtool import interrupt
 
         pool = ProcessPoolExecutor(
-            max_workers=n_workers, mp_context=_mp_context(), initializer=interrupt.worker_init
+            max_workers=n_workers - 1, mp_context=_mp_context(), initializer=interrupt.worker_init
         )
+        lone = errand is not None and n_workers == 2
+        if errand is not None and lone:
+            errand.taken = True
+            pool.submit(errand.start)  # the worker's first task, ahead of every file
+        queue = deque(batches)
+        futures: dict[Future[list[FileColumns]], list[int]] = {}
+
+        def feed() -> None:
+            while queue and len(futures) < 2 * (n_workers - 1):
+                batch = queue.popleft()
+                futures[pool.submit(_extract_batch, [(files[i], resume[i]) for i in batch])] = batch
+
+        def take(batch: list[int], batch_results: list[FileColumns]) -> None:
+            nonlocal done
+            for i, fc in zip(batch, batch_results, strict=True):
+                results[i] = fc
+                done += sizes[i]
+                if index is not None:
+                    index.store(fc, stats[i])  # before ``arrived`` consumes the rows
+                    stored_early.add(i)
+            if index is not None:
+                index.flush()  # written while the workers still parse; not held until the end
+            if arrived is not None:
+                arrived(batch_results)
+            if progress:
+                progress(done, total)
+
         try:
-            futures = {
-                pool.submit(_extract_batch, [(files[i], resume[i]) for i in batch]): batch
-                for batch in batches
-            }
+            feed()
             if while_waiting:
                 while_waiting()
-            for fut in as_completed(futures):
-                batch = futures[fut]
+            while futures or queue:
+                finished = [f for f in futures if f.done()]
+                if not finished and queue:
+                    # This process parses too: the smallest batch, between the workers' returns.
+                    batch = queue.pop()
+                    take(batch, [extract_file(files[i], resume[i]) for i in batch])
+                    continue
+                if not finished:
+                    finished = [next(as_completed(futures))]
+                for fut in finished:
+                    batch = futures.pop(fut)
+                    try:
+                        batch_results = fut.result()
+                    except BrokenProcessPool:
+                        # A worker died (killed for memory, say): read what is left here, one file at a
+                        # time, where a file too large to read becomes a one-line error, not a lost batch.
+                        batch_results = [extract_file(files[i], resume[i]) for i in batch]
+                    take(batch, batch_results)
+                feed()
+            if errand is not None and lone:
                 try:
-                    batch_results = fut.result()
-                except BrokenProcessPool:
-                    # A worker died (killed for memory, say): read what is left here, one file at a time,
-                    # where a file too large to read becomes a one-line error instead of a lost batch.
-                    batch_results = [extract_file(files[i], resume[i]) for i in batch]
-                for i, fc in zip(batch, batch_results, strict=True):
-                    results[i] = fc
-                    done += sizes[i]
-                    if index is not None:
-                        index.store(fc, stats[i])  # before ``arrived`` consumes the rows
-                        stored_early.add(i)
-                if index is not None:
-                    index.flush()  # written while the other workers still parse; not held until the end
-                if arrived is not None:
-                    arrived(batch_results)
-                if progress:
-                    progress(done, total)
+                    errand.result = pool.submit(errand.finish, errand.finish_arg()).result()
+                except Exception:  # any failure: the caller does the work itself, and reports what fails
+                    errand.result = None
         except KeyboardInterrupt:
             # Ctrl-C in a process without ctxtool's signal handlers (the console script installs them and
             # never gets here; see ctxtool.interrupt): queued batches are dropped; the running ones end

@@ -1,0 +1,103 @@
+"""How a scan shares its work: this process parses beside its workers, and a lone worker also prices."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxtool.loading import load_corpus
+from ctxtool.session import scan
+from ctxtool.session.discover import discover
+from tests.conftest import FIXTURES
+from tests.test_loading import same
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    target = tmp_path / "gemini" / "tmp"
+    shutil.copytree(FIXTURES / "gemini" / "tmp", target)
+    return target
+
+
+def test_this_process_parses_beside_its_workers(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With 2 workers asked for, one worker process is started and this process parses the rest: both take
+    files, and the rows are those of a scan in one process."""
+    files = discover([data]).files
+    expected = [(fc.path, fc.messages_cols, fc.tools_cols) for fc in scan.read_files(files, workers=1)]
+    here = os.getpid()
+    parsed_here: list[str] = []
+    extract = scan.extract_file
+
+    def recording(sp: object, resume: object = None) -> object:
+        if os.getpid() == here:  # the forked worker runs this too, and records nothing we can see
+            parsed_here.append(str(sp.path))  # type: ignore[attr-defined]
+        return extract(sp, resume)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan, "extract_file", recording)
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    got = scan.read_files(files, workers=2)
+    assert [(fc.path, fc.messages_cols, fc.tools_cols) for fc in got] == expected
+    assert 0 < len(parsed_here) < len(files)
+
+
+_PRICED_BY_THE_WORKER = """
+import json, sys
+from ctxtool.loading import load_corpus
+from ctxtool.session import scan
+
+scan.PARALLEL_MIN_BYTES = 0
+if __name__ == "__main__":
+    corpus, _ = load_corpus([sys.argv[1]], workers=2)
+    loaded = "genai_prices.data" in sys.modules
+    costs = corpus.requests.select("message_id", "cost").rows()
+    print(json.dumps({"loaded_here": loaded, "costs": costs, "warnings": corpus.warnings}))
+"""
+
+
+def test_a_lone_worker_prices_the_requests_and_this_process_never_loads_the_price_data(
+    data: Path, tmp_path: Path
+) -> None:
+    """On 2 cores the one worker loads genai-prices' data and resolves the rates (this process would hold
+    that data to its peak); the costs are those of a scan in one process, which loads it itself."""
+    script = tmp_path / "priced.py"
+    script.write_text(_PRICED_BY_THE_WORKER, encoding="utf-8")
+    env = {**os.environ, "CTXTOOL_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(script), str(data)], env=env, capture_output=True, text=True, check=True
+    )
+    got = json.loads(done.stdout)
+    assert got["loaded_here"] is False
+    assert (tmp_path / "cache" / "prices").is_dir()  # the worker memoised the day's rates, as a run does
+    alone, _ = load_corpus([data], workers=1)
+    assert got["costs"] == [list(r) for r in alone.requests.select("message_id", "cost").rows()]
+    assert any(cost is not None for _, cost in got["costs"])
+    assert got["warnings"] == alone.warnings
+
+
+def test_when_the_worker_cannot_price_this_process_does(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The errand's failure (here: its function cannot be sent to the worker) costs time, never a price."""
+    from ctxtool import pricing
+
+    real = pricing.price_table
+    here: list[int] = []
+
+    def unpicklable(*args: object, **kwargs: object) -> object:  # a local function: pickle refuses it
+        here.append(os.getpid())
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(pricing, "price_table", unpicklable)
+    parallel, _ = load_corpus([data], workers=2)
+    assert here  # priced here, after the worker could not
+    assert set(here) == {os.getpid()}
+    monkeypatch.setattr(pricing, "price_table", real)
+    same(parallel, load_corpus([data], workers=1)[0])
+    assert parallel.requests.get_column("cost").null_count() < parallel.requests.height
