@@ -13,9 +13,9 @@ process pays it:
   one worker beside the parent, on 2 cores, the worker loads it instead, see ``ctxtool.session.scan.Errand``),
   turning the workers' columns into frames, building the corpus (the derived frames, prices), writing the
   index and the stored frames;
-* whether the workers pay: the wall time of a first ``--no-cache`` load of the first 4 to 64 MB of the corpus
-  in one process and with all cores (the parent parsing beside a worker per other core), each in a new process
-  (``ctxtool.session.scan.PARALLEL_MIN_BYTES`` is where a scan starts using workers);
+* whether the workers pay: the wall time of a ``--no-cache`` load (with the day's price memo) of the first
+  4 to 64 MB of the corpus in one process and with all cores (the parent parsing beside a worker per other
+  core), each in a new process (``ctxtool.session.scan.PARALLEL_MIN_BYTES``: where a scan starts workers);
 * the real runs for comparison: ``stats --no-cache`` and a first run, wall time and the CPU of every process.
 
 Stages are timed one after another in this process, each the best of ``--repeat`` (CPU time, so that another
@@ -30,6 +30,7 @@ import json
 import os
 import pickle
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,8 +90,7 @@ def pool_start_cpu(repeat: int) -> float:
 
 
 _CROSSOVER_CHILD = """
-import json, os, sys, time
-os.environ["CTXTOOL_NO_PRICE_CACHE"] = "1"  # a new user: genai-prices' data loads, in the parent or a worker
+import json, sys, time
 from ctxtool import loading
 from ctxtool.session import scan
 paths, workers = json.loads(sys.argv[1]), int(sys.argv[2])
@@ -106,13 +106,19 @@ if __name__ == "__main__":
 def crossover(files: list[Any], repeat: int) -> list[str]:
     """For ``PARALLEL_MIN_BYTES`` (below it a scan stays in one process): the wall time of loading the first
     N megabytes of the corpus (reading, prices, frames) in one process and with all cores, each in a new
-    process as a run does it: with workers, importing polars and loading prices overlap their parsing, in one
-    process they come first."""
+    process as a run does it: with workers, importing polars overlaps their parsing, in one process it comes
+    first. The day's price rates are memoised (the runs share a cache folder): without that memo a scan
+    starts a worker whatever its size, to load genai-prices' data beside this process (``scan.Errand``)."""
     from ctxtool.session import scan
 
     threshold = scan.PARALLEL_MIN_BYTES / 2**20
     lines = [f"workers or not (scan.PARALLEL_MIN_BYTES = {threshold:.0f} MB): wall s, best of {repeat}"]
     cores = os.cpu_count() or 1
+    cache = tempfile.mkdtemp(prefix="profile-crossover-")
+    env = {**os.environ, "CTXTOOL_CACHE_DIR": cache}
+    every = json.dumps([str(sp.path) for sp in files])
+    memoise = [sys.executable, "-c", _CROSSOVER_CHILD, every, "1"]
+    subprocess.run(memoise, check=True, env=env, capture_output=True)
     for mb in (4, 8, 16, 32, 64):
         chosen: list[str] = []
         total = 0
@@ -126,7 +132,8 @@ def crossover(files: list[Any], repeat: int) -> list[str]:
             runs = []
             for _ in range(repeat):
                 cmd = [sys.executable, "-c", _CROSSOVER_CHILD, json.dumps(chosen), str(n)]
-                runs.append(float(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
+                done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+                runs.append(float(done.stdout))
             walls[n] = min(runs)
         one, many = walls[1], walls[cores]
         quicker = "workers" if many < one else "one process"
@@ -134,6 +141,7 @@ def crossover(files: list[Any], repeat: int) -> list[str]:
             f"  {total / 2**20:5.1f} MB, {len(chosen):3} files: one process {one:.3f}, "
             f"{cores} processes {many:.3f} ({quicker} quicker)"
         )
+    shutil.rmtree(cache, ignore_errors=True)
     return lines
 
 

@@ -3,7 +3,9 @@
 Owns the order of work that makes a scan fast:
 
 * cold: files are found and worker processes started *before* polars is imported (workers are forked from
-  a lean process), and the frames module and price data load while the workers parse;
+  a lean process); this process imports the frames module while they parse, then parses beside them. The
+  price data loads here too, unless one worker was started (2 cores): that worker loads it and resolves the
+  rates of the models read, so that this process never holds it;
 * warm: the frames built by the previous run over the same PATH arguments are stored with each file's size
   and modification time; when nothing changed they are loaded as they are;
 * a few files changed (Gemini CLI appended to a session): only the sessions those files belong to are read

@@ -30,7 +30,8 @@ few hundred megabytes of sessions takes here. The rates derived for a model are 
 installed genai-prices data and the day, so they are memoised in a small JSON file in ctxtool's cache
 directory (``$CTXTOOL_CACHE_DIR``, else the platform's user cache dir), keyed by the library's data file and
 the UTC date; genai-prices is imported only when a model is not in that file yet. Delete the file (or set
-``CTXTOOL_NO_PRICE_CACHE=1``) to always ask the library.
+``CTXTOOL_NO_PRICE_CACHE=1``) to always ask the library. A scan with one worker process has that worker do
+it (``ctxtool.loading``), which is why this module imports polars only inside :func:`add_costs`.
 """
 
 from __future__ import annotations

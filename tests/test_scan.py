@@ -101,3 +101,39 @@ def test_when_the_worker_cannot_price_this_process_does(data: Path, monkeypatch:
     monkeypatch.setattr(pricing, "price_table", real)
     same(parallel, load_corpus([data], workers=1)[0])
     assert parallel.requests.get_column("cost").null_count() < parallel.requests.height
+
+
+_SMALL_SCAN = """
+import json, sys
+from ctxtool.loading import load_corpus
+
+if __name__ == "__main__":
+    corpus, _ = load_corpus([sys.argv[1]])
+    print(json.dumps({
+        "pool": "concurrent.futures.process" in sys.modules,
+        "prices_here": "genai_prices.data" in sys.modules,
+        "costs": corpus.requests.select("message_id", "cost").rows(),
+    }))
+"""
+
+
+def test_a_small_first_run_of_the_day_starts_a_worker_for_the_prices_and_a_later_one_does_not(
+    data: Path, tmp_path: Path
+) -> None:
+    """Below ``PARALLEL_MIN_BYTES`` a scan stays in one process, except when genai-prices' data must be
+    loaded (no memo of the day's rates yet): one worker loads it while this process imports polars and
+    parses. Once the rates are memoised, the same scan runs in one process. The costs are the same."""
+    assert sum(p.stat().st_size for p in data.rglob("session-*")) < scan.PARALLEL_MIN_BYTES
+    script = tmp_path / "small.py"
+    script.write_text(_SMALL_SCAN, encoding="utf-8")
+    env = {**os.environ, "CTXTOOL_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+
+    def run() -> dict[str, object]:
+        cmd = [sys.executable, str(script), str(data)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+        return json.loads(out)  # type: ignore[no-any-return]
+
+    first, later = run(), run()
+    assert (first["pool"], first["prices_here"]) == (True, False)
+    assert (later["pool"], later["prices_here"]) == (False, False)  # the memo answers, in one process
+    assert first["costs"] == later["costs"]

@@ -45,10 +45,12 @@ class Errand:
     result: object = None
 
 
-# Below this many bytes, worker processes cost more than they save. Measured by bench/profile.py (2 cores;
-# each run a new process, importing polars and loading prices meanwhile, as a run does; best of 3): 7.1 MB
-# took 0.121 s in one process and 0.127 s with workers, 9.6 MB 0.132 s and 0.125 s, 19 MB 0.152 s and 0.142 s.
-PARALLEL_MIN_BYTES = 8 * 1024 * 1024
+# Below this many bytes, worker processes cost more than they save. Measured by bench/profile.py (2 cores:
+# this process and one worker; each run a new process loading the frames, with the day's price memo; best of
+# 5): 13 MB took 0.169 s in one process and 0.176 s with the worker, 19 MB 0.190 s and 0.192 s, 25 MB 0.206 s
+# and 0.197 s. Without the memo the worker pays at any size (``Errand.repays_a_worker``): the fixtures'
+# 0.1 MB took 0.41 s in one process and 0.31 s with it.
+PARALLEL_MIN_BYTES = 16 * 1024 * 1024
 
 
 def read_files(
@@ -103,8 +105,11 @@ def read_files(
     cores = workers if workers is not None else (os.cpu_count() or 1)
     n_workers = min(cores, len(todo))
     if sum(cost.values()) < PARALLEL_MIN_BYTES:
-        # Too little to read for workers to repay their start, unless the errand alone does.
-        n_workers = min(cores, 2) if todo and errand is not None and errand.repays_a_worker else 1
+        # Too little to read for workers to repay their start, unless the errand alone does (a worker forked,
+        # not started afresh: the forkserver's start costs about what the errand saves).
+        cheap = sys.platform == "linux" and "polars" not in sys.modules
+        errand_pays = errand is not None and errand.repays_a_worker and cheap
+        n_workers = min(cores, 2) if todo and errand_pays else 1
     if n_workers <= 1:
         if while_waiting:
             while_waiting()
