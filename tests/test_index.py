@@ -124,15 +124,20 @@ def test_a_worker_that_dies_does_not_lose_the_files(tmp_path: Path, monkeypatch:
     submitted: list[object] = []
 
     class DyingPool:
+        """Its worker dies on the first task; like a real pool, it then refuses new work."""
+
         def __init__(self, *args: object, **kwargs: object) -> None:
-            pass
+            self.broken = False
 
         def submit(self, fn: object, *args: object) -> object:
             from concurrent.futures import Future
 
+            if self.broken:
+                raise BrokenProcessPool("a worker died")
             submitted.append(fn)
             fut: Future[object] = Future()
             fut.set_exception(BrokenProcessPool("a worker died"))
+            self.broken = True
             return fut
 
         def shutdown(self, *args: object, **kwargs: object) -> None:

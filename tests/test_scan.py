@@ -48,6 +48,45 @@ def test_this_process_parses_beside_its_workers(data: Path, monkeypatch: pytest.
     assert 0 < len(parsed_here) < len(files)
 
 
+_KILLED = """
+import json, os, sys
+from ctxtool.session import scan
+from ctxtool.session.discover import discover
+
+scan.PARALLEL_MIN_BYTES = 0
+if __name__ == "__main__":
+    files = discover([sys.argv[1]]).files
+    expected = [(fc.path, fc.messages_cols) for fc in scan.read_files(files, workers=1)]
+    here, extract = os.getpid(), scan.extract_file
+
+    def dying(sp, resume=None):
+        if os.getpid() != here:  # the forked worker: it dies, as the kernel's OOM killer would end it
+            os._exit(9)
+        return extract(sp, resume)
+
+    scan.extract_file = dying
+    got = scan.read_files(files, workers=2)
+    print(json.dumps([len(files), [(fc.path, fc.messages_cols) for fc in got] == expected]))
+"""
+
+
+def test_a_real_worker_killed_mid_scan_loses_no_file(data: Path, tmp_path: Path) -> None:
+    """The worker process dies on its first file: the pool breaks and refuses more work, and this process
+    reads every file the worker had or would have had. (In a process of its own: without polars loaded,
+    workers are forked and inherit the patch that kills them.)"""
+    for copy in range(6):  # enough files for many batches: work is still queued when the pool breaks
+        shutil.copytree(FIXTURES / "gemini" / "tmp", data.parent / f"copy-{copy}")
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(script), str(data.parent)], env=env, capture_output=True, text=True, check=True
+    )
+    n_files, same_rows = json.loads(done.stdout)
+    assert n_files > 100
+    assert same_rows is True
+
+
 _PRICED_BY_THE_WORKER = """
 import json, sys
 from ctxtool.loading import load_corpus

@@ -138,11 +138,17 @@ def read_files(
             pool.submit(errand.start)  # the worker's first task, ahead of every file
         queue = deque(batches)
         futures: dict[Future[list[FileColumns]], list[int]] = {}
+        broken = False  # a worker died: the pool takes no more work, this process reads the rest
 
         def feed() -> None:
-            while queue and len(futures) < 2 * (n_workers - 1):
+            nonlocal broken
+            while queue and not broken and len(futures) < 2 * (n_workers - 1):
                 batch = queue.popleft()
-                futures[pool.submit(_extract_batch, [(files[i], resume[i]) for i in batch])] = batch
+                try:
+                    futures[pool.submit(_extract_batch, [(files[i], resume[i]) for i in batch])] = batch
+                except BrokenProcessPool:  # a worker died since the last batch came back
+                    queue.appendleft(batch)
+                    broken = True
 
         def take(batch: list[int], batch_results: list[FileColumns]) -> None:
             nonlocal done
@@ -179,10 +185,11 @@ def read_files(
                     except BrokenProcessPool:
                         # A worker died (killed for memory, say): read what is left here, one file at a
                         # time, where a file too large to read becomes a one-line error, not a lost batch.
+                        broken = True
                         batch_results = [extract_file(files[i], resume[i]) for i in batch]
                     take(batch, batch_results)
                 feed()
-            if errand is not None and lone:
+            if errand is not None and lone and not broken:
                 try:
                     errand.result = pool.submit(errand.finish, errand.finish_arg()).result()
                 except Exception:  # any failure: the caller does the work itself, and reports what fails
