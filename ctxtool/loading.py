@@ -132,8 +132,8 @@ def _full(
     decoded: list[Rows] = []
     # With one worker beside this process, that worker loads genai-prices' data (when the day's rates are not
     # memoised) and resolves the rates of the models read: this process never holds that data (about 15 MB
-    # less at its peak, building the frames; 0.1 s of its CPU moved to the worker).
-    # Loading that data (0.1 s) repays starting the worker however few files there are to read.
+    # less at its peak, building the frames; 0.1 s of its CPU moved to the worker). Loading it repays starting
+    # that worker however few files there are to read.
     errand = Errand(
         partial(pricing.warm_up, memo=price_memo),
         partial(pricing.price_table, memo=price_memo),
@@ -186,7 +186,8 @@ def _return_free_heap() -> None:
 
     Reading leaves the heap of this process (which parses files too) about 15 MB larger than what it still
     holds; the frames are built in polars' own allocator, which never reuses it. Returning it lowered the
-    peak of a first run on the bench corpus from 187-194 to 174-187 MB (5 alternated runs each)."""
+    peak of a first run on the bench corpus from 187-194 to 174-187 MB (5 alternated runs each, before the
+    price data moved to the worker)."""
     import ctypes
 
     try:
