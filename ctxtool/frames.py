@@ -567,7 +567,7 @@ def _in_order(
     if not runs:
         return pl.DataFrame(schema=full)
     df = pl.concat(frames, rechunk=False) if len(frames) != 1 else frames[0]
-    frames.clear()  # the rows are in ``df`` now: each column's source is freed once it is copied below
+    frames.clear()  # the rows are in ``df`` now: their decoded chunks are freed as soon as it is reordered
     starts = [start for _, _, start, _ in runs]
     counts = [n for _, _, _, n in runs]
     expected = 0
@@ -579,13 +579,7 @@ def _in_order(
         expected += n
     if not (in_place and expected == df.height):
         order = pl.DataFrame({"start": starts, "n": counts}, schema={"start": pl.Int64, "n": pl.Int64})
-        rows = order.select(pl.int_ranges("start", pl.col("start") + pl.col("n")).explode()).to_series()
-        # Column by column, dropping each source as its copy is made: the rows are never held twice over.
-        gathered = []
-        for name in df.columns:
-            gathered.append(df.get_column(name).gather(rows))
-            df = df.drop(name)
-        df = pl.DataFrame(gathered)
+        df = df[order.select(pl.int_ranges("start", pl.col("start") + pl.col("n")).explode()).to_series()]
     keys = pl.DataFrame(
         {"session_key": [k for k, _, _, _ in runs], "_rank": [r for _, r, _, _ in runs], "n": counts},
         schema={"session_key": pl.String, "_rank": pl.Int64, "n": pl.Int64},
