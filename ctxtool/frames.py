@@ -448,8 +448,6 @@ def build_corpus(
     files_meta = pl.DataFrame(srow, schema=_SESSION_META_SCHEMA)
     messages = _in_order(rows.messages, msg_runs, {**_MESSAGE_SCHEMA, "ts": _TS_TYPE})
     tools = _in_order(rows.tools, tool_runs, _TOOL_SCHEMA)
-    rows.messages.clear()
-    rows.tools.clear()
     if any(rank for rank in primary_rank.values()):
         messages, tools = _merge_pairs(messages, tools, primary_rank)
     messages = messages.drop("_rank").with_columns(position=pl.int_range(pl.len()).over("session_key"))
@@ -562,12 +560,15 @@ def _in_order(
     frames: list[pl.DataFrame], runs: list[tuple[str, int, int, int]], schema: dict[str, Any]
 ) -> pl.DataFrame:
     """One frame of the rows ``runs`` name (session key, file rank, first row, rows), in that order, with
-    the session key and file rank of every row. ``schema`` names every column of ``frames``."""
+    the session key and file rank of every row. ``schema`` names every column of ``frames``. Empties
+    ``frames``: the decoded chunks are freed as soon as the rows are reordered."""
     full = {"session_key": pl.String, "_rank": pl.Int64, **schema}
+    chunks = frames[:]
+    frames.clear()
     if not runs:
         return pl.DataFrame(schema=full)
-    df = pl.concat(frames, rechunk=False) if len(frames) != 1 else frames[0]
-    frames.clear()  # the rows are in ``df`` now: their decoded chunks are freed as soon as it is reordered
+    df = pl.concat(chunks, rechunk=False) if len(chunks) != 1 else chunks[0]
+    del chunks
     starts = [start for _, _, start, _ in runs]
     counts = [n for _, _, _, n in runs]
     expected = 0

@@ -132,10 +132,10 @@ def read_files(
         pool = ProcessPoolExecutor(
             max_workers=n_workers - 1, mp_context=_mp_context(), initializer=interrupt.worker_init
         )
-        lone = errand is not None and n_workers == 2
-        if errand is not None and lone:
-            errand.taken = True
-            pool.submit(errand.start)  # the worker's first task, ahead of every file
+        lone = errand if n_workers == 2 else None  # the errand, when one worker will do it
+        if lone is not None:
+            lone.taken = True
+            pool.submit(lone.start)  # the worker's first task, ahead of every file
         queue = deque(batches)
         futures: dict[Future[list[FileColumns]], list[int]] = {}
         broken = False  # a worker died: the pool takes no more work, this process reads the rest
@@ -189,11 +189,11 @@ def read_files(
                         batch_results = [extract_file(files[i], resume[i]) for i in batch]
                     take(batch, batch_results)
                 feed()
-            if errand is not None and lone and not broken:
+            if lone is not None and not broken:
                 try:
-                    errand.result = pool.submit(errand.finish, errand.finish_arg()).result()
+                    lone.result = pool.submit(lone.finish, lone.finish_arg()).result()
                 except Exception:  # any failure: the caller does the work itself, and reports what fails
-                    errand.result = None
+                    lone.result = None
         except KeyboardInterrupt:
             # Ctrl-C in a process without ctxtool's signal handlers (the console script installs them and
             # never gets here; see ctxtool.interrupt): queued batches are dropped; the running ones end
