@@ -12,6 +12,7 @@ recorded, rewound or checkpointed away included); context figures use the **live
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from ctxtool.pricing import PriceTable
     from ctxtool.session.columns import FileColumns
 
-from ctxtool.session.discover import Discovery, discover
+from ctxtool.session.discover import Discovery, discover, short_id_of
 from ctxtool.session.schema import TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
 from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS
@@ -104,7 +105,7 @@ def load(
 
     found = discover(paths, subagents=subagents)
     results = read_files(found.files, progress=progress, workers=workers)
-    return build_corpus(results, found)
+    return build_corpus(results, found, subagents=subagents)
 
 
 def warm_up(*, price_memo: bool = True) -> None:
@@ -174,11 +175,18 @@ _SESSION_META_SCHEMA: dict[str, Any] = {
 }
 
 
+# A parent reference that is a short id (a legacy flat subagent's, see ``short_id_of``): matched as a prefix.
+_SHORT_REF = re.compile(r"[a-zA-Z0-9]{8}")
+
+
 def link_parents(sessions: Iterable[tuple[str, str, str | None, str | None]]) -> dict[str, str]:
     """Parent session key of each subagent session: (key, project_dir, session_id, parent_ref) in, key -> key.
 
     A nested file ``chats/<parent-id>/<id>.json[l]`` belongs to the session whose id is ``<parent-id>`` in
-    the same project; ``chats/skill-extraction-<8hex>/`` to the session whose id starts with those 8 hex.
+    the same project; ``chats/skill-extraction-<8hex>/`` to the session whose id starts with those 8 hex; a
+    legacy flat subagent file ``chats/session-<time>-<id8>.json[l]`` (its ``parent_ref`` is that short id,
+    see ``build_corpus``) to the session whose id starts with ``<id8>``, as Gemini CLI's ``deleteSession``
+    finds it (``short_id_of``).
     """
     rows = list(sessions)
     by_id: dict[tuple[str, str], str] = {}
@@ -191,12 +199,18 @@ def link_parents(sessions: Iterable[tuple[str, str, str | None, str | None]]) ->
         if parent_ref is None:
             continue
         parent = by_id.get((project_dir, parent_ref))
-        if parent is None and parent_ref.startswith("skill-extraction-"):
+        prefix = (
+            parent_ref.removeprefix("skill-extraction-")
+            if parent_ref.startswith("skill-extraction-")
+            else parent_ref
+            if _SHORT_REF.fullmatch(parent_ref)
+            else None
+        )
+        if parent is None and prefix is not None:
             if by_project is None:
                 by_project = {}
                 for (proj, sid), k in by_id.items():
                     by_project.setdefault(proj, []).append((sid, k))
-            prefix = parent_ref.removeprefix("skill-extraction-")
             parent = next((k for sid, k in by_project.get(project_dir, ()) if sid.startswith(prefix)), None)
         if parent is not None:
             out[key] = parent
@@ -324,6 +338,15 @@ def session_key(where: str) -> str:
     return hashlib.blake2b(where.encode("utf-8"), digest_size=6).hexdigest()
 
 
+def _parent_ref(primary: FileColumns) -> str | None:
+    """What names a session's parent: the folder of a nested subagent file (``chats/<parent-id>/``), or the
+    short id in the name of a legacy flat subagent file (``kind: "subagent"``, ``chats/session-*-<id8>``),
+    which Gemini CLI's ``deleteSession`` takes as the parent's (see ``short_id_of``)."""
+    if primary.parent_ref is not None or primary.kind != "subagent":
+        return primary.parent_ref
+    return short_id_of(os.path.basename(primary.path))
+
+
 def _group_sessions(results: list[FileColumns]) -> list[_Session]:
     """Pair session-X.json with the session-X.jsonl Gemini CLI wrote on resume; everything else is its own,
     but for the stray files of resumes (``_resume_strays``), which join the session they belong to."""
@@ -386,19 +409,25 @@ def build_corpus(
     price_memo: bool = True,
     rows: Rows | None = None,
     prices: PriceTable | None = None,
+    subagents: bool = True,
 ) -> Corpus:
     """Frames from flattened files. Consumes the rows of ``results`` (their encoded columns are emptied).
 
     ``rows`` may hold some files' rows decoded already (as worker results arrived); the rest are decoded here.
+    ``subagents=False`` leaves out every subagent session: discovery skips the nested files, and the flat
+    ones (``kind: "subagent"`` in a file of ``chats/`` itself) are known only once read, so they go here.
     """
     problems = [Problem(r.path, r.error) for r in results if r.error]
     good = [r for r in results if not r.error]
     rows = rows if rows is not None else Rows()
     rows.add(good)
     sessions = _group_sessions(good)
+    refs = {s.key: _parent_ref(s.primary) for s in sessions}
+    if not subagents:
+        sessions = [s for s in sessions if refs[s.key] is None and s.primary.kind != "subagent"]
 
     parents = link_parents(
-        (s.key, s.primary.project_dir, s.primary.session_id, s.primary.parent_ref) for s in sessions
+        (s.key, s.primary.project_dir, s.primary.session_id, refs[s.key]) for s in sessions
     )
     srow: dict[str, list[Any]] = {k: [] for k in _SESSION_META_SCHEMA}
     msg_runs: list[tuple[str, int, int, int]] = []  # (session key, file rank, start, rows), in frame order
@@ -407,10 +436,11 @@ def build_corpus(
     for s in sessions:
         p = s.primary
         parent_key = parents.get(s.key)
-        kind = "subagent" if p.parent_ref is not None or p.kind == "subagent" else p.kind
+        parent_ref = refs[s.key]
+        kind = "subagent" if parent_ref is not None or p.kind == "subagent" else p.kind
         srow["session_key"].append(s.key)
         srow["group_key"].append(p.group_key)
-        srow["parent_ref"].append(p.parent_ref)
+        srow["parent_ref"].append(parent_ref)
         srow["session"].append(os.path.basename(p.path).rsplit(".", 1)[0])
         srow["session_id"].append(p.session_id)
         srow["project"].append(p.project)
@@ -903,6 +933,27 @@ def _turns(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -
     return turns.filter((pl.col("turn") > 0) | (pl.col("requests") > 0) | pl.col("compressed"))
 
 
+def _turn_count() -> pl.Expr:
+    """A session's turns, over its message rows: the rows ``_turns`` keeps for it, without building them.
+
+    Each prompt starts a turn; turn 0 (messages before the first prompt) is one when it holds a request or a
+    compression, as a request first seen in a ``$set.messages`` checkpoint of a file that has no prompt
+    before it does. So every request is in a turn that is counted, and ``stats --by session`` counts the
+    rows ``--by turn`` lists."""
+    request = (pl.col("type") == "gemini") & pl.col("input").is_not_null()
+    return pl.col("turn").filter((pl.col("turn") > 0) | request | pl.col("compression")).n_unique()
+
+
+def _with_turn_counts(sessions: pl.DataFrame, turns: pl.DataFrame) -> pl.DataFrame:
+    """``sessions`` with ``turns`` counted from the rows of a turns frame (a filtered or live view's)."""
+    counts = turns.group_by("session_key").agg(pl.len().cast(sessions.schema["turns"]).alias("_turns"))
+    return (
+        sessions.join(counts, on="session_key", how="left", maintain_order="left")
+        .with_columns(turns=pl.col("_turns").fill_null(0))
+        .drop("_turns")
+    )
+
+
 # Gemini CLI 0.61.0 makes two model calls per compression it runs (ChatCompressionService `compress`: the
 # summary, then the verification probe, both role `utility_compressor`) and records neither in the session.
 HIDDEN_CALLS_PER_COMPRESSION = 2
@@ -948,7 +999,7 @@ def _sessions(
     hidden = _hidden_compression_calls(messages, prices)
     msg = messages.group_by("session_key").agg(
         pl.len().alias("billed_messages"),
-        pl.col("is_prompt").sum().alias("turns"),
+        _turn_count().alias("turns"),
         pl.col("tool_calls").sum(),
         pl.col("tool_errors").sum(),
         pl.col("compression_info").sum().alias("compression_infos"),
@@ -1099,6 +1150,8 @@ def filter_corpus(
         messages = messages.filter(pl.col("session_key").is_in(used))
         meta = meta.filter(pl.col("session_key").is_in(used))
         turns = _turns(messages, requests, meta).filter(pl.col("requests") > 0)
+    if since or until or models:  # the turns left: what `--by turn` lists, so what a session counts
+        meta = _with_turn_counts(meta, turns)
     return replace(
         corpus,
         sessions=meta,
@@ -1276,6 +1329,12 @@ def with_uncached_input(df: pl.DataFrame) -> pl.DataFrame:
     return df.select([*order[:at], "prompt_tokens", *order[at:]])
 
 
+# What a subagent session adds to its parent's row (cost too, see _session_report). Its turns go with its
+# requests: every request is in a counted turn, and the rows of `--by session` count the turns `--by turn`
+# lists (a subagent's under its own name).
+_ROLLED_UP = (*TOKEN_COLUMNS, "requests", "turns", "tool_calls", "tool_errors", "unpriced")
+
+
 def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
     s = corpus.sessions
     if corpus.requests.height != _request_count(s):
@@ -1299,10 +1358,7 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
     if child.height == 0:
         return s.sort("start", "session", "session_key", nulls_last=True)
     add = child.group_by("parent_session_key").agg(
-        *[
-            pl.col(k).sum().alias(f"_sub_{k}")
-            for k in (*TOKEN_COLUMNS, "requests", "tool_calls", "tool_errors", "unpriced")
-        ],
+        *[pl.col(k).sum().alias(f"_sub_{k}") for k in _ROLLED_UP],
         pl.col("cost").sum().alias("_sub_cost"),
         pl.col("cost").is_not_null().any().alias("_sub_priced"),
     )
@@ -1310,10 +1366,7 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
         s.filter(pl.col("parent_session_key").is_null())
         .join(add, left_on="session_key", right_on="parent_session_key", how="left", maintain_order="left")
         .with_columns(
-            *[
-                (pl.col(k) + pl.col(f"_sub_{k}").fill_null(0)).alias(k)
-                for k in (*TOKEN_COLUMNS, "requests", "tool_calls", "tool_errors", "unpriced")
-            ],
+            *[(pl.col(k) + pl.col(f"_sub_{k}").fill_null(0)).alias(k) for k in _ROLLED_UP],
             # The known parts add up; null only when neither side has a known price.
             cost=pl.when(pl.col("cost").is_null() & pl.col("_sub_priced").fill_null(False).not_())
             .then(pl.col("cost"))
@@ -1386,6 +1439,7 @@ def live_only(corpus: Corpus) -> Corpus:
         )
         .drop("_priced")
     )
+    sessions = _with_turn_counts(sessions, turns)  # the turns still live, as `--by turn --live` lists them
     return replace(
         corpus,
         sessions=sessions,

@@ -70,7 +70,7 @@ def load_corpus(
         # Without the index every file is read again. The memo of resolved price rates (a function of
         # the installed genai-prices data and the day, not of the sessions) still applies; set
         # CTXTOOL_NO_PRICE_CACHE=1 to bypass it too.
-        return _full(found, None, progress, workers, use, price_memo=True), use
+        return _full(found, None, progress, workers, use, price_memo=True, subagents=subagents), use
 
     root = cache_root(cache_dir)
     folder = root / "corpus" / _scan_key(targets, subagents)
@@ -94,9 +94,9 @@ def load_corpus(
                 return loaded[0], use
             if loaded is not None:
                 cached, stored = loaded
-                corpus, changed_keys = _splice(cached, found, old, changed, root, use)
+                corpus, changed_keys = _splice(cached, found, old, changed, root, use, subagents=subagents)
     if corpus is None:
-        corpus = _full(found, root, progress, workers, use, price_memo=True)
+        corpus = _full(found, root, progress, workers, use, price_memo=True, subagents=subagents)
         stored = None
     replaced = state.get("store") if state is not None else None
     _save(corpus, folder, stamps, today, extras, previous=stored, changed=changed_keys, replaced=replaced)
@@ -122,6 +122,7 @@ def _full(
     use: CacheUse,
     *,
     price_memo: bool,
+    subagents: bool = True,
 ) -> Corpus:
 
     from functools import partial
@@ -175,7 +176,12 @@ def _full(
 
     prices = errand.result if isinstance(errand.result, pricing.PriceTable) else None
     corpus = frames.build_corpus(
-        results, found, price_memo=price_memo, rows=decoded[0] if decoded else None, prices=prices
+        results,
+        found,
+        price_memo=price_memo,
+        rows=decoded[0] if decoded else None,
+        prices=prices,
+        subagents=subagents,
     )
     corpus.file_records = _records(results)
     return corpus
@@ -204,6 +210,8 @@ def _splice(
     changed: set[str],
     root: Path,
     use: CacheUse,
+    *,
+    subagents: bool = True,
 ) -> tuple[Corpus, frozenset[str] | None]:
     """Re-read the sessions the changed files belong to and put them in place of their stored rows.
 
@@ -225,7 +233,7 @@ def _splice(
     use.notice = index.notice()
     records = {p: r for p, r in old.items() if p in by_path and r["group"] not in groups}
     records.update(_records(results))
-    fresh = frames.build_corpus(results)
+    fresh = frames.build_corpus(results, subagents=subagents)
     corpus, keys = frames.splice(cached, fresh, groups)
     _apply_records(corpus, records, found)
     corpus.file_records = records

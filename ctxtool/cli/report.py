@@ -55,7 +55,9 @@ def report(
         "side (slower).",
     ),
     subagents: bool = typer.Option(
-        True, "--subagents/--no-subagents", help="Include subagent sessions (chats/<parent-id>/*.json[l])."
+        True,
+        "--subagents/--no-subagents",
+        help="Include subagent sessions (chats/<parent-id>/*.json[l], and flat files of kind subagent).",
     ),
     strict: bool = options.STRICT,
     no_cache: bool = options.NO_CACHE,

@@ -120,7 +120,8 @@ def stats(
     subagents: bool = typer.Option(
         True,
         "--subagents/--no-subagents",
-        help="Include subagent sessions (chats/<parent-id>/*.json[l]); their tokens roll up into the parent.",
+        help="Include subagent sessions (chats/<parent-id>/*.json[l], and flat files of kind subagent); "
+        "their tokens and turns roll up into the parent.",
     ),
     strict: bool = options.STRICT,
     no_cache: bool = options.NO_CACHE,

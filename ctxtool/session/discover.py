@@ -384,6 +384,12 @@ def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = Non
                 "Pass a session file, a chats/ folder, or a session id from `ctxtool stats`",
             )
         if len(matches) > 1:
+            # A legacy flat subagent file carries its parent's short id (see short_id_of): the id names the
+            # parent, as Gemini CLI's ``sessionExists`` finds it by the ``sessionId`` in the file.
+            mains = {k: sp for k, sp in matches.items() if _file_kind(sp.path) != "subagent"}
+            if len(mains) == 1:
+                matches = mains
+        if len(matches) > 1:
             names = ", ".join(sorted(sp.path.name for sp in matches.values())[:10])
             raise UsageError(
                 f"session id {arg} is ambiguous: {len(matches)} sessions start with it: {names}",
@@ -391,6 +397,25 @@ def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = Non
             )
         out.append(str(next(iter(matches.values())).path))
     return out
+
+
+# Gemini CLI 0.61.0's SHORT_ID_REGEX (sessionCleanup ``deriveShortIdFromFileName``): the 8 characters of the
+# session id a ``session-*`` file name ends with.
+_SHORT_ID = re.compile(r"-([a-zA-Z0-9]{8})\.jsonl?$")
+
+
+def short_id_of(name: str) -> str | None:
+    """The short id (first 8 characters of a session id) a ``session-<time>-<id8>.json[l]`` file name carries,
+    as Gemini CLI derives it (``deriveShortIdFromFileName``); None for any other name.
+
+    Gemini CLI finds every file of a session by it: ``deleteSession`` (sessionOperations
+    ``deleteStoredSession`` / ``getMatchingSessionFiles``) removes every ``session-*-<id8>.json[l]`` in
+    ``chats/``: the session's own files and the legacy flat subagent files named with its short id
+    (``kind: "subagent"`` in their metadata), "parent and subagents" as its comment says."""
+    if not name.startswith("session-"):
+        return None
+    found = _SHORT_ID.search(name)
+    return found.group(1) if found else None
 
 
 def _short_id(name: str) -> str | None:
@@ -411,6 +436,24 @@ def _header_session_id(path: Path) -> str | None:
         return None
     m = re.search(rb'"sessionId"\s*:\s*"([^"]+)"', head)
     return m.group(1).decode("utf-8", "replace") if m else None
+
+
+def _file_kind(path: Path) -> str | None:
+    """``kind`` from a session file's metadata: its first line (JSONL), else the whole legacy ``.json``
+    document (where Gemini CLI writes it after ``messages``). Read only to settle an ambiguous id."""
+    import orjson
+
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline()
+            try:
+                meta = orjson.loads(first)
+            except orjson.JSONDecodeError:
+                meta = orjson.loads(first + fh.read())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    kind = meta.get("kind") if isinstance(meta, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def file_stamps(found: Discovery) -> dict[str, list[int] | None]:

@@ -43,9 +43,10 @@ MESSAGE_COLUMNS = (
 # target: the file path, command, pattern or URL the call was about (from its args), for `stats --top`.
 TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes", "target")
 
-# Bump when the rows produced by ctxtool.session.columns change meaning or shape: it invalidates every
-# cached index entry and stored corpus.
-COLUMNS_VERSION = 7
+# Bump when the rows produced by ctxtool.session.columns change meaning or shape, or what the stored frames
+# derive from them (ctxtool.frames.build_corpus): it invalidates every cached index entry and stored corpus.
+# 8: a session's `turns` counts its turn rows; legacy flat subagent files link to their parent.
+COLUMNS_VERSION = 8
 STAMP = f"{__version__}-c{COLUMNS_VERSION}"
 
 
