@@ -6,6 +6,10 @@ from the writes it is asked to do; it never prints.
 
 How the output is built (spec gemini-cli-compression.md sections 4, 10-13):
 
+* Every message needs a unique string id (the split point is found by id, and Gemini CLI keys messages by
+  it): a legacy ``.json`` message without one, or repeating an earlier one, gets an id derived from its
+  position, written into the output; a ``.jsonl`` whose message records lack ids is refused
+  (``_with_message_ids``).
 * The session is read as Gemini CLI would resume it (``SessionFile.messages``), converted and curated
   (section 11.4) and handed to ``compress``. Its split index points into the curated turns. The split always
   lands on a plain user turn (or past the end), whose id is the id of the user message that opened it
@@ -37,7 +41,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -52,6 +56,7 @@ from ctxtool.compress.texts import CTXTOOL_TEXTS, CompressionTexts
 from ctxtool.errors import CtxtoolError, UsageError
 from ctxtool.jsvalue import js_iso, js_truthy
 from ctxtool.session.discover import SessionPath
+from ctxtool.session.ids import idless_lines, with_unique_ids
 from ctxtool.session.read import Era, SessionFile, parse_session_bytes
 from ctxtool.session.write import (
     BACKUP_MARKER,
@@ -390,7 +395,7 @@ def _sync(
     for msg in messages:
         new = _sync_message(msg, rep, used)
         if new is not msg:
-            report.synced_messages.append(str(msg.get("id")))
+            report.synced_messages.append(msg["id"])  # every message has a string id (_with_message_ids)
         out.append(new)
     missing = sorted(set(rep) - used)
     if missing:
@@ -432,6 +437,7 @@ def compact_session(
     data = sp.path.read_bytes()
     stamp = FileStamp.of_bytes(data, sp.path) if dest.mode == "in-place" else None
     session = parse_session_bytes(data, sp.path)
+    session, id_note = _with_message_ids(session, data)
     messages = cast(list[dict[str, Any]], session.messages)
     model = opts.chat_model or chat_model(messages)
     report = CompactionReport(
@@ -447,6 +453,8 @@ def compact_session(
         session_id=session.session_id,
         strategy=opts.strategy,
     )
+    if id_note is not None:
+        report.notes.append(id_note)
 
     if dest.mode == "in-place" and session.era == "json" and sp.path.with_suffix(".jsonl").exists():
         raise CtxtoolError(
@@ -562,7 +570,7 @@ def compact_session(
         assert result.summary is not None
         split = result.split_index
         keep_from = _message_index(curated.turns, split, messages, sp.path)
-        report.split_message_id = str(messages[keep_from].get("id")) if keep_from < len(messages) else None
+        report.split_message_id = messages[keep_from]["id"] if keep_from < len(messages) else None
         env_index = g.stored_env_index(messages)
         head = [messages[env_index]] if env_index is not None and env_index < keep_from else []
         ts = js_iso(now)
@@ -890,7 +898,7 @@ def _compact_with_strategy(
     report.messages_kept = result.messages_kept
     report.messages_summarised = result.messages_summarised
     if result.kept_from is not None and result.kept_from < len(messages):
-        report.split_message_id = str(messages[result.kept_from].get("id"))
+        report.split_message_id = messages[result.kept_from]["id"]
     facts = extract_facts(strategies.wire_history(messages))
     report.retention = retention(facts, history_text(strategies.wire_history(result.messages))).as_dict()
     report.output_path = str(target)
@@ -923,12 +931,40 @@ def _message_index(
         return len(messages)
     turn_id = turns[split].get("id")
     for i, msg in enumerate(messages):
-        if msg.get("id") == turn_id:
+        if isinstance(turn_id, str) and msg.get("id") == turn_id:
             return i
     raise CtxtoolError(
         f"{path}: the split point (turn {split}, id {turn_id!r}) matches no message of the session",
         "Report this with --traceback; compact with a different --profile meanwhile",
     )
+
+
+def _with_message_ids(session: SessionFile, data: bytes) -> tuple[SessionFile, str | None]:
+    """The session with a unique string id on every message, as the split point and Gemini CLI need them
+    (ctxtool.session.ids), and the report's note when ids were added; raises CtxtoolError for a ``.jsonl``
+    whose message records lack ids.
+
+    A split point is found by the id of the turn it lands on, so without unique ids it matched the first
+    message (the whole history was written again after the summary). A legacy ``.json`` is loaded whole by
+    Gemini CLI, ids or not, so its messages get ids derived from their position and the output carries them.
+    A ``.jsonl`` message line without an id is skipped by Gemini CLI's own reader (and ctxtool's), so the
+    session Gemini CLI resumes lacks it: leaving it out of the output, or adding it back, would each change
+    the session behind the user's back, so the file is refused.
+    """
+    if session.era == "jsonl":
+        lines = idless_lines(data)
+        if lines:
+            raise CtxtoolError(
+                f'{session.path}: {len(lines)} message record(s) have no "id" (the first on line '
+                f"{lines[0]}), and Gemini CLI skips such records when it resumes a .jsonl session",
+                'Give each of them a unique "id" string if they belong to the session, or delete them, and '
+                "run the command again",
+            )
+        return session, None
+    fix = with_unique_ids(session.messages, session.session_id)
+    if not fix.changed:
+        return session, None
+    return replace(session, messages=fix.messages, billed=list(fix.messages)), fix.describe()
 
 
 def _describe(path: Path) -> SessionPath:

@@ -134,7 +134,8 @@ def in_messages(messages: Sequence[Mapping[str, Any]]) -> list[Finding]:
     """Every secret in a session's messages: their content, thoughts and tool calls (arguments, results)."""
     found: list[Finding] = []
     for message in messages:
-        mid = str(message.get("id", "?"))
+        raw = message.get("id")
+        mid = raw if isinstance(raw, str) else "?"  # never "None" for a message without an id
         for field in ("content", "displayContent", "thoughts", "toolCalls"):
             for text in _strings(message.get(field)):
                 found.extend(Finding(mid, s.kind) for s in find(text))

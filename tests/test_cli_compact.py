@@ -354,3 +354,46 @@ def test_missing_key_fails_that_file_in_one_line(data: Path, capsys: pytest.Capt
     assert len(lines) == 1
     assert lines[0].startswith("Error: no Gemini API key found")
     assert "GEMINI_API_KEY" in lines[0]
+
+
+def _messages(n: int) -> list[dict[str, Any]]:
+    """``n`` exchanges with long answers (enough to compress), no ids."""
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        out.append(
+            {
+                "timestamp": "2026-08-01T10:00:00Z",
+                "type": "user",
+                "content": [{"text": f"question {i} " * 40}],
+            }
+        )
+        out.append({"timestamp": "2026-08-01T10:00:01Z", "type": "gemini", "content": f"answer {i} " * 300})
+    return out
+
+
+def test_sessions_without_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A legacy .json without ids is compacted once, with a real split_message_id; a .jsonl whose message
+    lines lack ids is one FAILED row whose one-line error names the file, the line and the fix."""
+    chats = tmp_path / "gemini" / "tmp" / "proj" / "chats"
+    chats.mkdir(parents=True)
+    meta = {"sessionId": "11111111-2222-4333-8444-555555555555", "projectHash": "h"}
+    legacy = chats / "session-2026-08-01T10-00-11111111.json"
+    legacy.write_text(json.dumps({**meta, "messages": _messages(6)}, indent=2), encoding="utf-8")
+    lines = chats / "session-2026-08-01T10-00-22222222.jsonl"
+    lines.write_bytes(
+        b"".join(orjson.dumps(r) + b"\n" for r in [{**meta, "sessionId": "2222"}, *_messages(6)])
+    )
+    out_dir = tmp_path / "out"
+    code, out, err = compact(capsys, str(legacy), str(lines), "--force", "-f", "json", "--out", str(out_dir))
+    assert code == 1
+    rows = {Path(r["input_path"]).name: r for r in sessions_of(out)}
+    row = rows[legacy.name]
+    assert row["status"] == "COMPRESSED"
+    assert row["tokens_after"] < row["tokens_before"]
+    written = read_session(row["output_path"]).messages
+    assert len(written) == 2 + row["messages_kept"] < 2 + 12
+    assert row["split_message_id"] == written[2]["id"] != "None"
+    assert rows[lines.name]["status"] == "FAILED"
+    [error] = [line for line in err.splitlines() if lines.name in line]
+    assert error.startswith(f'Error: {lines}: 12 message record(s) have no "id" (the first on line 2)')
+    assert error.endswith("or delete them, and run the command again")

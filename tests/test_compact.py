@@ -667,3 +667,193 @@ def test_a_new_session_is_titled_after_the_original() -> None:
     assert compacted_title(plain) == "Build the thing (compacted by ctxtool)"
     titled = parse_session_bytes(b'{"sessionId":"s","projectHash":"h","summary":"Fix the login bug"}\n')
     assert compacted_title(titled) == "Fix the login bug (compacted by ctxtool)"
+
+
+# --------------------------------------------------------------------------------------------------
+# Messages without ids (issue 26): a legacy .json gets ids derived from position; a .jsonl is refused
+
+
+def without_ids(
+    messages: list[dict[str, Any]], keep: Callable[[int], bool] = lambda i: False
+) -> list[dict[str, Any]]:
+    """The messages with ``id`` removed, except at the positions ``keep`` accepts."""
+    return [m if keep(i) else {k: v for k, v in m.items() if k != "id"} for i, m in enumerate(messages)]
+
+
+def make_legacy(tmp_path: Path, messages: list[dict[str, Any]]) -> Path:
+    """A legacy .json session, pretty-printed as Gemini CLI wrote it before 0.39."""
+    path = tmp_path / "gemini" / "tmp" / "proj" / "chats" / "session-2026-08-01T00-00-5e551011.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**META, "messages": messages}, indent=2), encoding="utf-8")
+    return path
+
+
+def test_a_legacy_session_without_ids_is_written_once(tmp_path: Path) -> None:
+    """The defect: every split matched the first id-less message, so the summary was followed by the whole
+    history again (more tokens after than before) and split_message_id was the string "None"."""
+    original = without_ids(chatty(6, tokens=50_000))
+    path = make_legacy(tmp_path, original)
+    report = run(path)
+    assert report.status == "COMPRESSED"
+    assert report.messages_summarised
+    assert report.messages_kept
+    assert report.messages_summarised + report.messages_kept == len(original)
+    assert report.tokens_before is not None
+    assert report.tokens_after is not None
+    assert report.tokens_after < report.tokens_before
+    assert report.output_path is not None
+    written = json.loads(Path(report.output_path).read_text(encoding="utf-8"))["messages"]
+    # summary, ack, then the kept tail of the original: each message once, now with an id.
+    assert len(written) == 2 + report.messages_kept
+    tail = written[2:]
+    assert [{k: v for k, v in m.items() if k != "id"} for m in tail] == as_copies(original[-len(tail) :])
+    ids_written = [m["id"] for m in written]
+    assert all(isinstance(i, str) for i in ids_written)
+    assert len(set(ids_written)) == len(ids_written)
+    assert report.split_message_id == tail[0]["id"]
+    assert tail[0]["type"] == "user"
+    [note] = [n for n in report.notes if "derived from the session id" in n]
+    assert note.startswith("18 message(s) had no id: each got an id derived from the session id and its")
+    # Gemini CLI resumes the written file as ctxtool planned it: summary, ack, then the kept turns.
+    resumed = g.convert_session_to_client_history(written)
+    assert resumed[1]["content"]["parts"] == [{"text": g.SUMMARY_ACK_TEXT}]
+    assert resumed[2:] == g.convert_session_to_client_history(tail)
+
+
+def test_ids_given_to_a_legacy_session_are_stable(tmp_path: Path) -> None:
+    """Same input, same bytes; the ids depend on the session id and the position only."""
+    from ctxtool.session.ids import derived_id
+
+    path = make_legacy(tmp_path, without_ids(chatty(6, tokens=50_000)))
+    a = run(path, destination=Destination("out", tmp_path / "a"))
+    b = run(path, destination=Destination("out", tmp_path / "b"))
+    assert a.output_path
+    assert b.output_path
+    assert Path(a.output_path).read_bytes() == Path(b.output_path).read_bytes()
+    assert a.split_message_id == b.split_message_id
+    assert a.messages_kept
+    first_kept = 18 - a.messages_kept  # the position of the first kept message in the original
+    assert a.split_message_id == derived_id(META["sessionId"], first_kept)
+    assert (
+        json.loads(Path(a.output_path).read_text(encoding="utf-8"))["messages"][2]["id"] == a.split_message_id
+    )
+
+
+def test_partly_missing_and_repeated_ids(tmp_path: Path) -> None:
+    """Ids a legacy session has are kept; a missing one and a repeat of an earlier one get derived ids, never
+    one the session already uses."""
+    from ctxtool.session.ids import derived_id
+
+    msgs = without_ids(chatty(6, tokens=50_000), keep=lambda i: i % 2 == 0)
+    msgs[9] = {**msgs[9], "id": msgs[0]["id"]}  # a repeat of message 0's id (a user turn)
+    msgs[10] = {**msgs[10], "id": derived_id(META["sessionId"], 11)}  # the id 11 would get: taken
+    path = make_legacy(tmp_path, msgs)
+    report = run(path)
+    assert report.status == "COMPRESSED"
+    assert report.messages_summarised
+    assert report.messages_kept
+    assert report.messages_summarised + report.messages_kept == len(msgs)
+    [note] = [n for n in report.notes if "derived from the session id" in n]
+    assert note.startswith("8 message(s) had no id and 1 repeated an earlier message's id")
+    assert report.output_path is not None
+    written = json.loads(Path(report.output_path).read_text(encoding="utf-8"))["messages"]
+    tail = written[2:]
+    expected = [m.get("id") for m in msgs[-len(tail) :]]
+    for position, (out, had) in enumerate(zip(tail, expected, strict=True), len(msgs) - len(tail)):
+        if position == 9:
+            assert out["id"] == derived_id(META["sessionId"], 9)
+        elif position == 11:
+            assert out["id"] == derived_id(META["sessionId"], 11, 1)  # the first choice was taken
+        elif had is not None:
+            assert out["id"] == had
+        else:
+            assert out["id"] == derived_id(META["sessionId"], position)
+    assert len({m["id"] for m in written}) == len(written)
+    assert report.split_message_id == tail[0]["id"]
+
+
+@pytest.mark.parametrize("strategy", ["gemini-cli", "kode", "pi", "openclaw", "codex"])
+def test_every_strategy_writes_unique_ids_for_a_session_without_them(tmp_path: Path, strategy: str) -> None:
+    msgs = without_ids(chatty(8, tokens=900_000, out_chars=4000))
+    path = make_legacy(tmp_path, msgs)
+    report = run(path, CompactOptions(force=True, strategy=strategy))
+    assert report.status == "COMPRESSED", report.reason
+    assert report.output_path is not None
+    written = json.loads(Path(report.output_path).read_text(encoding="utf-8"))["messages"]
+    ids_written = [m.get("id") for m in written]
+    assert all(isinstance(i, str) and i != "None" for i in ids_written)
+    assert len(set(ids_written)) == len(ids_written)
+    assert report.split_message_id is None or report.split_message_id in ids_written
+    trigger_id = (report.trigger or {}).get("message_id")
+    assert trigger_id is None or trigger_id in {m["id"] for m in read_session_ids(path)}
+
+
+def read_session_ids(path: Path) -> list[dict[str, Any]]:
+    """The messages of ``path`` with the ids compact gives them."""
+    from ctxtool.session.ids import with_unique_ids
+
+    session = read_session(path)
+    return [dict(m) for m in with_unique_ids(session.messages, session.session_id).messages]
+
+
+def test_a_legacy_session_without_ids_written_as_jsonl_loses_nothing(tmp_path: Path) -> None:
+    """--era jsonl: every message line carries its id, so the .jsonl reader (Gemini CLI's rules) keeps all."""
+    path = make_legacy(tmp_path, without_ids(chatty(6, tokens=50_000)))
+    report = run(path, CompactOptions(force=True, era="jsonl"))
+    assert report.output_path is not None
+    assert report.messages_kept
+    out = read_session(report.output_path)
+    assert out.era == "jsonl"
+    assert len(out.messages) == 2 + report.messages_kept
+    assert out.unknown_records == 0
+    assert out.messages[2]["id"] == report.split_message_id
+
+
+def test_in_place_on_a_legacy_json_without_ids(tmp_path: Path) -> None:
+    """The .jsonl written beside the .json records every message with the id the compacted history uses."""
+    msgs = without_ids(chatty(6, tokens=50_000))
+    path = make_legacy(tmp_path, msgs)
+    before = path.read_bytes()
+    report = run(path, destination=Destination("in-place"))
+    assert report.written
+    assert report.messages_kept
+    assert path.read_bytes() == before
+    beside = read_session(path.with_suffix(".jsonl"))
+    assert beside.unknown_records == 0
+    recorded = [m["id"] for m in beside.billed][: len(msgs)]
+    assert len(set(recorded)) == len(msgs)
+    assert [m["id"] for m in beside.messages[2:]] == recorded[-report.messages_kept :]
+    assert beside.messages[2]["id"] == report.split_message_id
+
+
+def test_a_jsonl_with_message_lines_without_ids_is_refused(tmp_path: Path) -> None:
+    """Gemini CLI skips a .jsonl message line without an id on resume: compact says so, naming the file and
+    the line, and writes nothing."""
+    msgs = chatty(6, tokens=50_000)
+    msgs[4] = {k: v for k, v in msgs[4].items() if k != "id"}
+    path = make_session(tmp_path, msgs)
+    with pytest.raises(CtxtoolError) as raised:
+        run(path)
+    message = str(raised.value)
+    assert message.startswith(f'{path}: 1 message record(s) have no "id" (the first on line 6)')
+    assert "\n" not in message
+    assert 'Give each of them a unique "id"' in message
+    assert not (tmp_path / "gemini" / "out").exists()
+
+
+def test_a_jsonl_whose_id_less_records_a_checkpoint_replaced_compacts(tmp_path: Path) -> None:
+    """What Gemini CLI writes when it resumes an id-less legacy session: the messages without ids, then a
+    `$set.messages` checkpoint. Once a later checkpoint with ids replaces them, nothing is missing."""
+    msgs = chatty(6, tokens=50_000)
+    stale = without_ids(msgs[:3])
+    path = write_jsonl(
+        tmp_path / "gemini" / "tmp" / "proj" / "chats" / "session-2026-08-01T00-00-5e551011.jsonl",
+        [META, *stale, {"$set": {"messages": stale}}, {"$set": {"messages": msgs}}],
+    )
+    report = run(path)
+    assert report.status == "COMPRESSED"
+    assert report.split_message_id is not None
+    # The id-less entries of the last checkpoint are refused, by the checkpoint's line.
+    path.write_bytes(path.read_bytes() + stringify({"$set": {"messages": stale}}) + b"\n")
+    with pytest.raises(CtxtoolError, match=r'3 message record\(s\) have no "id" \(the first on line 7\)'):
+        run(path)

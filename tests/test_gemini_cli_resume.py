@@ -362,3 +362,123 @@ def g_ack() -> str:
     from ctxtool.compress.gemini_cli import SUMMARY_ACK_TEXT
 
     return SUMMARY_ACK_TEXT
+
+
+# --- sessions whose messages have no ids (issue 26) ---------------------------------------------------------
+
+
+def _id_less_legacy(chats: Path, project: Path) -> tuple[Path, list[str]]:
+    """A legacy .json session as a converter writes it: no message ids, but for two (one repeated); today's
+    timestamps and this project's hash. Returns it and its prompts, in order."""
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    prompts = [f"Question {i}: how does step {i} of the parser work? " * 8 for i in range(8)]
+    messages: list[dict[str, Any]] = []
+    for i, prompt in enumerate(prompts):
+        messages.append({"timestamp": now, "type": "user", "content": [{"text": prompt}]})
+        messages.append({"timestamp": now, "type": "gemini", "content": f"Step {i} reads a token. " * 120})
+    messages[4]["id"] = messages[9]["id"] = "same-id"  # a repeated id: Gemini CLI's .jsonl reader keeps one
+    session_id = "0dd1e55a-0000-4000-8000-000000000026"
+    doc = {
+        "sessionId": session_id,
+        "projectHash": hashlib.sha256(str(project).encode()).hexdigest(),
+        "startTime": now,
+        "lastUpdated": now,
+        "messages": messages,
+    }
+    path = chats / f"session-{datetime.now(UTC):%Y-%m-%dT%H-%M}-{session_id[:8]}.json"
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    return path, prompts
+
+
+def _texts(contents: list[dict[str, Any]]) -> list[str]:
+    return [p["text"] for c in contents for p in c["parts"] if isinstance(p.get("text"), str)]
+
+
+@pytest.mark.parametrize("era", [None, "jsonl"])
+def test_gemini_cli_resumes_the_compacted_copy_of_a_session_without_ids(
+    gemini_cli: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], era: str | None
+) -> None:
+    """The output of an id-less legacy session carries ids derived from position: Gemini CLI 0.61 resumes
+    it with each kept message once, and resumes it again after it rewrote the file (a message without a
+    unique id would be gone the second time, which is what Gemini CLI does to the id-less original)."""
+    workspace = make_workspace(tmp_path)
+    chats = register_project(workspace)
+    original, prompts = _id_less_legacy(chats, workspace.project)
+    extra = ["--era", era] if era else []
+    assert run(["compact", str(original), "--force", "--as-new-session", "-f", "json", *extra]) == 0
+    report = json.loads(capsys.readouterr().out)["sessions"][0]
+    assert report["status"] == "COMPRESSED"
+    written = Path(report["output_path"])
+    assert written.suffix == f".{era or 'json'}"
+    kept = read_session(written).messages[2:]
+    assert report["split_message_id"] == kept[0]["id"]
+    assert len(kept) == report["messages_kept"] < 16
+    kept_prompts = prompts[len(prompts) - len(kept) // 2 :]
+    original.unlink()  # resume the copy alone (same project, so its files stay where Gemini CLI looks)
+
+    expected = _expected_request(written)
+    api = FakeGeminiAPI(
+        chat=[text("Resumed.", usage(100, 2)), text("Again.", usage(120, 2))],
+        utility=lambda b, m: text("title", usage(5, 1)),
+    )
+    with api.serving() as url:
+        first = run_gemini(
+            gemini_cli, workspace, url, ["-m", CHAT_MODEL, "--resume", report["session_id"], "-p", PROMPT]
+        )
+        assert first.returncode == 0, first.stderr[-2000:]
+        second = run_gemini(
+            gemini_cli,
+            workspace,
+            url,
+            ["-m", CHAT_MODEL, "--resume", report["session_id"], "-p", "and then?"],
+        )
+        assert second.returncode == 0, second.stderr[-2000:]
+    one, two = (r.body["contents"] for r in api.chat_requests())
+    assert _as_compared(one) == expected
+    sent = _texts(_as_compared(one))
+    assert sent[0].startswith("<state_snapshot>")
+    assert sent[1] == g_ack()
+    # Each kept prompt once; no summarised one as a turn of its own (the summary quotes them in its text).
+    assert [t for t in sent if t in prompts] == kept_prompts
+    # The second resume reads the .jsonl Gemini CLI wrote: the same history, then the first exchange.
+    assert _as_compared(two) == [
+        *_as_compared(one)[:-1],
+        {"role": "user", "parts": [{"text": PROMPT}]},
+        {"role": "model", "parts": [{"text": "Resumed."}]},
+        {"role": "user", "parts": [{"text": "and then?"}]},
+    ]
+
+
+def test_gemini_cli_skips_jsonl_message_lines_without_ids(
+    gemini_cli: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Why compact refuses a .jsonl whose message lines lack ids: Gemini CLI 0.61 resumes it without them
+    (loadConversationRecord keeps only records with a string id), as ctxtool's reader does."""
+    workspace = make_workspace(tmp_path)
+    chats = register_project(workspace)
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    session_id = "0dd1e55a-0000-4000-8000-00000000jsnl"
+    meta = {
+        "sessionId": session_id,
+        "projectHash": hashlib.sha256(str(workspace.project).encode()).hexdigest(),
+        "startTime": now,
+        "lastUpdated": now,
+    }
+    records = [
+        meta,
+        {"timestamp": now, "type": "user", "content": [{"text": "a question without an id"}]},
+        {"timestamp": now, "type": "gemini", "content": "an answer without an id"},
+        {"id": "u2", "timestamp": now, "type": "user", "content": [{"text": "a question with an id"}]},
+        {"id": "g2", "timestamp": now, "type": "gemini", "content": "an answer with an id"},
+    ]
+    path = chats / f"session-{datetime.now(UTC):%Y-%m-%dT%H-%M}-{session_id[:8]}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert [m["id"] for m in read_session(path).messages] == ["u2", "g2"]
+    assert run(["compact", str(path), "--force", "-f", "json", "--out", str(tmp_path / "out")]) == 1
+    [error] = capsys.readouterr().err.strip().splitlines()
+    assert error.startswith(f'Error: {path}: 2 message record(s) have no "id" (the first on line 2)')
+    expected = _expected_request(path)
+    sent = _resume(gemini_cli, path, session_id, tmp_path / "resume")
+    assert _as_compared(sent) == expected
+    assert "a question without an id" not in json.dumps(sent)
+    assert "a question with an id" in _texts(sent)

@@ -395,7 +395,8 @@ def first_crossing(
         v = value(tokens)
         best = v if best is None else max(best, v)
         if fires(v):
-            return Trigger(True, measure, limit, turn, str(messages[index].get("id")), v)
+            mid = messages[index].get("id")
+            return Trigger(True, measure, limit, turn, mid if isinstance(mid, str) else None, v)
     return Trigger(False, measure, limit, tokens=best)
 
 

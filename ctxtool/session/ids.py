@@ -1,0 +1,151 @@
+"""Message ids: what a session without them needs before ctxtool writes a copy Gemini CLI resumes.
+
+Gemini CLI keys every message by its ``id``. Gemini CLI always writes one, but converters, older tools and
+hand edits may not, and the two eras fare differently in Gemini CLI 0.61.0 (chatRecordingService.ts):
+
+* a legacy ``.json`` document is loaded whole (``parseLegacyRecordFallback``), messages with no id or a
+  repeated one included, so a resume sends them all. The ``.jsonl`` that resume then writes carries them on
+  without an id (``initialize`` appends each as it is), and the next load drops them: a written message
+  needs a unique string id to survive. ``with_unique_ids`` gives every message that lacks one an id
+  derived from the session id and its position, so the same input gets the same ids.
+* a ``.jsonl`` line is a message only when its ``id`` is a string (``loadConversationRecord``,
+  ``isMessageRecord``); a message line without one is skipped, as is such an entry of a ``$set.messages``
+  checkpoint, so it is not part of the session Gemini CLI resumes. ``idless_lines`` finds the ones that
+  would stand in the resumed history had they an id.
+
+Must not: print, or import ``ctxtool.compress``, frames or the CLI.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+
+from ctxtool.session.read import loads_like_node, split_lines
+from ctxtool.session.schema import MessageRecord
+
+# The namespace of the ids ctxtool derives (uuid5): a fixed value, so an id depends only on its inputs.
+_NAMESPACE = uuid.UUID("2811bad0-d3e2-4358-8ba9-b140a1401c19")
+
+
+def derived_id(session_id: str | None, position: int, attempt: int = 0) -> str:
+    """The id ctxtool gives the message at ``position`` (0-based) of session ``session_id``: a UUID, as
+    Gemini CLI's own ids are, that depends on nothing else. ``attempt`` > 0 draws another one (when the
+    first is already a message's id)."""
+    name = f"{session_id or ''}/{position}" + (f"/{attempt}" if attempt else "")
+    return str(uuid.uuid5(_NAMESPACE, name))
+
+
+@dataclass(frozen=True)
+class IdFix:
+    """``messages`` with a unique string id each; ``missing`` and ``repeated`` are the positions that got a
+    derived id because they had none (or not a string) or repeated an earlier message's id."""
+
+    messages: list[MessageRecord]
+    missing: list[int]
+    repeated: list[int]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.missing or self.repeated)
+
+    def describe(self) -> str:
+        """One sentence for a report: what was given an id, and why."""
+        what = []
+        if self.missing:
+            what.append(f"{len(self.missing)} message(s) had no id")
+        if self.repeated:
+            what.append(f"{len(self.repeated)} repeated an earlier message's id")
+        first = min(self.missing + self.repeated) + 1
+        return (
+            f"{' and '.join(what)}: each got an id derived from the session id and its position (the first "
+            f"is message {first} of the session), written into the output, as Gemini CLI keeps only messages "
+            "with a unique id"
+        )
+
+
+def with_unique_ids(messages: Sequence[Mapping[str, Any]], session_id: str | None) -> IdFix:
+    """``messages`` where each has a unique string id: a message whose id is missing, not a string, or the
+    id of an earlier message gets ``derived_id(session_id, position)`` (another attempt if that one is taken
+    by any message of the session). Messages that needed nothing are the same objects; the others are
+    copies with ``id`` first, where Gemini CLI writes it."""
+    taken = {m["id"] for m in messages if isinstance(m.get("id"), str)}
+    seen: set[str] = set()
+    out: list[MessageRecord] = []
+    missing: list[int] = []
+    repeated: list[int] = []
+    for position, message in enumerate(messages):
+        mid = message.get("id")
+        if isinstance(mid, str) and mid not in seen:
+            seen.add(mid)
+            out.append(cast(MessageRecord, message))
+            continue
+        (repeated if isinstance(mid, str) else missing).append(position)
+        attempt = 0
+        new = derived_id(session_id, position)
+        while new in taken:
+            attempt += 1
+            new = derived_id(session_id, position, attempt)
+        taken.add(new)
+        seen.add(new)
+        out.append(cast(MessageRecord, {"id": new, **{k: v for k, v in message.items() if k != "id"}}))
+    return IdFix(out, missing, repeated)
+
+
+def _is_idless_message(record: Any) -> bool:
+    """A message record (it has a string ``type``) that Gemini CLI skips for want of a string ``id``."""
+    return (
+        isinstance(record, dict)
+        and isinstance(record.get("type"), str)
+        and not isinstance(record.get("id"), str)
+    )
+
+
+def idless_lines(data: bytes) -> list[int]:
+    """The line numbers (1-based, one per record) of the message records of a ``.jsonl`` session that have
+    no string ``id`` and would stand in the history Gemini CLI resumes if they had one: replayed with the
+    rules of ``ctxtool.session.read`` (a checkpoint replaces what came before it, a rewind drops what
+    follows its target), so a record a later checkpoint or rewind removed does not count. An entry of a
+    ``$set.messages`` checkpoint is reported by the line of that checkpoint."""
+    live: dict[object, int | None] = {}  # message id, or a marker per id-less record -> its line, or None
+    for number, line in enumerate(split_lines(data), 1):
+        if not line.strip():
+            continue
+        try:
+            record = loads_like_node(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        entries: Any = None
+        if "$rewindTo" in record:
+            keys = list(live)
+            if record["$rewindTo"] in keys:
+                for key in keys[keys.index(record["$rewindTo"]) :]:
+                    del live[key]
+            else:
+                live.clear()
+            continue
+        if "$set" in record:
+            patch = record["$set"]
+            entries = patch.get("messages") if isinstance(patch, dict) else None
+        elif isinstance(record.get("id"), str):
+            live[record["id"]] = None  # an upsert keeps the first position
+            continue
+        elif "sessionId" in record:
+            entries = record.get("messages")
+        elif _is_idless_message(record):
+            live[object()] = number
+            continue
+        if isinstance(entries, list):
+            live.clear()
+            for entry in entries:
+                if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                    live[entry["id"]] = None
+                elif _is_idless_message(entry):
+                    live[object()] = number
+    return [n for n in live.values() if n is not None]
