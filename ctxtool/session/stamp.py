@@ -45,7 +45,7 @@ TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_
 
 # Bump when the rows produced by ctxtool.session.columns change meaning or shape: it invalidates every
 # cached index entry and stored corpus.
-COLUMNS_VERSION = 7
+COLUMNS_VERSION = 8
 STAMP = f"{__version__}-c{COLUMNS_VERSION}"
 
 
