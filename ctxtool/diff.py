@@ -8,13 +8,19 @@ two ``SessionFile`` values and returns a ``SessionDiff``; never reads files, pri
 Two token measures, never mixed:
 
 * **recorded**: the ``tokens`` fields written in the files, summed over the billed view (every request the
-  file records, rewound or checkpointed ones included). Only ``gemini`` messages carry them, so recorded
-  tokens have no per-tool split.
+  file records, rewound or checkpointed ones included), counted as ``stats`` counts them
+  (``ctxtool.tokens.report_tokens``: ``input`` without the cached tokens, ``prompt_tokens`` with them, a
+  ``total`` recorded as 0 or missing taken as the sum of its parts). Only ``gemini`` messages carry them, so
+  recorded tokens have no per-tool split.
 * **estimated**: Gemini CLI's local estimate (``estimate_token_count``) of the live history in wire form
   (``convert_session_to_client_history``). Each message is estimated on its own (floored per wire turn),
   so the per-message figures add up to the per-group figures; the session total is one estimate over the
   whole history, as Gemini CLI computes it, and may exceed the sum of the parts by less than one token per
   wire turn.
+
+A message a file writes again without the record of its request (``tokens``, ``model``, and ``toolCalls``
+when they add nothing to what it sends; Gemini CLI's copies and ``ctxtool compact``'s) is kept, not changed:
+the request was billed once, in the file that recorded it.
 """
 
 from __future__ import annotations
@@ -35,12 +41,23 @@ from ctxtool.compress.gemini_cli import (
 from ctxtool.compress.strategies import gemini_estimate
 from ctxtool.session.columns import clip_preview
 from ctxtool.session.read import SessionFile
-from ctxtool.tokens import token_limit
+from ctxtool.tokens import (
+    REPORT_TOKEN_KEYS,
+    describe_total_mismatches,
+    report_tokens,
+    token_limit,
+    total_disagrees,
+)
 
 Status = Literal["removed", "kept", "changed", "added"]
 Match = Literal["id", "hash"]
 STATUSES: tuple[Status, ...] = ("removed", "kept", "changed", "added")
-RECORDED_KEYS = ("input", "output", "cached", "thoughts", "tool", "total")
+RECORDED_KEYS = REPORT_TOKEN_KEYS  # stats' token fields, counted as stats counts them
+# What a message written again loses of the request that produced it: Gemini CLI rewrites kept messages
+# without them on a ``$set.messages`` checkpoint (chatRecordingService.ts ``updateMessagesFromHistory``; seen
+# on the resumes tests/recorded holds) and ``ctxtool.compact.as_copies`` drops ``tokens``. The request was
+# billed once, in the file that recorded it, so their loss alone is not a change.
+REQUEST_RECORD_KEYS = ("tokens", "model", "toolCalls")
 SNAPSHOT_TAG = "<state_snapshot>"
 # The model turn Gemini CLI appends after the snapshot (chatCompressionService.ts, HEAD 5411f113ca).
 ACK_TEXT = "Got it. Thanks for the additional context!"
@@ -76,7 +93,7 @@ class MessageDiff:
     chars_after: int | None
     estimated_before: int | None
     estimated_after: int | None
-    recorded_before: int | None  # tokens.total of this message's request, if it is one
+    recorded_before: int | None  # the total of this message's request, if it records one (report_tokens)
     recorded_after: int | None
     changes: tuple[Change, ...] = ()
 
@@ -138,8 +155,9 @@ class SideSummary:
     billed_messages: int
     model: str | None
     context_limit: int
-    recorded: dict[str, int]  # sums over billed requests, plus "requests" and "context" (last live input)
+    recorded: dict[str, int]  # sums over billed requests, plus "requests" and "context" (last live prompt)
     estimated: int
+    total_mismatches: int = 0  # billed requests whose recorded total is not the sum of its parts
 
     @property
     def recorded_context_share(self) -> float | None:
@@ -160,6 +178,7 @@ class SideSummary:
             "model": self.model,
             "context_limit": self.context_limit,
             "recorded": dict(self.recorded),
+            "total_mismatches": self.total_mismatches,
             "estimated": self.estimated,
             "context_share": {
                 "recorded": self.recorded_context_share,
@@ -182,6 +201,14 @@ class SessionDiff:
     @property
     def differs(self) -> bool:
         return any(m.status != "kept" for m in self.messages)
+
+    def warnings(self) -> list[str]:
+        """What reading the two files should warn about: recorded totals that disagree with their parts
+        (one line naming the files, as ``stats`` says it)."""
+        files = [(s.path, s.total_mismatches) for s in (self.before, self.after) if s.total_mismatches]
+        if len(files) == 2 and files[0][0] == files[1][0]:
+            files = files[:1]  # a file against itself
+        return [describe_total_mismatches(files)] if files else []
 
     def as_dict(self) -> dict[str, Any]:
         from ctxtool.frames import SCHEMA_VERSION
@@ -314,21 +341,14 @@ def _note(msg: Mapping[str, Any]) -> str:
     return ""
 
 
+def _recorded(msg: Mapping[str, Any]) -> dict[str, int] | None:
+    """The request a message records, counted as ``stats`` counts it; None for a message that records none."""
+    return report_tokens(msg.get("tokens")) if msg.get("type") == "gemini" else None
+
+
 def _recorded_total(msg: Mapping[str, Any]) -> int | None:
-    tokens = msg.get("tokens")
-    if msg.get("type") != "gemini" or not isinstance(tokens, dict):
-        return None
-    return _int(tokens.get("total"))
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return 0
+    counts = _recorded(msg)
+    return None if counts is None else counts["total"]
 
 
 @dataclass(slots=True)
@@ -369,18 +389,25 @@ def _last_model(sf: SessionFile) -> str | None:
 
 def _side(sf: SessionFile, model: str | None) -> SideSummary:
     recorded = dict.fromkeys(RECORDED_KEYS, 0)
-    requests = 0
+    requests = mismatches = 0
     for msg in sf.billed:
-        tokens = msg.get("tokens")
-        if msg.get("type") == "gemini" and isinstance(tokens, dict):
+        counts = _recorded(msg)
+        if counts is not None:
             requests += 1
             for k in RECORDED_KEYS:
-                recorded[k] += _int(tokens.get(k))
+                recorded[k] += counts[k]
+            mismatches += total_disagrees(
+                counts["total"], counts["prompt_tokens"], counts["output"], counts["thoughts"], counts["tool"]
+            )
+    # The prompt of the last live request, as stats' ``context``: a live message written again without its
+    # tokens (a checkpoint's copy) is the request its first record billed.
+    billed = {m["id"]: m for m in sf.billed if isinstance(m.get("id"), str)}
     context = 0
     for msg in reversed(sf.messages):
-        tokens = msg.get("tokens")
-        if msg.get("type") == "gemini" and isinstance(tokens, dict) and _int(tokens.get("input")):
-            context = _int(tokens.get("input"))
+        mid = msg.get("id")
+        counts = _recorded(billed.get(mid, msg) if isinstance(mid, str) else msg)
+        if counts is not None:
+            context = counts["prompt_tokens"]
             break
     recorded["requests"] = requests
     recorded["context"] = context
@@ -397,6 +424,7 @@ def _side(sf: SessionFile, model: str | None) -> SideSummary:
         context_limit=token_limit(model),
         recorded=recorded,
         estimated=estimated,
+        total_mismatches=mismatches,
     )
 
 
@@ -465,15 +493,34 @@ def align(
     return out
 
 
+def dropped_request_record(b: Mapping[str, Any], a: Mapping[str, Any]) -> set[str]:
+    """The ``REQUEST_RECORD_KEYS`` that ``b`` holds and its later copy ``a`` dropped, and whose loss changes
+    nothing the message sends: ``tokens`` and ``model`` always (they are never sent), ``toolCalls`` only when
+    the message's wire turns (``convert_session_to_client_history``) are the same without them, i.e. its
+    content holds the calls and its responses are messages of their own."""
+    dropped = set()
+    for key in REQUEST_RECORD_KEYS:
+        if not b.get(key) or a.get(key):
+            continue
+        if key == "toolCalls":
+            without = {k: v for k, v in b.items() if k != key}
+            if _canonical({"w": _wire([b])}) != _canonical({"w": _wire([without])}):
+                continue  # the calls and their outputs were part of the history: a change
+        dropped.add(key)
+    return dropped
+
+
 def _changes(b: Mapping[str, Any], a: Mapping[str, Any]) -> tuple[Change, ...]:
     changes: list[Change] = []
+    dropped = dropped_request_record(b, a)
     if b.get("id") != a.get("id"):
         changes.append(Change("id", f"id {b.get('id')} → {a.get('id')}"))
     if _canonical({"c": b.get("content")}) != _canonical({"c": a.get("content")}):
         cb, ca = value_chars(b.get("content")), value_chars(a.get("content"))
         changes.append(Change("content", _size_detail("content", cb, ca), cb, ca))
-    changes.extend(_tool_changes(b, a))
-    for key in sorted((set(b) | set(a)) - {"id", "content", "toolCalls"}):
+    if "toolCalls" not in dropped:
+        changes.extend(_tool_changes(b, a))
+    for key in sorted((set(b) | set(a)) - {"id", "content", "toolCalls"} - dropped):
         if _canonical({"v": b.get(key)}) != _canonical({"v": a.get(key)}):
             if key in ("thoughts", "displayContent"):
                 cb, ca = value_chars(b.get(key)), value_chars(a.get(key))
@@ -690,7 +737,7 @@ def summary_rows(d: SessionDiff) -> list[tuple[str, str, str, str]]:
             _delta(b.recorded["total"], a.recorded["total"]),
         ),
         (
-            "recorded context (last input)",
+            "recorded context (last prompt)",
             f"{b.recorded['context']:,}",
             f"{a.recorded['context']:,}",
             _delta(b.recorded["context"], a.recorded["context"]),

@@ -5,7 +5,8 @@ when it was resumed are one session; files sharing a constant ``sessionId`` such
 subagent attribution, turns, token semantics and the ``--by`` aggregations. Never prints.
 
 Token semantics (chatRecordingTypes.ts): ``input`` is the request's whole prompt and already includes
-``cached``; ``total = input + output + thoughts + tool``. Token sums use the **billed** view (every request
+``cached``; ``total = input + output + thoughts + tool``, or the recorded total when it is above 0
+(``ctxtool.tokens.request_total``). Token sums use the **billed** view (every request
 recorded, rewound or checkpointed away included); context figures use the **live** view.
 """
 
@@ -28,9 +29,12 @@ if TYPE_CHECKING:
 from ctxtool.session.discover import Discovery, discover, short_id_of
 from ctxtool.session.schema import TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
-from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS
+from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS, TOTAL_PARTS, describe_total_mismatches
 
-SCHEMA_VERSION = 2  # 2: input excludes cached (prompt_tokens has both), models is a list
+# 2: input excludes cached (prompt_tokens has both), models is a list. 3: one accounting (ctxtool.tokens): a
+# total recorded as 0 counts its parts; diff's recorded figures are stats' (input without cached,
+# prompt_tokens); read.total_mismatches.
+SCHEMA_VERSION = 3
 from ctxtool.choices import BY_CHOICES  # noqa: E402  (re-exported)
 
 TOKEN_COLUMNS = TOKEN_KEYS  # the counts of a request, as Gemini CLI names them
@@ -1317,7 +1321,8 @@ def with_uncached_input(df: pl.DataFrame) -> pl.DataFrame:
     """The token columns as ccusage shows them: ``input`` without the cached tokens, so that ``input``,
     ``cached``, ``output``, ``thoughts`` and ``tool`` add up to ``total``; Gemini's own prompt count (cached
     included, what the context holds) stays as ``prompt_tokens``. What ``ctxtool stats`` prints and writes;
-    the frames themselves keep Gemini CLI's names and meanings."""
+    the frames themselves keep Gemini CLI's names and meanings. ``ctxtool.tokens.report_tokens`` is the same
+    rule on one recorded response (``diff``)."""
     if "input" not in df.columns or "cached" not in df.columns:
         return df
     at = df.columns.index("cached") + 1
@@ -1473,8 +1478,26 @@ def read_warnings(corpus: Corpus) -> list[str]:
             f"{r['first_invalid_utf8_line']}); read with U+FFFD in their place, as Gemini CLI reads them"
             for r in corpus.sessions.filter(pl.col("invalid_utf8_lines") > 0).iter_rows(named=True)
         ),
+        *([describe_total_mismatches(mismatched)] if (mismatched := total_mismatches(corpus)) else []),
         *corpus.warnings,
     ]
+
+
+def total_mismatches(corpus: Corpus) -> list[tuple[str, int]]:
+    """(file, requests) for every session with requests whose recorded ``total`` is not the sum of its parts
+    (``ctxtool.tokens.total_disagrees`` on the requests frame: such a total is kept as recorded)."""
+    req = corpus.requests
+    if req.height == 0:
+        return []
+    parts = pl.sum_horizontal(*[pl.col(k).fill_null(0) for k in TOTAL_PARTS])
+    counts = (
+        req.filter(pl.col("total").fill_null(0) != parts)
+        .group_by("session_key")
+        .agg(pl.len().alias("n"))
+        .join(corpus.sessions.select("session_key", "file"), on="session_key", how="left")
+        .sort("file", "session_key", nulls_last=True)
+    )
+    return [(r["file"] or r["session_key"], int(r["n"])) for r in counts.iter_rows(named=True)]
 
 
 def broken_files(corpus: Corpus) -> list[tuple[str, int, int]]:
@@ -1498,6 +1521,7 @@ def read_summary(corpus: Corpus) -> dict[str, Any]:
         "total_tokens": int(corpus.requests.get_column("total").sum() or 0),
         "broken_lines": corpus.broken_lines,
         "invalid_utf8_lines": int(s.get_column("invalid_utf8_lines").sum() or 0) if s.height else 0,
+        "total_mismatches": sum(n for _, n in total_mismatches(corpus)),
         "skipped": [{"file": f, "reason": why} for f, why in corpus.skipped],
         "skipped_by_reason": reasons,
         "errors": [{"file": p.path, "message": p.message} for p in corpus.problems],
@@ -1521,6 +1545,8 @@ def describe_read(summary: dict[str, Any]) -> str:
         text += f" {summary['broken_lines']} broken line(s) skipped."
     if summary.get("invalid_utf8_lines"):
         text += f" {summary['invalid_utf8_lines']} line(s) with invalid UTF-8 (see warnings)."
+    if summary.get("total_mismatches"):
+        text += f" {summary['total_mismatches']} recorded total(s) disagree with their parts (see warnings)."
     index = summary.get("index") or {}
     if index.get("corpus_from_cache"):
         text += " Nothing changed since the last run: served from ctxtool's index."

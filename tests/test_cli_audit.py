@@ -31,7 +31,7 @@ def test_budget_exceeded_exits_3(capsysbinary: pytest.CaptureFixture[bytes]) -> 
     code, out, _ = audit(capsysbinary, str(ONE), "--max-context-share", "10%", "-f", "json")
     assert code == 3
     doc = orjson.loads(out)
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert doc["exceeded"] is True
     (check,) = doc["checks"]
     assert check["status"] == "fail"

@@ -40,7 +40,7 @@ def compact(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
 
 def sessions_of(out: str) -> list[dict[str, Any]]:
     doc = json.loads(out)
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert doc["command"] == "compact"
     rows: list[dict[str, Any]] = doc["sessions"]
     return rows

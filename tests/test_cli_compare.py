@@ -26,7 +26,7 @@ def test_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli(capsys, "compare", str(crafted(tmp_path)), "--strategies", STRATS, "-f", "json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert doc["command"] == "compare"
     assert doc["strategies"] == STRATS.split(",")
     assert [r["strategy"] for r in doc["rows"]] == STRATS.split(",")

@@ -44,7 +44,7 @@ def test_different_sessions_exit_code_1_only_when_asked(
     code, out, _ = diff(capsysbinary, *files, "--exit-code", "-f", "json")
     assert code == 1
     doc = orjson.loads(out)
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert [m["status"] for m in doc["messages"]].count("removed") == 3
     assert doc["snapshots"] == [SNAPSHOT]
     assert doc["retention"]["paths"]["lost"] == ["tests/legacy_test.py", "docs/notes/design.md"]

@@ -29,7 +29,7 @@ def test_json_envelope_and_rows(capsysbinary: pytest.CaptureFixture[bytes]) -> N
     code, out, err = stats(capsysbinary, str(DATA), "--format", "json")
     assert code == 0
     doc = orjson.loads(out)
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert doc["by"] == "session"
     assert doc["view"] == "billed"
     assert doc["read"]["files"] == 16

@@ -287,7 +287,7 @@ def test_views_render(pair: tuple[SessionFile, SessionFile]) -> None:
     assert "lost: docs/notes/design.md" in text
     assert summary_rows(d)[0] == ("live messages", "6", "5", "-1")
     doc = d.as_dict()
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert doc["counts"] == d.counts
     assert doc["tokens"]["recorded_delta"]["requests"] == -2
     assert doc["retention"]["directives"]["lost"] == ["Never edit tests/legacy_test.py."]

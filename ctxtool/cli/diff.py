@@ -21,10 +21,11 @@ HELP = """Compare two Gemini CLI session files: an original and its compaction, 
 
 Messages of the live histories are aligned by id, falling back to a hash of their content, and each is
 shown as removed, kept, changed (e.g. a truncated tool output, with how much) or added (the state snapshot and
-its ack). Token deltas are given as recorded in the files (billed requests) and as Gemini CLI's local
-estimate of the live history, in total and per message type, wire role and tool, with the context share
-before and after against the model's limit. The facts (paths, commands, errors, directives) of the removed
-and changed messages are checked against the after history: lost ones are listed.
+its ack); a message written again without the record of its request (tokens, model) is kept: it was billed
+once. Token deltas are given as recorded in the files (billed requests, counted as stats counts them) and
+as Gemini CLI's local estimate of the live history, in total and per message type, wire role and tool, with
+the context share before and after against the model's limit. The facts (paths, commands, errors,
+directives) of the removed and changed messages are checked against the after history: lost ones are listed.
 
 Examples:
 
@@ -65,6 +66,8 @@ def diff(
     fmt = output_format(fmt, output, FORMATS, "diff")
     before_path, after_path = (Path(p) for p in resolve_session_args([before, after]))
     result = diff_lib.diff_sessions(read_session(before_path), read_session(after_path))
+    for warning in result.warnings():
+        print(f"warning: {warning}", file=sys.stderr)
 
     hide = _hider(show_secrets)
     if fmt == "json":

@@ -45,6 +45,7 @@ from ctxtool.session.read import (
 )
 from ctxtool.session.schema import EMPTY_RESPONSE_NUDGE_PREFIX, TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
+from ctxtool.tokens import request_total, token_count
 
 PREVIEW_CHARS = 80
 from ctxtool.session.stamp import COLUMNS_VERSION  # noqa: E402,F401  (bump it when these rows change)
@@ -155,16 +156,6 @@ def _classify_text(text: str, content: Any) -> tuple[bool, bool, bool]:
     return not text.startswith(_NOT_PROMPT_PREFIXES), False, False
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
 # Typed fields: the decoder checks them in C, so the hot loop below need not. A record whose fields do not
 # fit (a fork's odd types) fails validation and goes through _lenient, which coerces it to these types.
 # gc=False: these structs hold only scalars, raw bytes and each other, never a cycle, so the garbage
@@ -243,7 +234,7 @@ def _lenient(obj: Any) -> _Record:
         timestamp=_str(obj.get("timestamp")),
         content=msgspec.Raw(orjson.dumps(obj.get("content"))),
         model=_str(obj.get("model")),
-        tokens=_Tokens(**{k: _count(v) for k, v in tokens.items() if k in TOKEN_KEYS})
+        tokens=_Tokens(**{k: token_count(v) for k, v in tokens.items() if k in TOKEN_KEYS})
         if isinstance(tokens := obj.get("tokens"), dict)
         else None,
         toolCalls=[
@@ -392,16 +383,14 @@ def _row(rec: _Record, history: tuple[int, int, int, int, int]) -> _Row:
     )
     t = rec.tokens
     if mtype == "gemini" and t is not None:
+        prompt, output, thoughts, tool = t.input or 0, t.output or 0, t.thoughts or 0, t.tool or 0
         counts: tuple[Any, ...] = (
-            t.input or 0,
-            t.output or 0,
+            prompt,
+            output,
             t.cached or 0,
-            t.thoughts or 0,
-            t.tool or 0,
-            # total = input + output + thoughts + tool (chatRecordingTypes.ts); derived if a fork left it out
-            t.total
-            if t.total is not None
-            else (t.input or 0) + (t.output or 0) + (t.thoughts or 0) + (t.tool or 0),
+            thoughts,
+            tool,
+            request_total(t.total, prompt, output, thoughts, tool),  # ctxtool.tokens: one accounting
         )
     else:
         counts = (None, None, None, None, None, None)
@@ -935,13 +924,6 @@ def _set_meta(out: FileColumns, meta: dict[str, Any], era: str, *, lines: int) -
     out.last_updated = _str(meta.get("lastUpdated"))
     out.summary = _str(meta.get("summary"))
     out.derived_from = _str(meta.get("derivedFrom"))
-
-
-def _count(value: Any) -> int:
-    """A token count as recorded: ints as they are; a missing, null or non-numeric field counts 0."""
-    if type(value) is int:
-        return value
-    return _int(value) or 0
 
 
 # A preview is never cut inside a long token (a key, a token, a hash): it would show part of a secret that
