@@ -37,7 +37,9 @@ from xml.etree import ElementTree as ET
 import polars as pl
 
 from ctxtool.errors import CtxtoolError, UsageError, use_one_of
-from ctxtool.frames import SCHEMA_VERSION, Corpus, read_summary, report
+from ctxtool.frames import SCHEMA_VERSION, Corpus, Problem, read_summary, report
+from ctxtool.markup import escape_markdown, workflow_data, workflow_property, xml_document
+from ctxtool.wording import plural
 
 Kind = Literal["tokens", "share", "cost", "count"]
 CheckStatus = Literal["pass", "fail", "skip"]
@@ -249,7 +251,8 @@ def _rule_from_toml(metric: str, entry: Any, prefix: str, source: str) -> Rule:
     unknown = set(entry) - {"limit", "projects", "models"}
     if unknown:
         raise UsageError(
-            f"{prefix}{metric} has unknown key(s) {', '.join(sorted(unknown))}",
+            f"{prefix}{metric} has unknown {'key' if len(unknown) == 1 else 'keys'} "
+            + ", ".join(sorted(unknown)),
             "Use limit, projects and models",
         )
     if "limit" not in entry:
@@ -346,6 +349,9 @@ class AuditReport:
     summary: dict[str, float | None]  # worst value of each metric over all subjects
     read: dict[str, Any]
     errors: list[dict[str, str]] = field(default_factory=list)  # files that could not be read
+    # PATHs that gave no session: a folder holding no session file, a path matching no file (not unreadable
+    # files, but an error all the same: the audit did not see what it was pointed at)
+    unmatched: list[dict[str, str]] = field(default_factory=list)
     regressions: list[Regression] = field(default_factory=list)
     baseline: str | None = None
     tolerance: float | None = None
@@ -356,6 +362,11 @@ class AuditReport:
         return [c for c in self.checks if c.status == "fail"]
 
     @property
+    def incomplete(self) -> bool:
+        """A file could not be read, or a PATH gave no session."""
+        return bool(self.errors or self.unmatched)
+
+    @property
     def exceeded(self) -> bool:
         """A budget was exceeded or a metric regressed past the tolerance."""
         return bool(self.failures or self.regressions)
@@ -364,7 +375,7 @@ class AuditReport:
         return {
             "schema_version": SCHEMA_VERSION,
             "command": "audit",
-            "ok": not self.exceeded and not self.errors,
+            "ok": not self.exceeded and not self.incomplete,
             "exceeded": self.exceeded,
             "counts": {
                 "checks": len(self.checks),
@@ -372,6 +383,7 @@ class AuditReport:
                 "failed": len(self.failures),
                 "skipped": sum(c.status == "skip" for c in self.checks),
                 "errors": len(self.errors),
+                "unmatched_paths": len(self.unmatched),
                 "regressions": len(self.regressions),
             },
             "rules": [r.as_dict() for r in self.rules],
@@ -393,6 +405,7 @@ class AuditReport:
                 "regressions": [r.as_dict() for r in self.regressions],
             },
             "errors": list(self.errors),
+            "unmatched_paths": list(self.unmatched),
             "read": self.read,
         }
 
@@ -495,7 +508,7 @@ def _session_measures(
         )
         top_turn = per_turn.row(0, named=True)
     out["max-session-tokens"] = _Measure(
-        float(total), f"{where(top_turn)} ({top_turn['total']:,} tokens)" if top_turn else None
+        float(total), f"{where(top_turn)} ({plural(top_turn['total'], 'token')})" if top_turn else None
     )
     if models is None and turns.height:
         t = turns.sort("total", "session_key", "turn", descending=[True, False, False]).row(0, named=True)
@@ -512,7 +525,8 @@ def _session_measures(
         )
         out["max-context-share"] = _Measure(
             c["context_share"],
-            f"{where(c)}, request {c['message_id']} ({c['input']:,} of {c['context_limit']:,} tokens)",
+            f"{where(c)}, request {c['message_id']} "
+            f"({c['input']:,} of {plural(c['context_limit'], 'token')})",
         )
         costs = req.get_column("cost")
         cost = None if costs.null_count() else float(costs.sum())
@@ -541,7 +555,7 @@ def _session_measures(
         tt = tools.sort("result_bytes", "session_key", "turn", descending=[True, False, False]).row(
             0, named=True
         )
-        top_tool = f"{tt['name']} in {where(tt)} ({tt['result_bytes']:,} bytes)"
+        top_tool = f"{tt['name']} in {where(tt)} ({plural(tt['result_bytes'], 'byte')})"
     out["max-tool-output-share"] = _Measure(share, top_tool)
     return out
 
@@ -617,7 +631,10 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = N
 
     summary_read = read_summary(corpus)
     errors = list(summary_read["errors"])
-    return AuditReport(list(rules), checks, metrics, info, summary, summary_read, errors=errors)
+    unmatched = [*summary_read["missing_paths"], *summary_read["empty_folders"]]
+    return AuditReport(
+        list(rules), checks, metrics, info, summary, summary_read, errors=errors, unmatched=unmatched
+    )
 
 
 def _secrets_measure(file: str | None) -> _Measure:
@@ -796,6 +813,10 @@ def junit_xml(report_: AuditReport) -> bytes:
         case = ET.SubElement(suite, "testcase", classname="ctxtool.audit.read", name=e["file"], time="0")
         error = ET.SubElement(case, "error", message=e["message"], type="SessionFormatError")
         error.text = e["message"]
+    for e in report_.unmatched:
+        case = ET.SubElement(suite, "testcase", classname="ctxtool.audit.read", name=e["path"], time="0")
+        error = ET.SubElement(case, "error", message=e["message"], type="NoSessionFound")
+        error.text = e["message"]
     for r in report_.regressions:
         case = ET.SubElement(
             suite, "testcase", classname="ctxtool.audit.baseline", name=f"{r.metric} [{r.subject}]", time="0"
@@ -813,24 +834,7 @@ def junit_xml(report_: AuditReport) -> bytes:
     for attr in ("tests", "failures", "errors", "skipped", "time"):
         root.set(attr, suite.get(attr, "0"))
     root.append(suite)
-    for element in root.iter():  # session text may hold what XML 1.0 cannot (control characters)
-        element.text = _xml_chars(element.text) if element.text else element.text
-        for key, value in element.attrib.items():
-            element.set(key, _xml_chars(value))
-    ET.indent(root)
-    return (
-        b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode").encode() + b"\n"
-    )
-
-
-# Characters XML 1.0 cannot hold, even escaped: C0 controls but tab, LF and CR; lone surrogates; U+FFFE/F.
-_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-def _xml_chars(text: str) -> str:
-    """``text`` with every character XML 1.0 cannot hold replaced by U+FFFD (ElementTree escapes the rest:
-    ``<``, ``&``, ``]]>``, quotes)."""
-    return _XML_INVALID.sub("\ufffd", text)
+    return xml_document(root)  # session text may hold anything: markup.escape_xml writes it
 
 
 def regression_text(r: Regression) -> str:
@@ -843,29 +847,26 @@ def regression_text(r: Regression) -> str:
 
 def verdict(report_: AuditReport) -> str:
     n_fail, n_reg, n_err = len(report_.failures), len(report_.regressions), len(report_.errors)
+    n_unmatched = len(report_.unmatched)
     parts = []
     if n_fail:
-        parts.append(f"{n_fail} budget{'s' if n_fail != 1 else ''} exceeded")
+        parts.append(f"{plural(n_fail, 'budget')} exceeded")
     if n_reg:
-        parts.append(f"{n_reg} regression{'s' if n_reg != 1 else ''}")
+        parts.append(plural(n_reg, "regression"))
     if n_err:
-        parts.append(f"{n_err} file{'s' if n_err != 1 else ''} unreadable")
+        parts.append(f"{plural(n_err, 'file')} unreadable")
+    if n_unmatched:
+        parts.append(f"{plural(n_unmatched, 'PATH')} without sessions")
     if not parts:
-        n = len(report_.checks)
-        return f"within budget ({n} check{'s' if n != 1 else ''} passed or skipped)"
+        return f"within budget ({plural(len(report_.checks), 'check')} passed or skipped)"
     return ", ".join(parts)
 
 
-def _md_cell(text: str) -> str:
-    """A markdown table cell that stays one cell of one row, whatever the text: line breaks become spaces,
-    pipes are escaped, and HTML is shown as text (``&``, ``<``, ``>`` as entities)."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return " ".join(text.replace("|", "\\|").splitlines())
-
-
 def markdown(report_: AuditReport) -> str:
-    """GitHub-flavoured markdown for ``$GITHUB_STEP_SUMMARY``."""
-    failed = report_.exceeded or bool(report_.errors)
+    """GitHub-flavoured markdown for ``$GITHUB_STEP_SUMMARY``. Text from the sessions, the paths and the
+    baseline is escaped with ``markup.escape_markdown`` (a table row keeps its cells, HTML shows as text)."""
+    md = escape_markdown
+    failed = report_.exceeded or report_.incomplete
     lines = [f"## ctxtool audit: {'FAIL' if failed else 'PASS'}, {verdict(report_)}", ""]
     if report_.checks:
         lines += ["| status | session | rule | value | limit | worst |", "|---|---|---|---:|---:|---|"]
@@ -874,14 +875,14 @@ def markdown(report_: AuditReport) -> str:
         ):
             rule = c.rule + (f" ({c.scope})" if c.scope else "")
             lines.append(
-                f"| {c.status.upper()} | {_md_cell(c.subject)} | {_md_cell(rule)} | "
-                f"{_fmt(c.rule, c.value)} | {_fmt(c.rule, c.limit)} | {_md_cell(c.offender or '')} |"
+                f"| {c.status.upper()} | {md(c.subject)} | {md(rule)} | "
+                f"{_fmt(c.rule, c.value)} | {_fmt(c.rule, c.limit)} | {md(c.offender or '')} |"
             )
         lines.append("")
     if report_.baseline is not None:
         lines.append(
-            f"Baseline `{report_.baseline}` (tolerance {(report_.tolerance or 0) * 100:g}%): "
-            f"{report_.baseline_compared} metrics compared, {len(report_.regressions)} regressed."
+            f"Baseline {md(report_.baseline)} (tolerance {(report_.tolerance or 0) * 100:g}%): "
+            f"{plural(report_.baseline_compared, 'metric')} compared, {len(report_.regressions)} regressed."
         )
         lines.append("")
         if report_.regressions:
@@ -889,36 +890,37 @@ def markdown(report_: AuditReport) -> str:
             for r in report_.regressions:
                 change = "from 0" if r.change is None else f"{r.change * 100:+.1f}%"
                 lines.append(
-                    f"| {r.metric} | {_md_cell(r.subject)} | {_fmt(r.metric, r.baseline)} | "
+                    f"| {md(r.metric)} | {md(r.subject)} | {_fmt(r.metric, r.baseline)} | "
                     f"{_fmt(r.metric, r.current)} | {change} |"
                 )
             lines.append("")
     if report_.errors:
         lines.append("Files that could not be read:")
         lines.append("")
-        lines += [f"- `{e['file']}`: {_md_cell(e['message'])}" for e in report_.errors]
+        lines += [f"- {md(str(Problem(e['file'], e['message'])))}" for e in report_.errors]
+        lines.append("")
+    if report_.unmatched:
+        lines.append("PATHs that gave no session:")
+        lines.append("")
+        lines += [f"- {md(str(Problem(e['path'], e['message'])))}" for e in report_.unmatched]
         lines.append("")
     return "\n".join(lines)
 
 
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def github_annotations(report_: AuditReport) -> list[str]:
-    """GitHub Actions workflow commands (``::error …::…``) for failures, regressions and unreadable files."""
+    """GitHub Actions workflow commands (``::error …::…``) for failures and regressions, and warnings for
+    unreadable files and PATHs that gave no session."""
     out = []
     for c in report_.failures:
-        title = _escape_property(f"ctxtool audit: {c.rule}")
-        out.append(f"::error title={title}::{_escape_data(f'{c.subject}: {c.message}')}")
+        title = workflow_property(f"ctxtool audit: {c.rule}")
+        out.append(f"::error title={title}::{workflow_data(f'{c.subject}: {c.message}')}")
     for r in report_.regressions:
-        title = _escape_property(f"ctxtool audit: {r.metric} regressed")
-        out.append(f"::error title={title}::{_escape_data(regression_text(r))}")
+        title = workflow_property(f"ctxtool audit: {r.metric} regressed")
+        out.append(f"::error title={title}::{workflow_data(regression_text(r))}")
     for e in report_.errors:
-        title = _escape_property("ctxtool audit: unreadable file")
-        out.append(f"::warning title={title}::{_escape_data(e['message'])}")
+        title = workflow_property("ctxtool audit: unreadable file")
+        out.append(f"::warning title={title}::{workflow_data(e['message'])}")
+    for e in report_.unmatched:
+        title = workflow_property("ctxtool audit: no session")
+        out.append(f"::warning title={title}::{workflow_data(str(Problem(e['path'], e['message'])))}")
     return out

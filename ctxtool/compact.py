@@ -68,6 +68,7 @@ from ctxtool.session.write import (
     stringify,
     write_backup,
 )
+from ctxtool.wording import plural
 
 Mode = Literal["out", "new-session", "in-place"]
 FAILED = "FAILED"  # status of a file that could not be read or written (not an upstream status)
@@ -190,7 +191,8 @@ def _clean_leftovers(report: CompactionReport, *folders: Path) -> None:
     """Before writing: remove the temporary files an earlier ctxtool run, killed mid-write, left there."""
     removed = [p for folder in dict.fromkeys(folders) for p in clean_stale_temps(folder)]
     if removed:
-        report.notes.append(f"removed {len(removed)} temporary file(s) an interrupted ctxtool run left")
+        files = plural(len(removed), "temporary file")
+        report.notes.append(f"removed {files} an interrupted ctxtool run left")
 
 
 def _redacted(messages: Sequence[Mapping[str, Any]], report: CompactionReport) -> list[dict[str, Any]]:
@@ -202,7 +204,7 @@ def _redacted(messages: Sequence[Mapping[str, Any]], report: CompactionReport) -
     found = in_messages(messages)
     if not found:
         return [dict(m) for m in messages]
-    report.notes.append(f"{len(found)} secret(s) written as [REDACTED:kind] (--redact-secrets)")
+    report.notes.append(f"{plural(len(found), 'secret')} written as [REDACTED:kind] (--redact-secrets)")
     keep = ("id", "timestamp", "type", "model", "tokens")
     return [{k: (v if k in keep else redact_value(v)) for k, v in m.items()} for m in messages]
 
@@ -326,8 +328,8 @@ def _noop_reason(result: g.CompressionResult, turns: int, force: bool) -> str:
         return "the session has no conversation to compress"
     if not force and limit and share is not None and before < share * limit:
         return (
-            f"below the threshold: {before:,} tokens is {before / limit:.1%} of {limit:,}, under {share:.0%};"
-            " pass --force to compact anyway"
+            f"below the threshold: {plural(before, 'token')} is {before / limit:.1%} of {limit:,}, "
+            f"under {share:.0%}; pass --force to compact anyway"
         )
     return _NOTHING_OLD
 
@@ -400,8 +402,8 @@ def _sync(
     missing = sorted(set(rep) - used)
     if missing:
         report.notes.append(
-            f"{len(missing)} truncated tool output(s) matched no stored tool call; "
-            "they stay in full in the file"
+            f"{plural(len(missing), 'truncated tool output')} matched no stored tool call; "
+            f"{'it stays' if len(missing) == 1 else 'they stay'} in full in the file"
         )
     return out
 
@@ -494,8 +496,8 @@ def compact_session(
         assumed = g.estimate_token_count(curated.env_turn["content"]["parts"], estimator=profile.estimator)
         report.notes.append(
             "the session stored no <session_context> message and its project folder is unknown (no "
-            f".project_root beside chats/, or the folder is gone); a stand-in of {assumed} tokens was "
-            "assumed: pass --workspace DIR to build Gemini CLI's own"
+            ".project_root beside chats/, or the folder is gone); a stand-in of "
+            f"{plural(assumed, 'token')} was assumed: pass --workspace DIR to build Gemini CLI's own"
         )
     recorded = g.recorded_input(messages)
     report.recorded_prompt_tokens = recorded or None
@@ -541,8 +543,9 @@ def compact_session(
             fallback = run(False, opts.threshold, True)
             if fallback.status == g.CompressionStatus.CONTENT_TRUNCATED:
                 report.notes.append(
-                    f"the summary inflated the history ({result.new_token_count} > {original} tokens); "
-                    "fell back to truncating tool outputs, as Gemini CLI's next automatic attempt does"
+                    "the summary inflated the history "
+                    f"({result.new_token_count} > {plural(original, 'token')}); fell back to truncating tool "
+                    "outputs, as Gemini CLI's next automatic attempt does"
                 )
                 result = fallback
 
@@ -600,14 +603,14 @@ def compact_session(
         report.masked_by_gemini_cli = len(plan.parts)
         if plan.parts:
             report.notes.append(
-                f"Gemini CLI 0.61 masks {len(plan.parts)} older tool output(s) of this history "
-                f"({plan.prunable_tokens} tokens) the next time it sends it (tool output masking); the token "
-                "counts here are before that"
+                f"Gemini CLI 0.61 masks {plural(len(plan.parts), 'older tool output')} of this history "
+                f"({plural(plan.prunable_tokens, 'token')}) the next time it sends it (tool output masking); "
+                "the token counts here are before that"
             )
     if status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT:
         report.notes.append(
             f"the new history would be larger ({result.new_token_count} > "
-            f"{result.original_token_count} tokens); nothing was written"
+            f"{plural(result.original_token_count, 'token')}); nothing was written"
         )
     elif status == g.CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY:
         report.notes.append("the summarizer returned an empty summary; nothing was written")
@@ -814,8 +817,9 @@ def undo_compaction(
     report = UndoReport(str(path), FAILED, records_after=after)
     if after and not force:
         raise UsageError(
-            f"{path}: Gemini CLI recorded {after} record(s) after the compaction (the compacted session was "
-            "resumed); undoing keeps them but they answered the compacted history",
+            f"{path}: Gemini CLI recorded {plural(after, 'record')} after the compaction (the compacted "
+            f"session was resumed); undoing keeps {'it but it' if after == 1 else 'them but they'} answered "
+            "the compacted history",
             "Pass --force to undo anyway",
         )
     created = isinstance(mark, dict) and mark.get("created") == path.name
@@ -878,7 +882,7 @@ def _compact_with_strategy(
         if trig.would_trigger is False and not opts.force:
             report.reason = (
                 f"{strategy.name}'s trigger ({trig.measure}) is not reached:"
-                f" at most {trig.tokens or 0:,} tokens; pass --force to compact anyway"
+                f" at most {plural(trig.tokens or 0, 'token')}; pass --force to compact anyway"
             )
         else:
             report.reason = _NOTHING_OLD

@@ -26,19 +26,20 @@ the request was billed once, in the file that recorded it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
 
-from ctxtool.compress.facts import FACT_KINDS, Retention, extract_facts, history_text, retention
+from ctxtool.compress.facts import FACT_KINDS, FactKind, Retention, extract_facts, history_text, retention
 from ctxtool.compress.gemini_cli import (
     DEFAULT_CHAT_MODEL,
     convert_session_to_client_history,
     estimate_token_count,
 )
 from ctxtool.compress.strategies import gemini_estimate
+from ctxtool.markup import escape_markdown, markdown_code_block
 from ctxtool.session.columns import clip_preview
 from ctxtool.session.read import SessionFile
 from ctxtool.tokens import (
@@ -48,6 +49,7 @@ from ctxtool.tokens import (
     token_limit,
     total_disagrees,
 )
+from ctxtool.wording import plural
 
 Status = Literal["removed", "kept", "changed", "added"]
 Match = Literal["id", "hash"]
@@ -538,9 +540,9 @@ def _presence(key: str, a: Mapping[str, Any]) -> str:
 
 def _size_detail(what: str, before: int, after: int) -> str:
     if before == after:
-        return f"{what} rewritten ({after:,} chars)"
+        return f"{what} rewritten ({plural(after, 'char')})"
     verb = "truncated" if after < before else "grew"
-    return f"{what} {verb}: {before:,} → {after:,} chars ({after - before:+,})"
+    return f"{what} {verb}: {before:,} → {plural(after, 'char')} ({after - before:+,})"
 
 
 def _tool_changes(b: Mapping[str, Any], a: Mapping[str, Any]) -> list[Change]:
@@ -825,53 +827,58 @@ def retention_lines(d: SessionDiff) -> list[str]:
     r = d.retention
     if r is None:
         return ["Fact retention: nothing was removed or changed."]
-    lines = [
-        f"Fact retention ({d.facts_from} removed or changed message(s) checked against the after history):"
-    ]
+    checked = plural(d.facts_from, "removed or changed message")
+    lines = [f"Fact retention ({checked} checked against the after history):"]
     for kind in FACT_KINDS:
-        k = r.kind(kind)
-        pct = "–" if k.percent is None else f"{k.percent:.0f}%"
-        lines.append(f"  {kind}: {len(k.kept)}/{k.total} kept ({pct})")
-        lines.extend(f"    lost: {fact}" for fact in k.lost)
+        lines.append(f"  {_kind_line(kind, r)}")
+        lines.extend(f"    lost: {fact}" for fact in r.kind(kind).lost)
     return lines
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _kind_line(kind: FactKind, r: Retention) -> str:
+    k = r.kind(kind)
+    pct = "–" if k.percent is None else f"{k.percent:.0f}%"
+    return f"{kind}: {len(k.kept)}/{k.total} kept ({pct})"
 
 
-def markdown(d: SessionDiff, *, preview_chars: int = 80) -> str:
-    """The diff as GitHub-flavoured markdown: summary, snapshot, retention, message list."""
+def markdown(d: SessionDiff, *, preview_chars: int = 80, hide: Callable[[str], str] = str) -> str:
+    """The diff as GitHub-flavoured markdown: summary, snapshot, retention, message list. Every text from
+    the sessions is passed through ``hide`` (e.g. secret redaction), then escaped (``ctxtool.markup``)."""
+
+    def md(text: str) -> str:
+        return escape_markdown(hide(text))
+
     lines = [
         f"## ctxtool diff: {'sessions differ' if d.differs else 'no differences'}",
         "",
-        f"`{d.before.path}` → `{d.after.path}`: {counts_line(d)}.",
+        f"{md(d.before.path)} → {md(d.after.path)}: {counts_line(d)}.",
         "",
         "| | before | after | delta |",
         "|---|---:|---:|---:|",
     ]
-    lines += [f"| {_md(m)} | {b} | {a} | {x} |" for m, b, a, x in summary_rows(d)]
+    lines += [f"| {md(m)} | {b} | {a} | {x} |" for m, b, a, x in summary_rows(d)]
     lines += [
         "",
         "| group | recorded before | recorded after | estimated before | estimated after | estimated delta |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    lines += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in group_rows(d)]
+    lines += ["| " + " | ".join(md(cell) for cell in row) + " |" for row in group_rows(d)]
     lines.append("")
     for i, snap in enumerate(d.snapshots, 1):
         lines += [
             f"### State snapshot {i}" if len(d.snapshots) > 1 else "### State snapshot",
             "",
-            "```xml",
-            snap,
-            "```",
+            markdown_code_block(hide(snap), "xml"),
             "",
         ]
     lines += ["### Fact retention", ""]
-    lines += [
-        f"- {line.strip()}" if not line.startswith("    ") else f"  - {line.strip()}"
-        for line in retention_lines(d)[1:]
-    ] or ["- nothing was removed or changed"]
+    r = d.retention
+    if r is None:
+        lines.append("- nothing was removed or changed")
+    else:
+        for kind in FACT_KINDS:
+            lines.append(f"- {_kind_line(kind, r)}")
+            lines += [f"  - lost: {md(fact)}" for fact in r.kind(kind).lost]
     lines += [
         "",
         "### Messages",
@@ -879,10 +886,12 @@ def markdown(d: SessionDiff, *, preview_chars: int = 80) -> str:
         "| status | #before | #after | type | est. tokens | content |",
         "|---|---:|---:|---|---:|---|",
     ]
-    for r in message_rows(d):
-        content = clip_preview(r["content"], preview_chars)
-        b = "" if r["before_index"] is None else r["before_index"]
-        a = "" if r["after_index"] is None else r["after_index"]
-        lines.append(f"| {r['status']} | {b} | {a} | {r['type']} | {r['estimate']} | {_md(content)} |")
+    for row in message_rows(d):
+        content = clip_preview(row["content"], preview_chars)
+        b = "" if row["before_index"] is None else row["before_index"]
+        a = "" if row["after_index"] is None else row["after_index"]
+        lines.append(
+            f"| {row['status']} | {b} | {a} | {md(row['type'])} | {row['estimate']} | {md(content)} |"
+        )
     lines.append("")
     return "\n".join(lines)

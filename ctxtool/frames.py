@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 
@@ -30,6 +30,7 @@ from ctxtool.session.discover import Discovery, discover, short_id_of
 from ctxtool.session.schema import TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
 from ctxtool.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS, TOTAL_PARTS, describe_total_mismatches
+from ctxtool.wording import plural
 
 # 2: input excludes cached (prompt_tokens has both), models is a list. 3: one accounting (ctxtool.tokens): a
 # total recorded as 0 counts its parts; diff's recorded figures are stats' (input without cached,
@@ -41,10 +42,18 @@ TOKEN_COLUMNS = TOKEN_KEYS  # the counts of a request, as Gemini CLI names them
 Progress = Callable[[int, int], None]
 
 
+# What went wrong with a path: a file that could not be read, a folder that holds no session file, or a
+# PATH argument that matches no file at all. Only the first is an unreadable file; the JSON and the
+# captions count the three apart.
+ProblemKind = Literal["unreadable", "no_sessions", "missing"]
+PROBLEM_KINDS: tuple[ProblemKind, ...] = ("unreadable", "no_sessions", "missing")
+
+
 @dataclass(slots=True)
 class Problem:
     path: str
     message: str
+    kind: ProblemKind = "unreadable"
 
     def __str__(self) -> str:
         """One line naming the file (messages that already start with the path are not prefixed again)."""
@@ -584,8 +593,10 @@ def _series(name: str, values: list[Any], dtype: Any, warnings: list[str]) -> pl
         series = pl.Series(name, values, dtype=dtype, strict=False)
         lost = series.null_count() - sum(v is None for v in values)
         warnings.append(
-            f"{lost} value(s) of column {name!r} do not fit its type ({dtype}): they are left empty, so "
-            "what they count is missing from the totals (check the session files for damaged numbers)"
+            f"{plural(lost, 'value')} of column {name!r} {'does' if lost == 1 else 'do'} not fit its type "
+            f"({dtype}): {'it is' if lost == 1 else 'they are'} left empty, so what "
+            f"{'it counts' if lost == 1 else 'they count'} is missing from the totals (check the session "
+            "files for damaged numbers)"
         )
         return series
 
@@ -663,19 +674,49 @@ def discovery_problems(found: Discovery) -> list[Problem]:
                 m,
                 "is where Gemini CLI keeps its sessions, and it does not exist. Pass session files or "
                 "folders, or set GEMINI_CLI_HOME to the folder that holds .gemini/",
+                "missing",
             )
             if m == root
             else Problem(
-                m, "matches no file. Check the path, or quote a glob so the shell does not expand it"
+                m,
+                "matches no file. Check the path, or quote a glob so the shell does not expand it",
+                "missing",
             )
             for m in found.missing
         ),
-        *(
-            Problem(str(d), "holds no Gemini CLI session files (session-*.json or session-*.jsonl)")
-            for d in found.empty_dirs
-        ),
+        *(Problem(str(d), no_sessions_message(str(d), root), "no_sessions") for d in found.empty_dirs),
         *(Problem(str(path), message) for path, _, message in found.unreadable),
     ]
+
+
+def no_sessions_message(folder: str, root: str) -> str:
+    """Why ``folder`` gave no session, and where to point instead (``root``: Gemini CLI's data root)."""
+    kinds = "(session-*.json or session-*.jsonl)"
+    if folder == root:
+        return f"holds no Gemini CLI session files {kinds} yet: run Gemini CLI first, or pass session files"
+    return (
+        f"holds no Gemini CLI session files {kinds}: point at {root} or a project's chats/ folder, "
+        "or pass session files"
+    )
+
+
+def problem_counts(problems: Iterable[Problem]) -> dict[ProblemKind, int]:
+    """How many problems of each kind."""
+    counts: dict[ProblemKind, int] = dict.fromkeys(PROBLEM_KINDS, 0)
+    for p in problems:
+        counts[p.kind] += 1
+    return counts
+
+
+def describe_problems(n: Mapping[ProblemKind, int]) -> str:
+    """Problems counted by kind (``problem_counts``) in words, for a caption or an error: ``1 folder
+    without session files, 2 files could not be read`` ("" when there are none)."""
+    parts = [
+        *([f"{plural(n['missing'], 'PATH')} matching no file"] if n["missing"] else []),
+        *([f"{plural(n['no_sessions'], 'folder')} without session files"] if n["no_sessions"] else []),
+        *([f"{plural(n['unreadable'], 'file')} could not be read"] if n["unreadable"] else []),
+    ]
+    return ", ".join(parts)
 
 
 _TS_TYPE = pl.Datetime("us", "UTC")
@@ -1470,11 +1511,12 @@ def read_warnings(corpus: Corpus) -> list[str]:
     return [
         *(str(p) for p in corpus.problems),
         *(
-            f"{path}: skipped {broken} broken line{'s' if broken != 1 else ''} (first at line {first})"
+            f"{path}: skipped {plural(broken, 'broken line')} (first at line {first})"
             for path, broken, first in broken_files(corpus)
         ),
         *(
-            f"{r['file']}: {r['invalid_utf8_lines']} line(s) hold bytes that are not UTF-8 (first at line "
+            f"{r['file']}: {plural(r['invalid_utf8_lines'], 'line')} "
+            f"{'holds' if r['invalid_utf8_lines'] == 1 else 'hold'} bytes that are not UTF-8 (first at line "
             f"{r['first_invalid_utf8_line']}); read with U+FFFD in their place, as Gemini CLI reads them"
             for r in corpus.sessions.filter(pl.col("invalid_utf8_lines") > 0).iter_rows(named=True)
         ),
@@ -1524,41 +1566,75 @@ def read_summary(corpus: Corpus) -> dict[str, Any]:
         "total_mismatches": sum(n for _, n in total_mismatches(corpus)),
         "skipped": [{"file": f, "reason": why} for f, why in corpus.skipped],
         "skipped_by_reason": reasons,
-        "errors": [{"file": p.path, "message": p.message} for p in corpus.problems],
+        "errors": [{"file": p.path, "message": p.message} for p in corpus.problems if p.kind == "unreadable"],
+        "empty_folders": [
+            {"path": p.path, "message": p.message} for p in corpus.problems if p.kind == "no_sessions"
+        ],
+        "missing_paths": [
+            {"path": p.path, "message": p.message} for p in corpus.problems if p.kind == "missing"
+        ],
     }
+
+
+# The plural of the skip reasons that are nouns (``read.skipped_by_reason`` keys, ctxtool.session.discover);
+# the others ("permission denied", "vanished") read the same after any count.
+_SKIPPED_PLURAL = {
+    "temporary file": "temporary files",
+    "unreadable-file backup left by Gemini CLI": "unreadable-file backups left by Gemini CLI",
+    "backup made by ctxtool compact --in-place": "backups made by ctxtool compact --in-place",
+    "symlink loop": "symlink loops",
+    "dangling symlink": "dangling symlinks",
+    "not a regular file": "not regular files",
+}
 
 
 def describe_read(summary: dict[str, Any]) -> str:
     size = summary["bytes"]
     amount = f"{size / 1_000_000:,.1f} MB" if size >= 1_000_000 else f"{size / 1_000:,.1f} kB"
     text = (
-        f"Read {summary['files']:,} file{'s' if summary['files'] != 1 else ''} ({amount}): "
-        f"{summary['sessions']:,} session{'s' if summary['sessions'] != 1 else ''}"
-        f" ({summary['subagent_sessions']:,} subagent), {summary['requests']:,} requests."
+        f"Read {plural(summary['files'], 'file')} ({amount}): {plural(summary['sessions'], 'session')}"
+        f" ({summary['subagent_sessions']:,} subagent), {plural(summary['requests'], 'request')}."
     )
     if summary["skipped_by_reason"]:
-        parts = [f"{n} {why}" for why, n in sorted(summary["skipped_by_reason"].items())]
+        parts = [
+            plural(n, why, _SKIPPED_PLURAL[why]) if why in _SKIPPED_PLURAL else f"{n:,} {why}"
+            for why, n in sorted(summary["skipped_by_reason"].items())
+        ]
         text += f" Skipped {sum(summary['skipped_by_reason'].values())}: " + ", ".join(parts) + "."
-    if summary["errors"]:
-        text += f" {len(summary['errors'])} could not be read (see warnings)."
+    problems = describe_problems(
+        {
+            "missing": len(summary.get("missing_paths", ())),
+            "no_sessions": len(summary.get("empty_folders", ())),
+            "unreadable": len(summary["errors"]),
+        }
+    )
+    if problems:
+        text += f" {problems[0].upper()}{problems[1:]} (see warnings)."
     if summary["broken_lines"]:
-        text += f" {summary['broken_lines']} broken line(s) skipped."
+        text += f" {plural(summary['broken_lines'], 'broken line')} skipped."
     if summary.get("invalid_utf8_lines"):
-        text += f" {summary['invalid_utf8_lines']} line(s) with invalid UTF-8 (see warnings)."
+        text += f" {plural(summary['invalid_utf8_lines'], 'line')} with invalid UTF-8 (see warnings)."
     if summary.get("total_mismatches"):
-        text += f" {summary['total_mismatches']} recorded total(s) disagree with their parts (see warnings)."
+        text += (
+            f" {plural(summary['total_mismatches'], 'recorded total')}"
+            f" {'disagrees with its' if summary['total_mismatches'] == 1 else 'disagree with their'} parts"
+            " (see warnings)."
+        )
     index = summary.get("index") or {}
     if index.get("corpus_from_cache"):
         text += " Nothing changed since the last run: served from ctxtool's index."
     elif index.get("files_from_index") or index.get("files_resumed"):
+        cached, resumed, parsed = (
+            index.get(k, 0) for k in ("files_from_index", "files_resumed", "files_parsed")
+        )
         parts = [
-            f"{n:,} {what}"
-            for n, what in (
-                (index.get("files_from_index", 0), "unchanged file(s) from the index"),
-                (index.get("files_resumed", 0), "grown file(s) read from where they ended"),
-                (index.get("files_parsed", 0), "read in full"),
-            )
-            if n
+            *([f"{plural(cached, 'unchanged file')} from the index"] if cached else []),
+            *(
+                [f"{plural(resumed, 'grown file')} read from where {'it' if resumed == 1 else 'they'} ended"]
+                if resumed
+                else []
+            ),
+            *([f"{parsed:,} read in full"] if parsed else []),
         ]
         text += f" {'; '.join(parts)}."
     return text

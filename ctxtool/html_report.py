@@ -3,16 +3,18 @@ the largest sessions, the top context consumers and, given ``compare`` rows, the
 
 Owns: the page and its charts (Vega-Lite specs built with Altair; the Vega, Vega-Lite and vega-embed
 runtime inlined from vl-convert-python, so the page loads nothing from the network). Session text reaches
-the page only HTML-escaped (tables) or inside JSON whose ``<``, ``>`` and ``&`` are escaped (chart data), so
-no session can inject markup or a script. Altair and vl-convert are imported when a page is built, never
-by ``ctxtool stats``. Must not print or import rich/typer.
+the page only HTML-escaped (tables) or inside JSON whose ``<``, ``>`` and ``&`` are escaped (chart data),
+both by ``ctxtool.markup``, so no session can inject markup or a script. Altair and vl-convert are
+imported when a page is built, never by ``ctxtool stats``. Must not print or import rich/typer.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from ctxtool.markup import escape_html, json_in_html_script
+from ctxtool.wording import plural
 
 if TYPE_CHECKING:
     import polars as pl
@@ -32,8 +34,7 @@ def _script_json(value: Any) -> str:
     """JSON that is safe inside a ``<script>`` element whatever strings it holds."""
     import orjson
 
-    text = orjson.dumps(value).decode()
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return json_in_html_script(orjson.dumps(value).decode())
 
 
 def _values(df: pl.DataFrame) -> list[dict[str, Any]]:
@@ -223,7 +224,9 @@ def session_chart(corpus: Corpus, key: str) -> tuple[str, dict[str, Any]]:
             .mark_text(angle=270, align="right", dx=-4, dy=-4, color="#7b4173", fontSize=10)
             .encode(x=at, text="event:N", y=alt.value(0))
         )
-    subtitle = f"peak {peak:,} tokens" + (f" = {peak / limit:.1%} of the model's limit" if limit else "")
+    subtitle = f"peak {plural(peak, 'token')}" + (
+        f" = {peak / limit:.1%} of the model's limit" if limit else ""
+    )
     if off_chart:
         subtitle += f"; above this chart: {' and '.join(off_chart)}"
     title = {"text": f"Context per request: {name}", "subtitle": subtitle}
@@ -282,7 +285,7 @@ def compare_charts(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, 
 
 
 def _table(rows: pl.DataFrame, columns: Sequence[str], formats: dict[str, str]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "".join(f"<th>{escape_html(c)}</th>" for c in columns)
     body = []
     for r in rows.iter_rows(named=True):
         cells = []
@@ -295,7 +298,7 @@ def _table(rows: pl.DataFrame, columns: Sequence[str], formats: dict[str, str]) 
             else:
                 text = str(v)
             num = ' class="num"' if isinstance(v, int | float) else ""
-            cells.append(f"<td{num}>{html.escape(text)}</td>")
+            cells.append(f"<td{num}>{escape_html(text)}</td>")
         body.append(f"<tr>{''.join(cells)}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
@@ -335,8 +338,8 @@ def build_report(
     sums = totals(corpus.requests.select("input", "output", "cached", "thoughts", "tool", "total", "cost"))
     cost = sums.get("cost")
     sections.append(
-        f"<h1>{html.escape(title)}</h1><p class='note'>{summary['sessions']:,} sessions, "
-        f"{summary['requests']:,} requests, {int(sums.get('total') or 0):,} tokens billed"
+        f"<h1>{escape_html(title)}</h1><p class='note'>{plural(summary['sessions'], 'session')}, "
+        f"{plural(summary['requests'], 'request')}, {plural(int(sums.get('total') or 0), 'token')} billed"
         + (f", ${float(cost):,.2f}" if cost is not None else "")
         + ". What fills the context is an estimate: each part of the history is estimated with Gemini "
         "CLI's own estimator and scaled to the prompt tokens recorded for the request; overhead is what the "
@@ -345,15 +348,16 @@ def build_report(
 
     def place(chart_id: str, spec: dict[str, Any]) -> str:
         charts.append((chart_id, spec))
-        return f'<div class="chart" id="{html.escape(chart_id)}"></div>'
+        return f'<div class="chart" id="{escape_html(chart_id)}"></div>'
 
     sections.append("<h2>Spend over time</h2>")
     for chart_id, spec in spend_charts(corpus):
         sections.append(place(chart_id, spec))
 
     keys = largest_sessions(corpus, sessions)
+    largest = "the largest session" if len(keys) == 1 else f"the {len(keys)} largest sessions"
     sections.append(
-        f"<h2>Context per request (the {len(keys)} largest sessions)</h2>"
+        f"<h2>Context per request ({largest})</h2>"
         "<p class='note'>Stacked by what fills it; the dashed line is Gemini CLI's compression threshold. "
         "Compressions, rewinds, rollbacks and model switches are marked.</p>"
     )
@@ -427,7 +431,7 @@ def build_report(
     )
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<meta name='viewport' content='width=device-width'><title>{html.escape(title)}</title>"
+        f"<meta name='viewport' content='width=device-width'><title>{escape_html(title)}</title>"
         f"<style>{_STYLE}</style></head><body>\n"
         + "\n".join(sections)
         + f"\n<script>{runtime}</script>\n<script>\n{embeds}\n</script>\n</body></html>\n"

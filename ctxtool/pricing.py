@@ -45,6 +45,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ctxtool.wording import plural
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -362,7 +364,8 @@ def add_costs(
     if None in present:
         nameless = df.get_column("model").null_count()
         warnings.append(
-            f"{nameless} request(s) have no model name, so their cost is left empty (check the session file)"
+            f"{plural(nameless, 'request')} {'has' if nameless == 1 else 'have'} no model name, so "
+            f"{'its' if nameless == 1 else 'their'} cost is left empty (check the session file)"
         )
 
     prompt = pl.col("input").cast(pl.Int64) + pl.col("tool").cast(pl.Int64).fill_null(0)
@@ -407,7 +410,8 @@ def add_costs(
     )
     for name, count in bad.iter_rows():
         warnings.append(
-            f"{count} request(s) of model {name!r} have impossible token counts (negative, or cached above "
-            "input + tool), so their cost is left empty (check the session file)"
+            f"{plural(count, 'request')} of model {name!r} {'has' if count == 1 else 'have'} impossible "
+            "token counts (negative, or cached above input + tool), so "
+            f"{'its' if count == 1 else 'their'} cost is left empty (check the session file)"
         )
     return result, warnings

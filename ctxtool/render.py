@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ctxtool.tokens import COMPRESSION_THRESHOLD
+from ctxtool.wording import plural
 
 _RIGHT = {
     "ctx_tool_io",
@@ -486,7 +487,9 @@ def unpriced_note(unpriced: int) -> str | None:
     """The caption line that explains a ``+`` after a cost."""
     if not unpriced:
         return None
-    return f"cost+: leaves out {unpriced:,} request(s) whose model has no known price (see the warning)."
+    return (
+        f"cost+: leaves out {plural(unpriced, 'request')} whose model has no known price (see the warning)."
+    )
 
 
 def hidden_note(requests: int, cost: float) -> str | None:
@@ -494,8 +497,8 @@ def hidden_note(requests: int, cost: float) -> str | None:
     if not requests:
         return None
     return (
-        f"Not in the totals: Gemini CLI's compression calls, which it does not record: {requests:,} "
-        f"request(s), estimated {money(cost)}."
+        "Not in the totals: Gemini CLI's compression calls, which it does not record: "
+        f"{plural(requests, 'request')}, estimated {money(cost)}."
     )
 
 

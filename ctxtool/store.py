@@ -29,7 +29,7 @@ from typing import Any
 
 import polars as pl
 
-from ctxtool.frames import Corpus, Problem, assemble, without_sessions
+from ctxtool.frames import PROBLEM_KINDS, Corpus, Problem, assemble, without_sessions
 
 # The frames stored: the tool calls as read (``Corpus.calls``); their joined columns and the turns are derived
 # from these when read (``frames.assemble``), so a first run neither builds nor writes them unless its report
@@ -67,6 +67,8 @@ def load(folder: Path, names: Any) -> tuple[Corpus, Stored] | None:
     delta_dir = folder / f"delta-{delta}" if isinstance(delta, str) else None
     try:
         meta = json.loads(((delta_dir or base_dir) / "meta.json").read_text(encoding="utf-8"))
+        if not all(isinstance(p, list) and len(p) == 3 and p[2] in PROBLEM_KINDS for p in meta["problems"]):
+            return None  # stored before a problem had a kind (unreadable, no sessions, missing): read again
         wanted = [(base_dir, n) for n in FRAME_NAMES if delta_dir is None or n != "sessions"]
         if delta_dir is not None:
             wanted += [(delta_dir, n) for n in FRAME_NAMES]
@@ -91,7 +93,7 @@ def load(folder: Path, names: Any) -> tuple[Corpus, Stored] | None:
     corpus.files_found = meta["files_found"]
     corpus.bytes_read = meta["bytes_read"]
     corpus.broken_lines = meta["broken_lines"]
-    corpus.problems = [Problem(path, message) for path, message in meta["problems"]]
+    corpus.problems = [Problem(path, message, kind) for path, message, kind in meta["problems"]]
     corpus.skipped = [(path, why) for path, why in meta["skipped"]]
     corpus.warnings = list(meta["warnings"])
     return corpus, Stored(names["base"], delta if isinstance(delta, str) else None, dirty)
@@ -116,7 +118,7 @@ def save(
         "files_found": corpus.files_found,
         "bytes_read": corpus.bytes_read,
         "broken_lines": corpus.broken_lines,
-        "problems": [[p.path, p.message] for p in corpus.problems],
+        "problems": [[p.path, p.message, p.kind] for p in corpus.problems],
         "skipped": corpus.skipped,
         "warnings": corpus.warnings,
     }

@@ -96,9 +96,11 @@ def report_tokens(tokens: object) -> dict[str, int] | None:
 
 def describe_total_mismatches(files: list[tuple[str, int]]) -> str:
     """The one warning line naming the files (file, count) whose recorded totals disagree with their parts."""
+    from ctxtool.wording import plural
+
     count = sum(n for _, n in files)
     named = ", ".join(f"{path} ({n})" for path, n in files)
     return (
-        f"{count:,} response(s) record a total other than input + output + thoughts + tool; the recorded "
-        f"total is counted: {named}"
+        f"{plural(count, 'response')} {'records' if count == 1 else 'record'} a total other than input +"
+        f" output + thoughts + tool; the recorded total is counted: {named}"
     )

@@ -134,7 +134,7 @@ def test_stats_counts_each_total_by_the_rule(
     assert doc["read"]["total_mismatches"] == 1
     lines = [line for line in err.splitlines() if "record a total other than" in line]
     assert lines == [
-        f"warning: 1 response(s) record a total other than input + output + thoughts + tool; the recorded "
+        f"warning: 1 response records a total other than input + output + thoughts + tool; the recorded "
         f"total is counted: {path} (1)"
     ]
 
@@ -150,7 +150,7 @@ def test_mismatches_of_several_files_are_named_on_one_line(
     assert doc["read"]["total_mismatches"] == 2
     lines = [line for line in err.splitlines() if "record a total other than" in line]
     assert len(lines) == 1
-    assert lines[0].startswith("warning: 2 response(s)")
+    assert lines[0].startswith("warning: 2 responses record")
     assert lines[0].endswith(f"{a} (1), {b} (1)")
 
 

@@ -228,7 +228,7 @@ def test_junit_markdown_and_annotations() -> None:
     md = audit.markdown(report)
     assert md.splitlines()[0] == "## ctxtool audit: FAIL, 1 budget exceeded, 1 file unreadable"
     assert "| FAIL | session-2026-05-25T09-30-c4e5f6a7 | max-session-tokens | 302,100 | 100,000 |" in md
-    assert "- `/x/broken.jsonl`" in md
+    assert "Files that could not be read:\n\n- /x/broken.jsonl: is not JSON. Pass only…\n" in md
     notes = audit.github_annotations(report)
     assert notes[0].startswith("::error title=ctxtool audit%3A max-session-tokens::session-2026-05-25")
     assert notes[1].startswith("::warning title=ctxtool audit%3A unreadable file::")

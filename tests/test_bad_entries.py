@@ -111,7 +111,7 @@ def test_invalid_utf8_is_read_with_replacement_and_reported(
     read = doc["read"]
     assert isinstance(read, dict)
     assert read["invalid_utf8_lines"] == 1
-    assert "badutf8a.jsonl: 1 line(s) hold bytes that are not UTF-8 (first at line 2)" in err
+    assert "badutf8a.jsonl: 1 line holds bytes that are not UTF-8 (first at line 2)" in err
     assert run(["stats", str(bad), "--by", "turn", "--format", "json", "--no-cache"]) == 0
     turns = orjson.loads(capsysbinary.readouterr().out)["rows"]
     assert turns[0]["prompt"].startswith("Ref\ufffd\ufffdactor")

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from ctxtool.cli import run
+from ctxtool.markup import escape_markdown
 from tests.conftest import FIXTURES, write_jsonl
 
 CHATS = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats"
@@ -250,3 +251,33 @@ def test_daily_cost_days_follow_the_timezone(
         assert code == 3
         [check] = [c for c in orjson.loads(out)["checks"] if c["rule"] == "max-daily-cost"]
         assert check["subject"] == day
+
+
+def test_a_folder_without_session_files_is_not_an_unreadable_file(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = audit(capsysbinary, str(empty), "--max-session-tokens", "2M")
+    assert code == 1
+    assert "Error: no session to audit (1 folder without session files)." in err
+    assert "could not be read" not in err
+    # Beside sessions within budget: still exit 1 (a PATH matched no session), counted apart from errors.
+    code, out, _ = audit(capsysbinary, str(ONE), str(empty), "--max-session-tokens", "2M", "-f", "json")
+    assert code == 1
+    doc = orjson.loads(out)
+    assert doc["ok"] is False
+    assert doc["errors"] == []
+    assert doc["counts"]["errors"] == 0
+    assert doc["counts"]["unmatched_paths"] == 1
+    assert [u["path"] for u in doc["unmatched_paths"]] == [str(empty)]
+    assert doc["read"]["empty_folders"] == doc["unmatched_paths"]
+    code, out, _ = audit(capsysbinary, str(ONE), str(empty), "--max-session-tokens", "2M", "-f", "junit")
+    assert code == 1
+    [error] = ET.fromstring(out).iter("error")
+    assert error.get("type") == "NoSessionFound"
+    code, out, _ = audit(capsysbinary, str(ONE), str(empty), "--max-session-tokens", "2M", "-f", "markdown")
+    assert out.startswith("## ctxtool audit: FAIL, 1 PATH without sessions\n")
+    assert f"- {escape_markdown(str(empty))}: holds no Gemini CLI session files" in out
+    code, out, _ = audit(capsysbinary, str(ONE), str(empty), "--max-session-tokens", "2M")
+    assert out.strip() == "FAIL: 1 PATH without sessions; --all lists the checks."

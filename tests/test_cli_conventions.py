@@ -22,7 +22,7 @@ def test_bare_ctxtool_prints_an_overview_and_exits_0(
     out, err = capsys.readouterr()
     assert err == ""
     # The bundled data root holds 16 session files (subagents and a .json/.jsonl pair included), 3 projects.
-    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}:\n  16 session file(s) in 3 project(s).\n" in out
+    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}:\n  16 session files in 3 projects.\n" in out
     assert "ctxtool stats" in out
     assert "ctxtool audit" in out
     assert "Exit status: 0 ok;" in out
@@ -53,6 +53,34 @@ def test_an_explicit_path_that_matches_nothing_is_an_error(
     out, err = capsys.readouterr()
     assert "c4e5f6a7" in out
     assert f"Error: {tmp_path / 'nope'}: matches no session file" in err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stats", "--format", "json", "--no-cache"],
+        ["audit", "--max-session-tokens", "2M", "--no-config"],
+        ["report", "--no-cache", "--output", "report.html"],
+    ],
+)
+@pytest.mark.parametrize("wrong", ["nope", "empty"])
+def test_a_path_that_matched_no_session_beside_good_ones_exits_1(
+    command: list[str],
+    wrong: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every command that reads PATHs: one that matches no file, or a folder holding no session file, is an
+    error (exit 1) and is named on stderr, though the other PATHs are still reported."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    assert run([command[0], str(FIXTURES / "gemini"), str(tmp_path / wrong), *command[1:]]) == 1
+    err = capsys.readouterr().err
+    assert str(tmp_path / wrong) in err
+    assert "could not be read" not in err
+    if command[0] == "report":
+        assert (tmp_path / "report.html").exists()
 
 
 def test_exit_statuses_are_in_help(capsys: pytest.CaptureFixture[str]) -> None:

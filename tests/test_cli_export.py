@@ -32,7 +32,7 @@ def test_export_then_stats_reads_the_dataset(
     code, out, err = cli(capsysbinary, "export", str(DATA), "--to", str(ds))
     assert code == 0
     assert out == b""
-    assert "Run 1: added 15 and replaced 0 session(s) (33 requests)" in err
+    assert "Run 1: added 15 sessions and replaced 0 (33 requests)" in err
     assert export.is_dataset(ds)
 
     # -o / --output name the same directory as --to (the other commands' output option).

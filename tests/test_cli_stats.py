@@ -206,5 +206,61 @@ def test_a_mistyped_choice_gets_the_nearest_one(
 def test_filters_that_match_nothing_say_so(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     code, out, err = stats(capsysbinary, str(DATA), "--session", "no-such-id", "--since", "2026-01-01")
     assert (code, out) == (0, b"")
-    assert "Nothing to report. 15 session(s) were read, but nothing matches" in " ".join(err.split())
-    assert "--since 2026-01-01 --session no-such-id: loosen or drop the filter(s)." in " ".join(err.split())
+    assert "Nothing to report. 15 sessions were read, but nothing matches" in " ".join(err.split())
+    assert "--since 2026-01-01 --session no-such-id: loosen or drop them." in " ".join(err.split())
+
+
+def test_a_folder_without_session_files_is_named_as_such(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    """A folder that holds no session file is not an unreadable file: the caption, the warning and the JSON
+    say what was found and where to point instead, and count it apart from the unreadable files."""
+    empty = tmp_path / "notes"
+    empty.mkdir()
+    (empty / "readme.txt").write_text("no sessions here")
+    code, out, err = stats(capsysbinary, str(empty), "--no-cache")
+    assert code == 1
+    assert out == b""
+    assert "could not be read" not in err
+    assert "1 folder without session files (see warnings)" in err
+    assert f"warning: {empty}: holds no Gemini CLI session files (session-*.json or session-*.jsonl)" in err
+    assert "point at" in err
+    assert "chats/ folder" in err
+    code, out, err = stats(capsysbinary, str(empty), "--no-cache", "-f", "json")
+    assert code == 1
+    read = orjson.loads(out)["read"]
+    assert read["errors"] == []
+    assert read["missing_paths"] == []
+    [folder] = read["empty_folders"]
+    assert folder["path"] == str(empty)
+    assert folder["message"].startswith("holds no Gemini CLI session files")
+
+
+def test_a_folder_without_sessions_among_good_paths_exits_1(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    """README: a PATH given on the command line that matched no session is an error (exit 1); the other
+    PATHs are still reported."""
+    code, out, err = stats(capsysbinary, str(DATA), str(tmp_path), "--no-cache", "-f", "json")
+    assert code == 1
+    doc = orjson.loads(out)
+    assert doc["read"]["sessions"] == 15
+    assert [f["path"] for f in doc["read"]["empty_folders"]] == [str(tmp_path)]
+    assert "holds no Gemini CLI session files" in err
+
+
+def test_counts_in_the_caption_are_in_the_singular_when_one(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    one = write_jsonl(
+        tmp_path / "chats" / "session-2026-06-01T10-00-0a1b2c3d.jsonl",
+        [
+            {"sessionId": "0a1b2c3d", "projectHash": "h"},
+            {"id": "u", "type": "user", "content": [{"text": "hi"}]},
+            {"id": "a", "type": "gemini", "content": "", "model": "gemini-2.5-pro", "tokens": {"input": 5}},
+        ],
+    )
+    code, out, _ = stats(capsysbinary, str(one), "--no-cache", "--width", "300")
+    assert code == 0
+    assert "Read 1 file (" in out.decode()
+    assert "): 1 session (0 subagent), 1 request." in out.decode()

@@ -230,4 +230,4 @@ def test_an_unknown_model_leaves_the_known_part_of_a_cost(
     assert run(["stats", str(path), "--by", "session", "--no-cache", "--color", "never"]) == 0
     table = capsysbinary.readouterr().out.decode()
     assert f"${session['cost']:,.2f}+" in table
-    assert "leaves out 1 request(s) whose model has no known price" in table
+    assert "leaves out 1 request whose model has no known price" in table

@@ -168,7 +168,7 @@ def test_the_table_caption_says_what_came_from_the_index(
         fh.write(orjson.dumps({"id": "late-1", "type": "user", "content": [{"text": "more"}]}) + b"\n")
     text = caption()
     # The read description ends there (the notes that may follow it are on lines of their own).
-    assert " 15 unchanged file(s) from the index; 1 grown file(s) read from where they ended." in text, text
+    assert " 15 unchanged files from the index; 1 grown file read from where it ended." in text, text
 
 
 def test_rows_decoded_as_workers_return_them_leave_the_index_whole(

@@ -202,7 +202,7 @@ def test_missing_model_name_is_warned() -> None:
     got, warnings = costs([Req(None, 1_000, 0, 10), Req(None, 1, 0, 1)])
     assert got == [None, None]
     assert len(warnings) == 1
-    assert warnings[0].startswith("2 request(s) have no model name")
+    assert warnings[0].startswith("2 requests have no model name")
 
 
 def test_impossible_counts_are_null_and_warned_like_the_library_refuses_them() -> None:
@@ -212,7 +212,7 @@ def test_impossible_counts_are_null_and_warned_like_the_library_refuses_them() -
     assert close(got[1], reference_cost(model, 100, 150, 10, 0, 50))  # cached may reach input + tool
     assert got[2] is None
     assert len(warnings) == 1
-    assert warnings[0].startswith(f"2 request(s) of model {model!r} have impossible token counts")
+    assert warnings[0].startswith(f"2 requests of model {model!r} have impossible token counts")
     with pytest.raises(ValueError, match="cannot exceed"):
         reference_cost(model, 100, 200, 10, 0, 0)
     assert request_cost(model, 100, 200, 10, at=AT) is None

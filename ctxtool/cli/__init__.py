@@ -15,6 +15,7 @@ import typer
 from ctxtool import __version__
 from ctxtool.cli.status import ExitStatus
 from ctxtool.errors import CtxtoolError, UsageError
+from ctxtool.wording import plural
 
 EXIT_STATUS_HELP = (
     "Exit status: 0 ok; 1 an error (a file could not be read, an explicit PATH matched no session; for stats "
@@ -58,7 +59,7 @@ def overview() -> str:
             projects = len({sp.project_dir for sp in found.files})
             lines += [
                 f"Looks in {root}:",
-                f"  {len(found.files):,} session file(s) in {projects:,} project(s).",
+                f"  {plural(len(found.files), 'session file')} in {plural(projects, 'project')}.",
             ]
         else:
             lines += [f"Looks in {root}:", "  not there yet (run Gemini CLI, or set GEMINI_CLI_HOME)."]

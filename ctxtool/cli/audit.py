@@ -11,6 +11,7 @@ import typer
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.errors import CtxtoolError, UsageError, use_one_of
+from ctxtool.wording import plural
 
 if TYPE_CHECKING:
     from ctxtool.audit import AuditReport
@@ -179,9 +180,10 @@ def audit(
     for warning in frames.read_warnings(corpus):
         _warn(warning)
     if corpus.sessions.height == 0:
+        problems = frames.describe_problems(frames.problem_counts(corpus.problems))
         raise CtxtoolError(
             "no session to audit"
-            + (f" ({len(corpus.problems)} file(s) could not be read)" if corpus.problems else "")
+            + (f" ({problems})" if problems else "")
             + (
                 " matches the --since/--until/--project/--session/--model filters"
                 if any(filters.values())
@@ -209,7 +211,7 @@ def audit(
     _write_report(result, fmt, output, width=width, color=color, show_all=show_all)
     if result.exceeded:
         return ExitStatus.BUDGET_EXCEEDED
-    return ExitStatus.ERROR if result.errors else ExitStatus.OK
+    return ExitStatus.ERROR if result.incomplete else ExitStatus.OK
 
 
 def _write_report(
@@ -263,9 +265,9 @@ def _print_table(
     stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
     try:
         console = render.make_console(stream, width=width, color=color)
-        verdict = ("FAIL: " if result.exceeded or result.errors else "PASS: ") + lib.verdict(result)
+        verdict = ("FAIL: " if result.exceeded or result.incomplete else "PASS: ") + lib.verdict(result)
         if hidden and rows:
-            verdict += f"; {passed:,} of {len(result.checks):,} checks passed (--all lists them)."
+            verdict += f"; {passed:,} of {plural(len(result.checks), 'check')} passed (--all lists them)."
         elif hidden:
             verdict += "; --all lists the checks."
         if rows:

@@ -73,7 +73,7 @@ def diff(
     if fmt == "json":
         data = out.dumps(hide(result.as_dict())) + b"\n"
     elif fmt == "markdown":
-        data = hide(diff_lib.markdown(result)).encode()
+        data = diff_lib.markdown(result, hide=hide).encode()  # redacted before it is escaped
     else:
         data = b""
     if fmt != "table":

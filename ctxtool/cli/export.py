@@ -12,6 +12,7 @@ import typer
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.errors import UsageError
+from ctxtool.wording import plural
 
 if TYPE_CHECKING:
     from ctxtool.export import ExportResult
@@ -97,16 +98,19 @@ def export(
 def describe(result: ExportResult) -> str:
     """One line saying what an export run did."""
     if result.run is None:
-        text = f"Nothing new: {result.unchanged:,} session(s) already in {result.directory} and unchanged."
+        text = (
+            f"Nothing new: {plural(result.unchanged, 'session')} already in {result.directory} and unchanged."
+        )
     else:
         text = (
-            f"Run {result.run}: added {len(result.added):,} and replaced {len(result.replaced):,} session(s) "
-            f"({result.rows.get('requests', 0):,} requests) in {result.directory}; "
+            f"Run {result.run}: added {plural(len(result.added), 'session')} and replaced "
+            f"{len(result.replaced):,} ({plural(result.rows.get('requests', 0), 'request')}) "
+            f"in {result.directory}; "
             f"{result.unchanged:,} unchanged."
         )
     if result.retained:
         text += f" {result.retained:,} kept from earlier runs (not in this input)."
-    return text + f" The dataset holds {result.sessions:,} session(s)."
+    return text + f" The dataset holds {plural(result.sessions, 'session')}."
 
 
 def register(app: typer.Typer) -> None:

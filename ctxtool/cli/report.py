@@ -95,6 +95,10 @@ def report(
     )
     out.atomic_write(output, page.encode("utf-8"))
     print(f"report written to {output}", file=sys.stderr)
+    counts = frames.problem_counts(corpus.problems)
+    if paths and (counts["missing"] or counts["no_sessions"]):
+        # A PATH given explicitly matched no session (warned above): an error, though the rest is written.
+        return ExitStatus.ERROR
     failed = bool(corpus.problems) or corpus.broken_lines > 0
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
 

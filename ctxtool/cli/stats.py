@@ -12,6 +12,7 @@ import typer
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.errors import UsageError, use_one_of
+from ctxtool.wording import plural
 
 HELP = """Report token usage, context-window share, cache hits and cost of Gemini CLI sessions.
 
@@ -222,8 +223,8 @@ def stats(
             *(f"--model {m}" for m in model or []),
         ]
         why = (
-            f" {sessions_read:,} session(s) were read, but nothing matches {' '.join(given)}:"
-            " loosen or drop the filter(s)."
+            f" {plural(sessions_read, 'session')} {'was' if sessions_read == 1 else 'were'} read, but nothing"
+            f" matches {' '.join(given)}: loosen or drop {'it' if len(given) == 1 else 'them'}."
             if given and sessions_read
             else ""
         )
@@ -282,6 +283,8 @@ def stats(
         )
     if unmatched or (paths and sessions_read == 0):
         return ExitStatus.ERROR  # an explicit PATH that names nothing is a mistake, not an empty report
+    if paths and frames.problem_counts(corpus.problems)["no_sessions"]:
+        return ExitStatus.ERROR  # so is a folder given explicitly that holds no session (warned above)
     failed = bool(corpus.problems) or corpus.broken_lines > 0
     from ctxtool.session.discover import refused_paths
 

@@ -23,6 +23,7 @@ from datetime import datetime
 from ctxtool.compress import strategies as s
 from ctxtool.compress.offline import OfflineSummarizer
 from ctxtool.compress.summarizer import Summarizer
+from ctxtool.wording import plural
 
 COMPACT_USER_MESSAGE_MAX_TOKENS = 20_000  # compact.rs
 AUTO_COMPACT_NUMERATOR, AUTO_COMPACT_DENOMINATOR = 9, 10  # openai_models.rs @ 8db07003
@@ -164,6 +165,7 @@ class CodexStrategy:
         result.messages_summarised = len(body)
         result.own_tokens_after = sum(approx_token_count(t) for t in [*selected, summary_text])
         result.notes.append(
-            f"kept {len(selected)} user message(s) rewritten as new records; no model or tool message kept"
+            f"kept {plural(len(selected), 'user message')} rewritten as new records; "
+            "no model or tool message kept"
         )
         return result

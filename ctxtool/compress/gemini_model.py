@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxtool.compress.summarizer import ModelCall
 from ctxtool.errors import SummarizerError
+from ctxtool.wording import plural
 
 if TYPE_CHECKING:
     from google.genai import Client
@@ -270,8 +271,8 @@ class GeminiSummarizer:
     def _quota_error(self, exc: APIError, model: str, attempts: int, wait_s: float | None) -> SummarizerError:
         after = f"; the server asks to wait {wait_s:g} s" if wait_s is not None else ""
         return SummarizerError(
-            f"Gemini API quota exhausted for model {model} after {attempts} attempt"
-            f"{'s' if attempts != 1 else ''} ({self._describe(exc)}){after}",
+            f"Gemini API quota exhausted for model {model} after {plural(attempts, 'attempt')} "
+            f"({self._describe(exc)}){after}",
             "Wait and retry, pick another model with --summarizer-model, or check the quota of your key at "
             "https://aistudio.google.com",
         )

@@ -26,6 +26,7 @@ from datetime import datetime
 from ctxtool.compress import strategies as s
 from ctxtool.compress.offline import OfflineSummarizer
 from ctxtool.compress.summarizer import Summarizer
+from ctxtool.wording import plural
 
 AUTO_COMPACT_THRESHOLD_RATIO = 0.9  # autoCompactThreshold.ts (0.92 in v1.0.0, 11a0e46)
 DEFAULT_CONTEXT_LENGTH = 200_000
@@ -277,7 +278,7 @@ class KodeAutoCompact:
         result.messages_summarised = len(body)
         result.messages_kept = 0
         result.own_tokens_after = s.chars4(summary)
-        result.notes.append(f"{len(files)} file(s) recovered from the transcript")
+        result.notes.append(f"{plural(len(files), 'file')} recovered from the transcript")
         return result
 
 
@@ -452,5 +453,7 @@ class KodeRetention:
         kept.sort()
         dropped = len(orphan - set(kept))
         if dropped:
-            result.notes.append(f"pairing repair: {dropped} tool result message(s) dropped with their call")
+            result.notes.append(
+                f"pairing repair: {plural(dropped, 'tool result message')} dropped with their call"
+            )
         return kept

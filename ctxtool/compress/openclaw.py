@@ -31,6 +31,7 @@ from ctxtool.compress import strategies as s
 from ctxtool.compress.facts import normalize_ws
 from ctxtool.compress.offline import OfflineSummarizer
 from ctxtool.compress.summarizer import ModelCall, Summarizer
+from ctxtool.wording import plural
 
 RESERVE_TOKENS_FLOOR = 20_000  # DEFAULT_PI_COMPACTION_RESERVE_TOKENS_FLOOR, pi-settings.ts
 BASE_CHUNK_RATIO = 0.4  # compaction.ts
@@ -370,7 +371,7 @@ class OpenClawStrategy(pi.PiStrategy):
                 run.max_chunk = max(1, math.floor(ctx * BASE_CHUNK_RATIO) - SUMMARIZATION_OVERHEAD_TOKENS)
                 previous = run.in_stages(dropped, prep.previous_summary, custom)
                 result.notes.append(
-                    f"history-share pruning: {len(dropped)} oldest message(s) summarised apart"
+                    f"history-share pruning: {plural(len(dropped), 'oldest message')} summarised apart"
                 )
         preserved, msgs = split_preserved_recent_turns(messages, msgs, RECENT_TURNS_PRESERVE)
         ratio = compute_adaptive_chunk_ratio([run.tokens[i] for i in (*msgs, *prep.turn_prefix)], ctx)

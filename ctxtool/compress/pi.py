@@ -30,6 +30,7 @@ import orjson
 from ctxtool.compress import strategies as s
 from ctxtool.compress.offline import OfflineSummarizer
 from ctxtool.compress.summarizer import ModelCall, Summarizer
+from ctxtool.wording import plural
 
 DEFAULT_RESERVE_TOKENS = 16_384  # DEFAULT_COMPACTION_SETTINGS.reserveTokens, compaction.ts
 DEFAULT_KEEP_RECENT_TOKENS = 20_000  # DEFAULT_COMPACTION_SETTINGS.keepRecentTokens
@@ -507,7 +508,9 @@ class PiStrategy:
                 calls=result.calls,
             )
             history = f"{history}\n\n---\n\n{SPLIT_TURN_HEADER}\n\n{prefix or ''}"
-            result.notes.append(f"split turn: its first {len(prep.turn_prefix)} message(s) summarised apart")
+            result.notes.append(
+                f"split turn: its first {plural(len(prep.turn_prefix), 'message')} summarised apart"
+            )
         return history + format_file_lists(prep.read_files, prep.modified_files)
 
     def finish(

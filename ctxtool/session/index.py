@@ -32,6 +32,7 @@ from ctxtool.session import stamp
 from ctxtool.session.columns import FileColumns
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.stamp import cache_root
+from ctxtool.wording import plural
 
 __all__ = ["Entry", "FileIndex", "cache_root", "clear", "entry_bytes"]
 
@@ -120,7 +121,7 @@ class FileIndex:
             return f"the index at {self.path} was not a usable database; it was rebuilt"
         if self.unusable:
             return (
-                f"{self.unusable} index entr{'y' if self.unusable == 1 else 'ies'} in {self.path} could not "
+                f"{plural(self.unusable, 'index entry', 'index entries')} in {self.path} could not "
                 "be used (another ctxtool version's, damaged, or not ctxtool's); those files were read again"
             )
         return None
