@@ -959,8 +959,9 @@ def _with_message_ids(session: SessionFile, data: bytes) -> tuple[SessionFile, s
         lines = idless_lines(data)
         if lines:
             raise CtxtoolError(
-                f'{session.path}: {len(lines)} message record(s) have no "id" (the first on line '
-                f"{lines[0]}), and Gemini CLI skips such records when it resumes a .jsonl session",
+                f"{session.path}: {plural(len(lines), 'message record')} "
+                f'{"has" if len(lines) == 1 else "have"} no "id" (the first on line {lines[0]}), and Gemini '
+                "CLI skips such records when it resumes a .jsonl session",
                 'Give each of them a unique "id" string if they belong to the session, or delete them, and '
                 "run the command again",
             )

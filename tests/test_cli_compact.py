@@ -395,5 +395,5 @@ def test_sessions_without_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert row["split_message_id"] == written[2]["id"] != "None"
     assert rows[lines.name]["status"] == "FAILED"
     [error] = [line for line in err.splitlines() if lines.name in line]
-    assert error.startswith(f'Error: {lines}: 12 message record(s) have no "id" (the first on line 2)')
+    assert error.startswith(f'Error: {lines}: 12 message records have no "id" (the first on line 2)')
     assert error.endswith("or delete them, and run the command again")

@@ -713,7 +713,7 @@ def test_a_legacy_session_without_ids_is_written_once(tmp_path: Path) -> None:
     assert report.split_message_id == tail[0]["id"]
     assert tail[0]["type"] == "user"
     [note] = [n for n in report.notes if "derived from the session id" in n]
-    assert note.startswith("18 message(s) had no id: each got an id derived from the session id and its")
+    assert note.startswith("18 messages had no id: each got an id derived from the session id and its")
     # Gemini CLI resumes the written file as ctxtool planned it: summary, ack, then the kept turns.
     resumed = g.convert_session_to_client_history(written)
     assert resumed[1]["content"]["parts"] == [{"text": g.SUMMARY_ACK_TEXT}]
@@ -754,7 +754,7 @@ def test_partly_missing_and_repeated_ids(tmp_path: Path) -> None:
     assert report.messages_kept
     assert report.messages_summarised + report.messages_kept == len(msgs)
     [note] = [n for n in report.notes if "derived from the session id" in n]
-    assert note.startswith("8 message(s) had no id and 1 repeated an earlier message's id")
+    assert note.startswith("8 messages had no id and 1 repeated an earlier message's id")
     assert report.output_path is not None
     written = json.loads(Path(report.output_path).read_text(encoding="utf-8"))["messages"]
     tail = written[2:]
@@ -835,7 +835,7 @@ def test_a_jsonl_with_message_lines_without_ids_is_refused(tmp_path: Path) -> No
     with pytest.raises(CtxtoolError) as raised:
         run(path)
     message = str(raised.value)
-    assert message.startswith(f'{path}: 1 message record(s) have no "id" (the first on line 6)')
+    assert message.startswith(f'{path}: 1 message record has no "id" (the first on line 6)')
     assert "\n" not in message
     assert 'Give each of them a unique "id"' in message
     assert not (tmp_path / "gemini" / "out").exists()
@@ -855,5 +855,5 @@ def test_a_jsonl_whose_id_less_records_a_checkpoint_replaced_compacts(tmp_path: 
     assert report.split_message_id is not None
     # The id-less entries of the last checkpoint are refused, by the checkpoint's line.
     path.write_bytes(path.read_bytes() + stringify({"$set": {"messages": stale}}) + b"\n")
-    with pytest.raises(CtxtoolError, match=r'3 message record\(s\) have no "id" \(the first on line 7\)'):
+    with pytest.raises(CtxtoolError, match=r'3 message records have no "id" \(the first on line 7\)'):
         run(path)

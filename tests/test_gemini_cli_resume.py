@@ -476,7 +476,7 @@ def test_gemini_cli_skips_jsonl_message_lines_without_ids(
     assert [m["id"] for m in read_session(path).messages] == ["u2", "g2"]
     assert run(["compact", str(path), "--force", "-f", "json", "--out", str(tmp_path / "out")]) == 1
     [error] = capsys.readouterr().err.strip().splitlines()
-    assert error.startswith(f'Error: {path}: 2 message record(s) have no "id" (the first on line 2)')
+    assert error.startswith(f'Error: {path}: 2 message records have no "id" (the first on line 2)')
     expected = _expected_request(path)
     sent = _resume(gemini_cli, path, session_id, tmp_path / "resume")
     assert _as_compared(sent) == expected

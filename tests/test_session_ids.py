@@ -51,7 +51,7 @@ def test_with_unique_ids_fills_in_and_keeps() -> None:
     ]  # id first, as Gemini CLI writes it
     assert "id" not in messages[0]  # the input is not changed
     assert fix.describe().startswith(
-        "2 message(s) had no id and 1 repeated an earlier message's id: each got an id derived from the "
+        "2 messages had no id and 1 repeated an earlier message's id: each got an id derived from the "
         "session id and its position (the first is message 1 of the session)"
     )
     same = with_unique_ids(fix.messages, SID)

@@ -55,9 +55,11 @@ class IdFix:
 
     def describe(self) -> str:
         """One sentence for a report: what was given an id, and why."""
+        from ctxtool.wording import plural
+
         what = []
         if self.missing:
-            what.append(f"{len(self.missing)} message(s) had no id")
+            what.append(f"{plural(len(self.missing), 'message')} had no id")
         if self.repeated:
             what.append(f"{len(self.repeated)} repeated an earlier message's id")
         first = min(self.missing + self.repeated) + 1
