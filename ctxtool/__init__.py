@@ -2,11 +2,12 @@
 
 The library is the product; the CLI is a client of it. Heavy modules (polars frames, the compression port)
 are imported on first use so that ``import ctxtool`` stays cheap.
+
+Imports nothing, not even ``typing``: the console script imports this package before ``ctxtool.__main__``
+can install the signal handlers, and until then Ctrl-C ends the run with a traceback (``ctxtool.interrupt``).
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)
 
 __version__ = "0.1.0"
 
@@ -25,7 +26,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'ctxtool' has no attribute {name!r}")

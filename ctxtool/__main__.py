@@ -2,7 +2,7 @@
 
 The signal handlers go in first, before any other import (typer, rich and polars take most of a second to
 import), so that Ctrl-C at any moment ends the run with one line and status 130, never a traceback
-(``ctxtool.interrupt``).
+(``ctxtool.interrupt``, which says what is left before this line runs).
 """
 
 from ctxtool import interrupt

@@ -7,21 +7,24 @@ can load polars and the price data while they parse (see ``read_files(..., while
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ctxtool.session.columns import FileColumns, extract_file
 from ctxtool.session.discover import SessionPath
 
 if TYPE_CHECKING:
     import multiprocessing.context
+    from concurrent.futures import ProcessPoolExecutor
 
     from ctxtool.session.index import FileIndex
 
 Progress = Callable[[int, int], None]
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -129,13 +132,25 @@ def read_files(
         batches = _batches(todo, cost, n_workers)
         from ctxtool import interrupt
 
+        context = _mp_context()
+        # A forkserver's workers are its children, not this process's (see interrupt.worker_init).
+        parent = None if context.get_start_method() == "forkserver" else os.getpid()
         pool = ProcessPoolExecutor(
-            max_workers=n_workers - 1, mp_context=_mp_context(), initializer=interrupt.worker_init
+            max_workers=n_workers - 1,
+            mp_context=context,
+            initializer=interrupt.worker_init,
+            initargs=(parent,),
         )
+
+        def submit(fn: Callable[..., _T], *args: Any) -> Future[_T]:
+            # The pool starts its workers inside submit(); a signal meanwhile waits until each is recorded
+            # as this process's worker, so the handler finds and ends every one (interrupt.deferred).
+            with interrupt.deferred():
+                return pool.submit(fn, *args)
+
         lone = errand if n_workers == 2 else None  # the errand, when one worker will do it
         if lone is not None:
             lone.taken = True
-            pool.submit(lone.start)  # the worker's first task, ahead of every file
         queue = deque(batches)
         futures: dict[Future[list[FileColumns]], list[int]] = {}
         broken = False  # a worker died: the pool takes no more work, this process reads the rest
@@ -145,7 +160,7 @@ def read_files(
             while queue and not broken and len(futures) < 2 * (n_workers - 1):
                 batch = queue.popleft()
                 try:
-                    futures[pool.submit(_extract_batch, [(files[i], resume[i]) for i in batch])] = batch
+                    futures[submit(_extract_batch, [(files[i], resume[i]) for i in batch])] = batch
                 except BrokenProcessPool:  # a worker died since the last batch came back
                     queue.appendleft(batch)
                     broken = True
@@ -166,6 +181,8 @@ def read_files(
                 progress(done, total)
 
         try:
+            if lone is not None:
+                submit(lone.start)  # the worker's first task, ahead of every file
             feed()
             if while_waiting:
                 while_waiting()
@@ -191,19 +208,20 @@ def read_files(
                 feed()
             if lone is not None and not broken:
                 try:
-                    lone.result = pool.submit(lone.finish, lone.finish_arg()).result()
+                    lone.result = submit(lone.finish, lone.finish_arg()).result()
                 except Exception:  # any failure: the caller does the work itself, and reports what fails
                     lone.result = None
+            pool.shutdown()
         except KeyboardInterrupt:
             # Ctrl-C in a process without ctxtool's signal handlers (the console script installs them and
-            # never gets here; see ctxtool.interrupt): queued batches are dropped; the running ones end
-            # during the interpreter's normal exit, so no worker is left behind.
-            pool.shutdown(wait=False, cancel_futures=True)
+            # never gets here; see ctxtool.interrupt): the workers are killed, not left to finish their
+            # batches, and joined before the interrupt goes on, so none outlives the scan.
+            _kill_pool(pool)
             raise
         except BaseException:
+            # An error (a worker's included): queued batches are dropped, running ones end, workers joined.
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-        pool.shutdown()
     out = [r for r in results if r is not None]
     if index is not None:
         for i in todo:
@@ -218,6 +236,18 @@ def read_files(
         index.save()
         index.close()
     return out
+
+
+def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's workers and wait for each. Also after a KeyboardInterrupt inside the pool's own code,
+    which can leave it in a state its ``shutdown`` fails in (a management thread created, not started)."""
+    processes = list((pool._processes or {}).values())
+    for process in processes:
+        process.kill()
+    with contextlib.suppress(RuntimeError):  # "cannot join thread before it is started"
+        pool.shutdown(wait=True, cancel_futures=True)
+    for process in processes:
+        process.join()
 
 
 def _extract_batch(batch: list[tuple[SessionPath, FileColumns | None]]) -> list[FileColumns]:
@@ -265,7 +295,20 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     if sys.platform == "linux" and "polars" not in sys.modules:
         return multiprocessing.get_context("fork")
     if sys.platform == "linux":
+        import signal
+        from multiprocessing import forkserver, resource_tracker
+
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["ctxtool.session.columns"])
+        # The server's workers have Python's own SIGINT handler until their initializer ignores it: Ctrl-C
+        # at the terminal (the whole process group) then would print a worker's traceback. A server started
+        # with SIGINT blocked passes the mask on to every worker it forks; here the signal only waits until
+        # the server has started. (The resource tracker first: starting it unblocks SIGINT.)
+        resource_tracker.ensure_running()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return ctx
     return multiprocessing.get_context("spawn")
