@@ -8,7 +8,7 @@ them alike:
 2. ccusage (``ccusage gemini session --offline --json``, its npm launcher, as users run it);
 3. ``ctxtool stats --no-cache``;
 4. two warm re-runs over the cache of (1): the second run after the first is served from the index and keeps
-   its output; every later one replays it (``ctxtool.replay``). The later one is the warm figure;
+   its output; every later one replays it (``ctxtool.frames.replay``). The later one is the warm figure;
 5. ``ctxtool stats --help``, the start-up every run pays.
 
 Reported: the median of the rounds for each, wall time and the peak RSS of the whole process tree, the ratios

@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "CTXTOOL_NO_REPLAY": "1"}
     help_wall = min(child_run([exe, "stats", "--help"], env)[0] for _ in range(args.repeat))
     rows.append(("start-up: `ctxtool stats --help` (wall)", "parent", help_wall))
-    imports = [sys.executable, "-c", "import ctxtool.cli.stats, ctxtool.loading, ctxtool.session.scan"]
+    imports = [sys.executable, "-c", "import ctxtool.cli.stats, ctxtool.frames.loading, ctxtool.session.scan"]
     import_cpu = min(child_run(imports, env)[1] for _ in range(args.repeat))
     rows.append(("imports before the workers start", "parent", import_cpu))
 
@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # ------------------------------------------------------------------ the parent's share
     started = time.process_time()
-    from ctxtool import frames, store
+    from ctxtool import frames
+    from ctxtool.frames import store
     from ctxtool.session.index import FileIndex
 
     rows.append(("import polars and the frames module", "parent", time.process_time() - started))

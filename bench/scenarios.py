@@ -70,7 +70,8 @@ def index_scenarios(
         )
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache:
         cmd = [exe, "stats", str(root), "--by", "session", "--format", "json", "--cache-dir", cache]
-        # The index at work, not the replay of a warm run's output (ctxtool.replay; measured apart below).
+        # The index at work, not the replay of a warm run's output (ctxtool.frames.replay; measured apart
+        # below).
         env = {**os.environ, "CTXTOOL_NO_REPLAY": "1"}
         first = best_of(1, cmd, env)
         if first.returncode != 0:

@@ -3,8 +3,9 @@
 The library is the product; the CLI is a client of it. Heavy modules (polars frames, the compression port)
 are imported on first use so that ``import ctxtool`` stays cheap.
 
-Imports nothing, not even ``typing``: the console script imports this package before ``ctxtool.__main__``
-can install the signal handlers, and until then Ctrl-C ends the run with a traceback (``ctxtool.interrupt``).
+Imports nothing, not even ``typing``: the console script imports this package before ``ctxtool.__main__`` can
+install the signal handlers, and until then Ctrl-C ends the run with a traceback
+(``ctxtool.common.interrupt``).
 """
 
 TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)
@@ -12,7 +13,9 @@ TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from ctxtool.frames import Corpus, load, report
+    from ctxtool.frames.build import load
+    from ctxtool.frames.model import Corpus
+    from ctxtool.frames.query import report
     from ctxtool.session.read import SessionFile, read_session
 
 __all__ = ["Corpus", "SessionFile", "__version__", "load", "read_session", "report"]

@@ -2,10 +2,10 @@
 
 The signal handlers go in first, before any other import (typer, rich and polars take most of a second to
 import), so that Ctrl-C at any moment ends the run with one line and status 130, never a traceback
-(``ctxtool.interrupt``, which says what is left before this line runs).
+(``ctxtool.common.interrupt``, which says what is left before this line runs).
 """
 
-from ctxtool import interrupt
+from ctxtool.common import interrupt
 
 interrupt.install()
 
@@ -13,7 +13,7 @@ interrupt.install()
 def main() -> None:
     import sys
 
-    from ctxtool import replay
+    from ctxtool.frames import replay
 
     code = replay.try_replay(sys.argv[1:])  # a warm `stats` over unchanged files: no heavy import at all
     if code is not None:

@@ -36,10 +36,11 @@ from xml.etree import ElementTree as ET
 
 import polars as pl
 
-from ctxtool.errors import CtxtoolError, UsageError, use_one_of
-from ctxtool.frames import SCHEMA_VERSION, Corpus, Problem, read_summary, report
-from ctxtool.markup import escape_markdown, workflow_data, workflow_property, xml_document
-from ctxtool.wording import plural
+from ctxtool.common.errors import CtxtoolError, UsageError, use_one_of
+from ctxtool.common.markup import escape_markdown, workflow_data, workflow_property, xml_document
+from ctxtool.common.wording import plural
+from ctxtool.frames.model import SCHEMA_VERSION, Corpus, Problem
+from ctxtool.frames.query import read_summary, report
 
 Kind = Literal["tokens", "share", "cost", "count"]
 CheckStatus = Literal["pass", "fail", "skip"]
@@ -640,7 +641,7 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = N
 def _secrets_measure(file: str | None) -> _Measure:
     """How many secrets a session file holds (every record, billed view), and where: the message and the
     kinds, never a value."""
-    from ctxtool.secret_scan import in_messages
+    from ctxtool.common.secret_scan import in_messages
     from ctxtool.session.read import read_session
 
     if file is None:

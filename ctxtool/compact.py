@@ -1,8 +1,8 @@
 """Compact one Gemini CLI session file: plan with the Gemini CLI port, then write a file Gemini CLI resumes.
 
-Owns the mapping between the port (``ctxtool.compress.gemini_cli``, which works on curated history turns)
-and session files (message records), where the result goes, and the per-session report. It is pure apart
-from the writes it is asked to do; it never prints.
+Owns the mapping between the port (``ctxtool.compress.gemini_cli.chat_compression``, which works on curated
+history turns) and session files (message records), where the result goes, and the per-session report. It is
+pure apart from the writes it is asked to do; it never prints.
 
 How the output is built (spec gemini-cli-compression.md sections 4, 10-13):
 
@@ -46,15 +46,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from ctxtool import interrupt
-from ctxtool.compress import gemini_cli as g
-from ctxtool.compress.facts import extract_facts, history_text, retention
-from ctxtool.compress.offline import OfflineSummarizer
-from ctxtool.compress.profiles import DEFAULT_PROFILE, get_profile
+from ctxtool.common import interrupt
+from ctxtool.common.errors import CtxtoolError, UsageError
+from ctxtool.common.jsvalue import js_iso, js_truthy
+from ctxtool.common.wording import plural
+from ctxtool.compress.gemini_cli import chat_compression as g
+from ctxtool.compress.gemini_cli.profiles import DEFAULT_PROFILE, get_profile
+from ctxtool.compress.gemini_cli.texts import CTXTOOL_TEXTS, CompressionTexts
+from ctxtool.compress.summarize.facts import extract_facts, history_text, retention
+from ctxtool.compress.summarize.offline import OfflineSummarizer
 from ctxtool.compress.summarizer import Content, Summarizer
-from ctxtool.compress.texts import CTXTOOL_TEXTS, CompressionTexts
-from ctxtool.errors import CtxtoolError, UsageError
-from ctxtool.jsvalue import js_iso, js_truthy
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.ids import idless_lines, with_unique_ids
 from ctxtool.session.read import Era, SessionFile, parse_session_bytes
@@ -68,7 +69,6 @@ from ctxtool.session.write import (
     stringify,
     write_backup,
 )
-from ctxtool.wording import plural
 
 Mode = Literal["out", "new-session", "in-place"]
 FAILED = "FAILED"  # status of a file that could not be read or written (not an upstream status)
@@ -182,9 +182,9 @@ def measure_history(messages: Sequence[Mapping[str, Any]], model: str) -> int:
     (``estimateTokenCountSync``) of the history a resume of ``messages`` sends, env turn included. One
     function, so the three commands agree to the token (the recorded prompt tokens of the last request are
     reported beside it, under their own name)."""
-    from ctxtool.compress import strategies
+    from ctxtool.compress.strategies.base import gemini_estimate
 
-    return strategies.gemini_estimate([dict(m) for m in messages], model)
+    return gemini_estimate([dict(m) for m in messages], model)
 
 
 def _clean_leftovers(report: CompactionReport, *folders: Path) -> None:
@@ -197,9 +197,9 @@ def _clean_leftovers(report: CompactionReport, *folders: Path) -> None:
 
 def _redacted(messages: Sequence[Mapping[str, Any]], report: CompactionReport) -> list[dict[str, Any]]:
     """``--redact-secrets``: the messages with every secret in their text, thoughts and tool calls written as
-    ``[REDACTED:kind]`` (ctxtool.secret_scan), so a leaked key does not travel on into the next
+    ``[REDACTED:kind]`` (ctxtool.common.secret_scan), so a leaked key does not travel on into the next
     conversation; the report notes how many."""
-    from ctxtool.secret_scan import in_messages, redact_value
+    from ctxtool.common.secret_scan import in_messages, redact_value
 
     found = in_messages(messages)
     if not found:
@@ -306,7 +306,11 @@ def _environment_text(
     if g.stored_env_index(messages) is not None:
         report.env_source = "stored"
         return None
-    from ctxtool.compress.environment import build_environment_text, project_temp_dir, recorded_project_root
+    from ctxtool.compress.gemini_cli.environment import (
+        build_environment_text,
+        project_temp_dir,
+        recorded_project_root,
+    )
 
     project = opts.workspace if opts.workspace is not None else recorded_project_root(path)
     temp_dir = project_temp_dir(path)
@@ -626,7 +630,8 @@ def compact_session(
         out_messages = _redacted(out_messages, report)
     _clean_leftovers(report, sp.path.parent, target.parent)
     # The writes complete together or leave nothing: a signal waits for the end of the block
-    # (ctxtool.interrupt), and an error removes what the block had written (tool outputs, their folder).
+    # (ctxtool.common.interrupt), and an error removes what the block had written (tool outputs, their
+    # folder).
     with interrupt.deferred(), _Written() as written:
         for saved in result.truncated_outputs:
             written.write(Path(saved.path), saved.text.encode("utf-8", "surrogatepass"))
@@ -856,12 +861,13 @@ def _compact_with_strategy(
 ) -> CompactionReport:
     """``compact_session`` for a strategy of ``ctxtool.compress.strategies`` other than gemini-cli: the
     strategy plans the new message list, this writes it the way the gemini-cli path does."""
-    from ctxtool.compress import strategies
+    from ctxtool.compress.strategies import registry
+    from ctxtool.compress.strategies.base import StrategyOptions, wire_history
 
-    strategy = strategies.get_strategy(opts.strategy)
+    strategy = registry.get_strategy(opts.strategy)
     messages = cast(list[dict[str, Any]], session.messages)
     model = report.model or DEFAULT_CHAT_MODEL
-    s_opts = strategies.StrategyOptions(
+    s_opts = StrategyOptions(
         chat_model=model,
         context_window=opts.context_window,
         force=opts.force,
@@ -903,8 +909,8 @@ def _compact_with_strategy(
     report.messages_summarised = result.messages_summarised
     if result.kept_from is not None and result.kept_from < len(messages):
         report.split_message_id = messages[result.kept_from]["id"]
-    facts = extract_facts(strategies.wire_history(messages))
-    report.retention = retention(facts, history_text(strategies.wire_history(result.messages))).as_dict()
+    facts = extract_facts(wire_history(messages))
+    report.retention = retention(facts, history_text(wire_history(result.messages))).as_dict()
     report.output_path = str(target)
     if opts.dry_run:
         return report

@@ -21,14 +21,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxtool.compress import strategies
-from ctxtool.compress.facts import FACT_KINDS, extract_facts, history_text, retention
+from ctxtool.common.errors import CtxtoolError, UsageError
+from ctxtool.compress.strategies import registry
+from ctxtool.compress.strategies.base import StrategyOptions, wire_history
+from ctxtool.compress.summarize.facts import FACT_KINDS, extract_facts, history_text, retention
 from ctxtool.compress.summarizer import Summarizer
-from ctxtool.errors import CtxtoolError, UsageError
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import read_session
 
-DEFAULT_STRATEGIES = strategies.STRATEGY_NAMES  # every strategy, each with its default settings
+DEFAULT_STRATEGIES = registry.STRATEGY_NAMES  # every strategy, each with its default settings
 COLUMNS = (
     "session",
     "strategy",
@@ -65,7 +66,7 @@ def parse_strategies(text: str) -> list[str]:
     if not names:
         raise UsageError("no strategy given", f"Pass e.g. --strategies {','.join(DEFAULT_STRATEGIES)}")
     for name in names:
-        strategies.get_strategy(name)
+        registry.get_strategy(name)
     return list(dict.fromkeys(names))
 
 
@@ -114,12 +115,12 @@ def compare_sessions(
             messages = [dict(m) for m in original.messages]
             model = chat_model(messages)
             before = measure_history(messages, model)
-            facts = extract_facts(strategies.wire_history(messages))
+            facts = extract_facts(wire_history(messages))
             for name in names:
                 row = _empty_row(str(path), name)
                 row.update(tokens_before=before, messages_before=len(messages))
-                trig = strategies.get_strategy(name).trigger(
-                    messages, strategies.StrategyOptions(chat_model=model, context_window=context_window)
+                trig = registry.get_strategy(name).trigger(
+                    messages, StrategyOptions(chat_model=model, context_window=context_window)
                 )
                 row.update(
                     would_trigger=trig.would_trigger,
@@ -167,7 +168,7 @@ def compare_sessions(
                 row["tokens_after"] = after
                 row["messages_after"] = len(after_messages)
                 row["reduction"] = round(1 - after / before, 4) if before else None
-                kept = retention(facts, history_text(strategies.wire_history(after_messages)))
+                kept = retention(facts, history_text(wire_history(after_messages)))
                 found = total = 0
                 for kind in FACT_KINDS:
                     k = kept.kind(kind)

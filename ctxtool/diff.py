@@ -9,8 +9,8 @@ Two token measures, never mixed:
 
 * **recorded**: the ``tokens`` fields written in the files, summed over the billed view (every request the
   file records, rewound or checkpointed ones included), counted as ``stats`` counts them
-  (``ctxtool.tokens.report_tokens``: ``input`` without the cached tokens, ``prompt_tokens`` with them, a
-  ``total`` recorded as 0 or missing taken as the sum of its parts). Only ``gemini`` messages carry them, so
+  (``ctxtool.measure.tokens.report_tokens``: ``input`` without the cached tokens, ``prompt_tokens`` with them,
+  a ``total`` recorded as 0 or missing taken as the sum of its parts). Only ``gemini`` messages carry them, so
   recorded tokens have no per-tool split.
 * **estimated**: Gemini CLI's local estimate (``estimate_token_count``) of the live history in wire form
   (``convert_session_to_client_history``). Each message is estimated on its own (floored per wire turn),
@@ -32,24 +32,31 @@ from typing import Any, Literal
 
 import orjson
 
-from ctxtool.compress.facts import FACT_KINDS, FactKind, Retention, extract_facts, history_text, retention
-from ctxtool.compress.gemini_cli import (
+from ctxtool.common.markup import escape_markdown, markdown_code_block
+from ctxtool.common.wording import plural
+from ctxtool.compress.gemini_cli.chat_compression import (
     DEFAULT_CHAT_MODEL,
     convert_session_to_client_history,
     estimate_token_count,
 )
-from ctxtool.compress.strategies import gemini_estimate
-from ctxtool.markup import escape_markdown, markdown_code_block
-from ctxtool.session.columns import clip_preview
-from ctxtool.session.read import SessionFile
-from ctxtool.tokens import (
+from ctxtool.compress.strategies.base import gemini_estimate
+from ctxtool.compress.summarize.facts import (
+    FACT_KINDS,
+    FactKind,
+    Retention,
+    extract_facts,
+    history_text,
+    retention,
+)
+from ctxtool.measure.tokens import (
     REPORT_TOKEN_KEYS,
     describe_total_mismatches,
     report_tokens,
     token_limit,
     total_disagrees,
 )
-from ctxtool.wording import plural
+from ctxtool.session.columns import clip_preview
+from ctxtool.session.read import SessionFile
 
 Status = Literal["removed", "kept", "changed", "added"]
 Match = Literal["id", "hash"]
@@ -213,7 +220,7 @@ class SessionDiff:
         return [describe_total_mismatches(files)] if files else []
 
     def as_dict(self) -> dict[str, Any]:
-        from ctxtool.frames import SCHEMA_VERSION
+        from ctxtool.frames.model import SCHEMA_VERSION
 
         rec_b, rec_a = self.before.recorded, self.after.recorded
         return {
@@ -842,8 +849,8 @@ def _kind_line(kind: FactKind, r: Retention) -> str:
 
 
 def markdown(d: SessionDiff, *, preview_chars: int = 80, hide: Callable[[str], str] = str) -> str:
-    """The diff as GitHub-flavoured markdown: summary, snapshot, retention, message list. Every text from
-    the sessions is passed through ``hide`` (e.g. secret redaction), then escaped (``ctxtool.markup``)."""
+    """The diff as GitHub-flavoured markdown: summary, snapshot, retention, message list. Every text from the
+    sessions is passed through ``hide`` (e.g. secret redaction), then escaped (``ctxtool.common.markup``)."""
 
     def md(text: str) -> str:
         return escape_markdown(hide(text))

@@ -3,7 +3,7 @@
 Owns: the on-disk layout ``DIR/<table>/project=<p>/day=<YYYY-MM-DD>/part-<run>.parquet`` for the tables
 sessions, messages, requests, tool_calls and turns, the manifest ``DIR/_ctxtool_manifest.json`` (which parts
 are live, which sessions are in, with what content fingerprint, and one entry per run that changed
-something), and reading a dataset back into a :class:`~ctxtool.frames.Corpus`. Must not: read session
+something), and reading a dataset back into a :class:`~ctxtool.frames.model.Corpus`. Must not: read session
 files (callers hand over a Corpus), print, or import typer or rich.
 
 Rules that keep the dataset correct:
@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, TypedDict
 import orjson
 
 from ctxtool import __version__
-from ctxtool.errors import CtxtoolError, UsageError
+from ctxtool.common.errors import CtxtoolError, UsageError
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from ctxtool.frames import Corpus
+    from ctxtool.frames.model import Corpus
 
 MANIFEST_NAME = "_ctxtool_manifest.json"
 DATASET_FORMAT = "ctxtool-dataset"
@@ -193,7 +193,7 @@ def read_manifest(directory: str | Path) -> Manifest:
 
 
 def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    from ctxtool.output import atomic_write
+    from ctxtool.render.formats import atomic_write
 
     atomic_write(path, data)
 
@@ -283,10 +283,10 @@ def _with_partitions(table: str, df: pl.DataFrame, projects: pl.DataFrame) -> pl
 
 
 def _redact_secrets(table: str, df: pl.DataFrame) -> pl.DataFrame:
-    """The text columns with every secret written as ``[REDACTED:kind]`` (ctxtool.secret_scan)."""
+    """The text columns with every secret written as ``[REDACTED:kind]`` (ctxtool.common.secret_scan)."""
     import polars as pl
 
-    from ctxtool.secret_scan import redact
+    from ctxtool.common.secret_scan import redact
 
     text = {"messages": ["preview"], "turns": ["prompt"], "sessions": ["summary"]}.get(table, [])
     cols = [c for c in text if c in df.columns]

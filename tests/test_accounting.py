@@ -1,5 +1,5 @@
-"""One accounting for every command (ctxtool.tokens): what a recorded response's ``total`` is, what ``input``
-means, and that ``stats``, ``audit`` and ``diff`` count a file the same way.
+"""One accounting for every command (ctxtool.measure.tokens): what a recorded response's ``total`` is, what
+``input`` means, and that ``stats``, ``audit`` and ``diff`` count a file the same way.
 
 Gemini CLI records ``tokens = {input: promptTokenCount ?? 0, …, total: totalTokenCount ?? 0}``
 (chatRecordingService.ts ``recordMessageTokens``): a response whose usage lacked ``totalTokenCount`` is
@@ -16,10 +16,10 @@ import orjson
 import pytest
 
 from ctxtool.cli import run
+from ctxtool.common.errors import SessionFormatError
 from ctxtool.diff import diff_sessions
-from ctxtool.errors import SessionFormatError
+from ctxtool.measure.tokens import report_tokens, request_total, total_disagrees
 from ctxtool.session.read import read_session
-from ctxtool.tokens import report_tokens, request_total, total_disagrees
 from tests.conftest import FIXTURES, REAL_SESSIONS, write_jsonl
 
 MODEL = "gemini-2.5-pro"

@@ -8,7 +8,7 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from ctxtool import audit, frames
-from ctxtool.errors import UsageError
+from ctxtool.common.errors import UsageError
 from tests.conftest import FIXTURES
 
 CHATS = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats"

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from ctxtool.cli import run
-from ctxtool.markup import escape_markdown
+from ctxtool.common.markup import escape_markdown
 from tests.conftest import FIXTURES, write_jsonl
 
 CHATS = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats"

@@ -13,7 +13,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from ctxtool.cli import run
-from ctxtool.compress import gemini_cli as g
+from ctxtool.compress.gemini_cli import chat_compression as g
 from ctxtool.session.read import read_session
 from tests.conftest import FIXTURES
 

@@ -107,7 +107,7 @@ def test_exit_statuses_are_in_help(capsys: pytest.CaptureFixture[str]) -> None:
     ],
 )
 def test_colour_follows_the_conventions(choice: str, tty: bool, env: dict[str, str], expected: bool) -> None:
-    from ctxtool.render import wants_color
+    from ctxtool.render.tables import wants_color
 
     assert wants_color(choice, tty=tty, env=env) is expected
 
@@ -130,7 +130,7 @@ class _Terminal(io.StringIO):
 def test_a_terminal_gets_colour_unless_the_environment_says_no(
     env: dict[str, str], color: str, coloured: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ctxtool import render
+    from ctxtool.render import tables as render
 
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.delenv("FORCE_COLOR", raising=False)

@@ -344,11 +344,11 @@ print(_signal.getsignal(_signal.SIGINT) is not python_handler, _signal.getsignal
 def test_the_entry_point_imports_nothing_before_its_handlers() -> None:
     """Until the handlers are in, Ctrl-C is Python's: a KeyboardInterrupt with a traceback. Before them the
     console script imports only the three modules it must (``ctxtool``, ``ctxtool.__main__``,
-    ``ctxtool.interrupt``), and those import nothing the interpreter has not loaded already: no
+    ``ctxtool.common.interrupt``), and those import nothing the interpreter has not loaded already: no
     ``typing``, ``contextlib`` or ``signal``, which took about 20 ms."""
     out = subprocess.run([sys.executable, "-c", _WINDOW], capture_output=True, text=True, check=True)
     imported, handlers = out.stdout.splitlines()
-    assert imported.split() == ["ctxtool", "ctxtool.__main__", "ctxtool.interrupt"]
+    assert imported.split() == ["ctxtool", "ctxtool.__main__", "ctxtool.common.interrupt"]
     assert handlers.startswith("True <function _handle"), handlers
 
 

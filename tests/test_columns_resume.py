@@ -10,7 +10,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from ctxtool.errors import SessionFormatError
+from ctxtool.common.errors import SessionFormatError
 from ctxtool.session import columns
 from ctxtool.session.columns import (
     FileColumns,

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ctxtool.common.errors import CtxtoolError, UsageError
 from ctxtool.compact import (
     DEFAULT_CHAT_MODEL,
     CompactionReport,
@@ -29,10 +30,9 @@ from ctxtool.compact import (
     next_truncation_id,
     undo_compaction,
 )
-from ctxtool.compress import gemini_cli as g
-from ctxtool.compress.offline import OfflineSummarizer
+from ctxtool.compress.gemini_cli import chat_compression as g
+from ctxtool.compress.summarize.offline import OfflineSummarizer
 from ctxtool.compress.summarizer import ModelCall
-from ctxtool.errors import CtxtoolError, UsageError
 from ctxtool.session.discover import discover
 from ctxtool.session.read import read_session
 from ctxtool.session.write import FileChangedError, stringify

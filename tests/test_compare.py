@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ctxtool import compare
-from ctxtool.compress.offline import OfflineSummarizer
-from ctxtool.errors import UsageError
+from ctxtool.common.errors import UsageError
+from ctxtool.compress.summarize.offline import OfflineSummarizer
 from ctxtool.session.write import session_bytes
 from tests.test_strategy_pi import call, gemini, user
 

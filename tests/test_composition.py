@@ -13,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxtool.cli import run
-from ctxtool.estimator import estimate_text, estimate_token_count
-from ctxtool.frames import COMPOSITION_COLUMNS, load
+from ctxtool.frames.build import load
+from ctxtool.frames.model import COMPOSITION_COLUMNS
+from ctxtool.measure.estimator import estimate_text, estimate_token_count
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -107,7 +108,7 @@ def test_estimate_text_is_the_estimator_on_one_text_part(text: str) -> None:
 
 def test_message_estimates_follow_convert_session_to_client_history() -> None:
     """Per message, the parts the reader estimates are the ones the history Gemini CLI rebuilds holds."""
-    from ctxtool.compress.gemini_cli import convert_session_to_client_history, strip_thoughts
+    from ctxtool.compress.gemini_cli.chat_compression import convert_session_to_client_history, strip_thoughts
     from ctxtool.session.discover import discover
     from ctxtool.session.read import read_session
 

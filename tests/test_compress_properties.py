@@ -7,10 +7,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxtool.compress import gemini_cli as g
-from ctxtool.compress.gemini_cli import CompressionStatus
+from ctxtool.common.jsvalue import json_length
+from ctxtool.compress.gemini_cli import chat_compression as g
+from ctxtool.compress.gemini_cli.chat_compression import CompressionStatus
 from ctxtool.compress.summarizer import ModelCall
-from ctxtool.jsvalue import json_length
 
 texts = st.text(alphabet=st.sampled_from('ab 中😀\n"\\'), max_size=60)
 text_part = st.builds(lambda t: {"text": t}, texts)

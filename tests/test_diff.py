@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxtool.common.errors import SessionFormatError
 from ctxtool.compact import measure_history
-from ctxtool.compress import gemini_cli as g
+from ctxtool.compress.gemini_cli import chat_compression as g
 from ctxtool.diff import ACK_TEXT, align, diff_sessions, markdown, message_rows, summary_rows
-from ctxtool.errors import SessionFormatError
 from ctxtool.session.read import SessionFile, read_session
 from tests.conftest import FIXTURES, REAL_SESSIONS, write_jsonl
 
@@ -318,7 +318,7 @@ def test_diff_of_a_real_compaction(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
     from ctxtool.compact import CompactOptions, Destination, compact_session
-    from ctxtool.compress.offline import OfflineSummarizer
+    from ctxtool.compress.summarize.offline import OfflineSummarizer
 
     chats = tmp_path / "gemini" / "tmp" / "ctxdemo" / "chats"
     shutil.copytree(FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats", chats)

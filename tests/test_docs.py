@@ -7,8 +7,8 @@ import re
 import orjson
 import pytest
 
-from ctxtool.choices import BY_CHOICES
 from ctxtool.cli import app, run
+from ctxtool.common.choices import BY_CHOICES
 from tests.conftest import FIXTURES, REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")

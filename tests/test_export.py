@@ -12,8 +12,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from ctxtool import export, frames
-from ctxtool.choices import BY_CHOICES
-from ctxtool.errors import CtxtoolError, UsageError
+from ctxtool.common.choices import BY_CHOICES
+from ctxtool.common.errors import CtxtoolError, UsageError
 from tests.conftest import FIXTURES, REAL_SESSIONS, REPO
 
 DATA = FIXTURES / "gemini" / "tmp"

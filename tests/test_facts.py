@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ctxtool.compress.facts import (
+from ctxtool.compress.summarize.facts import (
     HEAD_CHARS,
     CommandFact,
     Facts,

@@ -21,7 +21,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from ctxtool.frames import Corpus, load
+from ctxtool.frames.build import load
+from ctxtool.frames.model import Corpus
 from ctxtool.session.read import SessionFile, read_session
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -1,5 +1,5 @@
-"""ctxtool.compress.folder_structure against hand-built trees, Node's localeCompare, npm ignore and the real
-Gemini CLI."""
+"""ctxtool.compress.gemini_cli.folder_structure against hand-built trees, Node's localeCompare, npm ignore and
+the real Gemini CLI."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from ctxtool.compress.folder_structure import (
+from ctxtool.compress.gemini_cli.folder_structure import (
     _InvalidIgnorePath,
     _Rules,
     directory_context,
@@ -524,7 +524,7 @@ def test_ignore_rules_match_npm_ignore(npm_ignore: Path) -> None:
 
 
 # Pattern pieces; `[!a]`, `\*` and trailing spaces are left out: npm ignore reads them unlike
-# git and pathspec (ctxtool.compress.folder_structure._Rules lists them).
+# git and pathspec (ctxtool.compress.gemini_cli.folder_structure._Rules lists them).
 _PATTERN = st.builds(
     lambda neg, anchor, body: neg + anchor + body,
     st.sampled_from(["", "!"]),

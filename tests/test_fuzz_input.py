@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxtool.errors import SessionFormatError
+from ctxtool.common.errors import SessionFormatError
 from ctxtool.session.columns import FileColumns, columns_from_bytes, message_rows
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import SessionFile, parse_session_bytes

@@ -9,7 +9,7 @@ and every text of both calls; then Gemini CLI resumes ctxtool's compacted sessio
 equal the one Gemini CLI sent after its own compression.
 
 A second test runs Gemini CLI's compression for many chat models and checks the model and generationConfig
-``ctxtool.compress.model_configs`` predicts for each.
+``ctxtool.compress.gemini_cli.model_configs`` predicts for each.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from ctxtool.compress.model_configs import compression_model
+from ctxtool.compress.gemini_cli.model_configs import compression_model
 from tests.conftest import FIXTURES, REAL_SESSIONS
 from tests.gemini_cli_harness import (
     FakeGeminiAPI,
@@ -237,7 +237,10 @@ def test_tool_output_masking_plan_matches_gemini_cli(
     gemini_cli: Path, tmp_path: Path, sizes: list[int]
 ) -> None:
     """``plan_tool_output_masking`` picks as many outputs as Gemini CLI 0.61 masks in the request it sends."""
-    from ctxtool.compress.gemini_cli import convert_session_to_client_history, plan_tool_output_masking
+    from ctxtool.compress.gemini_cli.chat_compression import (
+        convert_session_to_client_history,
+        plan_tool_output_masking,
+    )
     from ctxtool.session.read import read_session
 
     workspace = make_workspace(tmp_path)

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from ctxtool.compress import gemini_cli as g
-from ctxtool.compress.gemini_cli import CompressionStatus
-from ctxtool.compress.profiles import (
+from ctxtool.common.errors import UsageError
+from ctxtool.common.jsvalue import js_stringify
+from ctxtool.compress.gemini_cli import chat_compression as g
+from ctxtool.compress.gemini_cli.chat_compression import CompressionStatus
+from ctxtool.compress.gemini_cli.profiles import (
     DEFAULT_PROFILE,
     ESTIMATOR_2025_11_26,
     PROFILES,
@@ -19,8 +21,6 @@ from ctxtool.compress.profiles import (
     get_profile,
 )
 from ctxtool.compress.summarizer import ModelCall
-from ctxtool.errors import UsageError
-from ctxtool.jsvalue import js_stringify
 
 REAL_SESSIONS = Path(__file__).resolve().parents[2] / "shared" / "real-sessions"
 
@@ -77,7 +77,7 @@ FIVE = [
 
 
 def test_five_message_fixture_lengths_and_split() -> None:
-    from ctxtool.jsvalue import json_length
+    from ctxtool.common.jsvalue import json_length
 
     assert [json_length(c) for c in FIVE] == [63, 65, 63, 65, 63]  # spec section 15, not 66/68/...
     assert g.find_compress_split_point(FIVE, 0.5) == 4  # HEAD: cumulative excludes the candidate

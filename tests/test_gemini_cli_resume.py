@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ctxtool.cli import run
-from ctxtool.compress.gemini_cli import convert_session_to_client_history
+from ctxtool.compress.gemini_cli.chat_compression import convert_session_to_client_history
 from ctxtool.session.read import read_session
 from tests.conftest import FIXTURES, REAL_SESSIONS
 from tests.gemini_cli_harness import (
@@ -359,7 +359,7 @@ def test_gemini_cli_resumes_what_compact_in_place_wrote(
 
 
 def g_ack() -> str:
-    from ctxtool.compress.gemini_cli import SUMMARY_ACK_TEXT
+    from ctxtool.compress.gemini_cli.chat_compression import SUMMARY_ACK_TEXT
 
     return SUMMARY_ACK_TEXT
 

@@ -18,18 +18,18 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-from ctxtool.compress import gemini_cli
-from ctxtool.compress.gemini_cli import summarizer_model
-from ctxtool.compress.gemini_model import GeminiSummarizer, get_response_text
-from ctxtool.compress.prompts import (
+from ctxtool.common.errors import SummarizerError, UsageError
+from ctxtool.compress.gemini_cli import chat_compression as gemini_cli
+from ctxtool.compress.gemini_cli.chat_compression import summarizer_model
+from ctxtool.compress.gemini_cli.prompts import (
     CTXTOOL_COMPRESSION_PROMPT,
     GEMINI_CLI_PATH_ENV,
     ctxtool_compression_prompt,
     find_gemini_cli_prompt,
     load_prompt_file,
 )
+from ctxtool.compress.summarize.gemini_model import GeminiSummarizer, get_response_text
 from ctxtool.compress.summarizer import ModelCall
-from ctxtool.errors import SummarizerError, UsageError
 
 KEY = "AIzaTEST-secret-key-0123456789"
 MODEL = "gemini-2.5-pro"
@@ -588,7 +588,7 @@ def fake_package(root: Path, package: str, rel: str, js: str, version: str = "0.
 @pytest.fixture
 def no_system_roots(monkeypatch: pytest.MonkeyPatch) -> None:
     # Keep whatever Node packages this machine has out of the search.
-    monkeypatch.setattr("ctxtool.compress.prompts._SYSTEM_ROOTS", ())
+    monkeypatch.setattr("ctxtool.compress.gemini_cli.prompts._SYSTEM_ROOTS", ())
 
 
 @pytest.mark.usefixtures("no_system_roots")

@@ -14,8 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ctxtool.choices import BY_CHOICES
 from ctxtool.cli import run
+from ctxtool.common.choices import BY_CHOICES
 from tests.conftest import FIXTURES, REPO
 
 GOLDEN = FIXTURES / "expected" / "golden"

@@ -176,7 +176,7 @@ def test_rows_decoded_as_workers_return_them_leave_the_index_whole(
 ) -> None:
     """With worker processes, each batch is decoded into frames as it arrives, which empties its rows; the
     index must have stored the rows first, and the frames must equal a build in one process."""
-    from ctxtool.loading import load_corpus
+    from ctxtool.frames.loading import load_corpus
     from ctxtool.session import scan
     from ctxtool.session.discover import discover
     from ctxtool.session.index import FileIndex

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxtool.jsvalue import (
+from ctxtool.common.jsvalue import (
     js_key_order,
     js_number_to_string,
     js_slice,

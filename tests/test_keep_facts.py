@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ctxtool.cli import run
-from ctxtool.compress.facts import FACT_KINDS, extract_facts, retention
-from ctxtool.compress.offline import KeepFacts, OfflineSummarizer
+from ctxtool.compress.summarize.facts import FACT_KINDS, extract_facts, retention
+from ctxtool.compress.summarize.offline import KeepFacts, OfflineSummarizer
 from ctxtool.compress.summarizer import ModelCall
 from tests.conftest import FIXTURES
 from tests.gemini_cli_harness import FakeGeminiAPI, text, usage

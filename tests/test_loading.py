@@ -12,9 +12,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from ctxtool.choices import BY_CHOICES
-from ctxtool.frames import Corpus, report
-from ctxtool.loading import load_corpus
+from ctxtool.common.choices import BY_CHOICES
+from ctxtool.frames.loading import load_corpus
+from ctxtool.frames.model import Corpus
+from ctxtool.frames.query import report
 from tests.conftest import FIXTURES
 
 CHATS = Path("ctxdemo") / "chats"
@@ -125,7 +126,7 @@ def test_splice_equals_full_build(tmp_path: Path, change: Callable[[Path], None]
 
 
 def test_many_changes_fall_back_to_a_full_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ctxtool import loading
+    from ctxtool.frames import loading
 
     monkeypatch.setattr(loading, "_SPLICE_MAX_FILES", 2)
     root = tmp_path / "tmp"

@@ -28,9 +28,7 @@ from markdown_it import MarkdownIt
 from markdown_it.common.utils import MD_TRIM_CHARS
 
 from ctxtool.cli import run
-from ctxtool.compress.facts import FACT_KINDS
-from ctxtool.diff import counts_line, diff_sessions, message_rows
-from ctxtool.markup import (
+from ctxtool.common.markup import (
     escape_html,
     escape_markdown,
     escape_xml,
@@ -39,6 +37,8 @@ from ctxtool.markup import (
     workflow_data,
     workflow_property,
 )
+from ctxtool.compress.summarize.facts import FACT_KINDS
+from ctxtool.diff import counts_line, diff_sessions, message_rows
 from ctxtool.session.columns import clip_preview
 from ctxtool.session.read import read_session
 from tests.conftest import write_jsonl

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxtool.compress.facts import is_synthetic_user_text, real_user_prompts
+from ctxtool.compress.summarize.facts import is_synthetic_user_text, real_user_prompts
 from ctxtool.session.columns import classify_user
 from ctxtool.session.schema import EMPTY_RESPONSE_NUDGE_PREFIX
 

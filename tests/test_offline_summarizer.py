@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from ctxtool.compress.facts import FACT_KINDS, extract_facts, retention
-from ctxtool.compress.offline import SECTIONS, OfflineSummarizer, previous_snapshot, snapshot_text
+from ctxtool.common.errors import UsageError
+from ctxtool.compress.summarize.facts import FACT_KINDS, extract_facts, retention
+from ctxtool.compress.summarize.offline import SECTIONS, OfflineSummarizer, previous_snapshot, snapshot_text
 from ctxtool.compress.summarizer import ModelCall, Summarizer
-from ctxtool.errors import UsageError
 
 REAL_SESSIONS = Path("/work/shared/real-sessions")
 
@@ -233,8 +233,8 @@ def test_a_tight_budget_keeps_requests_and_drops_read_paths_first_and_says_so() 
 
 
 def test_the_default_budget_is_a_tenth_of_the_span() -> None:
-    from ctxtool.compress.gemini_cli import estimate_token_count
-    from ctxtool.compress.offline import SMALL_SPAN_BUDGET
+    from ctxtool.compress.gemini_cli.chat_compression import estimate_token_count
+    from ctxtool.compress.summarize.offline import SMALL_SPAN_BUDGET
 
     history = big_history(400)
     span = estimate_token_count([p for c in history for p in c["parts"]])
@@ -512,7 +512,7 @@ def test_the_eight_largest_real_sessions_keep_every_kind_verbatim() -> None:
     """Issue 12's targets: over the 8 largest real sessions, the offline snapshot of the first 70% keeps
     paths >= 98%, commands, errors and user requests >= 95%, verbatim; each snapshot is at most 10% of its
     span (Gemini CLI's estimate); no XML entity appears unless the span had it."""
-    from ctxtool.compress.gemini_cli import estimate_token_count
+    from ctxtool.compress.gemini_cli.chat_compression import estimate_token_count
 
     largest = {p.name for p in sorted(REAL_SESSIONS.glob("*.json*"), key=lambda p: -p.stat().st_size)[:8]}
     summarizer = OfflineSummarizer()

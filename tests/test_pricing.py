@@ -1,4 +1,5 @@
-"""ctxtool.pricing against genai_prices.calc_price, the source of truth, on random and edge-case counts."""
+"""ctxtool.measure.pricing against genai_prices.calc_price, the source of truth, on random and edge-case
+counts."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from genai_prices import Usage, calc_price
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxtool.pricing import add_costs, price_table, pricing_source, request_cost
+from ctxtool.measure.pricing import add_costs, price_table, pricing_source, request_cost
 
 REAL_SESSIONS = Path(__file__).resolve().parents[2] / "shared" / "real-sessions"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxtool import pricing
+from ctxtool.measure import pricing
 
 
 @pytest.fixture

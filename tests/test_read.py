@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ctxtool.errors import SessionFormatError
+from ctxtool.common.errors import SessionFormatError
 from ctxtool.session.read import parse_session_bytes, read_session
 from tests.conftest import write_jsonl
 

@@ -9,7 +9,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxtool.frames import load
+from ctxtool.frames.build import load
 from ctxtool.session.read import parse_session_bytes
 
 IDS = st.sampled_from([f"m{i}" for i in range(8)])

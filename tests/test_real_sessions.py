@@ -194,7 +194,7 @@ def test_reader_matches_independent_fold(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def real_corpus() -> Any:
-    from ctxtool.frames import load
+    from ctxtool.frames.build import load
 
     return load(REAL_FILES, workers=1)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rich.text import Text
 
-from ctxtool import render
 from ctxtool.cli import run
+from ctxtool.render import tables as render
 from tests.conftest import FIXTURES
 
 ROOT = FIXTURES / "gemini"

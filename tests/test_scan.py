@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxtool.loading import load_corpus
+from ctxtool.frames.loading import load_corpus
 from ctxtool.session import scan
 from ctxtool.session.discover import discover
 from tests.conftest import FIXTURES
@@ -89,7 +89,7 @@ def test_a_real_worker_killed_mid_scan_loses_no_file(data: Path, tmp_path: Path)
 
 _PRICED_BY_THE_WORKER = """
 import json, sys
-from ctxtool.loading import load_corpus
+from ctxtool.frames.loading import load_corpus
 from ctxtool.session import scan
 
 scan.PARALLEL_MIN_BYTES = 0
@@ -123,7 +123,7 @@ def test_a_lone_worker_prices_the_requests_and_this_process_never_loads_the_pric
 
 def test_when_the_worker_cannot_price_this_process_does(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The errand's failure (here: its function cannot be sent to the worker) costs time, never a price."""
-    from ctxtool import pricing
+    from ctxtool.measure import pricing
 
     real = pricing.price_table
     here: list[int] = []
@@ -144,7 +144,7 @@ def test_when_the_worker_cannot_price_this_process_does(data: Path, monkeypatch:
 
 _SMALL_SCAN = """
 import json, sys
-from ctxtool.loading import load_corpus
+from ctxtool.frames.loading import load_corpus
 
 if __name__ == "__main__":
     corpus, _ = load_corpus([sys.argv[1]])

@@ -12,7 +12,7 @@ import pytest
 
 from ctxtool import audit as audit_lib
 from ctxtool.cli import run
-from ctxtool.secret_scan import find, redact
+from ctxtool.common.secret_scan import find, redact
 from tests.conftest import FIXTURES
 
 # Planted keys of the kinds a session may leak (made up, in each service's format).

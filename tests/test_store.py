@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from ctxtool import store
-from ctxtool.frames import without_sessions
-from ctxtool.loading import load_corpus
+from ctxtool.frames import store
+from ctxtool.frames.build import without_sessions
+from ctxtool.frames.loading import load_corpus
 from tests.conftest import FIXTURES
 from tests.test_loading import CHATS, add_session, append, delete_parent, reply, same
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ctxtool.compress import kode
-from ctxtool.compress.offline import OfflineSummarizer
+from ctxtool.compress.strategies import kode
+from ctxtool.compress.summarize.offline import OfflineSummarizer
 from tests.test_strategy_pi import NOW, call, gemini, ids, opts, roundtrip, user
 
 

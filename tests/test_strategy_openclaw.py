@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ctxtool.compress import openclaw, pi
-from ctxtool.compress import strategies as s
-from ctxtool.compress.offline import OfflineSummarizer
+from ctxtool.compress.strategies import base as s
+from ctxtool.compress.strategies import openclaw, pi
+from ctxtool.compress.summarize.offline import OfflineSummarizer
 from tests.test_strategy_pi import NOW, call, gemini, ids, opts, roundtrip, user
 
 

@@ -6,9 +6,9 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from ctxtool.compress import pi
-from ctxtool.compress import strategies as s
-from ctxtool.compress.offline import OfflineSummarizer
+from ctxtool.compress.strategies import base as s
+from ctxtool.compress.strategies import pi
+from ctxtool.compress.summarize.offline import OfflineSummarizer
 from ctxtool.session.read import parse_session_bytes
 from ctxtool.session.write import session_bytes
 

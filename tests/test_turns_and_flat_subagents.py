@@ -15,8 +15,10 @@ import polars as pl
 import pytest
 
 from ctxtool.cli import run
-from ctxtool.frames import Corpus, filter_corpus, live_only, load, report
-from ctxtool.loading import load_corpus
+from ctxtool.frames.build import load
+from ctxtool.frames.loading import load_corpus
+from ctxtool.frames.model import Corpus
+from ctxtool.frames.query import filter_corpus, live_only, report
 from ctxtool.session.discover import resolve_session_args, short_id_of
 from tests.conftest import FIXTURES, REAL_SESSIONS, write_jsonl
 

@@ -1,4 +1,4 @@
-"""Counts in words: ``ctxtool.wording.plural``, and no message of ctxtool hedging with ``(s)``."""
+"""Counts in words: ``ctxtool.common.wording.plural``, and no message of ctxtool hedging with ``(s)``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-from ctxtool.wording import plural
+from ctxtool.common.wording import plural
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ctxtool"
 

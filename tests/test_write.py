@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxtool.jsvalue import js_number_to_string, js_stringify
+from ctxtool.common.jsvalue import js_number_to_string, js_stringify
 from ctxtool.session.read import parse_session_bytes, read_session
 from ctxtool.session.write import (
     FileChangedError,

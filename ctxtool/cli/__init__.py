@@ -14,8 +14,8 @@ import typer
 
 from ctxtool import __version__
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import CtxtoolError, UsageError
-from ctxtool.wording import plural
+from ctxtool.common.errors import CtxtoolError, UsageError
+from ctxtool.common.wording import plural
 
 EXIT_STATUS_HELP = (
     "Exit status: 0 ok; 1 an error (a file could not be read, an explicit PATH matched no session; for stats "
@@ -188,7 +188,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
-    from ctxtool import replay
+    from ctxtool.frames import replay
 
     if replay.eligible(sys.argv[1:]):
         with replay.Recorder(sys.argv[1:]) as recorder:

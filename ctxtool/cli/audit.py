@@ -10,8 +10,8 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import CtxtoolError, UsageError, use_one_of
-from ctxtool.wording import plural
+from ctxtool.common.errors import CtxtoolError, UsageError, use_one_of
+from ctxtool.common.wording import plural
 
 if TYPE_CHECKING:
     from ctxtool.audit import AuditReport
@@ -123,7 +123,7 @@ def audit(
 ) -> int:
     from ctxtool import audit as lib
     from ctxtool import frames
-    from ctxtool.choices import output_format
+    from ctxtool.common.choices import output_format
     from ctxtool.session.discover import default_roots, resolve_session_args
 
     fmt = output_format(fmt, output, FORMATS, "audit")
@@ -167,7 +167,7 @@ def audit(
         )
     base_doc = lib.load_baseline(baseline) if baseline is not None else None
 
-    from ctxtool.loading import load_corpus
+    from ctxtool.frames.loading import load_corpus
 
     corpus, use = load_corpus(
         resolve_session_args(paths) if paths else [str(root) for root in default_roots()],
@@ -196,7 +196,7 @@ def audit(
     if not show_secrets:  # what a check quotes (a command, a path) may hold a key: never in a CI log
         from dataclasses import replace
 
-        from ctxtool.secret_scan import redact
+        from ctxtool.common.secret_scan import redact
 
         result.checks = [
             replace(c, message=redact(c.message), offender=redact(c.offender) if c.offender else c.offender)
@@ -224,7 +224,7 @@ def _write_report(
     show_all: bool = False,
 ) -> None:
     from ctxtool import audit as lib
-    from ctxtool import output as out
+    from ctxtool.render import formats as out
 
     if fmt == "table":
         _print_table(result, output, width=width, color=color, show_all=show_all)
@@ -245,7 +245,7 @@ def _print_table(
     result: AuditReport, output: Path | None, *, width: int | None, color: str | None, show_all: bool = False
 ) -> None:
     from ctxtool import audit as lib
-    from ctxtool import render
+    from ctxtool.render import tables as render
 
     order = {"fail": 0, "skip": 1, "pass": 2}
     rows = [

@@ -11,14 +11,14 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.compress.profiles import DEFAULT_PROFILE, PROFILES
+from ctxtool.common.errors import CtxtoolError, SummarizerError, UsageError
+from ctxtool.compress.gemini_cli.profiles import DEFAULT_PROFILE, PROFILES
 from ctxtool.compress.summarizer import ModelCall, Summarizer
-from ctxtool.errors import CtxtoolError, SummarizerError, UsageError
 
 
 def strategies_help() -> str:
     """One paragraph per strategy: what it does and what an offline replay cannot reproduce."""
-    from ctxtool.compress.strategies import get_strategy, strategy_names
+    from ctxtool.compress.strategies.registry import get_strategy, strategy_names
 
     rows = []
     for name in strategy_names():
@@ -257,7 +257,7 @@ def compact(
 
     if undo:
         return _undo(paths, force=force, fmt=fmt, width=width, color=color)
-    from ctxtool.compress.profiles import get_profile
+    from ctxtool.compress.gemini_cli.profiles import get_profile
     from ctxtool.session.discover import discover
 
     if fmt not in ("table", "json"):
@@ -296,7 +296,7 @@ def compact(
             f"--workspace {workspace} is not a folder", "Pass the project folder the sessions ran in"
         )
     get_profile(profile)
-    from ctxtool.compress.strategies import get_strategy
+    from ctxtool.compress.strategies.registry import get_strategy
 
     get_strategy(strategy)
     gemini_only = truncate_only or prompt_file is not None or prompt_from_gemini_cli
@@ -307,23 +307,23 @@ def compact(
             "Drop them or use --strategy gemini-cli",
         )
 
-    from ctxtool.compress.texts import CTXTOOL_TEXTS
+    from ctxtool.compress.gemini_cli.texts import CTXTOOL_TEXTS
 
     texts = CTXTOOL_TEXTS
     if prompt_file is not None:
         from dataclasses import replace
 
-        from ctxtool.compress.prompts import load_prompt_file
+        from ctxtool.compress.gemini_cli.prompts import load_prompt_file
 
         texts = replace(CTXTOOL_TEXTS, system_prompt=load_prompt_file(prompt_file))
     elif prompt_from_gemini_cli:
-        from ctxtool.compress.prompts import find_gemini_cli_texts
+        from ctxtool.compress.gemini_cli.prompts import find_gemini_cli_texts
 
         texts = find_gemini_cli_texts()
 
     summ: Summarizer
     if summarizer == "offline":
-        from ctxtool.compress.offline import OfflineSummarizer
+        from ctxtool.compress.summarize.offline import OfflineSummarizer
 
         summ = (
             OfflineSummarizer() if summary_budget is None else OfflineSummarizer(token_budget=summary_budget)
@@ -331,13 +331,13 @@ def compact(
     else:
 
         def make() -> Summarizer:
-            from ctxtool.compress.gemini_model import GeminiSummarizer
+            from ctxtool.compress.summarize.gemini_model import GeminiSummarizer
 
             return GeminiSummarizer(model=model, base_url=base_url)
 
         summ = _LazySummarizer(make)
         if keep_facts:
-            from ctxtool.compress.offline import KeepFacts
+            from ctxtool.compress.summarize.offline import KeepFacts
 
             summ = KeepFacts(summ)
 
@@ -410,14 +410,14 @@ def compact(
 
     rows = [r.as_dict() for r in reports]
     if not show_secrets:  # a report quotes facts of the sessions (retention's lost facts, notes)
-        from ctxtool.secret_scan import redact_value
+        from ctxtool.common.secret_scan import redact_value
 
         rows = redact_value(rows)
     if all(r.status == lib.FAILED for r in reports):
         return ExitStatus.ERROR  # nothing was compacted: the errors above say why; stdout stays empty
     if fmt == "json":
-        from ctxtool import output
-        from ctxtool.frames import SCHEMA_VERSION
+        from ctxtool.frames.model import SCHEMA_VERSION
+        from ctxtool.render import formats as output
 
         doc = {
             "schema_version": SCHEMA_VERSION,
@@ -428,7 +428,7 @@ def compact(
         }
         output.write_stdout(output.dumps(doc) + b"\n", sys.stdout.buffer)
     else:
-        from ctxtool import render
+        from ctxtool.render import tables as render
 
         console = render.make_console(width=width, color=color)
         title = "ctxtool compact" + (" --dry-run (nothing written)" if dry_run else "")
@@ -461,8 +461,8 @@ def _undo(paths: list[str], *, force: bool, fmt: str, width: int, color: object)
             print(f"Error: {report.error}", file=sys.stderr)
     rows = [r.as_dict() for r in reports]
     if fmt == "json":
-        from ctxtool import output
-        from ctxtool.frames import SCHEMA_VERSION
+        from ctxtool.frames.model import SCHEMA_VERSION
+        from ctxtool.render import formats as output
 
         doc = {"schema_version": SCHEMA_VERSION, "command": "compact --undo", "sessions": rows}
         output.write_stdout(output.dumps(doc) + b"\n", sys.stdout.buffer)

@@ -10,7 +10,7 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import UsageError
+from ctxtool.common.errors import UsageError
 
 HELP = """Run compaction strategies side by side on the same sessions and compare what they keep.
 
@@ -71,8 +71,8 @@ def compare(
     only_model: list[str] = options.MODEL,
 ) -> int:
     from ctxtool import compare as lib
-    from ctxtool.choices import output_format
     from ctxtool.cli.compact import _LazySummarizer
+    from ctxtool.common.choices import output_format
     from ctxtool.compact import is_backup
     from ctxtool.compress.summarizer import Summarizer
     from ctxtool.session.discover import discover
@@ -92,13 +92,13 @@ def compare(
 
     summ: Summarizer
     if summarizer == "offline":
-        from ctxtool.compress.offline import OfflineSummarizer
+        from ctxtool.compress.summarize.offline import OfflineSummarizer
 
         summ = OfflineSummarizer()
     else:
 
         def make() -> Summarizer:
-            from ctxtool.compress.gemini_model import GeminiSummarizer
+            from ctxtool.compress.summarize.gemini_model import GeminiSummarizer
 
             return GeminiSummarizer(model=model, base_url=base_url)
 
@@ -128,7 +128,7 @@ def compare(
         if isinstance(summ, _LazySummarizer):
             summ.close()
     if not show_secrets:  # notes and errors quote session text
-        from ctxtool.secret_scan import redact_value
+        from ctxtool.common.secret_scan import redact_value
 
         rows = redact_value(rows)
     for row in rows:
@@ -141,7 +141,7 @@ def compare(
     if not rows or all(r.get("status") == "FAILED" for r in rows):
         return ExitStatus.ERROR  # nothing was compared: the errors above say why; stdout stays empty
     if fmt == "table":
-        from ctxtool import render
+        from ctxtool.render import tables as render
 
         console = render.make_console(width=width, color=color)
         table, notes = render.compare_table(rows, width=console.width, wide=wide)
@@ -154,7 +154,7 @@ def compare(
     else:
         import polars as pl
 
-        from ctxtool import output
+        from ctxtool.render import formats as output
 
         frame = pl.DataFrame(rows, schema=_schema(lib.COLUMNS))
         data = output.encode(frame, fmt, command="compare", strategies=names)

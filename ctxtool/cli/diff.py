@@ -58,8 +58,8 @@ def diff(
     width: int = options.WIDTH,
 ) -> int:
     from ctxtool import diff as diff_lib
-    from ctxtool import output as out
-    from ctxtool.choices import output_format
+    from ctxtool.common.choices import output_format
+    from ctxtool.render import formats as out
     from ctxtool.session.discover import resolve_session_args
     from ctxtool.session.read import read_session
 
@@ -90,7 +90,7 @@ def _hider(show: bool) -> Callable[[Any], Any]:
     """What every text shown passes through: secrets redacted unless --show-secrets."""
     if show:
         return lambda value: value
-    from ctxtool.secret_scan import redact_value
+    from ctxtool.common.secret_scan import redact_value
 
     return redact_value
 
@@ -104,7 +104,7 @@ def _print_table(
     hide: Callable[[Any], Any],
 ) -> None:
     from ctxtool import diff as diff_lib
-    from ctxtool import render
+    from ctxtool.render import tables as render
 
     stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
     try:

@@ -11,8 +11,8 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import UsageError
-from ctxtool.wording import plural
+from ctxtool.common.errors import UsageError
+from ctxtool.common.wording import plural
 
 if TYPE_CHECKING:
     from ctxtool.export import ExportResult
@@ -59,12 +59,12 @@ def export(
         if ex.is_dataset(p):
             raise UsageError(f"{p} is a ctxtool dataset, not sessions", "Pass session files or directories")
 
-    from ctxtool.output import dumps
+    from ctxtool.render.formats import dumps
     from ctxtool.session.discover import default_roots
 
     # Session keys are paths: make them absolute so a later run from another directory finds the same ones.
     sources = [os.path.abspath(p) for p in paths] if paths else [str(root) for root in default_roots()]
-    from ctxtool.loading import load_corpus
+    from ctxtool.frames.loading import load_corpus
 
     corpus, use = load_corpus(sources, cache=True)
     if use.notice:

@@ -77,7 +77,7 @@ def filter_args(
     """The session filters as ``frames.filter_corpus`` keywords; a bad date is a usage error."""
     since_d, until_d = parse_date(since, "--since"), parse_date(until, "--until")
     if since_d and until_d and since_d > until_d:
-        from ctxtool.errors import UsageError
+        from ctxtool.common.errors import UsageError
 
         raise UsageError(f"--since {since} is after --until {until}", "Swap the two dates")
     return {
@@ -94,7 +94,7 @@ def parse_date(value: str | None, option: str) -> date | None:
         return None
     from datetime import datetime
 
-    from ctxtool.errors import UsageError
+    from ctxtool.common.errors import UsageError
 
     try:
         return datetime.strptime(value, "%Y-%m-%d").date()
@@ -110,7 +110,7 @@ def filter_sources(sources: list[Any], filters: dict[str, Any]) -> list[Any]:
     if not any(filters.values()):
         return sources
     from ctxtool import frames
-    from ctxtool.loading import load_corpus
+    from ctxtool.frames.loading import load_corpus
 
     corpus, _ = load_corpus([str(sp.path) for sp in sources], subagents=True, cache=True)
     kept = frames.filter_corpus(corpus, **filters).sessions
@@ -134,7 +134,7 @@ def check_timezone(timezone: str | None) -> None:
         return
     import zoneinfo
 
-    from ctxtool.errors import UsageError
+    from ctxtool.common.errors import UsageError
 
     try:
         zoneinfo.ZoneInfo(timezone)

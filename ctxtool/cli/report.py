@@ -10,10 +10,10 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import UsageError
+from ctxtool.common.errors import UsageError
 
 if TYPE_CHECKING:
-    from ctxtool.frames import Corpus
+    from ctxtool.frames.model import Corpus
 
 HELP = """Write one self-contained HTML page about Gemini CLI sessions: spend over time (by day, model and
 project); for the largest sessions, context per request against the model's limit and Gemini CLI's
@@ -68,7 +68,7 @@ def report(
         raise UsageError(
             f"--output {output} is not an HTML file", "Name it *.html, e.g. --output report.html"
         )
-    from ctxtool.loading import load_corpus
+    from ctxtool.frames.loading import load_corpus
 
     corpus, cache_use = load_corpus(paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir)
     if cache_use.notice:
@@ -84,12 +84,13 @@ def report(
         )
         return ExitStatus.ERROR
 
-    from ctxtool import html_report
-    from ctxtool import output as out
+    from ctxtool.render import formats as out
+    from ctxtool.report import charts
+    from ctxtool.report import page as html_report
 
     compare_rows = None
     if compare:
-        compare_rows = _compare(corpus, html_report.largest_sessions(corpus, sessions), show_secrets)
+        compare_rows = _compare(corpus, charts.largest_sessions(corpus, sessions), show_secrets)
     page = html_report.build_report(
         corpus, sessions=sessions, top=top, compare_rows=compare_rows, redact=not show_secrets
     )
@@ -108,7 +109,7 @@ def _compare(corpus: Corpus, keys: list[str], show_secrets: bool) -> list[dict[s
     import polars as pl
 
     from ctxtool import compare as lib
-    from ctxtool.compress.offline import OfflineSummarizer
+    from ctxtool.compress.summarize.offline import OfflineSummarizer
 
     files = (
         corpus.sessions.filter(pl.col("session_key").is_in(keys) & pl.col("file").is_not_null())
@@ -117,7 +118,7 @@ def _compare(corpus: Corpus, keys: list[str], show_secrets: bool) -> list[dict[s
     )
     rows = lib.compare_sessions([Path(f) for f in files], list(lib.DEFAULT_STRATEGIES), OfflineSummarizer())
     if not show_secrets:
-        from ctxtool.secret_scan import redact_value
+        from ctxtool.common.secret_scan import redact_value
 
         rows = redact_value(rows)
     for row in rows:

@@ -11,8 +11,8 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.errors import UsageError, use_one_of
-from ctxtool.wording import plural
+from ctxtool.common.errors import UsageError, use_one_of
+from ctxtool.common.wording import plural
 
 HELP = """Report token usage, context-window share, cache hits and cost of Gemini CLI sessions.
 
@@ -132,11 +132,11 @@ def stats(
     width: int = options.WIDTH,
     wide: bool = options.WIDE,
 ) -> int:
-    from ctxtool.choices import BY_CHOICES, FORMATS
+    from ctxtool.common.choices import BY_CHOICES, FORMATS
 
     if by is not None and by not in BY_CHOICES:
         raise UsageError(f"--by {by!r} is not a report", use_one_of(by, BY_CHOICES))
-    from ctxtool.choices import output_format
+    from ctxtool.common.choices import output_format
 
     fmt = output_format(fmt, output, FORMATS)
     if fmt == "parquet" and output is None and sys.stdout.isatty():
@@ -145,7 +145,7 @@ def stats(
     filters = options.filter_args(since, until, project, session, model)
 
     from ctxtool import export
-    from ctxtool.loading import CacheUse, load_corpus
+    from ctxtool.frames.loading import CacheUse, load_corpus
 
     datasets = [p for p in paths or () if export.is_dataset(p)]
     if datasets and len(paths) > 1:
@@ -166,13 +166,13 @@ def stats(
             progress.close()
         if cache_use.notice:
             print(f"notice: {cache_use.notice}", file=sys.stderr)
-        from ctxtool import replay
+        from ctxtool.frames import replay
         from ctxtool.session.discover import default_roots
 
         targets = [str(p) for p in paths or ()] or [str(root) for root in default_roots()]
         replay.loaded(targets, subagents, warm=cache_use.corpus_hit and not cache_use.notice)
     from ctxtool import frames
-    from ctxtool import output as out
+    from ctxtool.render import formats as out
 
     sessions_read = corpus.sessions.height
     corpus = frames.filter_corpus(corpus, **filters)
@@ -194,7 +194,7 @@ def stats(
     if not show_secrets and "prompt" in rows.columns:
         import polars as pl
 
-        from ctxtool.secret_scan import redact
+        from ctxtool.common.secret_scan import redact
 
         prompts = [None if text is None else redact(text) for text in rows.get_column("prompt").to_list()]
         rows = rows.with_columns(pl.Series("prompt", prompts, dtype=pl.String))
@@ -230,7 +230,7 @@ def stats(
         )
         print(f"{frames.describe_read(summary)} Nothing to report.{why}", file=sys.stderr)
     elif fmt == "table":
-        from ctxtool import render
+        from ctxtool.render import tables as render
 
         console = render.make_console(
             open(output, "w", encoding="utf-8") if output else None,  # noqa: SIM115
@@ -295,7 +295,7 @@ def stats(
 
 def _totals(rows: Any, corpus: Any) -> dict[str, Any]:
     """The totals of every row (whatever --limit shows); ``sessions`` counts each session once."""
-    from ctxtool.frames import totals
+    from ctxtool.frames.query import totals
 
     sums = totals(rows)
     if "sessions" in sums:
@@ -333,17 +333,17 @@ def _top_report(
     """``stats --top N``: the largest items in each session's context at its last request."""
     import polars as pl
 
-    from ctxtool import output as out
-    from ctxtool.composition import top_consumers
+    from ctxtool.frames.composition import top_consumers
+    from ctxtool.render import formats as out
 
     rows = top_consumers(corpus, n)
     if not show_secrets:
-        from ctxtool.secret_scan import redact
+        from ctxtool.common.secret_scan import redact
 
         targets = [None if t is None else redact(t) for t in rows.get_column("target").to_list()]
         rows = rows.with_columns(pl.Series("target", targets, dtype=pl.String))
     if fmt == "table":
-        from ctxtool import render
+        from ctxtool.render import tables as render
 
         console = render.make_console(
             open(output, "w", encoding="utf-8") if output else None,  # noqa: SIM115

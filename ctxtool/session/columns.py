@@ -28,8 +28,9 @@ from typing import Any, BinaryIO
 import msgspec
 import orjson
 
-from ctxtool.errors import SessionFormatError
-from ctxtool.estimator import estimate_text, estimate_token_count
+from ctxtool.common.errors import SessionFormatError
+from ctxtool.measure.estimator import estimate_text, estimate_token_count
+from ctxtool.measure.tokens import request_total, token_count
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import (
     BrokenLine,
@@ -45,7 +46,6 @@ from ctxtool.session.read import (
 )
 from ctxtool.session.schema import EMPTY_RESPONSE_NUDGE_PREFIX, TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
-from ctxtool.tokens import request_total, token_count
 
 PREVIEW_CHARS = 80
 from ctxtool.session.stamp import COLUMNS_VERSION  # noqa: E402,F401  (bump it when these rows change)
@@ -390,7 +390,7 @@ def _row(rec: _Record, history: tuple[int, int, int, int, int]) -> _Row:
             t.cached or 0,
             thoughts,
             tool,
-            request_total(t.total, prompt, output, thoughts, tool),  # ctxtool.tokens: one accounting
+            request_total(t.total, prompt, output, thoughts, tool),  # ctxtool.measure.tokens: one accounting
         )
     else:
         counts = (None, None, None, None, None, None)
@@ -440,8 +440,8 @@ def _estimate(
 ) -> tuple[int, int, int]:
     """(prompts, model, tool I/O): what this message adds to the history Gemini CLI rebuilds from the
     session (``convert_session_to_client_history``, thoughts stripped as ``strip_thoughts`` does before a
-    request), each part by Gemini CLI's estimator (``ctxtool.estimator.estimate_token_count``, which
-    ``ctxtool.compress.gemini_cli`` uses). Tool results are never decoded
+    request), each part by Gemini CLI's estimator (``ctxtool.measure.estimator.estimate_token_count``, which
+    ``ctxtool.compress.gemini_cli.chat_compression`` uses). Tool results are never decoded
     here (speed): a function response is estimated from its stored JSON length, which is the estimator's own
     formula for a ``functionResponse`` (name + JSON of the response, 4 characters a token).
 

@@ -354,7 +354,7 @@ def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = Non
     to 8 characters is matched on names; a longer one is checked against the ``sessionId`` in the file.
     Where a legacy ``.json`` was resumed into a ``.jsonl``, the ``.jsonl`` is the session. Raises
     UsageError for an id that matches no session or several (listing them)."""
-    from ctxtool.errors import UsageError
+    from ctxtool.common.errors import UsageError
 
     out: list[str] = []
     candidates: list[SessionPath] | None = None

@@ -55,7 +55,7 @@ class IdFix:
 
     def describe(self) -> str:
         """One sentence for a report: what was given an id, and why."""
-        from ctxtool.wording import plural
+        from ctxtool.common.wording import plural
 
         what = []
         if self.missing:

@@ -28,11 +28,11 @@ from pathlib import Path
 
 import msgspec
 
+from ctxtool.common.wording import plural
 from ctxtool.session import stamp
 from ctxtool.session.columns import FileColumns
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.stamp import cache_root
-from ctxtool.wording import plural
 
 __all__ = ["Entry", "FileIndex", "cache_root", "clear", "entry_bytes"]
 

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Generic, Literal, TypeVar, cast
 
 import orjson
 
-from ctxtool.errors import SessionFormatError
+from ctxtool.common.errors import SessionFormatError
 from ctxtool.session.schema import MessageRecord
 
 Era = Literal["json", "jsonl"]

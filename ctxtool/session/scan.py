@@ -130,7 +130,7 @@ def read_files(
         # Batches of files (a task per file costs more in the pool's bookkeeping than small files take to
         # parse), largest first, shrinking so that no worker is left alone at the end.
         batches = _batches(todo, cost, n_workers)
-        from ctxtool import interrupt
+        from ctxtool.common import interrupt
 
         context = _mp_context()
         # A forkserver's workers are its children, not this process's (see interrupt.worker_init).
@@ -214,7 +214,7 @@ def read_files(
             pool.shutdown()
         except KeyboardInterrupt:
             # Ctrl-C in a process without ctxtool's signal handlers (the console script installs them and
-            # never gets here; see ctxtool.interrupt): the workers are killed, not left to finish their
+            # never gets here; see ctxtool.common.interrupt): the workers are killed, not left to finish their
             # batches, and joined before the interrupt goes on, so none outlives the scan.
             _kill_pool(pool)
             raise

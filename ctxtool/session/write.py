@@ -35,8 +35,8 @@ from typing import Any
 
 import orjson
 
-from ctxtool.errors import CtxtoolError
-from ctxtool.jsvalue import is_array_index, js_number_to_string
+from ctxtool.common.errors import CtxtoolError
+from ctxtool.common.jsvalue import is_array_index, js_number_to_string
 from ctxtool.session.read import Era
 
 BACKUP_MARKER = ".ctxtool-backup-"

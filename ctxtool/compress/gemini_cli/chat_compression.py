@@ -1,0 +1,1250 @@
+"""Faithful Python port of Gemini CLI's deterministic chat compression.
+
+Upstream: google-gemini/gemini-cli at HEAD 5411f113ca (2026-08-21), mainly
+``packages/core/src/context/chatCompressionService.ts`` (``findCompressSplitPoint``,
+``truncateHistoryToBudget``, ``ChatCompressionService.compress``), ``utils/tokenCalculation.ts``,
+``core/tokenLimits.ts``, ``utils/fileUtils.ts`` (``formatTruncatedToolOutput``), ``utils/sessionUtils.ts``
+(``convertSessionToClientHistory``, ``ensureStableToolIds``), ``utils/cryptoUtils.ts`` (``deriveStableId``)
+and ``core/geminiChat.ts`` (``extractCuratedHistory``, ``stripThoughts``, ``coalesceConsecutiveRoles``).
+The reference is spec/gemini-cli-compression.md; section numbers below point into it. Older behaviour is
+selected by a :class:`~ctxtool.compress.gemini_cli.profiles.Profile`, whose fields this module branches on.
+
+Values are plain dicts in Gemini wire form (``{"role": ..., "parts": [...]}``), as loaded from JSON. All
+lengths, slices, numbers and truthiness follow JavaScript through :mod:`ctxtool.common.jsvalue`.
+
+This module does no I/O: budget truncation returns the tool outputs to save (path + text) and the caller
+writes them. The two model calls go through a :class:`~ctxtool.compress.summarizer.Summarizer`; everything
+else is deterministic.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import IntEnum
+from typing import Any
+
+from ctxtool.common.jsvalue import (
+    js_slice,
+    js_stringify,
+    js_template,
+    js_trim,
+    js_truthy,
+    json_length,
+    normalize_surrogates,
+    utf16_len,
+)
+from ctxtool.compress.gemini_cli.model_configs import compression_model
+from ctxtool.compress.gemini_cli.profiles import (
+    DEFAULT_PROFILE,
+    ESTIMATOR_HEAD,
+    PROFILES,
+    EstimatorSpec,
+    Profile,
+)
+from ctxtool.compress.gemini_cli.prompts import ctxtool_compression_prompt
+from ctxtool.compress.gemini_cli.texts import ANCHOR_EXISTING as ANCHOR_EXISTING
+from ctxtool.compress.gemini_cli.texts import ANCHOR_NEW as ANCHOR_NEW
+from ctxtool.compress.gemini_cli.texts import (
+    CTXTOOL_TEXTS,
+    DEFAULT_ENV_TEMPLATE,
+    LEGACY_INSTRUCTION,
+    CompressionTexts,
+    EnvTemplate,
+)
+from ctxtool.compress.gemini_cli.texts import INSTRUCTION_SUFFIX as INSTRUCTION_SUFFIX
+from ctxtool.compress.gemini_cli.texts import PROBE_TEXT as PROBE_TEXT
+from ctxtool.compress.gemini_cli.texts import SUMMARY_ACK_TEXT as SUMMARY_ACK_TEXT
+from ctxtool.compress.summarizer import CallKind, Content, ModelCall, Summarizer
+from ctxtool.measure.estimator import estimate_token_count as estimate_token_count
+from ctxtool.measure.tokens import token_limit as _current_token_limit
+
+Part = dict[str, Any]
+Turn = dict[str, Any]  # HistoryTurn: {"id": str, "content": Content}
+
+# --------------------------------------------------------------------------------------------------
+# Constants (spec section 3)
+
+DEFAULT_COMPRESSION_TOKEN_THRESHOLD = 0.5  # context/chatCompressionService.ts:41
+COMPRESSION_PRESERVE_THRESHOLD = 0.3  # context/chatCompressionService.ts:47
+COMPRESSION_FUNCTION_RESPONSE_TOKEN_BUDGET = 50_000  # context/chatCompressionService.ts:52
+COMPRESSION_TRUNCATE_LINES = 30  # services/chatCompressionService.ts, 08c32f725e..28805a4b2d
+DEFAULT_TRUNCATE_TOOL_OUTPUT_THRESHOLD = 40_000  # config/config.ts:478
+DEFAULT_TOKEN_LIMIT = 1_048_576  # core/tokenLimits.ts
+GEMMA_4_TOKEN_LIMIT = 256_000  # core/tokenLimits.ts, d4c5333dcf
+MAX_TRUNCATED_LINE_WIDTH = 1000  # utils/fileUtils.ts, ee8d425603..28805a4b2d
+MAX_TRUNCATED_CHARS = 10_000  # utils/fileUtils.ts, ee8d425603..28805a4b2d
+SYNTHETIC_THOUGHT_SIGNATURE = "skip_thought_signature_validator"  # core/geminiChat.ts
+ENVIRONMENT_CONTEXT_ID = "d04923d38bb0f6017037e74183378ef4"  # deriveStableId(['environment-context'])
+
+# The acknowledgement, instruction, anchors and probe live in ctxtool.compress.gemini_cli.texts (ctxtool's
+# wording of the prose, upstream's acknowledgement byte for byte); --prompt-from-gemini-cli swaps in the
+# installed Gemini CLI's own. The names stay importable from here.
+ENV_ACK_TEXT = "Got it. Thanks for the context!"  # after the env turn, until ed0d1a0ba3 (2025-10-07)
+STATE_SNAPSHOT_TAG = "<state_snapshot>"
+
+# System prompts. Upstream's prose is not copied (project rule). The v6-structure prompt (HEAD, section 9.1.1)
+# is ctxtool's own from ctxtool.compress.gemini_cli.prompts; the v4-structure one below serves the eras before
+# 1182168bd9. The summarizer sees the difference; the deterministic algorithm does not.
+SYSTEM_PROMPT_V4 = """You condense a long agent conversation into a structured state record.
+
+When the conversation grows too long it is replaced by your record, so keep every fact, path, command \
+and decision the agent needs to continue, and drop small talk.
+
+Think first in a private scratchpad, then write the record as one XML block:
+
+<state_snapshot>
+    <overall_goal>The user's top-level objective in one sentence.</overall_goal>
+    <key_knowledge>Facts, conventions, commands and decisions learned so far.</key_knowledge>
+    <file_system_state>Relevant paths: what exists, what was read, created or deleted.</file_system_state>
+    <recent_actions>The last significant actions and what they produced.</recent_actions>
+    <current_plan>The plan, with each step marked [DONE], [IN PROGRESS] or [TODO].</current_plan>
+</state_snapshot>"""
+
+
+class CompressionStatus(IntEnum):
+    """``CompressionStatus`` (packages/core/src/core/turn.ts:183 at HEAD)."""
+
+    COMPRESSED = 1
+    COMPRESSION_FAILED_INFLATED_TOKEN_COUNT = 2
+    COMPRESSION_FAILED_TOKEN_COUNT_ERROR = 3  # never produced after ffcd996366 (2025-09-27)
+    COMPRESSION_FAILED_EMPTY_SUMMARY = 4
+    NOOP = 5
+    CONTENT_TRUNCATED = 6
+
+
+# --------------------------------------------------------------------------------------------------
+# Small JS-faithful helpers
+
+
+def _parts(content: Any) -> list[Any]:
+    """``content.parts || []``."""
+    if isinstance(content, dict):
+        parts = content.get("parts")
+        if isinstance(parts, list):
+            return parts
+    return []
+
+
+def _get(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else None
+
+
+def _has_truthy(parts: Iterable[Any], key: str) -> bool:
+    return any(js_truthy(_get(p, key)) for p in parts)
+
+
+def _flatten_parts(contents: Iterable[Content]) -> list[Any]:
+    """``contents.flatMap(c => c.parts || [])``."""
+    out: list[Any] = []
+    for c in contents:
+        out.extend(_parts(c))
+    return out
+
+
+def _is_plain_user_turn(content: Content) -> bool:
+    return _get(content, "role") == "user" and not _has_truthy(_parts(content), "functionResponse")
+
+
+def _check_fraction(fraction: float) -> None:
+    # Same comparisons as upstream, so NaN passes through exactly as it does in JS.
+    if fraction <= 0 or fraction >= 1:
+        raise ValueError("Fraction must be between 0 and 1")
+
+
+# --------------------------------------------------------------------------------------------------
+# Split point (spec section 5)
+
+
+def find_compress_split_point(
+    contents: Sequence[Content], fraction: float, *, count_candidate_first: bool = False
+) -> int:
+    """``findCompressSplitPoint`` (context/chatCompressionService.ts, 93694c6a65 .. HEAD).
+
+    Index of the first plain user turn (no functionResponse) before which at least ``fraction`` of the
+    total ``JSON.stringify`` length lies; everything when the history ends with a model turn without a
+    functionCall; otherwise the last plain user turn. ``count_candidate_first`` reproduces the
+    853ae56e7e variant that added the candidate's own length before the check (section 5.2).
+    """
+    _check_fraction(fraction)
+    counts = [json_length(c) for c in contents]
+    total = sum(counts)
+    target = total * fraction
+    last_split_point = 0
+    cumulative = 0
+    for i, content in enumerate(contents):
+        if count_candidate_first:
+            cumulative += counts[i]
+        if _is_plain_user_turn(content):
+            if cumulative >= target:
+                return i
+            last_split_point = i
+        if not count_candidate_first:
+            cumulative += counts[i]
+    if contents:
+        last = contents[-1]
+        if _get(last, "role") == "model" and not _has_truthy(_parts(last), "functionCall"):
+            return len(contents)
+    return last_split_point
+
+
+def find_index_after_fraction(history: Sequence[Content], fraction: float) -> int:
+    """``findIndexAfterFraction`` (core/client.ts, 0c70a99b56 .. 853ae56e7e): first index whose running
+    ``JSON.stringify`` length reaches ``fraction`` of the total, or ``len(history)``."""
+    _check_fraction(fraction)
+    counts = [json_length(c) for c in history]
+    target = sum(counts) * fraction
+    so_far = 0
+    for i, n in enumerate(counts):
+        so_far += n
+        if so_far >= target:
+            return i
+    return len(history)
+
+
+def legacy_split_point(history: Sequence[Content], fraction: float) -> int:
+    """Split of [0c70a99b56 .. 853ae56e7e): ``findIndexAfterFraction`` then advance past model turns and
+    user turns made only of functionResponse parts (the 2f1d6234de rule, section 5.3)."""
+    idx = find_index_after_fraction(history, fraction)
+    while idx < len(history):
+        content = history[idx]
+        role = _get(content, "role")
+        parts = _parts(content)
+        only_responses = bool(parts) and all(js_truthy(_get(p, "functionResponse")) for p in parts)
+        if role == "model" or (role == "user" and only_responses):
+            idx += 1
+        else:
+            break
+    return idx
+
+
+# --------------------------------------------------------------------------------------------------
+# Token estimation (spec section 7)
+
+
+def _has_media(parts: Iterable[Any]) -> bool:
+    """``calculateRequestTokenCount``'s test for the countTokens API path (an inlineData/fileData key)."""
+    return any(isinstance(p, dict) and ("inlineData" in p or "fileData" in p) for p in parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Token limits and the summarizer model (sections 2.3, 7.4, 9.6)
+
+_GEMMA_4_MODELS = frozenset({"gemma-4-31b-it", "gemma-4-26b-a4b-it"})
+_LEGACY_LIMITS = {"gemini-1.5-pro": 2_097_152, "gemini-2.0-flash-preview-image-generation": 32_000}
+
+
+def token_limit(model: str, *, legacy: bool = False) -> int:
+    """``tokenLimit(model)`` (core/tokenLimits.ts); ``legacy``: the table before aa480e5fbb (2026-01-09).
+
+    The current table is shared with the frames (``ctxtool.measure.tokens``)."""
+    if legacy:
+        return _LEGACY_LIMITS.get(model, DEFAULT_TOKEN_LIMIT)
+    return _current_token_limit(model)
+
+
+_COMPRESSION_ALIASES: dict[str, str] = {
+    "gemini-3-pro-preview": "chat-compression-3-pro",
+    "gemini-3.1-pro-preview": "chat-compression-3-pro",
+    "gemini-3-flash-preview": "chat-compression-3-flash",  # PREVIEW_GEMINI_FLASH_MODEL
+    "gemini-3.1-flash-lite": "chat-compression-3.1-flash-lite",
+    "none": "chat-compression-3.1-flash-lite",  # PREVIEW_GEMINI_FLASH_LITE_MODEL is the literal 'none'
+    "gemini-2.5-flash-lite": "chat-compression-2.5-flash-lite",
+    "gemini-2.5-pro": "chat-compression-2.5-pro",
+    "gemini-2.5-flash": "chat-compression-2.5-flash",  # DEFAULT_GEMINI_FLASH_MODEL
+}
+DEFAULT_COMPRESSION_ALIAS = "chat-compression-default"
+
+# config/defaultModelConfigs.ts:273-307 at HEAD: alias -> concrete model.
+COMPRESSION_ALIAS_MODELS: dict[str, str] = {
+    "chat-compression-3-pro": "gemini-3-pro-preview",
+    "chat-compression-3-flash": "gemini-3-flash-preview",
+    "chat-compression-3.1-flash-lite": "gemini-3.1-flash-lite",
+    "chat-compression-2.5-flash-lite": "gemini-2.5-flash-lite",
+    "chat-compression-2.5-pro": "gemini-2.5-pro",
+    "chat-compression-2.5-flash": "gemini-2.5-flash",
+    "chat-compression-default": "gemini-3-pro-preview",
+}
+
+
+def model_to_compression_alias(model: str) -> str:
+    """``modelStringToModelConfigAlias(model)`` (context/chatCompressionService.ts, HEAD)."""
+    return _COMPRESSION_ALIASES.get(model, DEFAULT_COMPRESSION_ALIAS)
+
+
+def resolve_compression_alias(alias: str) -> str:
+    """The concrete model a ``chat-compression-*`` alias resolves to; ValueError for an unknown alias."""
+    try:
+        return COMPRESSION_ALIAS_MODELS[alias]
+    except KeyError:
+        raise ValueError(
+            f"unknown compression alias {alias!r}; expected one of {', '.join(COMPRESSION_ALIAS_MODELS)}"
+        ) from None
+
+
+def summarizer_model(model: str) -> str:
+    """The model upstream's summarizer calls actually run on for a chat on ``model``."""
+    return resolve_compression_alias(model_to_compression_alias(model))
+
+
+_AUTO_MODELS = {"auto-gemini-3": "gemini-3-pro-preview", "auto-gemini-2.5": "gemini-2.5-pro"}
+
+
+def _resolve_model(model: str) -> str:
+    return _AUTO_MODELS.get(model, model)
+
+
+def _is_gemini2_model(model: str) -> bool:
+    return re.match(r"^gemini-2(\.|$)", model) is not None  # config/models.ts isGemini2Model
+
+
+def _supports_modern_features(model: str) -> bool:
+    resolved = _resolve_model(model)
+    is_gemini3 = re.match(r"^gemini-3(\.|-|$)", resolved) is not None
+    return is_gemini3 or not resolved.startswith("gemini-")  # isGemini3Model || isCustomModel
+
+
+# --------------------------------------------------------------------------------------------------
+# Tool output truncation formatters (section 13.1)
+
+
+def format_truncated_tool_output(content: str, output_file: str, max_chars: int) -> str:
+    """``formatTruncatedToolOutput`` (utils/fileUtils.ts, 28805a4b2d .. HEAD): first 20% and last 80% of
+    ``max_chars`` UTF-16 units, with en-US grouped numbers; unchanged when it already fits."""
+    length = utf16_len(content)
+    if length <= max_chars:
+        return content
+    head = math.floor(max_chars * 0.2)
+    tail = max_chars - head
+    return (
+        f"Output too large. Showing first {head:,} and last {tail:,} characters. "
+        f"For full output see: {output_file}\n"
+        + js_slice(content, 0, head)
+        + f"\n\n... [{length - head - tail:,} characters omitted] ...\n\n"
+        + js_slice(content, -tail)
+    )
+
+
+def format_truncated_tool_output_lines(
+    content: str, output_file: str, truncate_lines: int = COMPRESSION_TRUNCATE_LINES
+) -> str:
+    """Line-based ``formatTruncatedToolOutput`` of [ee8d425603 .. 28805a4b2d): always reformats."""
+    lines = content.split("\n")
+    n = len(lines)
+    if n > 1:
+        last = lines[-truncate_lines:] if truncate_lines > 0 else lines  # slice(-0) keeps all
+        wide = any(utf16_len(line) > MAX_TRUNCATED_LINE_WIDTH for line in last)
+        shown = [
+            js_slice(line, 0, MAX_TRUNCATED_LINE_WIDTH) + "... [LINE WIDTH TRUNCATED]"
+            if utf16_len(line) > MAX_TRUNCATED_LINE_WIDTH
+            else line
+            for line in last
+        ]
+        note = " (some long lines truncated)" if wide else ""
+        return (
+            f"Output too large. Showing the last {len(last)} of {n} lines{note}. "
+            f"For full output see: {output_file}\n...\n" + "\n".join(shown)
+        )
+    return (
+        f"Output too large. Showing the last {MAX_TRUNCATED_CHARS:,} characters of the output. "
+        f"For full output see: {output_file}\n..." + js_slice(content, -MAX_TRUNCATED_CHARS)
+    )
+
+
+_UNSAFE_FILENAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def truncated_tool_output_filename(tool_name: str, truncation_id: int | str) -> str:
+    """File name ``saveTruncatedToolOutput`` picks (utils/fileUtils.ts, 01906a9205 .. HEAD)."""
+    t = _UNSAFE_FILENAME.sub("_", tool_name).lower()
+    i = _UNSAFE_FILENAME.sub("_", str(truncation_id)).lower()
+    return f"{i}.txt" if i.startswith(t) else f"{t}_{i}.txt"
+
+
+# --------------------------------------------------------------------------------------------------
+# Reverse token budget (section 6)
+
+
+@dataclass(frozen=True)
+class SavedToolOutput:
+    """A tool output upstream would write to disk before replacing it with a placeholder."""
+
+    path: str
+    text: str
+    tool_name: str
+    truncation_id: int
+
+
+@dataclass(frozen=True)
+class BudgetTruncation:
+    history: list[Content]
+    saved: list[SavedToolOutput]
+    next_truncation_id: int  # the id the next truncation would use
+
+
+def _response_text(response: Any, present: bool) -> str | None:
+    """The string truncateHistoryToBudget measures for a functionResponse.response (None = JS undefined)."""
+    if not present:
+        return None
+    if isinstance(response, str):
+        return response
+    if isinstance(response, dict):
+        if isinstance(response.get("output"), str):
+            return str(response["output"])
+        if isinstance(response.get("content"), str):
+            return str(response["content"])
+    return js_stringify(response, indent=2)
+
+
+def truncate_history_to_budget(
+    history: Sequence[Content],
+    *,
+    tool_output_dir: str,
+    max_chars: int = DEFAULT_TRUNCATE_TOOL_OUTPUT_THRESHOLD,
+    budget: int = COMPRESSION_FUNCTION_RESPONSE_TOKEN_BUDGET,
+    first_truncation_id: int = 1,
+    formatter: str = "head_tail",
+    truncate_lines: int = COMPRESSION_TRUNCATE_LINES,
+    estimator: EstimatorSpec = ESTIMATOR_HEAD,
+) -> BudgetTruncation:
+    """``truncateHistoryToBudget`` (context/chatCompressionService.ts, 08c32f725e .. HEAD).
+
+    Walks newest to oldest, last part first, keeping function responses while their cumulative estimate
+    stays within ``budget``; each one that would overflow is replaced by ``{output: placeholder}`` and
+    listed in ``saved`` (path + text) for the caller to write. ``formatter`` is ``"head_tail"`` (HEAD)
+    or ``"lines"`` (before 28805a4b2d). The input is not modified.
+    """
+    counter = 0
+    next_id = first_truncation_id
+    saved: list[SavedToolOutput] = []
+    out: list[Content] = []
+    for content in reversed(history):
+        new_parts: list[Any] = []
+        for part in reversed(_parts(content)):
+            fr = _get(part, "functionResponse")
+            if not js_truthy(fr):
+                new_parts.append(part)
+                continue
+            present = isinstance(fr, dict) and "response" in fr
+            text = _response_text(fr.get("response") if isinstance(fr, dict) else None, present)
+            if text is None:
+                # JSON.stringify(undefined) is undefined: it estimates as `{}` (0 tokens) and writing it
+                # throws, so upstream keeps the original part.
+                new_parts.append(part)
+                continue
+            tokens = estimate_token_count([{"text": text}], estimator=estimator)
+            if counter + tokens > budget:
+                name = _get(fr, "name")
+                tool_name = "unknown_tool" if name is None else js_template(name)
+                truncation_id = next_id
+                next_id += 1
+                path = posixpath.join(
+                    tool_output_dir, truncated_tool_output_filename(tool_name, truncation_id)
+                )
+                if formatter == "lines":
+                    message = format_truncated_tool_output_lines(text, path, truncate_lines)
+                else:
+                    message = format_truncated_tool_output(text, path, max_chars)
+                saved.append(SavedToolOutput(path, text, tool_name, truncation_id))
+                new_fr = dict(fr)
+                new_fr["response"] = {"output": message}
+                new_parts.append({"functionResponse": new_fr})
+                counter += estimate_token_count([{"text": message}], estimator=estimator)
+            else:
+                counter += tokens
+                new_parts.append(part)
+        new_parts.reverse()
+        new_content = dict(content) if isinstance(content, dict) else {}
+        new_content["parts"] = new_parts
+        out.append(new_content)
+    out.reverse()
+    return BudgetTruncation(out, saved, next_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Session messages -> client history (section 11)
+
+
+def _ensure_part_array(content: Any) -> list[Any]:
+    """``ensurePartArray`` (utils/sessionUtils.ts)."""
+    if isinstance(content, list):
+        return [{"text": p} if isinstance(p, str) else p for p in content]
+    if isinstance(content, str):
+        return [{"text": content}]
+    return [content]
+
+
+def part_list_union_to_string(value: Any) -> str:
+    """``partListUnionToString`` = ``partToString(value, {verbose: true})`` (utils/partUtils.ts)."""
+    if not js_truthy(value):
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(part_list_union_to_string(p) for p in value)
+    if not isinstance(value, dict):
+        return ""
+    for key, label in (
+        ("videoMetadata", "[Video Metadata]"),
+        ("thought", None),
+        ("codeExecutionResult", "[Code Execution Result]"),
+        ("executableCode", "[Executable Code]"),
+        ("fileData", "[File Data]"),
+        ("functionCall", None),
+        ("functionResponse", None),
+        ("inlineData", None),
+    ):
+        if key not in value:
+            continue
+        v = value[key]
+        if key == "thought":
+            return f"[Thought: {js_template(v)}]"
+        if key == "functionCall":
+            return f"[Function Call: {js_template(_get(v, 'name'), missing=_get(v, 'name') is None)}]"
+        if key == "functionResponse":
+            return f"[Function Response: {js_template(_get(v, 'name'), missing=_get(v, 'name') is None)}]"
+        if key == "inlineData":
+            mime = _get(v, "mimeType")
+            return f"<{js_template(mime, missing=mime is None)}>"
+        assert label is not None
+        return label
+    text = value.get("text")
+    return "" if text is None else js_template(text)
+
+
+def is_ignored_user_content(trimmed: str) -> bool:
+    """``isIgnoredUserContent`` (utils/sessionUtils.ts, HEAD)."""
+    return (
+        trimmed == ""
+        or trimmed.startswith("/")
+        or trimmed.startswith("?")
+        or trimmed.startswith("<session_context>")
+        or trimmed.startswith("<hook_context>")
+    )
+
+
+def convert_session_to_client_history(messages: Sequence[dict[str, Any]]) -> list[Turn]:
+    """``convertSessionToClientHistory`` (utils/sessionUtils.ts, HEAD; section 11.2).
+
+    Takes message records as stored on disk and returns ``[{"id", "content": {"role", "parts"}}]``. Parts
+    are deep copies, so later id synthesis never touches the caller's records.
+    """
+    history: list[Turn] = []
+    for msg in messages:
+        kind = msg.get("type")
+        if kind in ("info", "error", "warning"):
+            continue
+        msg_content = copy.deepcopy(msg.get("content"))
+        if kind == "user":
+            if is_ignored_user_content(js_trim(part_list_union_to_string(msg_content))):
+                continue
+            history.append(
+                {"id": msg.get("id"), "content": {"role": "user", "parts": _ensure_part_array(msg_content)}}
+            )
+        elif kind == "gemini":
+            content_parts = _ensure_part_array(msg_content) if js_truthy(msg_content) else []
+            tool_calls = msg.get("toolCalls")
+            tool_calls = tool_calls if isinstance(tool_calls, list) else []
+            if _has_truthy(content_parts, "functionCall") or _has_truthy(content_parts, "thought"):
+                model_parts = content_parts  # modern record: content is the source of truth
+            else:
+                model_parts = []
+                thoughts = msg.get("thoughts")
+                for thought in thoughts if isinstance(thoughts, list) else []:
+                    model_parts.append(_thought_part(thought))
+                model_parts.extend(content_parts)
+                for tc in tool_calls:
+                    call: dict[str, Any] = {}
+                    for key in ("id", "name", "args"):
+                        if isinstance(tc, dict) and key in tc:
+                            call[key] = copy.deepcopy(tc[key])
+                    model_parts.append({"functionCall": call})
+            if not model_parts:
+                continue
+            history.append({"id": msg.get("id"), "content": {"role": "model", "parts": model_parts}})
+            responses: list[Any] = []
+            for tc in tool_calls:
+                result = _get(tc, "result")
+                if not js_truthy(result):
+                    continue
+                result = copy.deepcopy(result)
+                if isinstance(result, str):
+                    fr: dict[str, Any] = {}
+                    if "id" in tc:
+                        fr["id"] = tc["id"]
+                    if "name" in tc:
+                        fr["name"] = tc["name"]
+                    fr["response"] = {"output": result}
+                    responses.append({"functionResponse": fr})
+                elif isinstance(result, list):
+                    responses.extend(_ensure_part_array(result))
+                else:
+                    responses.append(result)
+            if responses:
+                history.append(
+                    {
+                        "id": f"{js_template(msg.get('id'), missing='id' not in msg)}_response",
+                        "content": {"role": "user", "parts": responses},
+                    }
+                )
+    return history
+
+
+def _thought_part(thought: Any) -> Part:
+    subject = _get(thought, "subject")
+    has_desc = isinstance(thought, dict) and "description" in thought
+    description = _get(thought, "description")
+    if js_truthy(subject):
+        return {
+            "text": f"**{js_template(subject)}** {js_template(description, missing=not has_desc)}",
+            "thought": True,
+        }
+    part: Part = {}
+    if has_desc:
+        part["text"] = description
+    part["thought"] = True
+    return part
+
+
+def _utf16_sort_key(s: str) -> bytes:
+    return s.encode("utf-16-be", "surrogatepass")
+
+
+def derive_stable_id(ids: Sequence[str | None]) -> str:
+    """``deriveStableId(sourceIds)`` (utils/cryptoUtils.ts): sha256 of the JS-sorted ids joined by ``|``,
+    first 32 hex digits. ``None`` stands for ``undefined`` (sorted last, joined as an empty string)."""
+    defined = sorted((i for i in ids if i is not None), key=_utf16_sort_key)
+    joined = "|".join(defined + ["" for i in ids if i is None])
+    # Node encodes strings as UTF-8 with lone surrogates replaced by U+FFFD.
+    data = re.sub("[\ud800-\udfff]", "\ufffd", normalize_surrogates(joined)).encode("utf-8")
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def ensure_stable_tool_ids(history: list[Turn]) -> None:
+    """``ensureStableToolIds`` (utils/sessionUtils.ts, HEAD): give every functionCall/functionResponse
+    without an id a deterministic one, pairing a model turn's calls with the next user turn's responses
+    by name and order. MUTATES the parts in place, as upstream does."""
+    for i, turn in enumerate(history):
+        content = _get(turn, "content")
+        turn_id = _get(turn, "id")
+        if _get(content, "role") == "model" and i + 1 < len(history):
+            next_content = _get(history[i + 1], "content")
+            if _get(next_content, "role") == "user":
+                calls: dict[str, list[tuple[dict[str, Any], int]]] = {}
+                for idx, part in enumerate(_parts(content)):
+                    fc = _get(part, "functionCall")
+                    if isinstance(fc, dict) and js_truthy(fc.get("name")):
+                        calls.setdefault(js_template(fc["name"]), []).append((fc, idx))
+                resps: dict[str, list[dict[str, Any]]] = {}
+                for part in _parts(next_content):
+                    fr = _get(part, "functionResponse")
+                    if isinstance(fr, dict) and js_truthy(fr.get("name")):
+                        resps.setdefault(js_template(fr["name"]), []).append(fr)
+                for name, call_list in calls.items():
+                    resp_list = resps.get(name, [])
+                    for k in range(min(len(call_list), len(resp_list))):
+                        fc, idx = call_list[k]
+                        fr = resp_list[k]
+                        target = fc.get("id") if js_truthy(fc.get("id")) else None
+                        if target is None and js_truthy(fr.get("id")):
+                            target = fr["id"]
+                        if target is None:
+                            target = f"synth_{name}_{derive_stable_id([turn_id, str(i), str(idx)])}"
+                        fc["id"] = target
+                        fr["id"] = target
+        for part_idx, part in enumerate(_parts(content)):
+            fc = _get(part, "functionCall")
+            if js_truthy(fc) and isinstance(fc, dict) and not js_truthy(fc.get("id")):
+                name = js_template(fc["name"]) if js_truthy(fc.get("name")) else "tool"
+                fc["id"] = f"synth_{name}_{derive_stable_id([turn_id, str(i), str(part_idx)])}"
+            fr = _get(part, "functionResponse")
+            if js_truthy(fr) and isinstance(fr, dict) and not js_truthy(fr.get("id")):
+                name = js_template(fr["name"]) if js_truthy(fr.get("name")) else "tool"
+                fr["id"] = f"synth_orph_{name}_{derive_stable_id([turn_id, str(i), str(part_idx)])}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Curated history (section 11.3)
+
+
+def is_valid_content(content: Content, *, head_rule: bool = True) -> bool:
+    """``isValidContent`` (core/geminiChat.ts). ``head_rule=False`` is the rule before eaa30429a7."""
+    parts = content.get("parts") if isinstance(content, dict) else None
+    empty = parts is None or (isinstance(parts, list) and len(parts) == 0)
+    if head_rule and _get(content, "role") == "model" and empty:
+        return True
+    if empty or not isinstance(parts, list):
+        return False
+    for part in parts:
+        if not isinstance(part, dict) or len(part) == 0:
+            return False
+        if js_truthy(part.get("thought")) or part.get("text") != "":
+            continue
+        if head_rule and any(k not in ("text", "thought", "callIndex") for k in part):
+            continue  # carries a payload beside the empty text (eaa30429a7)
+        return False
+    return True
+
+
+def _turn_content(item: Any) -> Content:
+    if isinstance(item, dict) and "content" in item and "role" not in item:
+        content = item["content"]
+        return content if isinstance(content, dict) else {}
+    return item if isinstance(item, dict) else {}
+
+
+def extract_curated_history(contents: Sequence[Any], *, head_rule: bool = True) -> list[Any]:
+    """``extractCuratedHistory`` (core/geminiChat.ts): keep every user turn; keep a maximal run of model
+    turns only if each is valid. Accepts HistoryTurns (``{"id", "content"}``) or bare Contents."""
+    curated: list[Any] = []
+    i = 0
+    n = len(contents)
+    while i < n:
+        if _get(_turn_content(contents[i]), "role") == "user":
+            curated.append(contents[i])
+            i += 1
+            continue
+        run: list[Any] = []
+        valid = True
+        while i < n and _get(_turn_content(contents[i]), "role") == "model":
+            run.append(contents[i])
+            if valid and not is_valid_content(_turn_content(contents[i]), head_rule=head_rule):
+                valid = False
+            i += 1
+        if not run:
+            i += 1  # a role that is neither user nor model: upstream would loop forever; skip it
+            continue
+        if valid:
+            curated.extend(run)
+    return curated
+
+
+def strip_thoughts(turns: Sequence[Turn]) -> list[Turn]:
+    """``stripThoughts`` (core/geminiChat.ts, 3818efbbfb): drop thought parts; in a model turn that had
+    thoughts, give the first functionCall a synthetic thoughtSignature if it has none; drop turns left
+    with no parts."""
+    out: list[Turn] = []
+    for turn in turns:
+        content = turn["content"]
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if not js_truthy(parts) or not isinstance(parts, list):
+            out.append(turn)
+            continue
+        if not any(js_truthy(_get(p, "thought")) for p in parts if js_truthy(p)):
+            if parts:
+                out.append(turn)
+            continue
+        kept = [p for p in parts if js_truthy(p) and not js_truthy(_get(p, "thought"))]
+        if content.get("role") == "model":
+            patched = False
+            for j, p in enumerate(kept):
+                if not patched and js_truthy(_get(p, "functionCall")):
+                    patched = True
+                    if not js_truthy(p.get("thoughtSignature")):
+                        new_p = dict(p)
+                        new_p["thoughtSignature"] = SYNTHETIC_THOUGHT_SIGNATURE
+                        kept[j] = new_p
+        if kept:
+            new_turn = dict(turn)
+            new_turn["content"] = {**content, "parts": kept}
+            out.append(new_turn)
+    return out
+
+
+def coalesce_consecutive_roles(turns: Sequence[Turn]) -> list[Turn]:
+    """``coalesceConsecutiveRoles`` (core/geminiChat.ts): merge adjacent same-role turns, keeping the
+    first id and concatenating parts."""
+    out: list[Turn] = []
+    for turn in turns:
+        content = turn["content"]
+        last = out[-1] if out else None
+        role = _get(content, "role")
+        if (
+            last is not None
+            and js_truthy(last["content"].get("role"))
+            and last["content"].get("role") == role
+        ):
+            last_parts = last["content"].get("parts")
+            turn_parts = _get(content, "parts")
+            merged = {k: v for k, v in last["content"].items() if k != "parts"}
+            if js_truthy(last_parts) or js_truthy(turn_parts):
+                merged_parts = list(last_parts if isinstance(last_parts, list) else [])
+                merged_parts.extend(turn_parts if isinstance(turn_parts, list) else [])
+                # {...last.content, parts} keeps `parts` where last.content had it
+                rebuilt = dict(last["content"])
+                rebuilt["parts"] = merged_parts
+                merged = rebuilt
+            out[-1] = {"id": last["id"], "content": merged}
+        else:
+            out.append({"id": turn.get("id"), "content": dict(content) if isinstance(content, dict) else {}})
+    return out
+
+
+@dataclass(frozen=True)
+class CuratedSession:
+    """What section 11.4 steps 2-3 produce from a session's messages."""
+
+    turns: list[Turn]  # curated HistoryTurns, env turn first
+    env_turn: Turn
+    env_synthesized: bool  # True when no stored <session_context> message was found
+
+    @property
+    def contents(self) -> list[Content]:
+        return [t["content"] for t in self.turns]
+
+
+def _find_stored_env(messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    i = stored_env_index(messages)
+    return messages[i] if i is not None else None
+
+
+def synthesize_env_text(
+    date: datetime | None = None,
+    platform: str = "linux",
+    temp_dir: str = "",
+    template: EnvTemplate = DEFAULT_ENV_TEMPLATE,
+) -> str:
+    """A stand-in ``<session_context>`` turn shaped like upstream's (section 10.3) for sessions that did not
+    store one and whose project folder is unknown: no folder structure, dated by the session's start."""
+    day = f"{date:%A, %B} {date.day}, {date.year}" if date else "unknown"
+    return template.render({"today": day, "platform": platform, "temp_dir": temp_dir})
+
+
+def first_timestamp(messages: Sequence[dict[str, Any]]) -> datetime | None:
+    for msg in messages:
+        ts = msg.get("timestamp")
+        if isinstance(ts, str):
+            try:
+                return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+            except ValueError:
+                return None
+    return None
+
+
+# The chat model when a session names none: DEFAULT_GEMINI_MODEL (packages/core/src/config/models.ts).
+DEFAULT_CHAT_MODEL = "gemini-2.5-pro"
+
+
+def session_to_curated_history(
+    messages: Sequence[dict[str, Any]],
+    model: str,
+    env_turn_text: str | None = None,
+    *,
+    profile: Profile | None = None,
+) -> CuratedSession:
+    """Section 11.4 steps 2-3: convert the records, prepend the env turn, synthesise tool ids, curate.
+
+    The env turn is the stored ``<session_context>`` user message when the session has one; otherwise
+    ``env_turn_text``, or a synthesised stand-in (``env_synthesized=True``).
+    """
+    prof = profile or PROFILES[DEFAULT_PROFILE]
+    turns, env_turn, synthesized = _client_history(messages, env_turn_text)
+    curated = extract_curated_history(turns, head_rule=prof.head_valid_content)
+    if prof.coalesce_curated and (_is_gemini2_model(model) or _supports_modern_features(model)):
+        curated = coalesce_consecutive_roles(strip_thoughts(curated))
+    return CuratedSession(curated, env_turn, synthesized)
+
+
+def _client_history(
+    messages: Sequence[dict[str, Any]], env_turn_text: str | None
+) -> tuple[list[Turn], Turn, bool]:
+    """What a resumed chat holds: converted turns behind an env turn, with stable tool ids."""
+    turns = convert_session_to_client_history(messages)
+    stored = _find_stored_env(messages)
+    synthesized = False
+    if stored is not None:
+        env_parts = _ensure_part_array(copy.deepcopy(stored.get("content")))
+    elif env_turn_text is not None:
+        env_parts = [{"text": env_turn_text}]
+    else:
+        env_parts = [{"text": synthesize_env_text(first_timestamp(messages))}]
+        synthesized = True
+    env_turn: Turn = {"id": ENVIRONMENT_CONTEXT_ID, "content": {"role": "user", "parts": env_parts}}
+    # getInitialChatHistory: prepend unless the first turn already is the env turn.
+    if not turns or turns[0].get("id") != ENVIRONMENT_CONTEXT_ID:
+        turns = [env_turn, *turns]
+    ensure_stable_tool_ids(turns)
+    return turns, env_turn, synthesized
+
+
+def recorded_input(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """``tokens.input`` of the newest gemini message that recorded one."""
+    for msg in reversed(messages):
+        if msg.get("type") != "gemini":
+            continue
+        tokens = msg.get("tokens")
+        if isinstance(tokens, dict) and isinstance(tokens.get("input"), int | float):
+            return int(tokens["input"])
+    return None
+
+
+def stored_env_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """Index of the stored ``<session_context>`` message (by its id, or its text), or None."""
+    for i, msg in enumerate(messages):
+        if msg.get("type") != "user":
+            continue
+        if msg.get("id") == ENVIRONMENT_CONTEXT_ID:
+            return i
+        if js_trim(part_list_union_to_string(msg.get("content"))).startswith("<session_context>"):
+            return i
+    return None
+
+
+def original_token_count(
+    messages: Sequence[dict[str, Any]],
+    env_turn_text: str | None = None,
+    *,
+    estimator: EstimatorSpec = ESTIMATOR_HEAD,
+) -> int:
+    """Section 11.4 step 4: ``tokens.input`` of the newest gemini message that has tokens, else what a
+    freshly resumed chat reports: the local estimate of every part of its history (env turn included)."""
+    recorded = recorded_input(messages)
+    if recorded is not None:
+        return recorded
+    turns, _, _ = _client_history(messages, env_turn_text)
+    return estimate_token_count(_flatten_parts(t["content"] for t in turns), estimator=estimator)
+
+
+# --------------------------------------------------------------------------------------------------
+# The algorithm (section 4)
+
+
+@dataclass(frozen=True)
+class CompressionResult:
+    status: CompressionStatus
+    original_token_count: int
+    new_token_count: int
+    split_index: int | None  # None when compression stopped before a split was computed
+    new_history: list[Content] | None  # [summary user, ack model, ...kept], or truncated history
+    compressed_history: list[Content]  # what the summarizer was shown (empty if no call)
+    kept_history: list[Content]
+    truncated_outputs: list[SavedToolOutput]  # tool outputs to save, path + text
+    summary: str | None  # final summary text (probe answer or first summary)
+    anchored: bool
+    threshold: float
+    token_limit: int
+    profile: str
+    summarizer_input_truncated: bool = False  # the hi-fi rule chose the budget-truncated slice
+    new_count_needs_api: bool = False  # upstream would have called countTokens (media parts)
+    next_truncation_id: int = 1
+    calls: list[ModelCall] = field(default_factory=list)
+
+
+def resolve_threshold(threshold: float | None, profile: Profile) -> float:
+    """``(await config.getCompressionThreshold()) ?? default``: a falsy setting (None, 0) falls back."""
+    return threshold if threshold is not None and js_truthy(threshold) else profile.default_threshold
+
+
+def _text_content(role: str, text: str) -> Content:
+    return {"role": role, "parts": [{"text": text}]}
+
+
+def _has_previous_snapshot(history: Sequence[Content]) -> bool:
+    return any(
+        isinstance(_get(p, "text"), str) and STATE_SNAPSHOT_TAG in p["text"]
+        for c in history
+        for p in _parts(c)
+    )
+
+
+def compress(
+    curated: Sequence[Content],
+    *,
+    original_token_count: int,
+    model: str,
+    summarizer: Summarizer,
+    profile: Profile | None = None,
+    force: bool = False,
+    threshold: float | None = None,
+    has_failed_compression_attempt: bool = False,
+    env_turn: Content | None = None,
+    tool_output_dir: str = "tool-outputs",
+    first_truncation_id: int = 1,
+    truncate_tool_output_threshold: int = DEFAULT_TRUNCATE_TOOL_OUTPUT_THRESHOLD,
+    texts: CompressionTexts = CTXTOOL_TEXTS,
+    prompt_id: str = "ctxtool-compress",
+) -> CompressionResult:
+    """``ChatCompressionService.compress`` (context/chatCompressionService.ts at HEAD), era per ``profile``.
+
+    ``curated`` is the curated history (env turn first, as ``GeminiChat.getHistory(true)`` returns it);
+    ``env_turn`` is the env-context Content a new chat would get, counted in the new token estimate.
+    ``tool_output_dir`` is the directory truncated outputs would be written to. ``texts`` are the fixed
+    texts sent and written (ctxtool's own wording, or an installed Gemini CLI's). Only the two summarizer
+    calls are non-deterministic; nothing is written.
+    """
+    prof = profile or PROFILES[DEFAULT_PROFILE]
+    limit = token_limit(model, legacy=prof.legacy_token_limits)
+    used_threshold = resolve_threshold(threshold, prof)
+    curated = list(curated)
+    original = original_token_count
+
+    def result(
+        status: CompressionStatus, new_count: int, *, original: int = original, **kw: Any
+    ) -> CompressionResult:
+        fields: dict[str, Any] = {
+            "split_index": None,
+            "new_history": None,
+            "compressed_history": [],
+            "kept_history": [],
+            "truncated_outputs": [],
+            "summary": None,
+            "anchored": False,
+            "next_truncation_id": first_truncation_id,
+        }
+        fields.update(kw)
+        return CompressionResult(
+            status=status,
+            original_token_count=original,
+            new_token_count=new_count,
+            threshold=used_threshold,
+            token_limit=limit,
+            profile=prof.name,
+            **fields,
+        )
+
+    if not curated:
+        return result(CompressionStatus.NOOP, 0, original=0)
+    if has_failed_compression_attempt and not force and not prof.truncation_only_fallback:
+        # cd2e237c73 .. c276d0c7b6: a latched failure made automatic attempts a NOOP with counts 0/0.
+        return result(CompressionStatus.NOOP, 0, original=0)
+    if not force and original < used_threshold * limit:
+        return result(CompressionStatus.NOOP, original)
+
+    # Reverse token budget (08c32f725e ..).
+    saved: list[SavedToolOutput] = []
+    next_id = first_truncation_id
+    if prof.budget_truncation != "none":
+        max_chars = min(4 * (limit - original), truncate_tool_output_threshold)
+        budget = truncate_history_to_budget(
+            curated,
+            tool_output_dir=tool_output_dir,
+            max_chars=max_chars,
+            budget=prof.function_response_token_budget,
+            first_truncation_id=first_truncation_id,
+            formatter=prof.budget_truncation,
+            truncate_lines=prof.truncate_lines,
+            estimator=prof.estimator,
+        )
+        truncated, saved, next_id = budget.history, budget.saved, budget.next_truncation_id
+    else:
+        truncated = curated
+
+    if has_failed_compression_attempt and not force:
+        # Truncation-only fallback (c276d0c7b6 ..): no model call.
+        t = estimate_token_count(_flatten_parts(truncated), estimator=prof.estimator)
+        if t < original:
+            return result(
+                CompressionStatus.CONTENT_TRUNCATED,
+                t,
+                new_history=truncated,
+                truncated_outputs=saved,
+                next_truncation_id=next_id,
+            )
+        return result(CompressionStatus.NOOP, original)
+
+    fraction = 1 - prof.preserve_fraction
+    if prof.split_rule == "index_after_fraction":
+        split = legacy_split_point(truncated, fraction)
+    else:
+        split = find_compress_split_point(
+            truncated, fraction, count_candidate_first=prof.split_rule == "compress_split_point_pre"
+        )
+    to_compress_truncated = truncated[:split]
+    keep = truncated[split:]
+    if not to_compress_truncated and prof.noop_on_empty_split:
+        return result(CompressionStatus.NOOP, original, split_index=split, kept_history=keep)
+
+    # High-fidelity choice (08c32f725e ..): the original slice when it fits the model.
+    summarizer_truncated = False
+    if prof.budget_truncation != "none":
+        original_slice = curated[:split]
+        if estimate_token_count(_flatten_parts(original_slice), estimator=prof.estimator) < limit:
+            for_summarizer = original_slice
+        else:
+            for_summarizer = to_compress_truncated
+            summarizer_truncated = True
+    else:
+        for_summarizer = to_compress_truncated
+
+    alias = model_to_compression_alias(model)
+    generation_config: dict[str, Any] = {}
+    vertex: dict[str, Any] = {}
+    if prof.model_configs:
+        # BaseLlmClient._generateWithRetry -> applyModelSelection (Gemini CLI 0.61.0): the alias, then the
+        # policy chain, which may swap the model and with it the generationConfig (model_configs.py).
+        chosen = compression_model(model, "gemini-api-key")
+        alias, call_model, generation_config = chosen.alias, chosen.model, chosen.generation_config
+        on_vertex = compression_model(model, "vertex-ai")
+        vertex = {
+            "model_configs": True,
+            "vertex_model": on_vertex.model,
+            "vertex_generation_config": on_vertex.generation_config,
+        }
+    else:
+        call_model = summarizer_model(model) if prof.compression_alias else model
+    prompt = (
+        texts.system_prompt
+        if texts.system_prompt is not None
+        else (ctxtool_compression_prompt() if prof.prompt_version == "v6" else SYSTEM_PROMPT_V4)
+    )
+    calls: list[ModelCall] = []
+
+    def ask(
+        kind: CallKind, contents: list[Content], pid: str, anchored: bool, previous: str | None
+    ) -> str | None:
+        call = ModelCall(
+            kind=kind,
+            model=call_model,
+            system_instruction=prompt,
+            contents=contents,
+            history=list(for_summarizer),
+            anchored=anchored,
+            previous_summary=previous,
+            prompt_id=pid,
+            generation_config=generation_config,
+            extra={"model_config_alias": alias, "profile": prof.name, **vertex},
+        )
+        calls.append(call)
+        return summarizer.generate(call)
+
+    anchored = False
+    if prof.verification_probe:
+        anchored = _has_previous_snapshot(for_summarizer)
+        instruction = texts.instruction(anchored)
+        summary = ask(
+            "summary", [*for_summarizer, _text_content("user", instruction)], prompt_id, anchored, None
+        )
+        summary = summary if summary is not None else ""
+        probe = ask(
+            "probe",
+            [*for_summarizer, _text_content("model", summary), _text_content("user", texts.probe)],
+            f"{prompt_id}-verify",
+            anchored,
+            summary,
+        )
+        probe_trimmed = js_trim(probe) if probe is not None else ""
+        final = js_trim(probe_trimmed or summary)
+        if not final:
+            return result(
+                CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY,
+                original,
+                split_index=split,
+                compressed_history=list(for_summarizer),
+                kept_history=keep,
+                truncated_outputs=saved,
+                summary="",
+                anchored=anchored,
+                summarizer_input_truncated=summarizer_truncated,
+                next_truncation_id=next_id,
+                calls=calls,
+            )
+    else:
+        answer = ask(
+            "summary", [*for_summarizer, _text_content("user", LEGACY_INSTRUCTION)], prompt_id, False, None
+        )
+        final = answer if answer is not None else ""
+
+    extra = [_text_content("user", final), _text_content("model", texts.ack), *keep]
+    env = env_turn if env_turn is not None else {"role": "user", "parts": []}
+    full = [env, *extra]
+    if prof.env_ack_turn:
+        full = [env, _text_content("model", ENV_ACK_TEXT), *extra]  # env ack turn until ed0d1a0ba3
+    needs_api = False
+    if prof.new_count == "json_length":
+        new_count = math.floor(sum(json_length(c) for c in full) / 4)
+    else:
+        flat = _flatten_parts(full)
+        needs_api = _has_media(flat)
+        new_count = estimate_token_count(flat, estimator=prof.estimator)
+
+    common: dict[str, Any] = {
+        "split_index": split,
+        "compressed_history": list(for_summarizer),
+        "kept_history": keep,
+        "truncated_outputs": saved,
+        "summary": final,
+        "anchored": anchored,
+        "summarizer_input_truncated": summarizer_truncated,
+        "new_count_needs_api": needs_api,
+        "next_truncation_id": next_id,
+        "calls": calls,
+    }
+    if new_count > original:
+        return result(CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT, new_count, **common)
+    return result(CompressionStatus.COMPRESSED, new_count, new_history=extra, **common)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tool output masking (section 13.2): what Gemini CLI 0.61 does to the history after compressing
+
+
+# context/toolOutputMaskingService.ts and config.ts defaults, Gemini CLI 0.61.0 (cc0107ed2). Code Assist
+# users may get other values from remote experiment flags.
+MASKING_PROTECTION_THRESHOLD_TOKENS = 50_000
+MASKING_MIN_PRUNABLE_TOKENS = 30_000
+MASKING_PROTECT_LATEST_TURN = True
+MASKING_INDICATOR_TAG = "tool_output_masked"
+MASKING_EXEMPT_TOOLS = frozenset({"activate_skill", "ask_user", "enter_plan_mode", "exit_plan_mode"})
+
+
+@dataclass(frozen=True)
+class MaskingPlan:
+    """The tool outputs ``ToolOutputMaskingService.mask`` would replace in a history: (content index, part
+    index, estimated tokens), newest first, and their total. Empty when under the prunable threshold."""
+
+    parts: list[tuple[int, int, int]]
+    prunable_tokens: int
+
+
+def plan_tool_output_masking(
+    history: Sequence[Content],
+    *,
+    protection_tokens: int = MASKING_PROTECTION_THRESHOLD_TOKENS,
+    min_prunable_tokens: int = MASKING_MIN_PRUNABLE_TOKENS,
+    protect_latest_turn: bool = MASKING_PROTECT_LATEST_TURN,
+) -> MaskingPlan:
+    """The selection of ``ToolOutputMaskingService.mask`` (Gemini CLI 0.61.0), which runs on every turn after
+    the compression check and before the request (``GeminiClient.tryMaskToolOutputs``), and persists what it
+    masks. Scanning newest to oldest, function responses fill a protected window of ``protection_tokens``;
+    the one that crosses it and every older one are prunable; nothing is masked under
+    ``min_prunable_tokens``. (Each replacement is kept only when its snippet is smaller; a large output's
+    always is.)"""
+    start = len(history) - 2 if protect_latest_turn else len(history) - 1
+    cumulative = 0
+    boundary = False
+    chosen: list[tuple[int, int, int]] = []
+    total = 0
+    for i in range(start, -1, -1):
+        parts = _parts(history[i])
+        for j in range(len(parts) - 1, -1, -1):
+            fr = _get(parts[j], "functionResponse")
+            if not js_truthy(fr):
+                continue
+            if _get(fr, "name") in MASKING_EXEMPT_TOOLS:
+                continue
+            response = _get(fr, "response")
+            if not js_truthy(response):
+                continue
+            try:
+                shown = js_stringify(response, 2)
+            except TypeError:
+                continue
+            if not shown or f"<{MASKING_INDICATOR_TAG}" in shown:
+                continue
+            tokens = estimate_token_count([parts[j]])
+            if not boundary:
+                cumulative += tokens
+                if cumulative <= protection_tokens:
+                    continue
+                boundary = True
+            chosen.append((i, j, tokens))
+            total += tokens
+    if total < min_prunable_tokens:
+        return MaskingPlan([], total)
+    return MaskingPlan(chosen, total)

@@ -1,0 +1,387 @@
+"""OpenClaw's safeguard compaction (openclaw/openclaw ``src/agents/compaction.ts`` and
+``src/agents/pi-hooks/compaction-safeguard.ts`` @ 8f8492d), replayed on a Gemini CLI session. Spec:
+other-strategies.md section 4.
+
+Pi decides when and where to cut (``ctxtool.compress.strategies.pi.prepare``) with OpenClaw's budgets: reserve
+``max(16,384, reserveTokensFloor 20,000)``, keepRecentTokens 20,000. The safeguard replaces Pi's summary:
+
+* no real message to summarise: the structured fallback (five headings), no model call;
+* history-share pruning when the kept part exceeds half the window: oldest halves dropped and summarised
+  separately, that summary becoming the previous summary;
+* the last 3 user turns are taken out of the summariser input and rendered (600 characters each) in
+  ``## Recent turns preserved verbatim``;
+* chunked summarisation (``summarizeInStages``): a history above the adaptive chunk budget (0.4 of the
+  window, down to 0.15 for big messages, minus 4096) is split in two by token share, each part summarised,
+  then merged; each call is Pi's ``generateSummary`` with the identifier-preservation instructions;
+* suffix: split-turn context, preserved turns, ``## Tool Failures`` (up to 8, 240 characters each), file
+  lists (900 characters per list, 2,000 in all); the whole summary capped at 16,000 characters.
+
+Not exact offline: the quality guard (off by default upstream), the AGENTS.md workspace rules, provider
+plugins, per-chunk retries with backoff and the memory flush (it runs tools) are not replayed; the bounded
+file-list format is ctxtool's (upstream's truncation marker was not read).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ctxtool.common.wording import plural
+from ctxtool.compress.strategies import base as s
+from ctxtool.compress.strategies import pi
+from ctxtool.compress.summarize.facts import normalize_ws
+from ctxtool.compress.summarize.offline import OfflineSummarizer
+from ctxtool.compress.summarizer import ModelCall, Summarizer
+
+RESERVE_TOKENS_FLOOR = 20_000  # DEFAULT_PI_COMPACTION_RESERVE_TOKENS_FLOOR, pi-settings.ts
+BASE_CHUNK_RATIO = 0.4  # compaction.ts
+MIN_CHUNK_RATIO = 0.15
+SAFETY_MARGIN = 1.2
+SUMMARIZATION_OVERHEAD_TOKENS = 4096
+MIN_MESSAGES_FOR_SPLIT = 4
+MAX_HISTORY_SHARE = 0.5
+RECENT_TURNS_PRESERVE = 3  # compaction-safeguard.ts
+MAX_RECENT_TURN_TEXT_CHARS = 600
+MAX_TOOL_FAILURES = 8
+MAX_TOOL_FAILURE_CHARS = 240
+MAX_COMPACTION_SUMMARY_CHARS = 16_000
+MAX_FILE_OPS_SECTION_CHARS = 2_000
+MAX_FILE_OPS_LIST_CHARS = 900
+TRUNCATION_MARKER = "\n\n[Compaction summary truncated to fit budget]"
+TURN_PREFIX_INSTRUCTIONS = (
+    "This summary covers the prefix of a split turn. Focus on the original request, early progress, and "
+    "any details needed to understand the retained suffix."
+)
+SAFEGUARD_HEADINGS = (
+    "## Decisions",
+    "## Open TODOs",
+    "## Constraints/Rules",
+    "## Pending user asks",
+    "## Exact identifiers",
+)
+# ctxtool's wording; the five headings and the identifier rule are OpenClaw's.
+IDENTIFIER_PRESERVATION_INSTRUCTIONS = (
+    "Also include these sections: " + ", ".join(h[3:] for h in SAFEGUARD_HEADINGS) + ". Copy opaque "
+    "identifiers (hashes, ids, URLs, file paths, host:port, long numbers) exactly as they appear; never "
+    "shorten or paraphrase them."
+)
+MERGE_SUMMARIES_INSTRUCTIONS = (
+    "The messages above are partial summaries of consecutive parts of one conversation. Merge them into one "
+    "summary: keep every decision, open TODO, constraint and pending question, newest facts winning."
+)
+
+
+def _fallback(previous: str | None) -> str:
+    """The structured fallback boundary (no model call)."""
+    if previous and _has_headings(previous):
+        return previous
+    return (
+        f"## Decisions\n{previous or pi.NO_PRIOR_HISTORY}\n\n## Open TODOs\nNone.\n\n"
+        "## Constraints/Rules\nNone.\n\n## Pending user asks\nNone.\n\n## Exact identifiers\nNone captured."
+    )
+
+
+def _has_headings(text: str) -> bool:
+    lines = [ln.strip() for ln in text.splitlines()]
+    pos = -1
+    for heading in SAFEGUARD_HEADINGS:
+        if heading not in lines[pos + 1 :]:
+            return False
+        pos = lines.index(heading, pos + 1)
+    return True
+
+
+def _real(unit: s.Unit) -> bool:
+    return unit.role in ("user", "assistant", "tool_result") and bool(unit.text.strip())
+
+
+def compute_adaptive_chunk_ratio(tokens: Sequence[int], context_window: int) -> float:
+    """``computeAdaptiveChunkRatio`` (compaction.ts)."""
+    if not tokens:
+        return BASE_CHUNK_RATIO
+    avg_ratio = (sum(tokens) / len(tokens)) * SAFETY_MARGIN / context_window
+    if avg_ratio > 0.1:
+        reduction = min(avg_ratio * 2, BASE_CHUNK_RATIO - MIN_CHUNK_RATIO)
+        return max(MIN_CHUNK_RATIO, BASE_CHUNK_RATIO - reduction)
+    return BASE_CHUNK_RATIO
+
+
+def split_by_token_share(records: Sequence[int], tokens: dict[int, int], parts: int = 2) -> list[list[int]]:
+    """``splitMessagesByTokenShare`` on record indices (a record never separates a call from its result)."""
+    total = sum(tokens[i] for i in records)
+    target = total / parts
+    out: list[list[int]] = [[]]
+    acc = 0
+    for i in records:
+        if len(out) < parts and out[-1] and acc + tokens[i] > target * len(out):
+            out.append([])
+        out[-1].append(i)
+        acc += tokens[i]
+    return [p for p in out if p]
+
+
+def chunk_by_max_tokens(records: Sequence[int], tokens: dict[int, int], max_tokens: int) -> list[list[int]]:
+    """``chunkMessagesByMaxTokens``: effective max = max / 1.2; an oversized message is its own chunk."""
+    effective = max(1, math.floor(max_tokens / SAFETY_MARGIN))
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    acc = 0
+    for i in records:
+        if current and acc + tokens[i] > effective:
+            chunks.append(current)
+            current, acc = [], 0
+        current.append(i)
+        acc += tokens[i]
+        if tokens[i] > effective:
+            chunks.append(current)
+            current, acc = [], 0
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def split_preserved_recent_turns(
+    records: Sequence[s.Record], indices: Sequence[int], turns: int
+) -> tuple[list[s.Unit], list[int]]:
+    """(preserved units, remaining record indices): from the ``turns``-th last user message on, or all user
+    messages plus the last ``2 * turns`` user/assistant messages when there are fewer."""
+    units = [u for i in indices for u in s.record_units(i, records[i])]
+    talk = [k for k, u in enumerate(units) if u.role in ("user", "assistant")]
+    users = [k for k in talk if units[k].role == "user"]
+    if turns <= 0 or not talk:
+        return [], list(indices)
+    if len(users) >= turns:
+        keep = {k for k in talk if k >= users[-turns]}
+    else:
+        keep = set(users) | set(talk[-2 * turns :])
+    ids = {c.id for k in keep for c in units[k].calls}
+    first = min(keep)
+    for k, u in enumerate(units):
+        if u.role == "tool_result" and k >= first and u.call_id in ids:
+            keep.add(k)
+    preserved = [units[k] for k in sorted(keep)]
+    kept_records = {units[k].index for k in keep if units[k].role != "tool_result"}
+    remaining = [i for i in indices if i not in kept_records]
+    return preserved, remaining
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def preserved_section(units: Sequence[s.Unit]) -> str:
+    lines = []
+    for u in units:
+        text = u.text.strip()
+        if not text:
+            continue
+        label = {"user": "User", "assistant": "Assistant"}.get(u.role, f"Tool result ({u.tool_name})")
+        lines.append(f"- {label}: {_clip(text, MAX_RECENT_TURN_TEXT_CHARS)}")
+    return "\n\n## Recent turns preserved verbatim\n" + "\n".join(lines) if lines else ""
+
+
+def tool_failures_section(units: Sequence[s.Unit]) -> str:
+    seen: set[str] = set()
+    failures = []
+    for u in units:
+        if u.role == "tool_result" and u.is_error and u.call_id not in seen:
+            seen.add(u.call_id)
+            failures.append(u)
+    if not failures:
+        return ""
+    lines = []
+    for u in failures[:MAX_TOOL_FAILURES]:
+        text = normalize_ws(u.text)
+        text = _clip(text, MAX_TOOL_FAILURE_CHARS) if text else "failed (no output)"
+        lines.append(f"- {u.tool_name or 'tool'}: {text}")
+    if len(failures) > MAX_TOOL_FAILURES:
+        lines.append(f"- ...and {len(failures) - MAX_TOOL_FAILURES} more")
+    return "\n\n## Tool Failures\n" + "\n".join(lines)
+
+
+def _bounded_list(tag: str, paths: Sequence[str]) -> str:
+    shown: list[str] = []
+    used = 0
+    for p in paths:
+        if used + len(p) + 1 > MAX_FILE_OPS_LIST_CHARS:
+            shown.append(f"...and {len(paths) - len(shown)} more")
+            break
+        shown.append(p)
+        used += len(p) + 1
+    return f"<{tag}>\n" + "\n".join(shown) + f"\n</{tag}>"
+
+
+def bounded_file_lists(read: Sequence[str], modified: Sequence[str]) -> str:
+    blocks = []
+    if read:
+        blocks.append(_bounded_list("read-files", read))
+    if modified:
+        blocks.append(_bounded_list("modified-files", modified))
+    text = "\n\n".join(blocks)
+    if len(text) > MAX_FILE_OPS_SECTION_CHARS:
+        text = text[:MAX_FILE_OPS_SECTION_CHARS]
+    return "\n\n" + text if text else ""
+
+
+def cap_preserving_suffix(body: str, suffix: str, cap: int = MAX_COMPACTION_SUMMARY_CHARS) -> str:
+    if len(suffix) >= cap:
+        return suffix[-cap:]
+    if len(body) + len(suffix) <= cap:
+        return body + suffix
+    room = max(0, cap - len(suffix) - len(TRUNCATION_MARKER))
+    return body[:room] + TRUNCATION_MARKER + suffix
+
+
+class _Run:
+    """One safeguard compaction: the summariser, the window and the calls made."""
+
+    def __init__(
+        self,
+        records: Sequence[s.Record],
+        summarizer: Summarizer,
+        options: s.StrategyOptions,
+        ctx: int,
+        calls: list[ModelCall],
+    ) -> None:
+        self.records = records
+        self.summarizer = summarizer
+        self.options = options
+        self.ctx = ctx
+        self.calls = calls
+        self.tokens = {i: pi.estimate_records([r], i) for i, r in enumerate(records)}
+        self.max_chunk = 1
+
+    def instructions(self, custom: str | None) -> str:
+        text = IDENTIFIER_PRESERVATION_INSTRUCTIONS
+        return text + ("\n\nAdditional focus:\n" + custom if custom else "")
+
+    def generate(self, indices: Sequence[int], previous: str | None, custom: str | None) -> str:
+        recs = [self.records[i] for i in indices]
+        out = pi.generate_summary(
+            self.summarizer,
+            recs,
+            indices[0] if indices else 0,
+            model=self.options.chat_model,
+            reserve_tokens=max(pi.DEFAULT_RESERVE_TOKENS, RESERVE_TOKENS_FLOOR),
+            previous_summary=previous,
+            custom_instructions=self.instructions(custom),
+            calls=self.calls,
+            offline=lambda summ: offline_safeguard(summ, recs, previous),
+        )
+        return out or ""
+
+    def chunks(self, indices: Sequence[int], previous: str | None, custom: str | None) -> str:
+        summary = previous
+        for chunk in chunk_by_max_tokens(indices, self.tokens, self.max_chunk):
+            summary = self.generate(chunk, summary, custom)
+        return summary or pi.NO_PRIOR_HISTORY
+
+    def in_stages(self, indices: Sequence[int], previous: str | None, custom: str | None) -> str:
+        if not indices:
+            return previous or pi.NO_PRIOR_HISTORY
+        total = sum(self.tokens[i] for i in indices)
+        if len(indices) < MIN_MESSAGES_FOR_SPLIT or total <= self.max_chunk:
+            return self.chunks(indices, previous, custom)
+        partials = [self.chunks(p, None, custom) for p in split_by_token_share(indices, self.tokens)]
+        merge = MERGE_SUMMARIES_INSTRUCTIONS + ("\n\n" + custom if custom else "")
+        merged_records = [s.text_record("user", p, "", lambda: "partial") for p in partials]
+        out = pi.generate_summary(
+            self.summarizer,
+            merged_records,
+            0,
+            model=self.options.chat_model,
+            reserve_tokens=max(pi.DEFAULT_RESERVE_TOKENS, RESERVE_TOKENS_FLOOR),
+            previous_summary=previous,
+            custom_instructions=self.instructions(merge),
+            calls=self.calls,
+            offline=lambda summ: offline_merge(partials, previous),
+        )
+        return out or ""
+
+
+def offline_safeguard(summ: OfflineSummarizer, records: Sequence[s.Record], previous: str | None) -> str:
+    """Pi's layout followed by the five safeguard headings, from the offline fact extraction."""
+    body = pi.offline_pi_summary(summ, records, previous)
+    sec = s.offline_sections(summ, s.wire_history(records))
+    identifiers = [ln for k in ("artifact_trail", "file_system_state") for ln in sec.get(k, [])]
+    identifiers += [ln for ln in sec.get("recent_actions", []) if ln.startswith("$ ")]
+    extra = s.render_sections(
+        [
+            ("## Decisions", []),
+            ("## Open TODOs", [ln for ln in sec.get("task_state", []) if "[DONE]" not in ln]),
+            ("## Constraints/Rules", sec.get("active_constraints", [])),
+            ("## Pending user asks", sec.get("task_state", [])[-1:]),
+            ("## Exact identifiers", identifiers),
+        ]
+    )
+    return body + "\n\n" + extra
+
+
+def offline_merge(partials: Sequence[str], previous: str | None) -> str:
+    """Offline merge of partial summaries: their lines under each heading, in order, without repeats."""
+    merged: dict[str, list[str]] = {}
+    for text in ([previous] if previous else []) + list(partials):
+        for heading, lines in s.parse_sections(pi.strip_file_lists(text)).items():
+            bucket = merged.setdefault(heading, [])
+            bucket.extend(ln for ln in lines if ln not in bucket)
+    return s.render_sections(list(merged.items()))
+
+
+class OpenClawStrategy(pi.PiStrategy):
+    name = "openclaw"
+    description = (
+        "OpenClaw safeguard (8f8492d): Pi's cut with reserve 20,000; summary keeps exact identifiers, the "
+        "last 3 user turns, failed tool calls and file lists, capped at 16,000 characters; long histories "
+        "are summarised in chunks and merged"
+    )
+    exactness = (
+        "quality guard (off upstream), AGENTS.md rules, provider plugins, retries and the memory flush are "
+        "not replayed; threshold trigger only; Pi's chars/4 estimate on Gemini records"
+    )
+    reserve_tokens = max(pi.DEFAULT_RESERVE_TOKENS, RESERVE_TOKENS_FLOOR)
+    keep_recent_tokens = pi.DEFAULT_KEEP_RECENT_TOKENS
+
+    def summary(
+        self,
+        messages: Sequence[s.Record],
+        prep: pi.Preparation,
+        summarizer: Summarizer,
+        options: s.StrategyOptions,
+        result: s.StrategyResult,
+    ) -> str | None:
+        units = [u for i in (*prep.to_summarize, *prep.turn_prefix) for u in s.record_units(i, messages[i])]
+        file_lists = bounded_file_lists(prep.read_files, prep.modified_files)
+        if not any(_real(u) for u in units):
+            result.notes.append("no real message to summarise: structured fallback, no model call")
+            return _fallback(prep.previous_summary) + file_lists
+        ctx = s.window(options)
+        run = _Run(messages, summarizer, options, ctx, result.calls)
+        custom = options.custom_instructions
+        msgs = list(prep.to_summarize)
+        previous = prep.previous_summary
+        est = sum(run.tokens[i] for i in msgs) + sum(run.tokens[i] for i in prep.turn_prefix)
+        new_content = prep.tokens_before - est
+        if new_content > math.floor(ctx * MAX_HISTORY_SHARE * SAFETY_MARGIN):
+            dropped: list[int] = []
+            while len(msgs) > 1 and sum(run.tokens[i] for i in msgs) > math.floor(ctx * MAX_HISTORY_SHARE):
+                first, *_ = split_by_token_share(msgs, run.tokens)
+                dropped.extend(first)
+                msgs = [i for i in msgs if i not in first]
+            if dropped:
+                run.max_chunk = max(1, math.floor(ctx * BASE_CHUNK_RATIO) - SUMMARIZATION_OVERHEAD_TOKENS)
+                previous = run.in_stages(dropped, prep.previous_summary, custom)
+                result.notes.append(
+                    f"history-share pruning: {plural(len(dropped), 'oldest message')} summarised apart"
+                )
+        preserved, msgs = split_preserved_recent_turns(messages, msgs, RECENT_TURNS_PRESERVE)
+        ratio = compute_adaptive_chunk_ratio([run.tokens[i] for i in (*msgs, *prep.turn_prefix)], ctx)
+        run.max_chunk = max(1, math.floor(ctx * ratio) - SUMMARIZATION_OVERHEAD_TOKENS)
+        history = run.in_stages(msgs, previous, custom) if msgs else _fallback(previous)
+        split = ""
+        if prep.is_split_turn and prep.turn_prefix:
+            prefix = run.in_stages(prep.turn_prefix, None, TURN_PREFIX_INSTRUCTIONS)
+            split = f"\n\n{pi.SPLIT_TURN_HEADER}\n\n{prefix}"
+        if len(result.calls) > 1:
+            result.notes.append(f"{len(result.calls)} summarizer calls (chunked summarisation)")
+        suffix = split + preserved_section(preserved) + tool_failures_section(units) + file_lists
+        return cap_preserving_suffix(history, suffix)

@@ -1,0 +1,538 @@
+"""A deterministic summarizer that needs no model: it writes a ``<state_snapshot>`` from extracted facts.
+
+The snapshot has the sections today's Gemini CLI compression prompt asks the model for (see
+``gemini-cli-compression.md`` §9.1.1, ``getCompressionPrompt`` in ``packages/core/src/prompts/snippets.ts``):
+the overall goal, the constraints the user set, key knowledge (errors met, facts carried from an earlier
+snapshot), the artifact trail (files written or edited), the file system state (other files and directories
+touched), recent actions (every shell command with its outcome, then the latest tool calls) and the task state
+(the todo list). A model writes prose; this summarizer writes facts, quoted exactly so that a later turn (and
+``ctxtool.compress.summarize.facts.retention``) can find them.
+
+Budget. The output is kept within ``token_budget * chars_per_token`` characters (characters / 4 is the
+estimate the rest of ctxtool uses for text). When everything does not fit, prose goes first (the goal's tail,
+latest actions, the last request), then the most expensive facts: facts are chosen round by round, each
+round giving the kind with the lowest share kept so far its next cheapest fact, so no kind is starved.
+
+Anchored histories. When the history holds an earlier ``<state_snapshot>`` (written by this class or by a
+model), its sections are parsed and their lines carried into the new snapshot below the new facts of the
+same section; its goal stays the overall goal; its constraints and key knowledge come before new prose.
+
+Probe calls. Gemini CLI asks the model to check its snapshot and repeat or improve it. Offline there is
+nothing to improve with, so a probe returns ``call.previous_summary`` unchanged.
+
+Same input, same bytes: nothing here depends on time, randomness or hash order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ctxtool.common.errors import UsageError
+from ctxtool.compress.summarize.facts import (
+    Facts,
+    PathFact,
+    extract_facts,
+    normalize_ws,
+    real_user_prompts,
+    unescape_xml,
+)
+from ctxtool.compress.summarizer import ModelCall, Summarizer
+
+SECTIONS = (
+    "user_requests",
+    "overall_goal",
+    "active_constraints",
+    "key_knowledge",
+    "artifact_trail",
+    "file_system_state",
+    "recent_actions",
+    "task_state",
+)
+MIN_TOKEN_BUDGET = 250
+_GOAL_HEAD = 240
+_GOAL_MAX = 1200
+_TODO_MAX = 160
+_PROSE_LINE_MAX = 200
+
+# The snapshot is text for a model, not XML that anything parses: facts go in as they were written. Only
+# the closing tag is guarded (a literal one inside a fact would end the snapshot early for a reader looking
+# for it), in a form a person still reads as the tag.
+_CLOSING_TAG = "</state_snapshot>"
+_CLOSING_TAG_GUARDED = "<\\/state_snapshot>"
+# The header of a snapshot written this way; an earlier ctxtool snapshot without it escaped its facts as XML.
+VERBATIM_MARK = "facts verbatim"
+_SNAPSHOT_RE = re.compile(r"<state_snapshot>(.*?)(?:</state_snapshot>|\Z)", re.DOTALL)
+_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
+_TODO_MARK = {"completed": "DONE", "in_progress": "IN PROGRESS", "cancelled": "CANCELLED", "pending": "TODO"}
+
+
+def snapshot_text(text: str) -> str:
+    """Text as it goes into a snapshot: unchanged, but for a literal ``</state_snapshot>`` (guarded)."""
+    return text.replace(_CLOSING_TAG, _CLOSING_TAG_GUARDED)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = normalize_ws(text)
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+# ----------------------------------------------------------------------------------- previous snapshot
+
+
+def previous_snapshot(history: Sequence[Mapping[str, Any]]) -> dict[str, list[str]] | None:
+    """The sections of the last ``<state_snapshot>`` found in a text part of the history, as unescaped lines
+    (bullets and blank lines removed). None when the history has no snapshot."""
+    found: str | None = None
+    for content in history:
+        parts = content.get("parts")
+        if not isinstance(parts, list):
+            continue
+        for part in parts:
+            text = part.get("text") if isinstance(part, Mapping) else None
+            if isinstance(text, str) and "<state_snapshot>" in text and not part.get("thought"):
+                matches = _SNAPSHOT_RE.findall(text)
+                if matches:
+                    found = matches[-1]
+    if found is None:
+        return None
+    verbatim = VERBATIM_MARK in found[:400]
+    body = _COMMENT_RE.sub("", found)
+    sections: dict[str, list[str]] = {}
+    roots = dict(re.findall(r"^\s*-\s*(\$[A-Z]) = (.+?)\s*$", body, re.MULTILINE))
+    for tag in (*SECTIONS, "current_plan"):
+        match = re.search(rf"<{tag}>(.*?)</{tag}>", body, re.DOTALL)
+        if not match:
+            continue
+        lines = []
+        for raw in match.group(1).splitlines():
+            line = (raw if verbatim else unescape_xml(raw)).strip()
+            line = re.sub(r"^(?:[-*•]\s+)", "", line).strip()
+            if re.match(r"^\$[A-Z] = ", line):
+                continue  # a root legend of an earlier ctxtool snapshot: its paths are expanded below
+            if line[:3] in {f"{name}/" for name in roots}:
+                line = roots[line[:2]] + line[3:]
+            if line:
+                lines.append(line)
+        sections["task_state" if tag == "current_plan" else tag] = lines
+    return sections
+
+
+# --------------------------------------------------------------------------------------------- selection
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One line the snapshot may hold. ``order`` keeps the emitted order stable and chronological."""
+
+    section: str
+    group: str
+    text: str  # unescaped line text, without the leading "- "
+    order: int
+    kind: str  # a fact kind, "carried", "core" or "prose"
+
+    @property
+    def line(self) -> str:
+        if self.text.startswith("$ ") and self.kind in ("commands", "commands_ok", "carried"):
+            return snapshot_text(self.text)  # "$ command" needs no bullet
+        return f"- {snapshot_text(self.text)}"
+
+    @property
+    def cost(self) -> int:
+        return len(self.line) + 1
+
+
+_GROUP_TITLES = {
+    ("artifact_trail", "written"): "written:",
+    ("artifact_trail", "edited"): "edited:",
+    ("artifact_trail", "carried"): "from before:",
+    ("file_system_state", "roots"): "roots ($A/x is x under $A):",
+    ("file_system_state", "cwd"): "shell cwd:",
+    ("file_system_state", "read"): "read:",
+    ("file_system_state", "listed"): "listed/searched:",
+    ("file_system_state", "mentioned"): "named by the user:",
+    ("file_system_state", "referenced"): "@-attached:",
+    ("file_system_state", "carried"): "from before:",
+    ("recent_actions", "commands"): "shell commands in order of first run, [latest outcome] unless exit 0:",
+    ("recent_actions", "carried"): "earlier:",
+    ("recent_actions", "latest"): "latest tool calls:",
+    ("key_knowledge", "errors"): "errors (tool: message):",
+    ("key_knowledge", "carried"): "from before:",
+    ("task_state", "todos"): "todo list:",
+    ("task_state", "carried"): "from before:",
+    ("task_state", "current"): "current request:",
+}
+
+
+def _group_header(section: str, group: str) -> str:
+    title = _GROUP_TITLES.get((section, group), "")
+    return title
+
+
+class _Roots:
+    """Shortens absolute paths by naming their common directories ``$A``, ``$B``, ``$C``.
+
+    The parent directory of a file always stays in the shortened form (``$A/infra/pi_bot.py``), so the
+    ``parent/basename`` of every path remains findable.
+    """
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.roots: list[tuple[str, str]] = []  # (name, root directory with trailing separator)
+        remaining = [p for p in paths if p.startswith(("/", "~/")) or re.match(r"^[A-Za-z]:[\\/]", p)]
+        for name in ("$A", "$B", "$C"):
+            best = self._best_root(remaining)
+            if best is None:
+                break
+            self.roots.append((name, best))
+            remaining = [p for p in remaining if not self._under(p, best)]
+
+    @staticmethod
+    def _under(path: str, root: str) -> bool:
+        rest = path[len(root) :]
+        return path.startswith(root) and len(re.split(r"[\\/]", rest)) >= 2
+
+    def _best_root(self, paths: Sequence[str]) -> str | None:
+        savings: dict[str, int] = {}
+        for path in paths:
+            for match in re.finditer(r"[\\/]", path):
+                root = path[: match.end()]
+                if self._under(path, root):
+                    savings[root] = savings.get(root, 0) + len(root) - 3
+        best: str | None = None
+        best_saving = 0
+        for root, saving in sorted(savings.items()):
+            net = saving - len(root) - 8
+            if net > best_saving or (net == best_saving and best is not None and len(root) > len(best)):
+                best, best_saving = root, net
+        return best if best_saving >= 40 else None
+
+    def shorten(self, path: str) -> str:
+        for name, root in self.roots:
+            if self._under(path, root):
+                return f"{name}/{path[len(root) :]}"
+        return path
+
+
+# The summary budget scales with what it replaces: at most this share of the span's tokens (Gemini CLI's own
+# estimate of the summarised history), and never less than SMALL_SPAN_BUDGET (a short span's snapshot may be
+# a larger share of it: the gemini-cli replay then reports the compression as inflated and writes nothing).
+SPAN_SHARE = 0.10
+SMALL_SPAN_BUDGET = 1000
+
+
+class OfflineSummarizer:
+    """Writes a ``<state_snapshot>`` from the facts of ``call.history``; deterministic and offline."""
+
+    name = "offline"
+    deterministic = True
+
+    def __init__(self, token_budget: int | None = None, chars_per_token: int = 4) -> None:
+        if token_budget is not None and token_budget < MIN_TOKEN_BUDGET:
+            raise UsageError(
+                f"offline summarizer budget {token_budget} tokens is too small",
+                f"Give at least {MIN_TOKEN_BUDGET} tokens.",
+            )
+        if chars_per_token < 1:
+            raise UsageError(f"chars_per_token must be at least 1, not {chars_per_token}", "Use 4.")
+        self.token_budget = token_budget
+        self.chars_per_token = chars_per_token
+
+    def budget_tokens(self, history: Sequence[Mapping[str, Any]]) -> int:
+        """The fixed budget when one was given, else SPAN_SHARE of the span (SMALL_SPAN_BUDGET at least)."""
+        if self.token_budget is not None:
+            return self.token_budget
+        from ctxtool.compress.gemini_cli.chat_compression import estimate_token_count
+
+        span = estimate_token_count([p for c in history for p in (c.get("parts") or [])])
+        return max(SMALL_SPAN_BUDGET, int(span * SPAN_SHARE))
+
+    def generate(self, call: ModelCall) -> str | None:
+        """Answer a summary call with a snapshot; answer a probe with the summary it checks, unchanged."""
+        if call.kind == "probe":
+            return call.previous_summary
+        return self.summarize(call.history)
+
+    def summarize(self, history: Sequence[Mapping[str, Any]]) -> str:
+        facts = extract_facts(history)
+        previous = previous_snapshot(history)
+        items = _candidate_items(facts, previous, history)
+        merged = "; merges the previous snapshot" if previous is not None else ""
+        max_chars = self.budget_tokens(history) * self.chars_per_token
+
+        def header(left_out: Mapping[str, int]) -> str:
+            out = ", ".join(f"{n} {what}" for what, n in left_out.items() if n)
+            return (
+                f"<!-- generated offline by ctxtool, no model, {VERBATIM_MARK}: {len(history)} turns, "
+                f"{facts.user_prompts} prompts, {facts.tool_calls} tool calls{merged}"
+                + (f"; left out for the size budget: {out}" if out else "")
+                + " -->"
+            )
+
+        room = max_chars - len(_render(header(_LEFT_OUT_WIDEST), []))
+        chosen = _select(items, room)
+        text = _render(header(_left_out(items, chosen)), chosen)
+        while len(text) > max_chars and chosen:
+            chosen = _drop_one(chosen)
+            text = _render(header(_left_out(items, chosen)), chosen)
+        return text
+
+
+# --------------------------------------------------------------------------------------------- candidates
+
+
+def _candidate_items(
+    facts: Facts, previous: dict[str, list[str]] | None, history: Sequence[Mapping[str, Any]]
+) -> list[_Item]:
+    items: list[_Item] = []
+    order = 0
+
+    def add(section: str, group: str, text: str, kind: str) -> None:
+        nonlocal order
+        # Facts stay as written (a command's line breaks and spacing are part of it); prose is tidied.
+        text = text.strip() if kind in _VERBATIM_KINDS else normalize_ws(text)
+        if text:
+            items.append(_Item(section, group, text, order, kind))
+            order += 1
+
+    prev = previous or {}
+    for request in facts.requests:
+        add("user_requests", "", request, "requests")
+    goal = " ".join(prev.get("overall_goal", [])) or facts.goal
+    if goal:
+        add("overall_goal", "", _clip(goal, _GOAL_HEAD), "core")
+        if len(normalize_ws(goal)) > _GOAL_HEAD:
+            rest = normalize_ws(goal)[_GOAL_HEAD - 1 :]
+            add("overall_goal", "", "(continued) " + _clip(rest, _GOAL_MAX - _GOAL_HEAD), "prose")
+
+    seen_constraints = set()
+    for line in prev.get("active_constraints", []):
+        seen_constraints.add(line.casefold())
+        add("active_constraints", "", line, "carried")
+    for directive in facts.directives:
+        if directive.casefold() not in seen_constraints:
+            add("active_constraints", "", directive, "directives")
+
+    for error in facts.errors:
+        about = f" ({error.subject[:120]})" if error.subject and error.subject not in error.message else ""
+        add("key_knowledge", "errors", f"{error.tool}{about}: {error.message}", "errors")
+    for line in prev.get("key_knowledge", []):
+        if not line.endswith(":"):
+            add("key_knowledge", "carried", line, "carried")
+
+    roots = _Roots(facts.paths)
+    for name, root in roots.roots:
+        add("file_system_state", "roots", f"{name} = {root}", "core")
+    for path_fact in facts.path_facts:
+        _add_path_item(add, roots, path_fact)
+    new_paths = {roots.shorten(p).casefold() for p in facts.paths} | {p.casefold() for p in facts.paths}
+    for section in ("artifact_trail", "file_system_state"):
+        for line in prev.get(section, []):
+            if line.endswith(":") or line.casefold() in new_paths:
+                continue
+            add(section, "carried", roots.shorten(line), "carried")
+
+    for command in facts.commands:
+        ok = command.outcome == "exit 0"
+        outcome = "" if ok else f" [{command.outcome or 'no result'}]"
+        add(
+            "recent_actions",
+            "commands",
+            f"$ {command.command}{outcome}",
+            "commands" if not ok else "commands_ok",
+        )
+    new_commands = {f"$ {c.command}" for c in facts.commands}
+    for line in prev.get("recent_actions", []):
+        if line.startswith("$ ") and line.split(" [")[0] not in new_commands:
+            add("recent_actions", "carried", line, "carried")  # an earlier command, as it was quoted
+    for line in prev.get("recent_actions", [])[-12:]:
+        if not line.endswith(":") and not line.startswith("$ "):
+            add("recent_actions", "carried", line, "prose")
+    for action in facts.latest_actions:
+        add("recent_actions", "latest", _clip(action, _PROSE_LINE_MAX), "prose")
+
+    for todo in facts.todos:
+        mark = _TODO_MARK.get(todo.status, todo.status.upper())
+        add("task_state", "todos", f"[{mark}] {_clip(todo.description, _TODO_MAX)}", "core")
+    if not facts.todos:
+        for line in prev.get("task_state", []):
+            if not line.endswith(":"):
+                add("task_state", "carried", line, "carried")
+    prompts = list(real_user_prompts(history))
+    if prompts:
+        add("task_state", "current", _clip(prompts[-1][1], _PROSE_LINE_MAX), "prose")
+    return items
+
+
+def _add_path_item(add: Any, roots: _Roots, path_fact: PathFact) -> None:
+    section = "artifact_trail" if path_fact.modified else "file_system_state"
+    kind = "paths" if path_fact.modified or path_fact.how not in ("read", "listed") else "paths_read"
+    add(section, path_fact.how, roots.shorten(path_fact.path), kind)
+
+
+# Kinds of items, in the order they are given room (see ``_select``), and their names in the header's
+# "left out" note. What the user asked comes first and goes last.
+_VERBATIM_KINDS = frozenset(
+    {"requests", "paths", "paths_read", "commands", "commands_ok", "errors", "directives", "carried"}
+)
+_TIERS: tuple[tuple[str, ...], ...] = (
+    ("core", "requests"),
+    ("errors", "commands", "paths", "directives"),
+    ("commands_ok",),
+    ("paths_read",),
+    ("carried",),
+    ("prose",),
+)
+_LEFT_OUT_NAMES = {
+    "requests": "user requests",
+    "errors": "errors",
+    "commands": "failed commands",
+    "commands_ok": "commands that succeeded",
+    "paths": "paths changed",
+    "paths_read": "paths only read",
+    "directives": "directives",
+}
+_LEFT_OUT_WIDEST = dict.fromkeys(_LEFT_OUT_NAMES.values(), 99999)
+
+
+def _select(items: Sequence[_Item], budget: int) -> list[_Item]:
+    """Choose the items to emit within ``budget`` characters.
+
+    Tier by tier (``_TIERS``): user requests and the core lines first, then errors (newest first), failed
+    commands, changed paths and directives, then the commands that succeeded, then the paths only read,
+    then lines carried from an earlier snapshot, then prose. So when the facts do not fit, what goes is, in
+    order: paths only read, commands that succeeded, older errors; user requests go last of all.
+    """
+    chosen: list[_Item] = []
+    used = 0
+    headers: set[tuple[str, str]] = set()
+
+    def cost_with_header(item: _Item) -> int:
+        key = (item.section, item.group)
+        title = _group_header(item.section, item.group)
+        return item.cost + (len(title) + 1 if title and key not in headers else 0)
+
+    for tier in _TIERS:
+        pool = [i for i in items if i.kind in tier]
+        # Errors: the newest first, so the older ones are what a tight budget leaves out.
+        pool.sort(key=lambda i: -i.order if i.kind == "errors" else i.order)
+        for item in pool:
+            cost = cost_with_header(item)
+            if used + cost > budget:
+                continue
+            used += cost
+            headers.add((item.section, item.group))
+            chosen.append(item)
+    return sorted(chosen, key=lambda i: i.order)
+
+
+def _left_out(items: Sequence[_Item], chosen: Sequence[_Item]) -> dict[str, int]:
+    """How many facts of each kind the budget left out (for the snapshot's own header)."""
+    kept = {id(i) for i in chosen}
+    out: dict[str, int] = {}
+    for item in items:
+        name = _LEFT_OUT_NAMES.get(item.kind)
+        if name is not None and id(item) not in kept:
+            out[name] = out.get(name, 0) + 1
+    return out
+
+
+def _drop_one(chosen: list[_Item]) -> list[_Item]:
+    """Remove the least important, most expensive item (used only if rendering overshoots the estimate)."""
+    rank = {
+        "prose": 0,
+        "carried": 1,
+        "paths_read": 2,
+        "commands_ok": 3,
+        "paths": 4,
+        "commands": 4,
+        "errors": 4,
+        "directives": 4,
+        "requests": 6,
+        "core": 5,
+    }
+    victim = min(chosen, key=lambda i: (rank.get(i.kind, 4), -i.cost, -i.order))
+    return [i for i in chosen if i is not victim]
+
+
+def _render(header: str, chosen: Sequence[_Item]) -> str:
+    by_section: dict[str, list[_Item]] = {s: [] for s in SECTIONS}
+    for item in chosen:
+        by_section[item.section].append(item)
+    lines = ["<state_snapshot>", header]
+    for section in SECTIONS:
+        lines.append(f"<{section}>")
+        section_items = by_section[section]
+        if section == "overall_goal":
+            lines.extend(snapshot_text(i.text) for i in section_items)
+        else:
+            group_order: list[str] = []
+            for item in section_items:
+                if item.group not in group_order:
+                    group_order.append(item.group)
+            for group in _ordered_groups(section, group_order):
+                title = _group_header(section, group)
+                if title:
+                    lines.append(title)
+                lines.extend(i.line for i in section_items if i.group == group)
+        lines.append(f"</{section}>")
+    lines.append("</state_snapshot>")
+    return "\n".join(lines)
+
+
+def _ordered_groups(section: str, present: Sequence[str]) -> list[str]:
+    preferred = [g for (s, g) in _GROUP_TITLES if s == section]
+    return [g for g in preferred if g in present] + [g for g in present if g not in preferred]
+
+
+# ----------------------------------------------------------------------------------------- --keep-facts
+
+_FACTS_BLOCK_RE = re.compile(r"\n?<verbatim_facts>.*?</verbatim_facts>\n?", re.DOTALL)
+
+
+def with_facts(summary: str, history: Sequence[Mapping[str, Any]], offline: OfflineSummarizer) -> str:
+    """``summary`` (a model's), then the deterministic facts of ``history`` in a ``<verbatim_facts>`` block
+    inside its ``<state_snapshot>``: what a paraphrasing model might lose (requests, commands, errors,
+    paths) stays verbatim. A block the model echoed back (the probe sees the first answer) is replaced."""
+    facts = offline.summarize(history)
+    body = facts.removeprefix("<state_snapshot>\n").removesuffix("\n</state_snapshot>")
+    block = f"<verbatim_facts>\n{body}\n</verbatim_facts>"
+    text = _FACTS_BLOCK_RE.sub("\n", summary).rstrip()
+    if text.endswith(_CLOSING_TAG):
+        return f"{text[: -len(_CLOSING_TAG)].rstrip()}\n{block}\n{_CLOSING_TAG}"
+    return f"{text}\n{block}"
+
+
+class KeepFacts:
+    """``--summarizer gemini --keep-facts``: each answer of the model, with the deterministic facts list of
+    the summarised span appended (``with_facts``), so a summary that paraphrases cannot lose them."""
+
+    deterministic = False
+
+    def __init__(self, inner: Summarizer, offline: OfflineSummarizer | None = None) -> None:
+        self.inner = inner
+        self.offline = offline or OfflineSummarizer()
+        self.name = f"{inner.name}+facts"
+
+    def generate(self, call: ModelCall) -> str | None:
+        answer = self.inner.generate(call)
+        if answer is None or not answer.strip():
+            return answer  # an empty summary stays empty: the replay reports it as Gemini CLI would
+        return with_facts(answer, call.history, self.offline)
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+
+__all__ = [
+    "MIN_TOKEN_BUDGET",
+    "SECTIONS",
+    "KeepFacts",
+    "OfflineSummarizer",
+    "previous_snapshot",
+    "snapshot_text",
+    "with_facts",
+]

@@ -1,0 +1,574 @@
+"""Questions asked of a ``Corpus``: filters, the ``--by`` reports, totals, the live view, and what
+reading met."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import date
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:
+    pass
+
+
+from ctxtool.common.choices import BY_CHOICES
+from ctxtool.common.wording import plural
+from ctxtool.frames.model import (
+    COMPOSITION_COLUMNS,
+    PROBLEM_KINDS,
+    TOKEN_COLUMNS,
+    Corpus,
+    Problem,
+    ProblemKind,
+    cost_aggs,
+    known_cost,
+)
+from ctxtool.frames.turns import turns_frame, with_turn_counts
+from ctxtool.measure.tokens import TOTAL_PARTS, describe_total_mismatches
+
+
+def problem_counts(problems: Iterable[Problem]) -> dict[ProblemKind, int]:
+    """How many problems of each kind."""
+    counts: dict[ProblemKind, int] = dict.fromkeys(PROBLEM_KINDS, 0)
+    for p in problems:
+        counts[p.kind] += 1
+    return counts
+
+
+def describe_problems(n: Mapping[ProblemKind, int]) -> str:
+    """Problems counted by kind (``problem_counts``) in words, for a caption or an error: ``1 folder
+    without session files, 2 files could not be read`` ("" when there are none)."""
+    parts = [
+        *([f"{plural(n['missing'], 'PATH')} matching no file"] if n["missing"] else []),
+        *([f"{plural(n['no_sessions'], 'folder')} without session files"] if n["no_sessions"] else []),
+        *([f"{plural(n['unreadable'], 'file')} could not be read"] if n["unreadable"] else []),
+    ]
+    return ", ".join(parts)
+
+
+def _session_match(sessions: pl.DataFrame, wanted: str) -> pl.Expr:
+    """Sessions that ``--session WANTED`` names: a session id or a unique prefix of one (the short id a table
+    shows is such a prefix), or a file name without its extension, or the file itself. Never a substring
+    found elsewhere in a name. A prefix shared by several sessions is a usage error listing them; a whole
+    id that several files share (the a2a server writes a constant one) names them all."""
+    from ctxtool.common.errors import UsageError
+
+    exact = (
+        (pl.col("session_id") == wanted) | (pl.col("session") == wanted) | (pl.col("session_key") == wanted)
+    )
+    if sessions.filter(exact).height:
+        return exact
+    prefix = pl.col("session_id").str.starts_with(wanted)
+    roots = sessions.filter(prefix & pl.col("parent_session_key").is_null())
+    if roots.height > 1:
+        names = ", ".join(f"{r['session_id']} ({r['session']})" for r in roots.head(10).iter_rows(named=True))
+        raise UsageError(
+            f"--session {wanted} is ambiguous: {roots.height} sessions have an id starting with it: {names}",
+            "Give more characters of the id",
+        )
+    return prefix
+
+
+# --- reports ---------------------------------------------------------------------------------------
+
+
+def filter_corpus(
+    corpus: Corpus,
+    *,
+    since: date | None = None,
+    until: date | None = None,
+    projects: Sequence[str] = (),
+    sessions: Sequence[str] = (),
+    models: Sequence[str] = (),
+) -> Corpus:
+    """Keep requests (and the turns/sessions they belong to) matching every filter given. ``models``: a
+    request's model equals one of them or starts with it (``gemini-2.5`` names every 2.5 model); turns are
+    then summed over the matching requests only."""
+    if not (since or until or projects or sessions or models):
+        return corpus
+    keep = corpus.sessions
+    if projects:
+        keep = keep.filter(
+            pl.any_horizontal(
+                *[
+                    pl.col("project").str.contains(p, literal=True) | (pl.col("project_dir") == p)
+                    for p in projects
+                ]
+            )
+        )
+    if sessions:
+        keep = keep.filter(pl.any_horizontal(*[_session_match(keep, s) for s in sessions]))
+    # A subagent follows its parent session when filtering by session.
+    roots = keep.get_column("session_key")
+    keys = corpus.sessions.filter(
+        pl.col("session_key").is_in(roots.implode()) | pl.col("root_session_key").is_in(roots.implode())
+    ).get_column("session_key")
+
+    def by_key(df: pl.DataFrame) -> pl.DataFrame:
+        return df.filter(pl.col("session_key").is_in(keys.implode()))
+
+    requests = by_key(corpus.requests)
+    turns = by_key(corpus.turns)
+    messages = by_key(corpus.messages)
+    meta = by_key(corpus.sessions)
+    if since or until:
+        requests = requests.filter(_within_days("ts", since, until))
+        messages = messages.filter(_within_days("ts", since, until))
+        turns = turns.filter(_within_days("start", since, until))
+        meta = meta.filter(pl.col("session_key").is_in(messages.get_column("session_key").unique().implode()))
+    if models:
+        requests = requests.filter(
+            pl.any_horizontal(
+                *[(pl.col("model") == m) | pl.col("model").str.starts_with(m) for m in models]
+            ).fill_null(False)
+        )
+        used = requests.get_column("session_key").unique().implode()
+        messages = messages.filter(pl.col("session_key").is_in(used))
+        meta = meta.filter(pl.col("session_key").is_in(used))
+        turns = turns_frame(messages, requests, meta).filter(pl.col("requests") > 0)
+    if since or until or models:  # the turns left: what `--by turn` lists, so what a session counts
+        meta = with_turn_counts(meta, turns)
+    return replace(
+        corpus,
+        sessions=meta,
+        messages=messages,
+        requests=requests,
+        tool_calls=by_key(corpus.tool_calls),
+        turns=turns,
+        calls=None,
+    )
+
+
+def _within_days(column: str, since: date | None, until: date | None) -> pl.Expr:
+    """``column`` (a timestamp) falls on a UTC day in [since, until]; an open end is not checked."""
+    day = pl.col(column).dt.date()
+    cond = pl.lit(True)
+    if since:
+        cond = cond & (day >= since)
+    if until:
+        cond = cond & (day <= until)
+    return cond
+
+
+def _agg_requests(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    return (
+        df.group_by(keys)
+        .agg(
+            pl.col("session_key").n_unique().alias("sessions"),
+            pl.len().alias("requests"),
+            *[pl.col(k).sum() for k in TOKEN_COLUMNS],
+            pl.col("input").max().alias("peak_context"),
+            *cost_aggs(),
+            pl.col("tool_calls").sum(),
+        )
+        .with_columns(
+            *known_cost(),
+            cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
+        )
+        .drop("_priced")
+        .sort(keys)
+    )
+
+
+# Columns each report shows, in order (the README documents every one).
+# The columns of every report that sums requests by one key (model, project, day, week, month).
+_AGGREGATE_COLUMNS = [
+    "sessions",
+    "requests",
+    *TOKEN_COLUMNS,
+    "peak_context",
+    "cache_ratio",
+    "cost",
+    "unpriced",
+]
+
+REPORT_COLUMNS: dict[str, list[str]] = {
+    "turn": [
+        "session",
+        "turn",
+        "prompt",
+        "start",
+        "duration_s",
+        "requests",
+        *TOKEN_COLUMNS,
+        "peak_context",
+        "context_limit",
+        "context_share",
+        "cache_ratio",
+        "tool_calls",
+        "tool_errors",
+        "compressed",
+        "live",
+        "models",
+        "cost",
+        "unpriced",
+        *COMPOSITION_COLUMNS,
+    ],
+    "request": [
+        "session",
+        "turn",
+        "message_id",
+        "timestamp",
+        "model",
+        "model_inferred",
+        *TOKEN_COLUMNS,
+        "context",
+        "context_limit",
+        "context_share",
+        "cache_ratio",
+        "tool_calls",
+        "live",
+        "cost",
+        *COMPOSITION_COLUMNS,
+        "event",
+    ],
+    "session": [
+        "session",
+        "session_id",
+        "derived_from",
+        "project",
+        "kind",
+        "subagents",
+        "start",
+        "end",
+        "turns",
+        "requests",
+        *TOKEN_COLUMNS,
+        "context",
+        "peak_context",
+        "context_limit",
+        "context_share",
+        "cache_ratio",
+        "compressions",
+        "rewinds",
+        "tool_calls",
+        "tool_errors",
+        "models",
+        "cost",
+        "unpriced",
+        "hidden_requests",
+        "hidden_input",
+        "hidden_output",
+        "hidden_cost",
+        "file",
+        *COMPOSITION_COLUMNS,
+    ],
+    "model": ["model", *_AGGREGATE_COLUMNS],
+    "project": ["project", *_AGGREGATE_COLUMNS],
+    "day": ["day", *_AGGREGATE_COLUMNS],
+    "week": ["week", *_AGGREGATE_COLUMNS],
+    "month": ["month", *_AGGREGATE_COLUMNS],
+}
+
+
+def report(
+    corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True, timezone: str | None = None
+) -> pl.DataFrame:
+    """The rows of ``ctxtool stats --by BY``. ``timezone`` (an IANA name; default UTC) decides which day,
+    week (the date of its Monday, as ccusage shows it) or month (``YYYY-MM``) a request falls in."""
+    if by not in BY_CHOICES:
+        raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
+    if by == "turn":
+        df = corpus.turns.sort("session", "session_key", "turn")
+    elif by == "request":
+        df = corpus.requests.sort("session", "session_key", "position")
+    elif by == "session":
+        df = _session_report(corpus, include_subagents_in_parent)
+    elif by == "model":
+        df = _agg_requests(corpus.requests.with_columns(pl.col("model").fill_null("(unknown)")), ["model"])
+    elif by == "project":
+        df = _agg_requests(corpus.requests, ["project"])
+    else:
+        local = pl.col("ts").dt.convert_time_zone(timezone) if timezone else pl.col("ts")
+        key = {
+            "day": local.dt.date(),
+            "week": local.dt.truncate("1w").dt.date(),  # polars weeks start on Monday
+            "month": local.dt.strftime("%Y-%m"),
+        }[by]
+        df = _agg_requests(corpus.requests.with_columns(key.alias(by)), [by])
+    return df.select(REPORT_COLUMNS[by])
+
+
+def with_uncached_input(df: pl.DataFrame) -> pl.DataFrame:
+    """The token columns as ccusage shows them: ``input`` without the cached tokens, so that ``input``,
+    ``cached``, ``output``, ``thoughts`` and ``tool`` add up to ``total``; Gemini's own prompt count (cached
+    included, what the context holds) stays as ``prompt_tokens``. What ``ctxtool stats`` prints and writes;
+    the frames themselves keep Gemini CLI's names and meanings. ``ctxtool.measure.tokens.report_tokens`` is
+    the same rule on one recorded response (``diff``)."""
+    if "input" not in df.columns or "cached" not in df.columns:
+        return df
+    at = df.columns.index("cached") + 1
+    df = df.with_columns(
+        pl.col("input").alias("prompt_tokens"),
+        (pl.col("input") - pl.col("cached").fill_null(0)).alias("input"),
+    )
+    order = [c for c in df.columns if c != "prompt_tokens"]
+    return df.select([*order[:at], "prompt_tokens", *order[at:]])
+
+
+# What a subagent session adds to its parent's row (cost too, see _session_report). Its turns go with its
+# requests: every request is in a counted turn, and the rows of `--by session` count the turns `--by turn`
+# lists (a subagent's under its own name).
+_ROLLED_UP = (*TOKEN_COLUMNS, "requests", "turns", "tool_calls", "tool_errors", "unpriced")
+
+
+def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
+    s = corpus.sessions
+    if corpus.requests.height != _request_count(s):
+        # Filtered by date: recompute token sums from the requests that remain.
+        sums = _agg_requests(corpus.requests, ["session_key"]).select(
+            "session_key", "requests", *TOKEN_COLUMNS, "cost", "unpriced"
+        )
+        s = s.drop("requests", *TOKEN_COLUMNS, "cost", "unpriced").join(
+            sums, on="session_key", how="left", maintain_order="left"
+        )
+        s = s.with_columns(
+            pl.col("requests").fill_null(0),
+            *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
+            pl.col("cost").fill_null(0.0),
+            pl.col("unpriced").fill_null(0),
+        )
+    if not roll_up:
+        return s.sort("start", "session", "session_key", nulls_last=True)
+    # Subagent sessions are attributed to their parent: their tokens and cost are added to the parent's row.
+    child = s.filter(pl.col("parent_session_key").is_not_null())
+    if child.height == 0:
+        return s.sort("start", "session", "session_key", nulls_last=True)
+    add = child.group_by("parent_session_key").agg(
+        *[pl.col(k).sum().alias(f"_sub_{k}") for k in _ROLLED_UP],
+        pl.col("cost").sum().alias("_sub_cost"),
+        pl.col("cost").is_not_null().any().alias("_sub_priced"),
+    )
+    parents = (
+        s.filter(pl.col("parent_session_key").is_null())
+        .join(add, left_on="session_key", right_on="parent_session_key", how="left", maintain_order="left")
+        .with_columns(
+            *[(pl.col(k) + pl.col(f"_sub_{k}").fill_null(0)).alias(k) for k in _ROLLED_UP],
+            # The known parts add up; null only when neither side has a known price.
+            cost=pl.when(pl.col("cost").is_null() & pl.col("_sub_priced").fill_null(False).not_())
+            .then(pl.col("cost"))
+            .otherwise(pl.col("cost").fill_null(0.0) + pl.col("_sub_cost").fill_null(0.0)),
+        )
+        .with_columns(cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")))
+        .drop([c for c in add.columns if c != "parent_session_key"])
+    )
+    return parents.sort("start", "session", "session_key", nulls_last=True)
+
+
+def _request_count(sessions: pl.DataFrame) -> int:
+    return int(sessions.get_column("requests").sum() or 0) if sessions.height else 0
+
+
+def totals(df: pl.DataFrame) -> dict[str, Any]:
+    """A totals row for a report: sums of the additive columns, max of the peaks."""
+    out: dict[str, Any] = {}
+    for col in df.columns:
+        if col in (
+            *TOKEN_COLUMNS,
+            "prompt_tokens",
+            "requests",
+            "sessions",
+            "tool_calls",
+            "tool_errors",
+            "turns",
+            "compressions",
+            "unpriced",
+            *COMPOSITION_COLUMNS,
+        ):
+            out[col] = int(df.get_column(col).sum() or 0)
+        elif col in ("peak_context", "context", "context_share"):
+            out[col] = df.get_column(col).max()
+        elif col == "cost":
+            # The known part, summed; null only when no row has a known price (``unpriced`` says how many
+            # requests are missing from it).
+            c = df.get_column(col)
+            out[col] = None if c.len() and c.null_count() == c.len() else float(c.sum())
+    prompt = out.get("prompt_tokens", out.get("input"))
+    if prompt:
+        out["cache_ratio"] = out.get("cached", 0) / prompt
+    return out
+
+
+def live_only(corpus: Corpus) -> Corpus:
+    """The live view: only requests and turns still in the history Gemini CLI would resume."""
+    requests = corpus.requests.filter(pl.col("live"))
+    messages = corpus.messages.filter(pl.col("live"))
+    turns = turns_frame(messages, requests, corpus.sessions)
+    meta = corpus.sessions.drop(
+        "requests", *TOKEN_COLUMNS, "cost", "unpriced", "context", "peak_context", "models", "live_requests"
+    )
+    sums = requests.group_by("session_key").agg(
+        pl.len().alias("requests"),
+        *[pl.col(k).sum() for k in TOKEN_COLUMNS],
+        *cost_aggs(),
+        pl.col("input").last().alias("context"),
+        pl.col("input").max().alias("peak_context"),
+        pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
+        pl.len().alias("live_requests"),
+    )
+    sessions = (
+        meta.join(sums, on="session_key", how="left", maintain_order="left")
+        .with_columns(
+            pl.col("requests").fill_null(0),
+            pl.col("live_requests").fill_null(0),
+            *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
+            *known_cost(),
+        )
+        .drop("_priced")
+    )
+    sessions = with_turn_counts(sessions, turns)  # the turns still live, as `--by turn --live` lists them
+    return replace(
+        corpus,
+        sessions=sessions,
+        messages=messages,
+        requests=requests,
+        tool_calls=corpus.tool_calls.filter(pl.col("live").fill_null(True)),
+        turns=turns,
+        calls=None,
+    )
+
+
+def hidden_calls(corpus: Corpus) -> tuple[int, float]:
+    """Gemini CLI's unrecorded compression calls over the corpus's sessions: (requests, estimated cost)."""
+    s = corpus.sessions
+    if s.height == 0 or "hidden_requests" not in s.columns:
+        return 0, 0.0
+    return int(s.get_column("hidden_requests").sum() or 0), float(s.get_column("hidden_cost").sum() or 0.0)
+
+
+def read_warnings(corpus: Corpus) -> list[str]:
+    """What a command reading ``corpus`` should warn about: files that could not be read, files with broken
+    lines, and the corpus's own warnings (unknown models, unrepresentable values)."""
+    return [
+        *(str(p) for p in corpus.problems),
+        *(
+            f"{path}: skipped {plural(broken, 'broken line')} (first at line {first})"
+            for path, broken, first in broken_files(corpus)
+        ),
+        *(
+            f"{r['file']}: {plural(r['invalid_utf8_lines'], 'line')} "
+            f"{'holds' if r['invalid_utf8_lines'] == 1 else 'hold'} bytes that are not UTF-8 (first at line "
+            f"{r['first_invalid_utf8_line']}); read with U+FFFD in their place, as Gemini CLI reads them"
+            for r in corpus.sessions.filter(pl.col("invalid_utf8_lines") > 0).iter_rows(named=True)
+        ),
+        *([describe_total_mismatches(mismatched)] if (mismatched := total_mismatches(corpus)) else []),
+        *corpus.warnings,
+    ]
+
+
+def total_mismatches(corpus: Corpus) -> list[tuple[str, int]]:
+    """(file, requests) for every session with requests whose recorded ``total`` is not the sum of its parts
+    (``ctxtool.measure.tokens.total_disagrees`` on the requests frame: such a total is kept as recorded)."""
+    req = corpus.requests
+    if req.height == 0:
+        return []
+    parts = pl.sum_horizontal(*[pl.col(k).fill_null(0) for k in TOTAL_PARTS])
+    counts = (
+        req.filter(pl.col("total").fill_null(0) != parts)
+        .group_by("session_key")
+        .agg(pl.len().alias("n"))
+        .join(corpus.sessions.select("session_key", "file"), on="session_key", how="left")
+        .sort("file", "session_key", nulls_last=True)
+    )
+    return [(r["file"] or r["session_key"], int(r["n"])) for r in counts.iter_rows(named=True)]
+
+
+def broken_files(corpus: Corpus) -> list[tuple[str, int, int]]:
+    """(file, broken lines, first broken line) for every session that had unparseable lines."""
+    df = corpus.sessions.filter(pl.col("broken_lines") > 0)
+    return [(r["file"], r["broken_lines"], r["first_broken_line"] or 0) for r in df.iter_rows(named=True)]
+
+
+def read_summary(corpus: Corpus) -> dict[str, Any]:
+    """What was read, for the JSON envelope and the table caption."""
+    reasons: dict[str, int] = {}
+    for _, why in corpus.skipped:
+        reasons[why] = reasons.get(why, 0) + 1
+    s = corpus.sessions
+    return {
+        "files": corpus.files_read,
+        "bytes": corpus.bytes_read,
+        "sessions": s.height,
+        "subagent_sessions": s.filter(pl.col("kind") == "subagent").height if s.height else 0,
+        "requests": corpus.requests.height,
+        "total_tokens": int(corpus.requests.get_column("total").sum() or 0),
+        "broken_lines": corpus.broken_lines,
+        "invalid_utf8_lines": int(s.get_column("invalid_utf8_lines").sum() or 0) if s.height else 0,
+        "total_mismatches": sum(n for _, n in total_mismatches(corpus)),
+        "skipped": [{"file": f, "reason": why} for f, why in corpus.skipped],
+        "skipped_by_reason": reasons,
+        "errors": [{"file": p.path, "message": p.message} for p in corpus.problems if p.kind == "unreadable"],
+        "empty_folders": [
+            {"path": p.path, "message": p.message} for p in corpus.problems if p.kind == "no_sessions"
+        ],
+        "missing_paths": [
+            {"path": p.path, "message": p.message} for p in corpus.problems if p.kind == "missing"
+        ],
+    }
+
+
+# The plural of the skip reasons that are nouns (``read.skipped_by_reason`` keys, ctxtool.session.discover);
+# the others ("permission denied", "vanished") read the same after any count.
+_SKIPPED_PLURAL = {
+    "temporary file": "temporary files",
+    "unreadable-file backup left by Gemini CLI": "unreadable-file backups left by Gemini CLI",
+    "backup made by ctxtool compact --in-place": "backups made by ctxtool compact --in-place",
+    "symlink loop": "symlink loops",
+    "dangling symlink": "dangling symlinks",
+    "not a regular file": "not regular files",
+}
+
+
+def describe_read(summary: dict[str, Any]) -> str:
+    size = summary["bytes"]
+    amount = f"{size / 1_000_000:,.1f} MB" if size >= 1_000_000 else f"{size / 1_000:,.1f} kB"
+    text = (
+        f"Read {plural(summary['files'], 'file')} ({amount}): {plural(summary['sessions'], 'session')}"
+        f" ({summary['subagent_sessions']:,} subagent), {plural(summary['requests'], 'request')}."
+    )
+    if summary["skipped_by_reason"]:
+        parts = [
+            plural(n, why, _SKIPPED_PLURAL[why]) if why in _SKIPPED_PLURAL else f"{n:,} {why}"
+            for why, n in sorted(summary["skipped_by_reason"].items())
+        ]
+        text += f" Skipped {sum(summary['skipped_by_reason'].values())}: " + ", ".join(parts) + "."
+    problems = describe_problems(
+        {
+            "missing": len(summary.get("missing_paths", ())),
+            "no_sessions": len(summary.get("empty_folders", ())),
+            "unreadable": len(summary["errors"]),
+        }
+    )
+    if problems:
+        text += f" {problems[0].upper()}{problems[1:]} (see warnings)."
+    if summary["broken_lines"]:
+        text += f" {plural(summary['broken_lines'], 'broken line')} skipped."
+    if summary.get("invalid_utf8_lines"):
+        text += f" {plural(summary['invalid_utf8_lines'], 'line')} with invalid UTF-8 (see warnings)."
+    if summary.get("total_mismatches"):
+        text += (
+            f" {plural(summary['total_mismatches'], 'recorded total')}"
+            f" {'disagrees with its' if summary['total_mismatches'] == 1 else 'disagree with their'} parts"
+            " (see warnings)."
+        )
+    index = summary.get("index") or {}
+    if index.get("corpus_from_cache"):
+        text += " Nothing changed since the last run: served from ctxtool's index."
+    elif index.get("files_from_index") or index.get("files_resumed"):
+        cached, resumed, parsed = (
+            index.get(k, 0) for k in ("files_from_index", "files_resumed", "files_parsed")
+        )
+        parts = [
+            *([f"{plural(cached, 'unchanged file')} from the index"] if cached else []),
+            *(
+                [f"{plural(resumed, 'grown file')} read from where {'it' if resumed == 1 else 'they'} ended"]
+                if resumed
+                else []
+            ),
+            *([f"{parsed:,} read in full"] if parsed else []),
+        ]
+        text += f" {'; '.join(parts)}."
+    return text

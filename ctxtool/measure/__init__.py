@@ -1,0 +1,1 @@
+"""Measuring a request: token limits, Gemini CLI's token estimator, prices."""

@@ -1,0 +1,114 @@
+"""Machine-readable output: json, jsonl, csv and parquet, written the same way by every command.
+
+Owns: the JSON envelope (``schema_version``), value conversion (datetimes as ISO 8601, dates as YYYY-MM-DD),
+and atomic file writes. Must not: import rich or decide anything about terminals.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable
+from datetime import date, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import polars as pl
+
+from ctxtool.common.choices import FORMATS, MACHINE_FORMATS
+
+__all__ = ["FORMATS", "MACHINE_FORMATS", "atomic_write", "dumps", "encode", "json_document"]
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def dumps(obj: Any, *, indent: bool = True) -> bytes:
+    # ISO 8601 UTC with a Z (2026-04-05T18:01:30.114000Z), as ccusage writes and jq users expect.
+    option = orjson.OPT_NON_STR_KEYS | orjson.OPT_UTC_Z | (orjson.OPT_INDENT_2 if indent else 0)
+    return orjson.dumps(obj, default=_default, option=option)
+
+
+# Columns the frames hold as one comma-joined string (a table cell, a CSV field) and machine formats that
+# can hold a list write as a list.
+LIST_COLUMNS = ("models",)
+
+
+def with_lists(rows: pl.DataFrame) -> pl.DataFrame:
+    """``models`` (and the other LIST_COLUMNS) as lists of strings: ``[]`` for none."""
+    return rows.with_columns(
+        pl.col(c).fill_null("").str.split(",").list.eval(pl.element().filter(pl.element() != "")).alias(c)
+        for c in LIST_COLUMNS
+        if c in rows.columns and rows.schema[c] == pl.String
+    )
+
+
+def json_document(rows: pl.DataFrame, **envelope: Any) -> bytes:
+    """``{"schema_version": …, <envelope>, "rows": [...]}`` followed by a newline."""
+    from ctxtool.frames.model import SCHEMA_VERSION
+
+    doc = {"schema_version": SCHEMA_VERSION, **envelope, "rows": with_lists(rows).to_dicts()}
+    return dumps(doc) + b"\n"
+
+
+def jsonl_lines(rows: pl.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    for row in with_lists(rows).iter_rows(named=True):
+        buf.write(dumps(row, indent=False))
+        buf.write(b"\n")
+    return buf.getvalue()
+
+
+def csv_bytes(rows: pl.DataFrame) -> bytes:
+    return rows.write_csv().encode("utf-8")
+
+
+def parquet_bytes(rows: pl.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    with_lists(rows).write_parquet(buf)
+    return buf.getvalue()
+
+
+def encode(rows: pl.DataFrame, fmt: str, **envelope: Any) -> bytes:
+    if fmt == "json":
+        return json_document(rows, **envelope)
+    if fmt == "jsonl":
+        return jsonl_lines(rows)
+    if fmt == "csv":
+        return csv_bytes(rows)
+    if fmt == "parquet":
+        return parquet_bytes(rows)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def atomic_write(path: Path, chunks: Iterable[bytes] | bytes) -> None:
+    """Write to a temporary file in the same directory, then rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from ctxtool.session.write import temp_beside
+
+    fd, tmp = temp_beside(path.parent, path.name)  # the mode a plain open() gives, not mkstemp's 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if isinstance(chunks, bytes):
+                fh.write(chunks)
+            else:
+                for chunk in chunks:
+                    fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_stdout(data: bytes, stream: IO[bytes]) -> None:
+    stream.write(data)
+    stream.flush()

@@ -1,0 +1,912 @@
+"""The only module that imports rich: tables, colours and numbers for people.
+
+The terminal decides colour and width, never structure: a table shows the same rows and columns as the
+machine formats, with readable numbers, a totals row and the context share coloured against Gemini CLI's
+compression threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
+from typing import IO, Any, Literal
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ctxtool.common.wording import plural
+from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
+
+_RIGHT = {
+    "ctx_tool_io",
+    "ctx_model",
+    "ctx_prompts",
+    "ctx_overhead",
+    "requests",
+    "sessions",
+    "turn",
+    "turns",
+    "input",
+    "output",
+    "cached",
+    "thoughts",
+    "tool",
+    "total",
+    "context",
+    "peak_context",
+    "context_limit",
+    "context_share",
+    "cache_ratio",
+    "tool_calls",
+    "tool_errors",
+    "compressions",
+    "rewinds",
+    "subagents",
+    "cost",
+    "duration_s",
+}
+_HEADERS = {
+    "requests": "req",
+    "context_share": "ctx %",
+    "cache_ratio": "cache %",
+    "peak_context": "peak ctx",
+    "context_limit": "limit",
+    "duration_s": "time",
+    "tool_calls": "tools",
+    "tool_errors": "tool err",
+    "compressions": "compr.",
+    "ctx_overhead": "ctx: overhead",
+    "ctx_prompts": "ctx: prompts",
+    "ctx_model": "ctx: model",
+    "ctx_tool_io": "ctx: tool I/O",
+}
+# The columns of the --by project, day, week and month tables, after the key itself.
+_PERIOD_COLUMNS = [
+    "sessions",
+    "requests",
+    "input",
+    "cached",
+    "output",
+    "thoughts",
+    "total",
+    "cache_ratio",
+    "cost",
+]
+# What a table shows per report; machine formats always carry every column.
+TABLE_COLUMNS: dict[str, list[str]] = {
+    "turn": [
+        "session",
+        "turn",
+        "prompt",
+        "start",
+        "duration_s",
+        "requests",
+        "input",
+        "output",
+        "thoughts",
+        "cached",
+        "peak_context",
+        "context_share",
+        "cache_ratio",
+        "tool_calls",
+        "compressed",
+        "ctx_overhead",
+        "ctx_prompts",
+        "ctx_model",
+        "ctx_tool_io",
+        "cost",
+    ],
+    "request": [
+        "session",
+        "turn",
+        "timestamp",
+        "model",
+        "input",
+        "output",
+        "thoughts",
+        "cached",
+        "context_share",
+        "cache_ratio",
+        "tool_calls",
+        "live",
+        "event",
+        "ctx_overhead",
+        "ctx_prompts",
+        "ctx_model",
+        "ctx_tool_io",
+        "cost",
+    ],
+    "session": [
+        "session",
+        "project",
+        "start",
+        "turns",
+        "requests",
+        "input",
+        "cached",
+        "output",
+        "thoughts",
+        "total",
+        "peak_context",
+        "context_share",
+        "cache_ratio",
+        "compressions",
+        "cost",
+    ],
+    "model": [
+        "model",
+        "sessions",
+        "requests",
+        "input",
+        "output",
+        "thoughts",
+        "cached",
+        "total",
+        "cache_ratio",
+        "cost",
+    ],
+    "project": ["project", *_PERIOD_COLUMNS],
+    "day": ["day", *_PERIOD_COLUMNS],
+    "week": ["week", *_PERIOD_COLUMNS],
+    "month": ["month", *_PERIOD_COLUMNS],
+}
+_MAX_WIDTH = {"prompt": 40, "session": 34, "project": 24, "model": 30}
+
+
+def make_console(
+    stream: IO[str] | None = None, *, width: int | None = None, color: bool | str | None = None
+) -> Console:
+    """A console on ``stream`` (default stdout). ``color``: ``"auto"`` (or None), ``"always"`` (or True),
+    ``"never"`` (or False); see :func:`wants_color`."""
+    import os
+    import sys
+
+    choice = "always" if color is True else "never" if color is False else str(color or "auto")
+    target = stream if stream is not None else sys.stdout
+    tty = bool(getattr(target, "isatty", lambda: False)())
+    want = wants_color(str(choice), tty=tty, env=os.environ, to_file=stream is not None)
+    return Console(
+        file=stream,
+        width=width,
+        no_color=not want,
+        force_terminal=True if want else None,
+        # rich turns colour off for TERM=dumb even when forced; "always" means always.
+        color_system=("standard" if os.environ.get("TERM") == "dumb" else "auto") if want else None,
+        highlight=False,
+        soft_wrap=False,
+    )
+
+
+def wants_color(choice: str, *, tty: bool, env: Mapping[str, str], to_file: bool = False) -> bool:
+    """Whether to colour: ``always`` and ``never`` decide; ``auto`` follows the conventions, in this order:
+    ``NO_COLOR`` set (no-color.org) → no; ``FORCE_COLOR`` set (and not ``0``) → yes, even in a pipe but not
+    into an ``--output`` file; ``TERM=dumb`` → no; else only on a terminal."""
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR") not in (None, "", "0", "false") and not to_file:
+        return True
+    if env.get("TERM") == "dumb":
+        return False
+    return tty
+
+
+def human_int(value: Any) -> str:
+    """A count as ccusage prints it: every digit, with thousands separators."""
+    if value is None:
+        return "–"
+    return f"{int(value):,}"
+
+
+def percent(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{float(value) * 100:.1f}%"
+
+
+def money(value: Any) -> str:
+    """A cost in US dollars as ccusage prints it (``$1,234.56``); JSON keeps the full precision."""
+    if value is None:
+        return "?"
+    v = float(value)
+    return f"-${-v:,.2f}" if v < 0 else f"${v:,.2f}"
+
+
+def duration(value: Any) -> str:
+    if value is None:
+        return "–"
+    s = float(value)
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{s // 60:.0f}m{s % 60:02.0f}s"
+    return f"{s // 3600:.0f}h{(s % 3600) // 60:02.0f}m"
+
+
+def share_style(share: float | None) -> str:
+    """Green well below the threshold, yellow approaching it, red at or past it (compression would fire)."""
+    if share is None:
+        return ""
+    if share >= COMPRESSION_THRESHOLD:
+        return "bold red"
+    if share >= COMPRESSION_THRESHOLD * 0.8:
+        return "yellow"
+    return "green"
+
+
+def cell(column: str, value: Any) -> Text:
+    if column == "context_share":
+        return Text(percent(value), style=share_style(value))
+    if column == "cache_ratio":
+        return Text(percent(value))
+    if column == "cost":
+        return Text(money(value), style="" if value is not None else "dim")
+    if column == "duration_s":
+        return Text(duration(value))
+    if isinstance(value, bool):
+        if column == "compressed":
+            return Text("yes" if value else "", style="magenta")
+        return Text("yes" if value else "no", style="" if value else "dim")
+    if isinstance(value, int) and column in _RIGHT:
+        return Text(human_int(value))
+    if isinstance(value, datetime):
+        return Text(value.strftime("%Y-%m-%d %H:%M"))
+    if column == "timestamp" and isinstance(value, str):
+        return Text(value[:19].replace("T", " "))
+    if isinstance(value, date):
+        return Text(value.isoformat())
+    if value is None:
+        return Text("–", style="dim")
+    text = str(value)
+    if column == "session" and text.startswith("session-"):
+        text = text.removeprefix("session-")
+    return Text(text, no_wrap=True, overflow="ellipsis")
+
+
+def stats_table(
+    rows: pl.DataFrame,
+    totals: Mapping[str, Any],
+    *,
+    by: str,
+    title: str,
+    caption: str | None = None,
+    single_session: bool = False,
+    width: int = 120,
+    wide: bool = False,
+) -> Table:
+    """The stats report as a table at most ``width`` columns wide (``wide``: every column, however wide).
+
+    Numbers and the short session id are never cut; text columns give way (a path from the left); the
+    least important columns are dropped and named in a last caption line (see :func:`dropped_note`)."""
+    wanted = TABLE_COLUMNS.get(by, rows.columns)
+    columns = [
+        c for c in wanted if c in rows.columns and not (single_session and c == "session" and by != "session")
+    ]
+    shorts = short_session_ids(rows.get_column("session").to_list()) if "session" in columns else {}
+    unpriced = rows.get_column("unpriced").to_list() if "unpriced" in rows.columns else [0] * rows.height
+    full = {
+        col: [
+            _partial(_session_cell(col, v, shorts), col, m)
+            for v, m in zip(rows.get_column(col), unpriced, strict=True)
+        ]
+        for col in columns
+    }
+    footers: dict[str, Text] = {}
+    for i, col in enumerate(columns):
+        if i == 0:
+            footers[col] = Text("total", style="bold")
+        else:
+            footer = cell(col, totals[col]) if col in totals else Text("")
+            footers[col] = _partial(footer, col, totals.get("unpriced", 0))
+    kept, text_width, dropped = fit_columns(
+        columns, {c: [footers[c], *full[c]] for c in columns}, width=width, wide=wide
+    )
+    notes = [n for n in (caption, dropped_note(dropped)) if n]
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption="\n".join(notes) or None,
+        caption_justify="left",
+        show_footer=True,
+    )
+    for col in kept:
+        header = _HEADERS.get(col, col)
+        w = text_width.get(col)
+        cells = full[col] if w is None else [clip(col, t, w) for t in full[col]]
+        footer = footers[col] if w is None else clip(col, footers[col], w)
+        widest = max([len(header), footer.cell_len, *(t.cell_len for t in cells)])
+        table.add_column(
+            header,
+            justify="right" if col in _RIGHT else "left",
+            footer=footer,
+            no_wrap=True,
+            min_width=widest,
+            max_width=widest,
+        )
+        full[col] = cells
+    for i in range(rows.height):
+        table.add_row(*(full[col][i] for col in kept))
+    return table
+
+
+def _session_cell(column: str, value: Any, shorts: Mapping[str, str]) -> Text:
+    if column == "session" and isinstance(value, str):
+        return Text(shorts.get(value, value))
+    return cell(column, value)
+
+
+def short_session_ids(names: Sequence[str | None]) -> dict[str, str]:
+    """The last 8 characters of each session name (Gemini CLI ends a file name with the first 8 of the
+    session id), longer where two different sessions would otherwise read the same."""
+    distinct = sorted({n for n in names if n})
+    out: dict[str, str] = {}
+    n = 8
+    pending = distinct
+    while pending:
+        groups: dict[str, list[str]] = {}
+        for name in pending:
+            groups.setdefault(name[-n:], []).append(name)
+        pending = []
+        for short, group in groups.items():
+            if len(group) == 1 or all(len(g) <= n for g in group):
+                for g in group:
+                    out[g] = short
+            else:
+                pending.extend(group)
+        n += 1
+    return out
+
+
+def clip(column: str, text: Text, width: int) -> Text:
+    """``text`` cut to ``width`` cells: a path (or a project path) from the left, keeping its end
+    (``…/chats/session-…-cd7b13fa.jsonl``), anything else from the right; both with an ellipsis."""
+    if text.cell_len <= width:
+        return text
+    plain = text.plain
+    if column in _PATH_COLUMNS:
+        return Text(short_path(plain, width), style=text.style)
+    if column == "project" and "/" in plain:
+        return Text(left_ellipsis(plain, width), style=text.style)
+    if column == "target" and "/" in plain and " " not in plain:  # a file: its name is what tells it apart
+        return Text(left_ellipsis(plain, width), style=text.style)
+    cut = text.copy()
+    cut.truncate(width, overflow="ellipsis")
+    return cut
+
+
+def left_ellipsis(text: str, width: int) -> str:
+    """The end of ``text`` in at most ``width`` cells, preceded by ``…``; cut at a ``/`` when one is near."""
+    from rich.cells import cell_len
+
+    if cell_len(text) <= width:
+        return text
+    tail = ""
+    for ch in reversed(text):
+        if cell_len(ch + tail) > width - 1:
+            break
+        tail = ch + tail
+    slash = tail.find("/")
+    if 0 <= slash < len(tail) // 3:
+        tail = tail[slash:]
+    return "…" + tail
+
+
+_PATH_COLUMNS = {"file", "output", "path"}
+
+
+def short_path(path: str, width: int) -> str:
+    """``path`` in at most ``width`` cells, keeping what identifies a session: the folders nearest the file
+    go first, then the middle of a Gemini CLI file name (``…/chats/session-…-cd7b13fa.jsonl``)."""
+    from rich.cells import cell_len
+
+    if cell_len(path) <= width:
+        return path
+    parts = path.split("/")
+    name = parts[-1]
+    stem, dot, ext = name.partition(".")
+    short_name = name
+    if stem.startswith("session-") and "-" in stem.removeprefix("session-"):
+        short_name = "session-…-" + stem.rsplit("-", 1)[1] + dot + ext
+    for last in (name, short_name):
+        for k in range(1, len(parts)):
+            candidate = "…/" + "/".join([*parts[k:-1], last])
+            if cell_len(candidate) <= width:
+                return candidate
+    return left_ellipsis(short_name, width)
+
+
+def dropped_note(dropped: Sequence[str]) -> str | None:
+    """The caption line that names the columns a narrow terminal left out, and how to see them."""
+    if not dropped:
+        return None
+    return f"Not shown (too narrow): {', '.join(dropped)}. --wide shows every column."
+
+
+def fit_columns(
+    columns: Sequence[str],
+    cells: Mapping[str, Sequence[Text]],
+    *,
+    width: int,
+    wide: bool = False,
+    headers: Mapping[str, str] | None = None,
+    text_min: Mapping[str, int] | None = None,
+    max_width: Mapping[str, int] | None = None,
+    drop_order: Sequence[str] | None = None,
+) -> tuple[list[str], dict[str, int], list[str]]:
+    """Which columns fit in ``width`` cells, the width of each text column that gives way, and the dropped
+    columns (in the order of ``columns``). ``cells`` holds every cell of a column (footer included).
+
+    A number column is as wide as its widest value; a text column of ``_TEXT_MIN`` may shrink to that
+    minimum; columns go in ``_DROP_ORDER`` until the rest fit. With ``wide`` nothing is dropped or cut.
+    The stats report's headers, minimums, maximums and drop order are the defaults."""
+    headers = _HEADERS if headers is None else headers
+    text_min = _TEXT_MIN if text_min is None else text_min
+    max_width = _MAX_WIDTH if max_width is None else max_width
+    drop_order = _DROP_ORDER if drop_order is None else drop_order
+
+    def natural(col: str) -> int:
+        return max([len(headers.get(col, col)), *(t.cell_len for t in cells[col])])
+
+    def least(col: str) -> int:
+        return min(natural(col), text_min[col]) if col in text_min else natural(col)
+
+    if wide:
+        return list(columns), {}, []
+    cols = list(columns)
+    for victim in drop_order:
+        if 1 + sum(least(c) + 3 for c in cols) <= width:
+            break
+        if victim in cols:
+            cols.remove(victim)
+    spare = width - 1 - sum(least(c) + 3 for c in cols)
+    text_width: dict[str, int] = {}
+    for col in cols:
+        if col not in text_min:
+            continue
+        want = min(natural(col), max_width.get(col, natural(col)))
+        give = max(0, min(spare, want - least(col)))
+        text_width[col] = least(col) + give
+        spare -= give
+    return cols, text_width, [c for c in columns if c not in cols]
+
+
+def _partial(text: Text, column: str, unpriced: int | None) -> Text:
+    """A cost that leaves out requests of unknown price ends with ``+``: it is at least that much."""
+    if column == "cost" and unpriced and text.plain != "?":
+        return Text(text.plain + "+", style=text.style)
+    return text
+
+
+def unpriced_note(unpriced: int) -> str | None:
+    """The caption line that explains a ``+`` after a cost."""
+    if not unpriced:
+        return None
+    return (
+        f"cost+: leaves out {plural(unpriced, 'request')} whose model has no known price (see the warning)."
+    )
+
+
+def hidden_note(requests: int, cost: float) -> str | None:
+    """The caption line for Gemini CLI's unrecorded compression calls (an estimate, never in the totals)."""
+    if not requests:
+        return None
+    return (
+        "Not in the totals: Gemini CLI's compression calls, which it does not record: "
+        f"{plural(requests, 'request')}, estimated {money(cost)}."
+    )
+
+
+# When a terminal is too narrow, these go first (machine formats still carry them).
+_DROP_ORDER = (
+    "ctx_tool_io",
+    "ctx_model",
+    "ctx_prompts",
+    "ctx_overhead",
+    "event",
+    "tool",
+    "cached",
+    "thoughts",
+    "compressions",
+    "compressed",
+    "tool_calls",
+    "live",
+    "duration_s",
+    "start",
+    "timestamp",
+    "cache_ratio",
+    "sessions",
+    "turns",
+    "peak_context",
+    "output",
+    "context_share",
+    "model",
+)
+_TEXT_MIN = {"prompt": 16, "project": 12, "model": 14}
+
+
+def print_table(console: Console, table: Table, *, wide: bool = False) -> None:
+    """Print ``table``; ``wide`` lets it be as wide as its columns need, past the console's width."""
+    if wide:
+        from rich.measure import Measurement
+
+        need = Measurement.get(console, console.options.update_width(100_000), table).maximum
+        if need > console.width:
+            console.width = need  # print(width=) cannot exceed the console's width
+        console.print(table)
+        return
+    console.print(table)
+
+
+# --- ctxtool audit ----------------------------------------------------------------------------------
+
+_STATUS_STYLE = {
+    "fail": "bold red",
+    "skip": "dim",
+    "pass": "green",
+    "removed": "red",
+    "added": "green",
+    "changed": "yellow",
+    "kept": "dim",
+}
+
+
+def audit_table(
+    checks: Sequence[Mapping[str, Any]],
+    *,
+    title: str,
+    caption: str | None = None,
+    width: int = 120,
+    subjects: Sequence[str] | None = None,
+) -> Table:
+    """One row per check: status, subject (session or day), rule, value, limit and the worst offender.
+
+    ``checks`` rows carry ``status``, ``subject``, ``rule``, ``value`` and ``limit`` already formatted as
+    text, and ``offender``. ``subjects``: every session audited, shown or not, so that short ids stay
+    unique among them (default: those of ``checks``)."""
+    names = [str(c["subject"]) for c in checks]
+    every = subjects if subjects is not None else names
+    shorts = short_session_ids([s for s in every if not _is_day(s)])
+    rows = [
+        [
+            Text(str(c["status"]).upper(), style=_STATUS_STYLE.get(str(c["status"]), "")),
+            Text(shorts.get(subject, subject)),
+            Text(str(c["rule"])),
+            Text(str(c["value"])),
+            Text(str(c["limit"])),
+        ]
+        for c, subject in zip(checks, names, strict=True)
+    ]
+    days = any(_is_day(n) for n in names)
+    headers = ("status", "session / day" if days else "session", "rule", "value", "limit")
+    fixed = [max([len(h), *(r[i].cell_len for r in rows)]) for i, h in enumerate(headers)]
+    # The worst offender takes what is left of the width (whole when it fits, else cut with an ellipsis);
+    # numbers and ids are never cut. Below 8 cells it is left out and the caption says so.
+    room = width - 1 - sum(w + 3 for w in fixed) - 3
+    offenders = [str(c.get("offender") or "") for c in checks]
+    widest = max([len("worst"), *(Text(o).cell_len for o in offenders)])
+    show_worst = room >= 8 or widest <= room
+    if not show_worst and any(offenders):
+        caption = "\n".join(n for n in (caption, "Not shown (too narrow): worst. --width 120 shows it.") if n)
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    for i, h in enumerate(headers):
+        table.add_column(h, justify="right" if i >= 3 else "left", no_wrap=True,
+                         min_width=fixed[i], max_width=fixed[i])  # fmt: skip
+    if show_worst:
+        w = min(widest, room)
+        table.add_column("worst", no_wrap=True, min_width=w, max_width=w)
+    for row, offender in zip(rows, offenders, strict=True):
+        cells = [*row]
+        if show_worst:
+            cells.append(clip("offender", Text(offender), min(widest, room)))
+        table.add_row(*cells)
+    return table
+
+
+def _is_day(subject: str) -> bool:
+    """An audit subject that is a UTC day (``--max-daily-cost``), not a session."""
+    return len(subject) == 10 and subject[4] == "-" and subject[7] == "-" and subject[:4].isdigit()
+
+
+# --- ctxtool diff -----------------------------------------------------------------------------------
+
+
+def diff_summary_table(rows: Sequence[Sequence[str]], *, title: str, headers: Sequence[str]) -> Table:
+    """A small table of preformatted cells: the first column left-aligned, the others right-aligned."""
+    table = Table(title=title, title_justify="left")
+    for i, name in enumerate(headers):
+        # Numbers are never cut: each column is as wide as its widest cell (a header may take two lines).
+        widest = max([*(len(h) for h in name.split("\n")), *(Text(r[i]).cell_len for r in rows)])
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True, min_width=widest)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def diff_message_table(rows: Sequence[Mapping[str, Any]], *, title: str, width: int = 120) -> Table:
+    """One row per message: status, before/after position, type, estimated tokens and an elided preview."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("status", no_wrap=True)
+    table.add_column("#b", justify="right", no_wrap=True)
+    table.add_column("#a", justify="right", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("est.", justify="right", no_wrap=True)
+    table.add_column("content", overflow="ellipsis", no_wrap=False, min_width=min(20, width // 4))
+    for r in rows:
+        status = str(r["status"])
+        table.add_row(
+            Text(status, style=_STATUS_STYLE.get(status, "")),
+            Text("" if r["before_index"] is None else str(r["before_index"])),
+            Text("" if r["after_index"] is None else str(r["after_index"])),
+            Text(str(r["type"])),
+            Text(str(r["estimate"])),
+            Text(str(r["content"]), overflow="ellipsis", no_wrap=True),
+        )
+    return table
+
+
+_COMPACT_STATUS_STYLE = {
+    "COMPRESSED": "green",
+    "CONTENT_TRUNCATED": "cyan",
+    "NOOP": "dim",
+    "FAILED": "bold red",
+}
+
+
+def compact_table(
+    reports: Sequence[Mapping[str, Any]],
+    *,
+    title: str = "ctxtool compact",
+    plan: bool = False,
+    width: int = 120,
+    wide: bool = False,
+) -> tuple[Table, list[str]]:
+    """One row per session of ``ctxtool compact``: status, tokens before → after, messages summarised /
+    kept, fact retention (user requests, paths, commands, errors, directives; verbatim) and where the
+    result went. ``plan`` (a dry
+    run) adds the threshold, the split turn and the number of tool outputs the budget would cut.
+
+    Returns the table and the lines to print under it: why a row wrote nothing (or failed), one line per
+    row, since a reason cut to fit a column would say nothing."""
+    names = session_labels([str(r.get("input_path", "")) for r in reports])
+    cols: dict[str, list[Text]] = {c: [] for c in _COMPACT_COLUMNS}
+    notes: list[str] = []
+    for r, name in zip(reports, names, strict=True):
+        status = str(r.get("status"))
+        before, after = r.get("tokens_before"), r.get("tokens_after")
+        summarised, kept = r.get("messages_summarised"), r.get("messages_kept")
+        retention = r.get("retention") or {}
+        kinds = ("requests", "paths", "commands", "errors", "directives")
+        facts = "/".join(_retention_cell(retention.get(k)) for k in kinds) if retention else "–"
+        if r.get("error"):
+            where = "failed (see below)"
+            notes.append(f"{name}: {r['error']}")
+        elif r.get("output_path"):
+            where = _short_path(str(r["output_path"]))
+        else:
+            where = "nothing written" + (" (see below)" if r.get("reason") else "")
+            if r.get("reason"):
+                notes.append(f"{name}: {status}, nothing written: {r['reason']}")
+        limit, share = r.get("token_limit"), r.get("threshold")
+        values = {
+            "session": Text(name),
+            "status": Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow")),
+            "tokens": Text("–" if before is None else f"{human_int(before)} → {human_int(after)}"),
+            "msgs": Text("–" if summarised is None else f"{summarised}/{kept}"),
+            "facts": Text(facts),
+            "threshold": Text("–" if limit is None or share is None else human_int(int(share * limit))),
+            "split": Text("–" if r.get("split_index") is None else str(r["split_index"])),
+            "cut_outputs": Text(str(len(r.get("tool_outputs_truncated") or []))),
+            "output": Text(where),
+        }
+        for c in _COMPACT_COLUMNS:
+            cols[c].append(values[c])
+    columns = [c for c in _COMPACT_COLUMNS if plan or c not in ("threshold", "split", "cut_outputs")]
+    headers = dict(_COMPACT_HEADERS, output="would write" if plan else "output")
+    table, dropped = _fitted_table(
+        title,
+        columns,
+        cols,
+        headers=headers,
+        right={"tokens", "msgs", "facts", "threshold", "split", "cut_outputs"},
+        width=width,
+        wide=wide,
+        text_min={"output": 24},
+        drop_order=("threshold", "cut_outputs", "split", "msgs", "facts"),
+    )
+    note = dropped_note(dropped)
+    return table, notes + ([note] if note else [])
+
+
+_COMPACT_COLUMNS = (
+    "session",
+    "status",
+    "tokens",
+    "msgs",
+    "facts",
+    "threshold",
+    "split",
+    "cut_outputs",
+    "output",
+)
+_COMPACT_HEADERS = {"msgs": "msgs sum/kept", "facts": "kept facts r/p/c/e/d", "cut_outputs": "cut outputs"}
+
+
+def session_labels(paths: Sequence[str]) -> list[str]:
+    """The short id of each session file (:func:`short_session_ids` of the file names without their
+    extension), with the extension where a ``.json`` and a ``.jsonl`` of one session are both listed."""
+    stems = [p.rsplit("/", 1)[-1].removesuffix(".jsonl").removesuffix(".json") for p in paths]
+    shorts = short_session_ids(stems)
+    labels = []
+    for path, stem in zip(paths, stems, strict=True):
+        label = shorts.get(stem, stem)
+        if len({q for q, t in zip(paths, stems, strict=True) if t == stem}) > 1:
+            label += path[path.rfind(".") :] if path.endswith((".json", ".jsonl")) else ""
+        labels.append(label)
+    return labels
+
+
+def _fitted_table(
+    title: str,
+    columns: Sequence[str],
+    cells: Mapping[str, Sequence[Text]],
+    *,
+    headers: Mapping[str, str],
+    right: set[str],
+    width: int,
+    wide: bool,
+    text_min: Mapping[str, int],
+    drop_order: Sequence[str],
+) -> tuple[Table, list[str]]:
+    """A borderless table of the ``columns`` that fit ``width`` (see :func:`fit_columns`); the text columns
+    of ``text_min`` give way, a path from the left. Returns the table and the dropped columns."""
+    kept, text_width, dropped = fit_columns(
+        columns,
+        cells,
+        width=width,
+        wide=wide,
+        headers=headers,
+        text_min=text_min,
+        max_width={},
+        drop_order=drop_order,
+    )
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    shown: list[list[Text]] = []
+    for col in kept:
+        w = text_width.get(col)
+        column_cells = list(cells[col]) if w is None else [clip(col, t, w) for t in cells[col]]
+        header = headers.get(col, col)
+        widest = max([len(header), *(t.cell_len for t in column_cells)])
+        justify: Literal["right", "left"] = "right" if col in right else "left"
+        table.add_column(header, justify=justify, no_wrap=True, min_width=widest, max_width=widest)
+        shown.append(column_cells)
+    for row in zip(*shown, strict=True):
+        table.add_row(*row)
+    return table, dropped
+
+
+def _short_path(path: str) -> str:
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def _retention_cell(kind: Any) -> str:
+    if not isinstance(kind, Mapping) or not kind.get("total"):
+        return "–"
+    return f"{100 * int(kind['kept']) // int(kind['total'])}%"
+
+
+def compare_table(
+    rows: Sequence[Mapping[str, Any]], *, title: str = "ctxtool compare", width: int = 120, wide: bool = False
+) -> tuple[Table, list[str]]:
+    """One row per session and strategy of ``ctxtool compare``: trigger, tokens before → after, reduction,
+    messages kept, fact retention per kind and the time taken. Returns the table and the lines to print
+    under it (the columns a narrow terminal left out)."""
+    names = session_labels([str(r.get("session", "")) for r in rows])
+    cols: dict[str, list[Text]] = {c: [] for c in _COMPARE_COLUMNS}
+    for r, name in zip(rows, names, strict=True):
+        status = str(r.get("status"))
+        trig = r.get("would_trigger")
+        before, after = r.get("tokens_before"), r.get("tokens_after")
+        reduction = r.get("reduction")
+        facts = "/".join(
+            "–" if r.get(f"{k}_retention") is None else f"{float(r[f'{k}_retention']):.0f}%"
+            for k in ("requests", "paths", "commands", "errors", "directives")
+        )
+        seconds = r.get("seconds")
+        values = {
+            "session": Text(name),
+            "strategy": Text(str(r.get("strategy"))),
+            "status": Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow")),
+            "trigger": Text("n/a" if trig is None else f"turn {r.get('trigger_turn')}" if trig else "no"),
+            "tokens": Text(
+                "–" if before is None or after is None else f"{human_int(before)} → {human_int(after)}"
+            ),
+            "cut": Text("–" if reduction is None else f"{100 * float(reduction):.0f}%"),
+            "kept": Text("–" if r.get("messages_kept") is None else str(r["messages_kept"])),
+            "facts": Text(facts),
+            "time": Text("–" if seconds is None else f"{float(seconds):.2f}s"),
+        }
+        for c in _COMPARE_COLUMNS:
+            cols[c].append(values[c])
+    table, dropped = _fitted_table(
+        title,
+        _COMPARE_COLUMNS,
+        cols,
+        headers={"facts": "facts r/p/c/e/d"},
+        right={"trigger", "tokens", "cut", "kept", "facts", "time"},
+        width=width,
+        wide=wide,
+        text_min={},
+        drop_order=("time", "trigger", "kept", "facts"),
+    )
+    note = dropped_note(dropped)
+    return table, [note] if note else []
+
+
+_COMPARE_COLUMNS = ("session", "strategy", "status", "trigger", "tokens", "cut", "kept", "facts", "time")
+
+
+def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 40) -> Table:
+    """A bar chart in the terminal: mean tokens after (share of before) and mean retention per strategy."""
+    table = Table(title="per strategy (mean over sessions)", title_justify="left", show_edge=False, box=None)
+    table.add_column("strategy", no_wrap=True)
+    table.add_column("tokens after / before", no_wrap=True)
+    table.add_column("fact retention", no_wrap=True)
+    for m in means:
+        before = float(m.get("tokens_before") or 0)
+        after = float(m.get("tokens_after") or 0)
+        share = min(1.0, after / before) if before else 0.0
+        ret = m.get("retention")
+        ret_share = 0.0 if ret is None else float(ret) / 100
+        tokens = Text("█" * round(share * width), style="cyan")
+        tokens.append(f" {human_int(round(after))} / {human_int(round(before))}")
+        bar = Text("█" * round(ret_share * width), style="green")
+        bar.append(" –" if ret is None else f" {float(ret):.0f}%")
+        table.add_row(str(m.get("strategy")), tokens, bar)
+    return table
+
+
+_TOP_COLUMNS = ("session", "rank", "item", "tool", "target", "count", "tokens", "share")
+
+
+def top_table(
+    rows: pl.DataFrame, *, title: str, width: int = 120, wide: bool = False
+) -> tuple[Table, list[str]]:
+    """``stats --top``: per session, its largest items in context (estimated tokens and share of the
+    context). Returns the table and the lines to print under it."""
+    shorts = short_session_ids(rows.get_column("session").to_list())
+    cols: dict[str, list[Text]] = {c: [] for c in _TOP_COLUMNS}
+    for r in rows.iter_rows(named=True):
+        cols["session"].append(Text(shorts.get(r["session"], r["session"])))
+        cols["rank"].append(Text(str(r["rank"])))
+        cols["item"].append(Text(str(r["item"])))
+        cols["tool"].append(Text(r["tool"] or "–", style="" if r["tool"] else "dim"))
+        cols["target"].append(Text(" ".join(str(r["target"] or "").split()) or "–"))
+        cols["count"].append(Text(str(r["count"])))
+        cols["tokens"].append(Text(human_int(r["tokens"])))
+        cols["share"].append(Text(percent(r["share"])))
+    table, dropped = _fitted_table(
+        title,
+        _TOP_COLUMNS,
+        cols,
+        headers={"tokens": "~tokens", "share": "ctx %"},
+        right={"rank", "count", "tokens", "share"},
+        width=width,
+        wide=wide,
+        text_min={"target": 12},
+        drop_order=("count", "rank", "tool"),
+    )
+    notes = ["Tokens are estimates (Gemini CLI's estimator, scaled to the recorded prompt)."]
+    note = dropped_note(dropped)
+    return table, [*notes, note] if note else notes

@@ -1,0 +1,1 @@
+"""The self-contained HTML report: its charts and its page."""

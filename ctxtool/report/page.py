@@ -1,0 +1,184 @@
+"""One self-contained HTML page of a corpus (``ctxtool report``): spend over time, what fills the context of
+the largest sessions, the top context consumers and, given ``compare`` rows, the strategies side by side.
+
+Owns: the page and its charts (Vega-Lite specs built with Altair; the Vega, Vega-Lite and vega-embed
+runtime inlined from vl-convert-python, so the page loads nothing from the network). Session text reaches
+the page only HTML-escaped (tables) or inside JSON whose ``<``, ``>`` and ``&`` are escaped (chart data),
+both by ``ctxtool.common.markup``, so no session can inject markup or a script. Altair and vl-convert are
+imported when a page is built, never by ``ctxtool stats``. Must not print or import rich/typer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ctxtool.common.markup import escape_html, json_in_html_script
+from ctxtool.common.wording import plural
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ctxtool.frames.model import Corpus
+from ctxtool.report.charts import compare_charts, largest_sessions, session_chart, spend_charts
+
+
+def _script_json(value: Any) -> str:
+    """JSON that is safe inside a ``<script>`` element whatever strings it holds."""
+    import orjson
+
+    return json_in_html_script(orjson.dumps(value).decode())
+
+
+def _table(rows: pl.DataFrame, columns: Sequence[str], formats: dict[str, str]) -> str:
+    head = "".join(f"<th>{escape_html(c)}</th>" for c in columns)
+    body = []
+    for r in rows.iter_rows(named=True):
+        cells = []
+        for c in columns:
+            v = r[c]
+            if v is None:
+                text = "–"
+            elif c in formats:
+                text = format(v, formats[c])
+            else:
+                text = str(v)
+            num = ' class="num"' if isinstance(v, int | float) else ""
+            cells.append(f"<td{num}>{escape_html(text)}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
+padding:0 1rem;color:#222}
+h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2.5rem;border-bottom:1px solid #ddd}
+.chart{width:100%;margin:1rem 0}
+table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0 1.5rem}
+th,td{border-bottom:1px solid #eee;padding:.2rem .6rem;text-align:left;vertical-align:top}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.note{color:#555;font-size:.85rem}
+"""
+
+
+def build_report(
+    corpus: Corpus,
+    *,
+    sessions: int = 5,
+    top: int = 10,
+    compare_rows: Sequence[dict[str, Any]] | None = None,
+    redact: bool = True,
+    title: str = "ctxtool report",
+) -> str:
+    """The page, as text. ``sessions``: how many of the largest sessions get a chart; ``top``: items per
+    session in the consumers table; ``compare_rows``: ``ctxtool.compare.compare_sessions`` rows."""
+    import polars as pl
+    import vl_convert
+
+    from ctxtool.frames.composition import top_consumers
+    from ctxtool.frames.query import read_summary, totals
+
+    charts: list[tuple[str, dict[str, Any]]] = []
+    sections: list[str] = []
+    summary = read_summary(corpus)
+    sums = totals(corpus.requests.select("input", "output", "cached", "thoughts", "tool", "total", "cost"))
+    cost = sums.get("cost")
+    sections.append(
+        f"<h1>{escape_html(title)}</h1><p class='note'>{plural(summary['sessions'], 'session')}, "
+        f"{plural(summary['requests'], 'request')}, {plural(int(sums.get('total') or 0), 'token')} billed"
+        + (f", ${float(cost):,.2f}" if cost is not None else "")
+        + ". What fills the context is an estimate: each part of the history is estimated with Gemini "
+        "CLI's own estimator and scaled to the prompt tokens recorded for the request; overhead is what the "
+        "history does not explain (system prompt, tool declarations, environment).</p>"
+    )
+
+    def place(chart_id: str, spec: dict[str, Any]) -> str:
+        charts.append((chart_id, spec))
+        return f'<div class="chart" id="{escape_html(chart_id)}"></div>'
+
+    sections.append("<h2>Spend over time</h2>")
+    for chart_id, spec in spend_charts(corpus):
+        sections.append(place(chart_id, spec))
+
+    keys = largest_sessions(corpus, sessions)
+    largest = "the largest session" if len(keys) == 1 else f"the {len(keys)} largest sessions"
+    sections.append(
+        f"<h2>Context per request ({largest})</h2>"
+        "<p class='note'>Stacked by what fills it; the dashed line is Gemini CLI's compression threshold. "
+        "Compressions, rewinds, rollbacks and model switches are marked.</p>"
+    )
+    for key in keys:
+        chart_id, spec = session_chart(corpus, key)
+        sections.append(place(chart_id, spec))
+
+    consumers = top_consumers(corpus, top).filter(
+        pl.col("session").is_in(
+            corpus.requests.filter(pl.col("session_key").is_in(keys)).get_column("session").unique().implode()
+        )
+    )
+    if redact:
+        from ctxtool.common.secret_scan import redact as redact_text
+
+        consumers = consumers.with_columns(
+            pl.Series(
+                "target",
+                [None if t is None else redact_text(t) for t in consumers.get_column("target").to_list()],
+                dtype=pl.String,
+            )
+        )
+    sections.append(
+        f"<h2>Top context consumers (at the last request of each, {top} per session)</h2>"
+        + _table(
+            consumers,
+            ["session", "rank", "item", "tool", "target", "count", "tokens", "share"],
+            {"tokens": ",", "share": ".1%"},
+        )
+    )
+
+    if compare_rows:
+        sections.append("<h2>Compaction strategies side by side</h2>")
+        for chart_id, spec in compare_charts(compare_rows):
+            sections.append(place(chart_id, spec))
+        cmp = pl.DataFrame(
+            [
+                {
+                    "session": str(r.get("session", "")).rsplit("/", 1)[-1],
+                    "strategy": r.get("strategy"),
+                    "status": r.get("status"),
+                    "tokens_before": r.get("tokens_before"),
+                    "tokens_after": r.get("tokens_after"),
+                    "retention": r.get("retention"),
+                }
+                for r in compare_rows
+            ],
+            schema={
+                "session": pl.String,
+                "strategy": pl.String,
+                "status": pl.String,
+                "tokens_before": pl.Int64,
+                "tokens_after": pl.Int64,
+                "retention": pl.Float64,
+            },
+        )
+        sections.append(
+            _table(
+                cmp,
+                list(cmp.columns),
+                {"tokens_before": ",", "tokens_after": ",", "retention": ".1f"},
+            )
+        )
+
+    bundle: Any = vl_convert.javascript_bundle  # its stub requires the optional snippet
+    runtime = str(bundle()).replace("</script", "<\\/script")
+    embeds = "\n".join(
+        f"vegaEmbed({_script_json('#' + chart_id)}, {_script_json(spec)}, "
+        '{"renderer": "svg", "actions": false}).catch(function (e) { console.error(e); });'
+        for chart_id, spec in charts
+    )
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width'><title>{escape_html(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>\n"
+        + "\n".join(sections)
+        + f"\n<script>{runtime}</script>\n<script>\n{embeds}\n</script>\n</body></html>\n"
+    )
