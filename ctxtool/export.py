@@ -193,7 +193,7 @@ def read_manifest(directory: str | Path) -> Manifest:
 
 
 def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    from ctxtool.render.formats import atomic_write
+    from ctxtool.session.write import atomic_write
 
     atomic_write(path, data)
 

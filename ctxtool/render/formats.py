@@ -7,7 +7,6 @@ and atomic file writes. Must not: import rich or decide anything about terminals
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterable
 from datetime import date, datetime
 from pathlib import Path
@@ -88,25 +87,11 @@ def encode(rows: pl.DataFrame, fmt: str, **envelope: Any) -> bytes:
 
 
 def atomic_write(path: Path, chunks: Iterable[bytes] | bytes) -> None:
-    """Write to a temporary file in the same directory, then rename it over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    from ctxtool.session.write import temp_beside
+    """``ctxtool.session.write.atomic_write``, imported when a command writes a file (stats imports this
+    module on every run)."""
+    from ctxtool.session.write import atomic_write as write
 
-    fd, tmp = temp_beside(path.parent, path.name)  # the mode a plain open() gives, not mkstemp's 0600
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if isinstance(chunks, bytes):
-                fh.write(chunks)
-            else:
-                for chunk in chunks:
-                    fh.write(chunk)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write(Path(path), chunks)
 
 
 def write_stdout(data: bytes, stream: IO[bytes]) -> None:

@@ -229,8 +229,11 @@ def _write_fd(fd: int, chunks: Iterable[bytes]) -> None:
         os.fsync(fh.fileno())
 
 
-def atomic_write(path: Path, data: bytes, *, exclusive: bool = False, like: Path | None = None) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename.
+def atomic_write(
+    path: Path, data: bytes | Iterable[bytes], *, exclusive: bool = False, like: Path | None = None
+) -> None:
+    """Write ``data`` (bytes, or chunks of them) to ``path`` through a temporary file in the same directory,
+    fsync and a rename.
 
     ``exclusive``: refuse (FileExistsError) when ``path`` already exists, instead of replacing it.
     ``like``: give the file that file's mode (see temp_beside).
@@ -239,7 +242,7 @@ def atomic_write(path: Path, data: bytes, *, exclusive: bool = False, like: Path
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = temp_beside(path.parent, path.name, like=like)
     try:
-        _write_fd(fd, [data])
+        _write_fd(fd, [data] if isinstance(data, bytes) else data)
         if exclusive:
             os.link(tmp, path)  # fails if path exists; the temp name is removed below
             tmp.unlink()
