@@ -117,9 +117,7 @@ def test_no_circle_between_modules() -> None:
     """No two modules import each other, directly or through others (module-level and lazy imports)."""
     by_name = {module_name(p): p for p in modules()}
     graph = {
-        name: {
-            m for m in imported(path) if m in by_name and m != name and not by_name[m].name == "__init__.py"
-        }
+        name: {m for m in imported(path) if m in by_name and m != name and by_name[m].name != "__init__.py"}
         for name, path in by_name.items()
     }
     seen: dict[str, int] = {}
