@@ -276,11 +276,13 @@ def _read_state(path: Path, day: str) -> dict[str, Any]:
 
 
 def _write_state(path: Path, doc: dict[str, Any]) -> None:
-    from ctxtool.session.write import atomic_write
-
+    """Replace the state atomically, unsynced: it is a cache (a lost one is rebuilt from the index), and an
+    fsync before every model call costs more than the rest of a warm call (as ``loading._save``)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, orjson.dumps(doc))
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(orjson.dumps(doc))
+        os.replace(tmp, path)
     except OSError:
         return  # a read-only cache costs speed, never an answer
 
