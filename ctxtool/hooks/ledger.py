@@ -169,7 +169,7 @@ def spend(
     now: datetime | None = None,
 ) -> Spend:
     """The session of ``transcript`` and today's spend across every session under ``roots``."""
-    from ctxtool.frames.grouping import _group_sessions, link_parents
+    from ctxtool.frames.grouping import group_sessions, link_parents
 
     roots = list(roots) if roots is not None else data_roots(transcript)
     day = (now or datetime.now(tz=UTC)).astimezone(UTC).date().isoformat()
@@ -192,7 +192,7 @@ def spend(
         else:
             entries[path] = old_files[path]
     metas = [_meta_columns(sp, entries[str(sp.path)]) for sp in files if entries[str(sp.path)]["ok"]]
-    sessions = _group_sessions(metas)
+    sessions = group_sessions(metas)
     parents = link_parents(
         (s.key, s.primary.project_dir, s.primary.session_id, s.primary.parent_ref) for s in sessions
     )
