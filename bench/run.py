@@ -35,9 +35,10 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import guard_bench  # a sibling script, not a package
 import make_corpus  # a sibling script, not a package
 import peers as side_by_side  # a sibling script, not a package
-import scenarios  # a sibling script, not a package
+import scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 COLD_TARGET = 1.5  # ctxtool cold wall time must stay within 1.5x the floor
@@ -414,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         index_rows, index_verdicts = scenarios.index_scenarios(exe, root, files, args.repeat, best_of)
         rows.extend(index_rows)
         verdicts.extend(index_verdicts)
+        guard_rows, guard_verdicts = guard_bench.guard_scenarios(exe, args.repeat, best_of)
+        rows.extend(guard_rows)
+        verdicts.extend(guard_verdicts)
         if not args.no_giant:
             giant_rows, giant_verdicts = scenarios.giant_scenarios(exe, best_of)
             rows.extend(giant_rows)

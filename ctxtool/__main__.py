@@ -13,6 +13,16 @@ interrupt.install()
 def main() -> None:
     import sys
 
+    args = sys.argv[1:]
+    if args[:1] == ["guard"] and not {"--help", "-h"} & set(args):
+        # Before every model call of Gemini CLI: answered without typer (ctxtool.hooks.guard), never status 2.
+        import os
+
+        from ctxtool.hooks.guard import main as guard
+
+        answered = guard(args[1:])
+        sys.stdout.flush()
+        os._exit(answered)
     from ctxtool.frames import replay
 
     code = replay.try_replay(sys.argv[1:])  # a warm `stats` over unchanged files: no heavy import at all

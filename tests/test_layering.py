@@ -31,11 +31,15 @@ LAYERS = {
     "compare": 4,
     "export": 4,
     "report": 4,
+    "hooks": 4,
     "render": 5,
     "cli": 6,
     "__main__": 7,
 }
-SIDEWAYS = {("compare", "compact")}  # compare runs compactions and measures them the same way
+SIDEWAYS = {
+    ("compare", "compact"),  # compare runs compactions and measures them the same way
+    ("hooks", "export"),  # the archive hook adds a session to the dataset of export
+}
 # inside compress: the Summarizer protocol < the Gemini CLI port < summarizers < strategies
 COMPRESS = {"summarizer": 0, "gemini_cli": 1, "summarize": 2, "strategies": 3}
 

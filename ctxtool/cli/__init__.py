@@ -103,6 +103,9 @@ _COMMANDS = {
     "export": "ctxtool.cli.export",
     "report": "ctxtool.cli.report",
     "cache": "ctxtool.cli.cache",
+    "guard": "ctxtool.cli.guard",
+    "archive": "ctxtool.cli.archive",
+    "hooks": "ctxtool.cli.hooks",
 }
 _registered: set[str] = set()
 

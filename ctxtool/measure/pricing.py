@@ -57,6 +57,7 @@ __all__ = [
     "PriceTable",
     "TierRates",
     "add_costs",
+    "cost_of",
     "price_table",
     "pricing_source",
     "request_cost",
@@ -334,6 +335,31 @@ def request_cost(
         return None
     tier = rates.tier_for(prompt)
     return tier.per_request + tier.input * (prompt - cache) + tier.cached * cache + tier.output * out
+
+
+def cost_of(
+    rates: ModelRates | None,
+    input: int,
+    cached: int | None,
+    output: int,
+    thoughts: int | None,
+    tool: int | None,
+) -> float | None:
+    """One request's cost by :func:`add_costs`' rules, without polars (the ``guard`` hook's path): None for a
+    model without rates and for impossible counts (negative, or ``cached`` above ``input + tool``)."""
+    if rates is None:
+        return None
+    cache, think, used = _count(cached), _count(thoughts), _count(tool)
+    prompt = input + used
+    if min(input, output, cache, think, used) < 0 or cache > prompt:
+        return None
+    tier = rates.tier_for(prompt)
+    return (
+        tier.per_request
+        + tier.input * (prompt - cache)
+        + tier.cached * cache
+        + tier.output * (output + think)
+    )
 
 
 def add_costs(

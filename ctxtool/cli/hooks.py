@@ -1,0 +1,152 @@
+"""``ctxtool hooks install|uninstall|status``: ctxtool's hooks in Gemini CLI's settings.json."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from ctxtool.cli.status import ExitStatus
+
+hooks_app = typer.Typer(
+    help=(
+        "Install ctxtool's hooks in Gemini CLI's settings.json: `guard` before every model call (budgets) "
+        "and `archive` when a session ends (history)."
+    ),
+    no_args_is_help=True,
+)
+
+_SCOPE = typer.Option(
+    "user",
+    "--scope",
+    help="user: ~/.gemini/settings.json ($GEMINI_CLI_HOME); project: ./.gemini/settings.json.",
+)
+
+INSTALL_HELP = """Add ctxtool's hooks to Gemini CLI's settings.json.
+
+Adds `ctxtool guard` as a BeforeModel hook with the budgets given, and (unless
+--no-archive) `ctxtool archive` as a SessionEnd and PreCompress hook. Every
+other setting, hook and comment stays as it was; the previous file is kept as
+settings.json.ctxtool-backup. Installing again replaces ctxtool's hooks (the
+same options change nothing). Project hooks run only in trusted folders.
+
+Examples:
+
+\b
+  ctxtool hooks install --max-session-cost 5
+  ctxtool hooks install --max-daily-cost 20 --fallback-model gemini-2.5-flash
+  ctxtool hooks install --scope project --max-session-tokens 2M --no-archive
+"""
+
+
+def _default_archive() -> str:
+    from platformdirs import user_data_dir
+
+    return str(Path(user_data_dir("ctxtool", appauthor=False)) / "history")
+
+
+@hooks_app.command("install", help=INSTALL_HELP)
+def install(
+    scope: str = _SCOPE,
+    max_session_cost: str = typer.Option(None, "--max-session-cost", help="USD per session, e.g. 5."),
+    max_session_tokens: str = typer.Option(None, "--max-session-tokens", help="Tokens per session, e.g. 2M."),
+    max_daily_cost: str = typer.Option(None, "--max-daily-cost", help="USD per UTC day, all sessions."),
+    max_context_share: str = typer.Option(
+        None, "--max-context-share", help="Largest live prompt over the model's window, e.g. 80%."
+    ),
+    warn_at: str = typer.Option("80%", "--warn-at", help="Share of a budget that warns (default 80%)."),
+    fallback_model: str = typer.Option(
+        None, "--fallback-model", help="Past --warn-at, send the requests to this model."
+    ),
+    fail_closed: bool = typer.Option(False, "--fail-closed", help="On a guard error, stop the session."),
+    archive: str = typer.Option(
+        None, "--archive", help="The dataset `ctxtool archive` keeps (default: ctxtool's data dir/history)."
+    ),
+    no_archive: bool = typer.Option(False, "--no-archive", help="Install the guard only."),
+) -> int:
+    from ctxtool.common.errors import UsageError
+    from ctxtool.hooks import guard, settings
+
+    argv: list[str] = []
+    for flag, value in (
+        ("--max-session-cost", max_session_cost),
+        ("--max-session-tokens", max_session_tokens),
+        ("--max-daily-cost", max_daily_cost),
+        ("--max-context-share", max_context_share),
+        ("--warn-at", warn_at),
+        ("--fallback-model", fallback_model),
+    ):
+        if value is not None:
+            argv += [flag, value]
+    if fail_closed:
+        argv.append("--fail-closed")
+    opts = guard.parse_args(argv)  # refuses a bad budget here, not before every model call
+    if not opts.limits:
+        raise UsageError(
+            "ctxtool hooks install: no budget given",
+            "Give at least one of --max-session-cost, --max-session-tokens, --max-daily-cost, "
+            "--max-context-share",
+        )
+    opts.scope = scope if scope != "user" else None
+    archive_to = None if no_archive else str(Path(archive or _default_archive()).expanduser().resolve())
+    path = settings.settings_path(scope)
+    change = settings.install(path, settings.hooks_for(opts.argv(), archive_to))
+    _report(change, "installed in" if change.changed else "already installed, unchanged:")
+    if scope == "project":
+        print(
+            "note: Gemini CLI runs project hooks only in a trusted folder (/permissions, or "
+            "GEMINI_CLI_TRUST_WORKSPACE=true when non-interactive).",
+            file=sys.stderr,
+        )
+    return ExitStatus.OK
+
+
+@hooks_app.command(
+    "uninstall",
+    help="Remove ctxtool's hooks from settings.json; everything else stays byte for byte.\n\n"
+    "Examples:\n\n\b\n  ctxtool hooks uninstall\n  ctxtool hooks uninstall --scope project",
+)
+def uninstall(scope: str = _SCOPE) -> int:
+    from ctxtool.hooks import settings
+
+    change = settings.uninstall(settings.settings_path(scope))
+    if change.changed:
+        print(f"removed ctxtool's hooks from {change.path} (backup: {change.backup})", file=sys.stderr)
+    else:
+        print(f"no ctxtool hooks in {change.path}: nothing changed", file=sys.stderr)
+    return ExitStatus.OK
+
+
+@hooks_app.command(
+    "status",
+    help="Show ctxtool's hooks in settings.json.\n\n"
+    "Examples:\n\n\b\n  ctxtool hooks status\n  ctxtool hooks status --scope project",
+)
+def status(scope: str = _SCOPE) -> int:
+    from ctxtool.hooks import settings
+
+    path = settings.settings_path(scope)
+    found = settings.status(path)
+    if not found:
+        print(f"{path}: no ctxtool hooks (install: ctxtool hooks install --max-session-cost 5)")
+        return ExitStatus.OK
+    print(f"{path}:")
+    for hook in found:
+        print(f"  {hook['event']}: {hook.get('command')}")
+    return ExitStatus.OK
+
+
+def _report(change: object, verb: str) -> None:
+    from ctxtool.hooks.settings import Change
+
+    assert isinstance(change, Change)
+    print(f"ctxtool hooks {verb} {change.path}", file=sys.stderr)
+    for hook in change.hooks:
+        print(f"  {hook['event']}: {hook['command']}", file=sys.stderr)
+    if change.backup is not None:
+        print(f"  backup of the previous file: {change.backup}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(hooks_app, name="hooks")
