@@ -1,13 +1,6 @@
-"""Sessions, messages, requests, tool calls and turns as polars frames, and the reports built from them.
-
-Owns: parsing many files in worker processes, session identity (a legacy ``.json`` and the ``.jsonl`` written
-when it was resumed are one session; files sharing a constant ``sessionId`` such as ``a2a-server`` are not),
-subagent attribution, turns, token semantics and the ``--by`` aggregations. Never prints.
-
-Token semantics (chatRecordingTypes.ts): ``input`` is the request's whole prompt and already includes
-``cached``; ``total = input + output + thoughts + tool``, or the recorded total when it is above 0
-(``ctxtool.measure.tokens.request_total``). Token sums use the **billed** view (every request
-recorded, rewound or checkpointed away included); context figures use the **live** view.
+"""Assembling a ``Corpus``: read the files (in worker processes beside this one), group them into sessions,
+derive the requests, turns, sessions and composition frames, and splice a session Gemini CLI appended to into
+stored frames. Never prints; the token semantics are the package's (``ctxtool.frames``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Compaction strategies of other agents, replayed on Gemini CLI sessions: the registry and what they share.
+"""What every compaction strategy shares: the types and helpers the agents' modules import.
 
-Owns: the ``Strategy`` protocol (name, description, exactness notes, ``trigger`` and ``plan``), the registry
-(``gemini-cli``, ``kode`` and its retention heuristics ``kode:<preset>``, ``pi``, ``openclaw``, ``codex``),
-the neutral view of session records the strategies cut on (spec other-strategies.md section 1), and the
-helpers every strategy uses to build its output in Gemini CLI's session format. Must not: do I/O, print,
-or import rich/typer. ``ctxtool.compact`` reads and writes the files; ``ctxtool.compare`` measures results.
+Owns: the ``Strategy`` protocol (name, description, exactness notes, ``trigger`` and ``plan``), the neutral
+view of session records the strategies cut on (spec other-strategies.md section 1), and the helpers every
+strategy uses to build its output in Gemini CLI's session format. The registry (``registry``: ``gemini-cli``,
+``kode`` and its retention heuristics ``kode:<preset>``, ``pi``, ``openclaw``, ``codex``) sits above the
+agents; this module imports none of them. Must not: do I/O, print, or import rich/typer. ``ctxtool.compact``
+reads and writes the files; ``ctxtool.compare`` measures results.
 
 Adapter choices every strategy shares (they are not upstream facts; spec section 8 item 6):
 
