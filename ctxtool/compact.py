@@ -44,14 +44,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ctxtool.common import interrupt
 from ctxtool.common.errors import CtxtoolError, UsageError
 from ctxtool.common.jsvalue import js_iso, js_truthy
 from ctxtool.common.wording import plural
 from ctxtool.compress.gemini_cli import chat_compression as g
-from ctxtool.compress.gemini_cli.profiles import DEFAULT_PROFILE, get_profile
+from ctxtool.compress.gemini_cli.profiles import DEFAULT_PROFILE, Profile, get_profile
 from ctxtool.compress.gemini_cli.texts import CTXTOOL_TEXTS, CompressionTexts
 from ctxtool.compress.summarize.facts import extract_facts, history_text, retention
 from ctxtool.compress.summarize.offline import OfflineSummarizer
@@ -69,6 +69,9 @@ from ctxtool.session.write import (
     stringify,
     write_backup,
 )
+
+if TYPE_CHECKING:
+    from ctxtool.compress.strategies.base import StrategyResult
 
 Mode = Literal["out", "new-session", "in-place"]
 FAILED = "FAILED"  # status of a file that could not be read or written (not an upstream status)
@@ -416,6 +419,40 @@ def _sync(
 # The library call
 
 
+@dataclass(frozen=True)
+class _Output:
+    """Where one session's result goes (``_place``)."""
+
+    dest: Destination
+    target: Path  # the output file
+    tool_dir: Path  # where the gemini-cli strategy saves truncated tool outputs
+    era: Era  # the output's format
+    new_session_id: str | None  # --as-new-session: the new session's id
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One session file being compacted: what the steps of ``compact_session`` share once it is read."""
+
+    path: Path
+    data: bytes
+    stamp: FileStamp | None  # --in-place: the input as read, for the checked replace
+    session: SessionFile  # every message with a unique string id (_with_message_ids)
+    model: str  # the chat model (token limit, summarizer alias)
+    summarizer: Summarizer
+    opts: CompactOptions
+    profile: Profile
+    out: _Output
+    now: datetime
+    new_id: Callable[[], str]
+    before_replace: Callable[[], object] | None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The session's messages, as Gemini CLI resumes them."""
+        return cast(list[dict[str, Any]], self.session.messages)
+
+
 def compact_session(
     source: SessionPath | Path | str,
     summarizer: Summarizer,
@@ -439,11 +476,9 @@ def compact_session(
     base_strategy, _, variant = opts.strategy.partition(":")
     profile = get_profile(variant if base_strategy == "gemini-cli" and variant else opts.profile)
     now = clock()
-
     data = sp.path.read_bytes()
     stamp = FileStamp.of_bytes(data, sp.path) if dest.mode == "in-place" else None
-    session = parse_session_bytes(data, sp.path)
-    session, id_note = _with_message_ids(session, data)
+    session, id_note = _with_message_ids(parse_session_bytes(data, sp.path), data)
     messages = cast(list[dict[str, Any]], session.messages)
     model = opts.chat_model or chat_model(messages)
     report = CompactionReport(
@@ -461,7 +496,27 @@ def compact_session(
     )
     if id_note is not None:
         report.notes.append(id_note)
+    out = _place(sp, session, opts, profile, dest, now, new_id)
+    report.output_era = out.era
+    job = _Job(
+        sp.path, data, stamp, session, model, summarizer, opts, profile, out, now, new_id, before_replace
+    )
+    if base_strategy != "gemini-cli":
+        return _compact_with_strategy(job, report)
+    return _compact_with_port(job, report)
 
+
+def _place(
+    sp: SessionPath,
+    session: SessionFile,
+    opts: CompactOptions,
+    profile: Profile,
+    dest: Destination,
+    now: datetime,
+    new_id: Callable[[], str],
+) -> _Output:
+    """Where the result of ``session`` goes; refuses a legacy ``.json`` for ``--in-place`` once Gemini CLI
+    has resumed it into a ``.jsonl``."""
     if dest.mode == "in-place" and session.era == "json" and sp.path.with_suffix(".jsonl").exists():
         raise CtxtoolError(
             f"{sp.path}: Gemini CLI resumed this session into {sp.path.with_suffix('.jsonl').name}, which is "
@@ -470,185 +525,224 @@ def compact_session(
         )
     new_session_id = new_id() if dest.mode == "new-session" else None
     era: Era = opts.era or ("jsonl" if session.era == "jsonl" else "json")
-    report.output_era = era
     new_name = new_session_file_name(new_session_id, now, era) if new_session_id else None
     target, project_tmp = output_location(sp, dest, new_name=new_name)
     if opts.era is not None and dest.mode == "out" and dest.out_file is None:
         target = target.with_suffix(f".{era}")  # the tree keeps names; the extension follows the format
     tool_dir = project_tmp / profile.tool_output_subdir if profile.tool_output_subdir else project_tmp
-    if base_strategy != "gemini-cli":
-        return _compact_with_strategy(
-            session,
-            data,
-            stamp,
-            summarizer,
-            opts,
-            dest,
-            report,
-            target,
-            era,
-            new_session_id,
-            now,
-            new_id,
-            before_replace,
-        )
+    return _Output(dest, target, tool_dir, era, new_session_id)
 
-    env_text = _environment_text(messages, sp.path, opts, report)
-    curated = g.session_to_curated_history(messages, model, env_text, profile=profile)
+
+def _compact_with_port(job: _Job, report: CompactionReport) -> CompactionReport:
+    """``compact_session`` for the gemini-cli strategy: replay the port's compression on the curated history,
+    then rebuild the session's messages around the split it chose (see the module docstring)."""
+    curated = _curate(job, report)
+    original = _threshold_input(job, report)
+    result = _replay(job, curated, original, _plan_summarizer(job, report), report)
+    _report_result(result, len(curated.turns), job.opts.force, report)
+    messages = _rebuilt(job, curated, result, report)
+    if result.new_history is not None and messages is not None:
+        _note_masking(curated, result.new_history, report)
+    _note_failure(result, report)
+    if messages is None:
+        return report
+    report.tokens_after = measure_history(messages, job.model)
+    return _apply(job, report, messages, result.truncated_outputs)
+
+
+def _curate(job: _Job, report: CompactionReport) -> g.CuratedSession:
+    """The curated history a resume of the session sends (section 11.4), its ``<session_context>`` turn the
+    stored one, else built or a stand-in (``_environment_text``)."""
+    env_text = _environment_text(job.messages, job.path, job.opts, report)
+    curated = g.session_to_curated_history(job.messages, job.model, env_text, profile=job.profile)
     report.env_synthesized = env_text is not None
     if report.env_source == "stand-in":
-        assumed = g.estimate_token_count(curated.env_turn["content"]["parts"], estimator=profile.estimator)
+        assumed = g.estimate_token_count(
+            curated.env_turn["content"]["parts"], estimator=job.profile.estimator
+        )
         report.notes.append(
             "the session stored no <session_context> message and its project folder is unknown (no "
             ".project_root beside chats/, or the folder is gone); a stand-in of "
             f"{plural(assumed, 'token')} was assumed: pass --workspace DIR to build Gemini CLI's own"
         )
+    return curated
+
+
+def _threshold_input(job: _Job, report: CompactionReport) -> int:
+    """The token count the threshold check reads, as Gemini CLI does: the prompt tokens recorded for the last
+    request, else the local estimate; also the report's tokens before."""
+    messages = job.messages
     recorded = g.recorded_input(messages)
     report.recorded_prompt_tokens = recorded or None
-    report.tokens_before = measure_history(messages, model)
+    report.tokens_before = measure_history(messages, job.model)
     if recorded:
-        original, report.threshold_tokens_source = recorded, "recorded"
-    else:
-        unrecorded = [{**m, "tokens": None} if m.get("type") == "gemini" else m for m in messages]
-        original = g.original_token_count(unrecorded, estimator=profile.estimator)
-        report.threshold_tokens_source = "estimate"
-        if recorded == 0:
-            report.notes.append("the recorded promptTokenCount is 0; the local estimate is used instead")
+        report.threshold_tokens_source = "recorded"
+        return recorded
+    unrecorded = [{**m, "tokens": None} if m.get("type") == "gemini" else m for m in messages]
+    original = g.original_token_count(unrecorded, estimator=job.profile.estimator)
+    report.threshold_tokens_source = "estimate"
+    if recorded == 0:
+        report.notes.append("the recorded promptTokenCount is 0; the local estimate is used instead")
+    return original
 
-    plan_summarizer = summarizer
-    if opts.dry_run and not summarizer.deterministic:
-        plan_summarizer = OfflineSummarizer()
+
+def _plan_summarizer(job: _Job, report: CompactionReport) -> Summarizer:
+    """The summarizer to plan with: a dry run does not call a model, it estimates with an offline summary."""
+    if job.opts.dry_run and not job.summarizer.deterministic:
         report.notes.append("dry run: the new token count is estimated with an offline summary")
+        return OfflineSummarizer()
+    return job.summarizer
 
-    contents = curated.contents
+
+def _replay(
+    job: _Job, curated: g.CuratedSession, original: int, summarizer: Summarizer, report: CompactionReport
+) -> g.CompressionResult:
+    """The port's compression of the curated history, as ``--truncate-only``, ``--force`` and an automatic
+    attempt run it."""
+    opts = job.opts
 
     def run(force: bool, threshold: float | None, failed_before: bool) -> g.CompressionResult:
         return g.compress(
-            contents,
+            curated.contents,
             original_token_count=original,
-            model=model,
-            summarizer=plan_summarizer,
-            profile=profile,
+            model=job.model,
+            summarizer=summarizer,
+            profile=job.profile,
             force=force,
             threshold=threshold,
             has_failed_compression_attempt=failed_before,
             env_turn=curated.env_turn["content"],
-            tool_output_dir=str(tool_dir.absolute()),
-            first_truncation_id=next_truncation_id(tool_dir),
+            tool_output_dir=str(job.out.tool_dir.absolute()),
+            first_truncation_id=next_truncation_id(job.out.tool_dir),
             texts=opts.texts,
         )
 
     if opts.truncate_only:
-        result = run(False, _ALWAYS if opts.force else opts.threshold, True)
-    else:
-        result = run(opts.force, opts.threshold, False)
-        if result.status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT and not opts.force:
-            # tryCompressChat latches the failure; the next automatic attempt only truncates (section 4.1).
-            fallback = run(False, opts.threshold, True)
-            if fallback.status == g.CompressionStatus.CONTENT_TRUNCATED:
-                report.notes.append(
-                    "the summary inflated the history "
-                    f"({result.new_token_count} > {plural(original, 'token')}); fell back to truncating tool "
-                    "outputs, as Gemini CLI's next automatic attempt does"
-                )
-                result = fallback
+        return run(False, _ALWAYS if opts.force else opts.threshold, True)
+    result = run(opts.force, opts.threshold, False)
+    if result.status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT and not opts.force:
+        # tryCompressChat latches the failure; the next automatic attempt only truncates (section 4.1).
+        fallback = run(False, opts.threshold, True)
+        if fallback.status == g.CompressionStatus.CONTENT_TRUNCATED:
+            report.notes.append(
+                "the summary inflated the history "
+                f"({result.new_token_count} > {plural(original, 'token')}); fell back to truncating tool "
+                "outputs, as Gemini CLI's next automatic attempt does"
+            )
+            return fallback
+    return result
 
+
+def _report_result(result: g.CompressionResult, turns: int, force: bool, report: CompactionReport) -> None:
+    """What the replay decided, on ``turns`` curated turns."""
     report.status = result.status.name
     report.threshold = result.threshold
     report.token_limit = result.token_limit
     report.threshold_tokens = result.original_token_count
     if result.status == g.CompressionStatus.NOOP:
-        report.reason = _noop_reason(result, len(contents), opts.force)
+        report.reason = _noop_reason(result, turns, force)
         report.tokens_after = report.tokens_before  # nothing changes
     report.split_index = result.split_index
     report.anchored = result.anchored
     report.tool_outputs_truncated = [s.path for s in result.truncated_outputs]
     if result.calls:
         report.summarizer_model = result.calls[0].model
-    status = result.status
     if result.split_index is not None:
         report.turns_summarised = result.split_index
-        report.turns_kept = len(contents) - result.split_index
+        report.turns_kept = turns - result.split_index
 
-    out_messages: list[dict[str, Any]] | None = None
-    if status == g.CompressionStatus.COMPRESSED:
-        assert result.new_history is not None
-        assert result.split_index is not None
-        assert result.summary is not None
-        split = result.split_index
-        keep_from = _message_index(curated.turns, split, messages, sp.path)
-        report.split_message_id = messages[keep_from]["id"] if keep_from < len(messages) else None
-        env_index = g.stored_env_index(messages)
-        head = [messages[env_index]] if env_index is not None and env_index < keep_from else []
-        ts = js_iso(now)
-        summary_msg = {"id": new_id(), "timestamp": ts, "type": "user", "content": [{"text": result.summary}]}
-        ack_msg = {
-            "id": new_id(),
-            "timestamp": ts,
-            "type": "gemini",
-            "content": [{"text": opts.texts.ack}],
-        }
-        rep = _replacements(contents[split:], result.kept_history)
-        kept = _sync(messages[keep_from:], rep, report)
-        out_messages = [*head, summary_msg, ack_msg, *kept]
-        report.messages_kept = len(kept)
-        report.messages_summarised = keep_from - len(head)
-        facts = extract_facts(contents[:split])
-        report.retention = retention(facts, history_text(result.new_history)).as_dict()
-    elif status == g.CompressionStatus.CONTENT_TRUNCATED:
-        assert result.new_history is not None
-        out_messages = _sync(messages, _replacements(contents, result.new_history), report)
-        report.messages_kept = len(out_messages)
-        report.messages_summarised = 0
-        facts = extract_facts(contents)
-        report.retention = retention(facts, history_text(result.new_history)).as_dict()
-    if result.new_history is not None and out_messages is not None:
-        plan = g.plan_tool_output_masking([curated.env_turn["content"], *result.new_history])
-        report.masked_by_gemini_cli = len(plan.parts)
-        if plan.parts:
-            report.notes.append(
-                f"Gemini CLI 0.61 masks {plural(len(plan.parts), 'older tool output')} of this history "
-                f"({plural(plan.prunable_tokens, 'token')}) the next time it sends it (tool output masking); "
-                "the token counts here are before that"
-            )
-    if status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT:
+
+def _rebuilt(
+    job: _Job, curated: g.CuratedSession, result: g.CompressionResult, report: CompactionReport
+) -> list[dict[str, Any]] | None:
+    """The session messages to write for ``result`` (None when nothing is written), truncated tool outputs
+    synced into them."""
+    if result.status == g.CompressionStatus.COMPRESSED:
+        return _compressed(job, curated, result, report)
+    if result.status != g.CompressionStatus.CONTENT_TRUNCATED:
+        return None
+    assert result.new_history is not None
+    contents = curated.contents
+    out_messages = _sync(job.messages, _replacements(contents, result.new_history), report)
+    report.messages_kept = len(out_messages)
+    report.messages_summarised = 0
+    facts = extract_facts(contents)
+    report.retention = retention(facts, history_text(result.new_history)).as_dict()
+    return out_messages
+
+
+def _compressed(
+    job: _Job, curated: g.CuratedSession, result: g.CompressionResult, report: CompactionReport
+) -> list[dict[str, Any]]:
+    """COMPRESSED: ``[stored <session_context> message, summary, ack, ...kept messages]``."""
+    assert result.new_history is not None
+    assert result.split_index is not None
+    assert result.summary is not None
+    contents, messages, split = curated.contents, job.messages, result.split_index
+    keep_from = _message_index(curated.turns, split, messages, job.path)
+    report.split_message_id = messages[keep_from]["id"] if keep_from < len(messages) else None
+    env_index = g.stored_env_index(messages)
+    head = [messages[env_index]] if env_index is not None and env_index < keep_from else []
+    ts = js_iso(job.now)
+    summary_msg = {"id": job.new_id(), "timestamp": ts, "type": "user", "content": [{"text": result.summary}]}
+    ack_msg = {
+        "id": job.new_id(),
+        "timestamp": ts,
+        "type": "gemini",
+        "content": [{"text": job.opts.texts.ack}],
+    }
+    kept = _sync(messages[keep_from:], _replacements(contents[split:], result.kept_history), report)
+    report.messages_kept = len(kept)
+    report.messages_summarised = keep_from - len(head)
+    facts = extract_facts(contents[:split])
+    report.retention = retention(facts, history_text(result.new_history)).as_dict()
+    return [*head, summary_msg, ack_msg, *kept]
+
+
+def _note_masking(curated: g.CuratedSession, new_history: list[Content], report: CompactionReport) -> None:
+    """How many tool outputs of the written history Gemini CLI 0.61 masks when it next sends it."""
+    plan = g.plan_tool_output_masking([curated.env_turn["content"], *new_history])
+    report.masked_by_gemini_cli = len(plan.parts)
+    if plan.parts:
+        report.notes.append(
+            f"Gemini CLI 0.61 masks {plural(len(plan.parts), 'older tool output')} of this history "
+            f"({plural(plan.prunable_tokens, 'token')}) the next time it sends it (tool output masking); "
+            "the token counts here are before that"
+        )
+
+
+def _note_failure(result: g.CompressionResult, report: CompactionReport) -> None:
+    """Why a failed compression wrote nothing."""
+    if result.status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT:
         report.notes.append(
             f"the new history would be larger ({result.new_token_count} > "
             f"{plural(result.original_token_count, 'token')}); nothing was written"
         )
-    elif status == g.CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY:
+    elif result.status == g.CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY:
         report.notes.append("the summarizer returned an empty summary; nothing was written")
 
-    if out_messages is None:
-        return report
-    report.tokens_after = measure_history(out_messages, model)
-    report.output_path = str(target)
-    if opts.dry_run:
-        return report
 
-    if opts.redact_secrets:
-        out_messages = _redacted(out_messages, report)
-    _clean_leftovers(report, sp.path.parent, target.parent)
+def _apply(
+    job: _Job,
+    report: CompactionReport,
+    messages: list[dict[str, Any]],
+    tool_outputs: Sequence[g.SavedToolOutput] = (),
+) -> CompactionReport:
+    """Name the output in the report and, unless a dry run, write it: the tool outputs budget truncation
+    saved, then the session (with ``--redact-secrets``, its secrets written as ``[REDACTED:kind]``)."""
+    report.output_path = str(job.out.target)
+    if job.opts.dry_run:
+        return report
+    if job.opts.redact_secrets:
+        messages = _redacted(messages, report)
+    _clean_leftovers(report, job.path.parent, job.out.target.parent)
     # The writes complete together or leave nothing: a signal waits for the end of the block
     # (ctxtool.common.interrupt), and an error removes what the block had written (tool outputs, their
     # folder).
     with interrupt.deferred(), _Written() as written:
-        for saved in result.truncated_outputs:
+        for saved in tool_outputs:
             written.write(Path(saved.path), saved.text.encode("utf-8", "surrogatepass"))
-        return _write_compacted(
-            report,
-            session,
-            era,
-            out_messages,
-            sp.path,
-            target,
-            data,
-            stamp,
-            dest,
-            now,
-            new_session_id,
-            before_replace,
-        )
+        return _write_compacted(report, job, messages)
 
 
 # The key ctxtool adds to the ``$set`` record it appends for ``--in-place`` (Gemini CLI merges unknown
@@ -656,82 +750,76 @@ def compact_session(
 COMPACTION_MARK = "ctxtoolCompaction"
 
 
-def _write_compacted(
-    report: CompactionReport,
-    session: Any,
-    era: Era,
-    messages: list[dict[str, Any]],
-    source: Path,
-    target: Path,
-    data: bytes,
-    stamp: FileStamp | None,
-    dest: Destination,
-    now: datetime,
-    new_session_id: str | None,
-    before_replace: Callable[[], object] | None,
-) -> CompactionReport:
-    """Write the compacted session where ``dest`` says, never changing what was billed.
+def _write_compacted(report: CompactionReport, job: _Job, messages: list[dict[str, Any]]) -> CompactionReport:
+    """Write the compacted session where ``job.out.dest`` says, never changing what was billed.
 
     Every message written again is a copy without ``tokens`` (``as_copies``). ``--as-new-session`` and
     ``--out`` write a session marked ``derivedFrom`` the original's id. ``--in-place`` keeps the recorded
-    history: on a ``.jsonl`` it appends a ``$set.messages`` record with the compacted history (as Gemini
-    CLI does when it rebuilds a history), after a backup and through a checked atomic replace; on a legacy
-    ``.json`` it leaves the file as it is and writes the ``.jsonl`` beside it that Gemini CLI itself would
-    write on resume (the metadata and every recorded message, chatRecordingService.ts ``initialize``),
-    followed by that record.
+    history (``_write_in_place``).
     """
     copies = as_copies(messages)
-    ts = js_iso(now)
+    ts = js_iso(job.now)
+    dest, session = job.out.dest, job.session
     if dest.mode == "in-place":
-        assert stamp is not None
-        mark = {"at": ts, "strategy": report.strategy, "summarizer": report.summarizer}
-        if session.era == "jsonl":
-            backup = write_backup(source, data, now)
-            head = data if data.endswith(b"\n") or not data else data + b"\n"
-            record = {"$set": {"messages": copies, "lastUpdated": ts, COMPACTION_MARK: mark}}
-            try:
-                replace_checked(
-                    source, head + stringify(record) + b"\n", stamp, before_replace=before_replace
-                )
-            except BaseException:
-                backup.unlink(missing_ok=True)  # nothing changed: no backup of it either
-                raise
-            report.backup_path = str(backup)
-        else:
-            beside = source.with_suffix(".jsonl")
-            mark["created"] = beside.name
-            metadata = {**session.metadata, "lastUpdated": ts}
-            lines = [stringify(metadata)]
-            lines += [stringify(m) for m in session.messages]
-            lines.append(stringify({"$set": {"messages": copies, "lastUpdated": ts, COMPACTION_MARK: mark}}))
-            atomic_write(beside, b"\n".join(lines) + b"\n", exclusive=True, like=source)
-            report.output_path = str(beside)
-            report.output_era = "jsonl"
+        _write_in_place(report, job, copies, ts)
         report.written = True
         return report
     metadata = dict(session.metadata)
     metadata["lastUpdated"] = ts
     if session.session_id is not None:
         metadata["derivedFrom"] = session.session_id
-    if new_session_id is not None:
-        metadata["sessionId"] = new_session_id
+    if job.out.new_session_id is not None:
+        metadata["sessionId"] = job.out.new_session_id
         metadata["startTime"] = ts
         metadata["summary"] = compacted_title(session)
-        report.session_id = new_session_id
-    payload = session_bytes(era, metadata, copies)
-    created = _missing_dirs(target.parent)
+        report.session_id = job.out.new_session_id
+    payload = session_bytes(job.out.era, metadata, copies)
+    created = _missing_dirs(job.out.target.parent)
     try:
         atomic_write(
-            target,
+            job.out.target,
             payload,
             exclusive=dest.mode == "new-session" or dest.out_file is not None,
-            like=source if dest.mode == "new-session" else None,  # beside the original: its privacy
+            like=job.path if dest.mode == "new-session" else None,  # beside the original: its privacy
         )
     except BaseException:
         _remove_dirs(created)
         raise
     report.written = True
     return report
+
+
+def _write_in_place(report: CompactionReport, job: _Job, copies: list[dict[str, Any]], ts: str) -> None:
+    """``--in-place``: on a ``.jsonl``, append a ``$set.messages`` record with the compacted history (as
+    Gemini CLI does when it rebuilds a history), after a backup and through a checked atomic replace; on a
+    legacy ``.json``, leave the file as it is and write the ``.jsonl`` beside it that Gemini CLI itself would
+    write on resume (the metadata and every recorded message, chatRecordingService.ts ``initialize``),
+    followed by that record."""
+    assert job.stamp is not None
+    source, data = job.path, job.data
+    mark = {"at": ts, "strategy": report.strategy, "summarizer": report.summarizer}
+    if job.session.era == "jsonl":
+        backup = write_backup(source, data, job.now)
+        head = data if data.endswith(b"\n") or not data else data + b"\n"
+        record = {"$set": {"messages": copies, "lastUpdated": ts, COMPACTION_MARK: mark}}
+        try:
+            replace_checked(
+                source, head + stringify(record) + b"\n", job.stamp, before_replace=job.before_replace
+            )
+        except BaseException:
+            backup.unlink(missing_ok=True)  # nothing changed: no backup of it either
+            raise
+        report.backup_path = str(backup)
+        return
+    beside = source.with_suffix(".jsonl")
+    mark["created"] = beside.name
+    metadata = {**job.session.metadata, "lastUpdated": ts}
+    lines = [stringify(metadata)]
+    lines += [stringify(m) for m in job.session.messages]
+    lines.append(stringify({"$set": {"messages": copies, "lastUpdated": ts, COMPACTION_MARK: mark}}))
+    atomic_write(beside, b"\n".join(lines) + b"\n", exclusive=True, like=source)
+    report.output_path = str(beside)
+    report.output_era = "jsonl"
 
 
 class _Written:
@@ -844,50 +932,41 @@ def undo_compaction(
     return report
 
 
-def _compact_with_strategy(
-    session: Any,
-    data: bytes,
-    stamp: FileStamp | None,
-    summarizer: Summarizer,
-    opts: CompactOptions,
-    dest: Destination,
-    report: CompactionReport,
-    target: Path,
-    era: Era,
-    new_session_id: str | None,
-    now: datetime,
-    new_id: Callable[[], str],
-    before_replace: Callable[[], object] | None,
-) -> CompactionReport:
+def _compact_with_strategy(job: _Job, report: CompactionReport) -> CompactionReport:
     """``compact_session`` for a strategy of ``ctxtool.compress.strategies`` other than gemini-cli: the
     strategy plans the new message list, this writes it the way the gemini-cli path does."""
     from ctxtool.compress.strategies import registry
-    from ctxtool.compress.strategies.base import StrategyOptions, wire_history
+    from ctxtool.compress.strategies.base import StrategyOptions
 
+    opts = job.opts
     strategy = registry.get_strategy(opts.strategy)
-    messages = cast(list[dict[str, Any]], session.messages)
-    model = report.model or DEFAULT_CHAT_MODEL
     s_opts = StrategyOptions(
-        chat_model=model,
+        chat_model=job.model,
         context_window=opts.context_window,
         force=opts.force,
         custom_instructions=opts.custom_instructions,
         threshold=opts.threshold,
     )
-    plan_summarizer = summarizer
-    if opts.dry_run and not summarizer.deterministic:
-        plan_summarizer = OfflineSummarizer()
-        report.notes.append("dry run: the new token count is estimated with an offline summary")
-    result = strategy.plan(messages, plan_summarizer, s_opts, now=now, new_id=new_id)
-    report.strategy = strategy.name
+    plan_summarizer = _plan_summarizer(job, report)
+    result = strategy.plan(job.messages, plan_summarizer, s_opts, now=job.now, new_id=job.new_id)
+    _report_plan(job, strategy.name, result, report)
+    if result.messages is None:
+        return report
+    _report_strategy_output(job, result, result.messages, report)
+    return _apply(job, report, result.messages)
+
+
+def _report_plan(job: _Job, name: str, result: StrategyResult, report: CompactionReport) -> None:
+    """What another strategy planned: its status, its own trigger and measure, the tokens before."""
+    report.strategy = name
     report.profile = None
     report.status = result.status
     report.trigger = result.trigger.as_dict()
     if result.status == "NOOP":
         trig = result.trigger
-        if trig.would_trigger is False and not opts.force:
+        if trig.would_trigger is False and not job.opts.force:
             report.reason = (
-                f"{strategy.name}'s trigger ({trig.measure}) is not reached:"
+                f"{name}'s trigger ({trig.measure}) is not reached:"
                 f" at most {plural(trig.tokens or 0, 'token')}; pass --force to compact anyway"
             )
         else:
@@ -898,39 +977,26 @@ def _compact_with_strategy(
         "after": result.own_tokens_after,
     }
     report.notes.extend(result.notes)
-    report.tokens_before = measure_history(messages, model)
-    report.recorded_prompt_tokens = g.recorded_input(messages) or None
+    report.tokens_before = measure_history(job.messages, job.model)
+    report.recorded_prompt_tokens = g.recorded_input(job.messages) or None
     if result.calls:
         report.summarizer_model = result.calls[0].model
-    if result.messages is None:
-        return report
-    report.tokens_after = measure_history(result.messages, model)
+
+
+def _report_strategy_output(
+    job: _Job, result: StrategyResult, new: list[dict[str, Any]], report: CompactionReport
+) -> None:
+    """The new message list another strategy planned, measured as the gemini-cli path measures its own."""
+    from ctxtool.compress.strategies.base import wire_history
+
+    messages = job.messages
+    report.tokens_after = measure_history(new, job.model)
     report.messages_kept = result.messages_kept
     report.messages_summarised = result.messages_summarised
     if result.kept_from is not None and result.kept_from < len(messages):
         report.split_message_id = messages[result.kept_from]["id"]
     facts = extract_facts(wire_history(messages))
-    report.retention = retention(facts, history_text(wire_history(result.messages))).as_dict()
-    report.output_path = str(target)
-    if opts.dry_run:
-        return report
-    written = _redacted(result.messages, report) if opts.redact_secrets else result.messages
-    _clean_leftovers(report, Path(report.input_path).parent, target.parent)
-    with interrupt.deferred():  # as the gemini-cli path: the write completes or does not begin
-        return _write_compacted(
-            report,
-            session,
-            era,
-            written,
-            Path(report.input_path),
-            target,
-            data,
-            stamp,
-            dest,
-            now,
-            new_session_id,
-            before_replace,
-        )
+    report.retention = retention(facts, history_text(wire_history(new))).as_dict()
 
 
 def _message_index(

@@ -18,16 +18,20 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxtool.common.errors import CtxtoolError, UsageError
 from ctxtool.compress.strategies import registry
 from ctxtool.compress.strategies.base import StrategyOptions, wire_history
-from ctxtool.compress.summarize.facts import FACT_KINDS, extract_facts, history_text, retention
+from ctxtool.compress.summarize.facts import FACT_KINDS, Facts, extract_facts, history_text, retention
 from ctxtool.compress.summarizer import Summarizer
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import read_session
+
+if TYPE_CHECKING:
+    from ctxtool.compact import CompactionReport
 
 DEFAULT_STRATEGIES = registry.STRATEGY_NAMES  # every strategy, each with its default settings
 COLUMNS = (
@@ -86,6 +90,36 @@ def _each(
             advance((source.path if isinstance(source, SessionPath) else Path(source)).name)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every strategy row of one ``compare_sessions`` call shares."""
+
+    summarizer: Summarizer
+    context_window: int | None
+    base: Path  # the strategies' output folders go here
+    keep_dir: Path | None  # the outputs are kept (and their paths reported) when given
+
+
+@dataclass(frozen=True)
+class _Original:
+    """One session as read, measured once for all of its strategy rows."""
+
+    source: SessionPath | Path
+    path: Path
+    messages: list[dict[str, Any]]
+    model: str
+    tokens: int  # measure_history
+    facts: Facts
+
+    @classmethod
+    def of(cls, source: SessionPath | Path, path: Path, messages: list[dict[str, Any]]) -> _Original:
+        from ctxtool.compact import chat_model, measure_history
+
+        model = chat_model(messages)
+        tokens = measure_history(messages, model)
+        return cls(source, path, messages, model, tokens, extract_facts(wire_history(messages)))
+
+
 def compare_sessions(
     sources: Sequence[SessionPath | Path],
     names: Sequence[str],
@@ -97,89 +131,104 @@ def compare_sessions(
 ) -> list[dict[str, Any]]:
     """One row (see ``COLUMNS``) per session and strategy, sessions in the given order. ``advance`` is
     called with each session's file name once its strategies have run (a progress bar)."""
-    from ctxtool.compact import CompactOptions, Destination, chat_model, compact_session, measure_history
-
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ctxtool-compare-") as tmp:
-        base = keep_dir if keep_dir is not None else Path(tmp)
+        run = _Run(summarizer, context_window, keep_dir if keep_dir is not None else Path(tmp), keep_dir)
         for source in _each(sources, advance):
             path = source.path if isinstance(source, SessionPath) else Path(source)
             try:
-                original = read_session(path)
+                session = read_session(path)
             except (CtxtoolError, OSError) as exc:
-                for name in names:
-                    row = _empty_row(str(path), name)
-                    row.update(status="FAILED", error=str(exc))
-                    rows.append(row)
+                rows += [
+                    {**_empty_row(str(path), name), "status": "FAILED", "error": str(exc)} for name in names
+                ]
                 continue
-            messages = [dict(m) for m in original.messages]
-            model = chat_model(messages)
-            before = measure_history(messages, model)
-            facts = extract_facts(wire_history(messages))
-            for name in names:
-                row = _empty_row(str(path), name)
-                row.update(tokens_before=before, messages_before=len(messages))
-                trig = registry.get_strategy(name).trigger(
-                    messages, StrategyOptions(chat_model=model, context_window=context_window)
-                )
-                row.update(
-                    would_trigger=trig.would_trigger,
-                    trigger_turn=trig.turn,
-                    trigger_message_id=trig.message_id,
-                    trigger_measure=trig.measure,
-                    trigger_limit=trig.limit,
-                    trigger_tokens=trig.tokens,
-                )
-                options = CompactOptions(strategy=name, force=True, context_window=context_window)
-                destination = Destination("out", base / name.replace(":", "_"))
-                start = time.perf_counter()
-                try:
-                    report = compact_session(source, summarizer, options, destination)
-                except (CtxtoolError, OSError) as exc:
-                    row.update(status="FAILED", error=str(exc), seconds=time.perf_counter() - start)
-                    rows.append(row)
-                    continue
-                row["seconds"] = round(time.perf_counter() - start, 4)
-                row["status"] = report.status
-                row["notes"] = "; ".join(report.notes)
-                if report.strategy_tokens:
-                    row.update(
-                        own_measure=report.strategy_tokens["measure"],
-                        own_tokens_before=report.strategy_tokens["before"],
-                        own_tokens_after=report.strategy_tokens["after"],
-                    )
-                elif name.partition(":")[0] == "gemini-cli":
-                    row.update(
-                        own_measure=f"gemini-cli threshold check ({report.threshold_tokens_source})",
-                        own_tokens_before=report.threshold_tokens,
-                        own_tokens_after=report.tokens_after,
-                    )
-                after_messages = messages
-                if report.written and report.output_path:
-                    after_messages = [dict(m) for m in read_session(report.output_path).messages]
-                    row["messages_kept"] = report.messages_kept
-                    row["messages_summarised"] = report.messages_summarised
-                    if keep_dir is not None:
-                        row["output_path"] = report.output_path
-                else:
-                    row["messages_kept"] = len(messages)
-                    row["messages_summarised"] = 0
-                after = measure_history(after_messages, model)
-                row["tokens_after"] = after
-                row["messages_after"] = len(after_messages)
-                row["reduction"] = round(1 - after / before, 4) if before else None
-                kept = retention(facts, history_text(wire_history(after_messages)))
-                found = total = 0
-                for kind in FACT_KINDS:
-                    k = kept.kind(kind)
-                    row[f"{kind}_kept"] = len(k.kept)
-                    row[f"{kind}_total"] = k.total
-                    row[f"{kind}_retention"] = None if k.percent is None else round(k.percent, 1)
-                    found += len(k.kept)
-                    total += k.total
-                row["retention"] = round(100 * found / total, 1) if total else None
-                rows.append(row)
+            original = _Original.of(source, path, [dict(m) for m in session.messages])
+            rows += [_strategy_row(original, name, run) for name in names]
     return rows
+
+
+def _strategy_row(original: _Original, name: str, run: _Run) -> dict[str, Any]:
+    """The row of one strategy on one session: its trigger, then its compaction measured."""
+    from ctxtool.compact import CompactOptions, Destination, compact_session
+
+    row = _empty_row(str(original.path), name)
+    row.update(tokens_before=original.tokens, messages_before=len(original.messages))
+    trig = registry.get_strategy(name).trigger(
+        original.messages, StrategyOptions(chat_model=original.model, context_window=run.context_window)
+    )
+    row.update(
+        would_trigger=trig.would_trigger,
+        trigger_turn=trig.turn,
+        trigger_message_id=trig.message_id,
+        trigger_measure=trig.measure,
+        trigger_limit=trig.limit,
+        trigger_tokens=trig.tokens,
+    )
+    options = CompactOptions(strategy=name, force=True, context_window=run.context_window)
+    destination = Destination("out", run.base / name.replace(":", "_"))
+    start = time.perf_counter()
+    try:
+        report = compact_session(original.source, run.summarizer, options, destination)
+    except (CtxtoolError, OSError) as exc:
+        row.update(status="FAILED", error=str(exc), seconds=time.perf_counter() - start)
+        return row
+    row["seconds"] = round(time.perf_counter() - start, 4)
+    row["status"] = report.status
+    row["notes"] = "; ".join(report.notes)
+    row.update(_own_measure(name, report))
+    _measure_result(original, report, run.keep_dir, row)
+    return row
+
+
+def _own_measure(name: str, report: CompactionReport) -> dict[str, Any]:
+    """The strategy's own measure of the tokens before and after (the gemini-cli threshold check's for it)."""
+    if report.strategy_tokens:
+        return {
+            "own_measure": report.strategy_tokens["measure"],
+            "own_tokens_before": report.strategy_tokens["before"],
+            "own_tokens_after": report.strategy_tokens["after"],
+        }
+    if name.partition(":")[0] == "gemini-cli":
+        return {
+            "own_measure": f"gemini-cli threshold check ({report.threshold_tokens_source})",
+            "own_tokens_before": report.threshold_tokens,
+            "own_tokens_after": report.tokens_after,
+        }
+    return {}
+
+
+def _measure_result(
+    original: _Original, report: CompactionReport, keep_dir: Path | None, row: dict[str, Any]
+) -> None:
+    """The row's columns of what the compaction wrote, read back as Gemini CLI loads it (the original when
+    nothing was written): messages, tokens and fact retention."""
+    from ctxtool.compact import measure_history
+
+    after_messages = original.messages
+    if report.written and report.output_path:
+        after_messages = [dict(m) for m in read_session(report.output_path).messages]
+        row["messages_kept"] = report.messages_kept
+        row["messages_summarised"] = report.messages_summarised
+        if keep_dir is not None:
+            row["output_path"] = report.output_path
+    else:
+        row["messages_kept"] = len(original.messages)
+        row["messages_summarised"] = 0
+    after, before = measure_history(after_messages, original.model), original.tokens
+    row["tokens_after"] = after
+    row["messages_after"] = len(after_messages)
+    row["reduction"] = round(1 - after / before, 4) if before else None
+    kept = retention(original.facts, history_text(wire_history(after_messages)))
+    found = total = 0
+    for kind in FACT_KINDS:
+        k = kept.kind(kind)
+        row[f"{kind}_kept"] = len(k.kept)
+        row[f"{kind}_total"] = k.total
+        row[f"{kind}_retention"] = None if k.percent is None else round(k.percent, 1)
+        found += len(k.kept)
+        total += k.total
+    row["retention"] = round(100 * found / total, 1) if total else None
 
 
 def strategy_means(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
