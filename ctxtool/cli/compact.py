@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ctxtool.cli import options
+from ctxtool.cli import compaction, options
 from ctxtool.cli.status import ExitStatus
-from ctxtool.common.errors import CtxtoolError, SummarizerError, UsageError
-from ctxtool.compress.gemini_cli.profiles import DEFAULT_PROFILE, PROFILES
-from ctxtool.compress.summarizer import ModelCall, Summarizer
+from ctxtool.common.errors import CtxtoolError, UsageError
+from ctxtool.compress.gemini_cli.profiles import DEFAULT_PROFILE, PROFILES, get_profile
+from ctxtool.compress.summarizer import Summarizer
+
+if TYPE_CHECKING:
+    from ctxtool import compact as lib
+    from ctxtool.compress.gemini_cli.texts import CompressionTexts
+    from ctxtool.session.discover import SessionPath
 
 
 def strategies_help() -> str:
@@ -82,168 +87,286 @@ written, 2 usage error.
 """
 
 
-class _LazySummarizer:
-    """Builds the real summarizer on the first model call, so a missing API key fails only the files that
-    need a model (a NOOP does not) and fails each of them with the same one-line error."""
+OUT = typer.Option(
+    None,
+    "--out",
+    "-o",
+    help="Write compacted sessions under DIR (default: ./ctxtool-compacted), or, for one input, "
+    "to FILE when the name ends in .json/.jsonl.",
+)
+AS_NEW_SESSION = typer.Option(
+    False, "--as-new-session", help="Write each result as a new session beside its original."
+)
+IN_PLACE = typer.Option(
+    False, "--in-place", help="Replace each input (after a backup <file>.ctxtool-backup-<time>)."
+)
+ERA = typer.Option(
+    None,
+    "--era",
+    metavar="jsonl|json",
+    help="Write the result as a current .jsonl or a legacy .json session (default: the input's own; "
+    "--out FILE takes it from the file's extension). Under --out DIR a legacy session-X.json beside the "
+    "session-X.jsonl Gemini CLI wrote on resuming it is left out (NOOP): both would become one file.",
+)
+DRY_RUN = typer.Option(False, "--dry-run", "-n", help="Show the plan; write nothing.")
+FORCE = typer.Option(False, "--force", help="Compact even under the threshold (as /compress).")
+THRESHOLD = typer.Option(
+    None, "--threshold", help="Share of the token limit that triggers compaction (default: profile's)."
+)
+TRUNCATE_ONLY = typer.Option(
+    False,
+    "--truncate-only",
+    help="Only cut old tool outputs to the budget (CONTENT_TRUNCATED); no summary.",
+)
+PROFILE = typer.Option(
+    DEFAULT_PROFILE, "--profile", help="Gemini CLI behaviour to replay (see the list above)."
+)
+CHAT_MODEL = typer.Option(
+    None, "--chat-model", help="Model the session ran on (default: the newest one it recorded)."
+)
+SUMMARIZER_MODEL = typer.Option(
+    None,
+    "--summarizer-model",
+    help="Summarizer model (gemini; default: the model Gemini CLI 0.61 compresses this chat with).",
+)
+PROMPT_FILE = typer.Option(None, "--prompt-file", help="System prompt for the summarizer, from FILE.")
+PROMPT_FROM_GEMINI_CLI = typer.Option(
+    False,
+    "--prompt-from-gemini-cli",
+    help="Send every text of the installed Gemini CLI's compression (system prompt, instruction, "
+    "verification probe, acknowledgement, <session_context>) instead of ctxtool's wording.",
+)
+WORKSPACE = typer.Option(
+    None,
+    "--workspace",
+    metavar="DIR",
+    help="The project folder the sessions ran in, for a session that stored no <session_context> "
+    "(default: the folder .project_root names beside chats/).",
+)
+SUMMARY_BUDGET = typer.Option(
+    None,
+    "--summary-budget",
+    help="Offline summarizer: at most TOKENS in the summary (default: 10% of the summarised span, "
+    "1000 for a short one).",
+)
+STRATEGY = typer.Option(
+    "gemini-cli", "--strategy", help="Compaction strategy to replay (see the list above)."
+)
+CONTEXT_WINDOW = typer.Option(
+    None,
+    "--context-window",
+    min=1000,
+    help="Other strategies: context window for their trigger (default: Kode 200000, else the model's).",
+)
+INSTRUCTIONS = typer.Option(
+    None, "--instructions", help="Other strategies: focus text appended to their summary prompt."
+)
+KEEP_FACTS = typer.Option(
+    False,
+    "--keep-facts",
+    help="With --summarizer gemini: append the deterministic facts list (user requests, commands, "
+    "errors, paths; verbatim, within the offline budget) to the model's summary, so a paraphrase cannot "
+    "lose them.",
+)
+REDACT_SECRETS = typer.Option(
+    False,
+    "--redact-secrets",
+    help="Write secrets found in the kept text (API keys, tokens, private keys) as [REDACTED:kind], so "
+    "a leaked key does not travel on into the next conversation.",
+)
+UNDO = typer.Option(
+    False,
+    "--undo",
+    help="Drop the compaction the last --in-place appended to each SESSION (a .json: remove the "
+    ".jsonl it wrote); the recorded history is untouched. With --force, also when Gemini CLI recorded "
+    "more after it.",
+)
+FORMAT = typer.Option("table", "--format", "-f", help="table or json.")
 
-    name = "gemini"
-    deterministic = False
 
-    def __init__(self, factory: Callable[[], Summarizer]) -> None:
-        self._factory = factory
-        self._inner: Summarizer | None = None
-        self._error: SummarizerError | None = None
+@dataclass(frozen=True)
+class CompactRequest:
+    """The options of one ``ctxtool compact`` run (``--undo`` aside), as given. ``check`` refuses what
+    cannot run; the other methods resolve the options for the library, in the order the command needs
+    them (so that of several mistakes the same one is always reported)."""
 
-    def generate(self, call: ModelCall) -> str | None:
-        if self._error is not None:
-            raise self._error
-        if self._inner is None:
-            try:
-                self._inner = self._factory()
-            except SummarizerError as exc:
-                self._error = exc
-                raise
-        return self._inner.generate(call)
+    out: Path | None
+    as_new_session: bool
+    in_place: bool
+    era: str | None
+    dry_run: bool
+    force: bool
+    threshold: float | None
+    truncate_only: bool
+    summarizer: str
+    profile: str
+    chat_model: str | None
+    model: str | None
+    base_url: str | None
+    prompt_file: Path | None
+    prompt_from_gemini_cli: bool
+    workspace: Path | None
+    summary_budget: int | None
+    strategy: str
+    context_window: int | None
+    instructions: str | None
+    keep_facts: bool
+    redact_secrets: bool
+    fmt: str
+    since: str | None
+    until: str | None
+    project: list[str] | None
+    session: list[str] | None
+    only_model: list[str] | None
 
-    def close(self) -> None:
-        close = getattr(self._inner, "close", None)
-        if callable(close):
-            close()
+    def check(self) -> None:
+        """Raise a UsageError for the first option, or combination of options, that cannot run (an unknown
+        --profile or --strategy raises its own error)."""
+        from ctxtool.compress.strategies.registry import get_strategy
 
-
-class _Progress:
-    """A progress bar on stderr (only where ``options.progress_wanted``), one step per session."""
-
-    def __init__(self, total: int, enabled: bool, label: str = "compacting") -> None:
-        self.bar: Any = None
-        if enabled and total > 1:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-            self.bar = Progress(
-                TextColumn(label),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.description}"),
-                console=Console(stderr=True),
-                transient=True,
+        if self.fmt not in ("table", "json"):
+            raise UsageError(f"--format {self.fmt!r} is not supported", "Use table or json")
+        if sum((self.out is not None, self.as_new_session, self.in_place)) > 1:
+            raise UsageError(
+                "--out, --as-new-session and --in-place exclude each other", "Pass only one of them"
             )
-            self.bar.start()
-            self.task = self.bar.add_task("", total=total)
+        if self.era is not None and self.era not in ("jsonl", "json"):
+            raise UsageError(
+                f"--era {self.era!r} is not a session format", "Use jsonl (current) or json (legacy)"
+            )
+        if self.era is not None and self.in_place:
+            raise UsageError(
+                "--in-place keeps each file's format", "Drop --era, or use --out / --as-new-session"
+            )
+        compaction.check_summarizer(self.summarizer)
+        if self.threshold is not None and not 0 < self.threshold <= 1:
+            raise UsageError(
+                f"--threshold {self.threshold} is not a share of the token limit", "Pass a number in (0, 1]"
+            )
+        if self.prompt_file is not None and self.prompt_from_gemini_cli:
+            raise UsageError("--prompt-file and --prompt-from-gemini-cli exclude each other", "Pass only one")
+        compaction.check_summarizer_model(self.summarizer, self.model)
+        self.filters()  # in its turn: a bad date, or --since after --until
+        if self.keep_facts and self.summarizer != "gemini":
+            raise UsageError(
+                "--keep-facts adds the facts to a model's summary; "
+                "the offline summary is made of them already",
+                "Add --summarizer gemini, or drop --keep-facts",
+            )
+        if self.summarizer == "gemini" and self.summary_budget is not None:
+            raise UsageError(
+                "--summary-budget applies to the offline summarizer", "Drop it or use --summarizer offline"
+            )
+        if self.workspace is not None and not self.workspace.is_dir():
+            raise UsageError(
+                f"--workspace {self.workspace} is not a folder", "Pass the project folder the sessions ran in"
+            )
+        get_profile(self.profile)
+        get_strategy(self.strategy)
+        gemini_only = self.truncate_only or self.prompt_file is not None or self.prompt_from_gemini_cli
+        if self.strategy.partition(":")[0] != "gemini-cli" and gemini_only:
+            raise UsageError(
+                "--truncate-only, --prompt-file and --prompt-from-gemini-cli apply to the gemini-cli "
+                f"strategy, not {self.strategy}",
+                "Drop them or use --strategy gemini-cli",
+            )
 
-    def advance(self, name: str) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, advance=1, description=name)
+    def filters(self) -> dict[str, Any]:
+        """The session filters (``options.filter_args``)."""
+        return options.filter_args(self.since, self.until, self.project, self.session, self.only_model)
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+    def texts(self) -> CompressionTexts:
+        """The fixed texts of the compression: ctxtool's, with the system prompt of --prompt-file, or the
+        installed Gemini CLI's (--prompt-from-gemini-cli)."""
+        from ctxtool.compress.gemini_cli.texts import CTXTOOL_TEXTS
+
+        if self.prompt_file is not None:
+            from dataclasses import replace
+
+            from ctxtool.compress.gemini_cli.prompts import load_prompt_file
+
+            return replace(CTXTOOL_TEXTS, system_prompt=load_prompt_file(self.prompt_file))
+        if self.prompt_from_gemini_cli:
+            from ctxtool.compress.gemini_cli.prompts import find_gemini_cli_texts
+
+            return find_gemini_cli_texts()
+        return CTXTOOL_TEXTS
+
+    def make_summarizer(self) -> Summarizer:
+        """The summarizer --summarizer names (``compaction.make_summarizer``)."""
+        return compaction.make_summarizer(
+            self.summarizer, self.model, self.base_url, budget=self.summary_budget, keep_facts=self.keep_facts
+        )
+
+    def destination(self, sources: list[SessionPath]) -> lib.Destination:
+        """Where the results go (--out DIR or FILE, --as-new-session or --in-place), checked against the
+        sources (``lib.check_destination``)."""
+        from ctxtool import compact as lib
+
+        mode: lib.Mode = "in-place" if self.in_place else "new-session" if self.as_new_session else "out"
+        if self.out is not None and lib.is_file_name(self.out):
+            destination = lib.Destination(mode, self.out.parent, out_file=self.out)
+            if self.era is not None and self.out.suffix != f".{self.era}":
+                raise UsageError(
+                    f"--era {self.era} does not match --out {self.out}",
+                    f"Name the output *.{self.era}, or drop --era",
+                )
+        else:
+            destination = lib.Destination(
+                mode, self.out if self.out is not None else Path(lib.DEFAULT_OUT_DIR)
+            )
+        lib.check_destination(sources, destination)
+        return destination
+
+    def compact_options(self, texts: CompressionTexts, destination: lib.Destination) -> lib.CompactOptions:
+        """The library's options; --out FILE sets the era by its extension."""
+        from ctxtool import compact as lib
+
+        era = self.era if destination.out_file is None else destination.out_file.suffix[1:]
+        return lib.CompactOptions(
+            profile=self.profile,
+            force=self.force,
+            threshold=self.threshold,
+            truncate_only=self.truncate_only,
+            dry_run=self.dry_run,
+            chat_model=self.chat_model,
+            texts=texts,
+            strategy=self.strategy,
+            context_window=self.context_window,
+            custom_instructions=self.instructions,
+            era=None if era is None else "jsonl" if era == "jsonl" else "json",
+            redact_secrets=self.redact_secrets,
+            workspace=self.workspace,
+        )
 
 
 def compact(
-    paths: list[str] = typer.Argument(
-        ..., help="Session files, directories, globs, or session ids (a unique prefix of 4+ characters)."
-    ),
-    out: Path = typer.Option(
-        None,
-        "--out",
-        "-o",
-        help="Write compacted sessions under DIR (default: ./ctxtool-compacted), or, for one input, "
-        "to FILE when the name ends in .json/.jsonl.",
-    ),
-    as_new_session: bool = typer.Option(
-        False, "--as-new-session", help="Write each result as a new session beside its original."
-    ),
-    in_place: bool = typer.Option(
-        False, "--in-place", help="Replace each input (after a backup <file>.ctxtool-backup-<time>)."
-    ),
-    era: str = typer.Option(
-        None,
-        "--era",
-        metavar="jsonl|json",
-        help="Write the result as a current .jsonl or a legacy .json session (default: the input's own; "
-        "--out FILE takes it from the file's extension). Under --out DIR a legacy session-X.json beside the "
-        "session-X.jsonl Gemini CLI wrote on resuming it is left out (NOOP): both would become one file.",
-    ),
-    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show the plan; write nothing."),
-    force: bool = typer.Option(False, "--force", help="Compact even under the threshold (as /compress)."),
-    threshold: float = typer.Option(
-        None, "--threshold", help="Share of the token limit that triggers compaction (default: profile's)."
-    ),
-    truncate_only: bool = typer.Option(
-        False,
-        "--truncate-only",
-        help="Only cut old tool outputs to the budget (CONTENT_TRUNCATED); no summary.",
-    ),
+    paths: list[str] = options.SESSION_PATHS,
+    out: Path = OUT,
+    as_new_session: bool = AS_NEW_SESSION,
+    in_place: bool = IN_PLACE,
+    era: str = ERA,
+    dry_run: bool = DRY_RUN,
+    force: bool = FORCE,
+    threshold: float = THRESHOLD,
+    truncate_only: bool = TRUNCATE_ONLY,
     summarizer: str = options.SUMMARIZER,
-    profile: str = typer.Option(
-        DEFAULT_PROFILE, "--profile", help="Gemini CLI behaviour to replay (see the list above)."
-    ),
-    chat_model: str = typer.Option(
-        None, "--chat-model", help="Model the session ran on (default: the newest one it recorded)."
-    ),
-    model: str = typer.Option(
-        None,
-        "--summarizer-model",
-        help="Summarizer model (gemini; default: the model Gemini CLI 0.61 compresses this chat with).",
-    ),
+    profile: str = PROFILE,
+    chat_model: str = CHAT_MODEL,
+    model: str = SUMMARIZER_MODEL,
     base_url: str = options.BASE_URL,
-    prompt_file: Path = typer.Option(
-        None, "--prompt-file", help="System prompt for the summarizer, from FILE."
-    ),
-    prompt_from_gemini_cli: bool = typer.Option(
-        False,
-        "--prompt-from-gemini-cli",
-        help="Send every text of the installed Gemini CLI's compression (system prompt, instruction, "
-        "verification probe, acknowledgement, <session_context>) instead of ctxtool's wording.",
-    ),
-    workspace: Path = typer.Option(
-        None,
-        "--workspace",
-        metavar="DIR",
-        help="The project folder the sessions ran in, for a session that stored no <session_context> "
-        "(default: the folder .project_root names beside chats/).",
-    ),
-    summary_budget: int = typer.Option(
-        None,
-        "--summary-budget",
-        help="Offline summarizer: at most TOKENS in the summary (default: 10% of the summarised span, "
-        "1000 for a short one).",
-    ),
-    strategy: str = typer.Option(
-        "gemini-cli", "--strategy", help="Compaction strategy to replay (see the list above)."
-    ),
-    context_window: int = typer.Option(
-        None,
-        "--context-window",
-        min=1000,
-        help="Other strategies: context window for their trigger (default: Kode 200000, else the model's).",
-    ),
-    instructions: str = typer.Option(
-        None, "--instructions", help="Other strategies: focus text appended to their summary prompt."
-    ),
-    keep_facts: bool = typer.Option(
-        False,
-        "--keep-facts",
-        help="With --summarizer gemini: append the deterministic facts list (user requests, commands, "
-        "errors, paths; verbatim, within the offline budget) to the model's summary, so a paraphrase cannot "
-        "lose them.",
-    ),
-    redact_secrets: bool = typer.Option(
-        False,
-        "--redact-secrets",
-        help="Write secrets found in the kept text (API keys, tokens, private keys) as [REDACTED:kind], so "
-        "a leaked key does not travel on into the next conversation.",
-    ),
+    prompt_file: Path = PROMPT_FILE,
+    prompt_from_gemini_cli: bool = PROMPT_FROM_GEMINI_CLI,
+    workspace: Path = WORKSPACE,
+    summary_budget: int = SUMMARY_BUDGET,
+    strategy: str = STRATEGY,
+    context_window: int = CONTEXT_WINDOW,
+    instructions: str = INSTRUCTIONS,
+    keep_facts: bool = KEEP_FACTS,
+    redact_secrets: bool = REDACT_SECRETS,
     show_secrets: bool = options.SHOW_SECRETS,
-    undo: bool = typer.Option(
-        False,
-        "--undo",
-        help="Drop the compaction the last --in-place appended to each SESSION (a .json: remove the "
-        ".jsonl it wrote); the recorded history is untouched. With --force, also when Gemini CLI recorded "
-        "more after it.",
-    ),
-    fmt: str = typer.Option("table", "--format", "-f", help="table or json."),
+    undo: bool = UNDO,
+    fmt: str = FORMAT,
     color: options.Color = options.COLOR,
     width: int = options.WIDTH,
     wide: bool = options.WIDE,
@@ -253,161 +376,95 @@ def compact(
     session: list[str] = options.SESSION,
     only_model: list[str] = options.MODEL,
 ) -> int:
-    from ctxtool import compact as lib
-
     if undo:
         return _undo(paths, force=force, fmt=fmt, width=width, color=color)
-    from ctxtool.compress.gemini_cli.profiles import get_profile
-    from ctxtool.session.discover import discover
-
-    if fmt not in ("table", "json"):
-        raise UsageError(f"--format {fmt!r} is not supported", "Use table or json")
-    if sum((out is not None, as_new_session, in_place)) > 1:
-        raise UsageError("--out, --as-new-session and --in-place exclude each other", "Pass only one of them")
-    if era is not None and era not in ("jsonl", "json"):
-        raise UsageError(f"--era {era!r} is not a session format", "Use jsonl (current) or json (legacy)")
-    if era is not None and in_place:
-        raise UsageError("--in-place keeps each file's format", "Drop --era, or use --out / --as-new-session")
-    if summarizer not in ("offline", "gemini"):
-        raise UsageError(f"--summarizer {summarizer!r} is not known", "Use offline or gemini")
-    if threshold is not None and not 0 < threshold <= 1:
-        raise UsageError(
-            f"--threshold {threshold} is not a share of the token limit", "Pass a number in (0, 1]"
-        )
-    if prompt_file is not None and prompt_from_gemini_cli:
-        raise UsageError("--prompt-file and --prompt-from-gemini-cli exclude each other", "Pass only one")
-    if summarizer == "offline" and model:
-        raise UsageError(
-            "--summarizer-model applies to --summarizer gemini",
-            "Add --summarizer gemini, or drop --summarizer-model",
-        )
-    filters = options.filter_args(since, until, project, session, only_model)
-    if keep_facts and summarizer != "gemini":
-        raise UsageError(
-            "--keep-facts adds the facts to a model's summary; the offline summary is made of them already",
-            "Add --summarizer gemini, or drop --keep-facts",
-        )
-    if summarizer == "gemini" and summary_budget is not None:
-        raise UsageError(
-            "--summary-budget applies to the offline summarizer", "Drop it or use --summarizer offline"
-        )
-    if workspace is not None and not workspace.is_dir():
-        raise UsageError(
-            f"--workspace {workspace} is not a folder", "Pass the project folder the sessions ran in"
-        )
-    get_profile(profile)
-    from ctxtool.compress.strategies.registry import get_strategy
-
-    get_strategy(strategy)
-    gemini_only = truncate_only or prompt_file is not None or prompt_from_gemini_cli
-    if strategy.partition(":")[0] != "gemini-cli" and gemini_only:
-        raise UsageError(
-            f"--truncate-only, --prompt-file and --prompt-from-gemini-cli apply to the gemini-cli strategy, "
-            f"not {strategy}",
-            "Drop them or use --strategy gemini-cli",
-        )
-
-    from ctxtool.compress.gemini_cli.texts import CTXTOOL_TEXTS
-
-    texts = CTXTOOL_TEXTS
-    if prompt_file is not None:
-        from dataclasses import replace
-
-        from ctxtool.compress.gemini_cli.prompts import load_prompt_file
-
-        texts = replace(CTXTOOL_TEXTS, system_prompt=load_prompt_file(prompt_file))
-    elif prompt_from_gemini_cli:
-        from ctxtool.compress.gemini_cli.prompts import find_gemini_cli_texts
-
-        texts = find_gemini_cli_texts()
-
-    summ: Summarizer
-    if summarizer == "offline":
-        from ctxtool.compress.summarize.offline import OfflineSummarizer
-
-        summ = (
-            OfflineSummarizer() if summary_budget is None else OfflineSummarizer(token_budget=summary_budget)
-        )
-    else:
-
-        def make() -> Summarizer:
-            from ctxtool.compress.summarize.gemini_model import GeminiSummarizer
-
-            return GeminiSummarizer(model=model, base_url=base_url)
-
-        summ = _LazySummarizer(make)
-        if keep_facts:
-            from ctxtool.compress.summarize.offline import KeepFacts
-
-            summ = KeepFacts(summ)
-
-    from ctxtool.session.discover import resolve_session_args
-
-    found = discover(resolve_session_args(paths))
-    sources = options.filter_sources([sp for sp in found.files if not lib.is_backup(sp.path)], filters)
-    for path, _, message in found.unreadable:
-        print(f"Error: {path}: {message}", file=sys.stderr)
-    if not sources and not found.missing:
-        if found.unreadable:
-            return ExitStatus.ERROR  # each refused entry was named above, with its fix
-        raise UsageError(f"no session files in {', '.join(paths)}", "Pass session files or a chats/ folder")
-    mode: lib.Mode = "in-place" if in_place else "new-session" if as_new_session else "out"
-    if out is not None and lib.is_file_name(out):
-        destination = lib.Destination(mode, out.parent, out_file=out)
-        if era is not None and out.suffix != f".{era}":
-            raise UsageError(
-                f"--era {era} does not match --out {out}", f"Name the output *.{era}, or drop --era"
-            )
-        era = out.suffix[1:]
-    else:
-        destination = lib.Destination(mode, out if out is not None else Path(lib.DEFAULT_OUT_DIR))
-    lib.check_destination(sources, destination)
-    compact_opts = lib.CompactOptions(
-        profile=profile,
+    request = CompactRequest(
+        out=out,
+        as_new_session=as_new_session,
+        in_place=in_place,
+        era=era,
+        dry_run=dry_run,
         force=force,
         threshold=threshold,
         truncate_only=truncate_only,
-        dry_run=dry_run,
+        summarizer=summarizer,
+        profile=profile,
         chat_model=chat_model,
-        texts=texts,
+        model=model,
+        base_url=base_url,
+        prompt_file=prompt_file,
+        prompt_from_gemini_cli=prompt_from_gemini_cli,
+        workspace=workspace,
+        summary_budget=summary_budget,
         strategy=strategy,
         context_window=context_window,
-        custom_instructions=instructions,
-        era=None if era is None else "jsonl" if era == "jsonl" else "json",
+        instructions=instructions,
+        keep_facts=keep_facts,
         redact_secrets=redact_secrets,
-        workspace=workspace,
+        fmt=fmt,
+        since=since,
+        until=until,
+        project=project,
+        session=session,
+        only_model=only_model,
     )
+    request.check()
+    texts = request.texts()
+    summ = request.make_summarizer()
+    found, sources = compaction.session_files(paths, request.filters())
+    if not sources and not found.missing:
+        return ExitStatus.ERROR  # each refused entry was named above, with its fix
+    destination = request.destination(sources)
+    opts = request.compact_options(texts, destination)
+    reports = _compact_all(sources, found.missing, summ, opts, destination)
+    return _show(reports, request, show_secrets=show_secrets, width=width, color=color, wide=wide)
 
-    reports: list[lib.CompactionReport] = [
-        lib.CompactionReport.failed(m, f"{m}: no such file or directory") for m in found.missing
-    ]
-    superseded = lib.superseded_by_resume(sources) if compact_opts.era and mode == "out" else {}
-    from ctxtool.cli.options import progress_wanted
 
-    progress = _Progress(len(sources), progress_wanted())
-    try:
+def _compact_all(
+    sources: list[SessionPath],
+    missing: list[str],
+    summ: Summarizer,
+    opts: lib.CompactOptions,
+    destination: lib.Destination,
+) -> list[lib.CompactionReport]:
+    """One report per session: FAILED for a PATH that is missing or a session that could not be compacted
+    (the batch goes on), NOOP for a legacy file whose resumed .jsonl is compacted instead."""
+    from ctxtool import compact as lib
+
+    reports = [lib.CompactionReport.failed(m, f"{m}: no such file or directory") for m in missing]
+    superseded = lib.superseded_by_resume(sources) if opts.era and destination.mode == "out" else {}
+    with compaction.batch(summ, len(sources), "compacting") as advance:
         for sp in sources:
             if sp.path in superseded:
                 reports.append(lib.superseded_report(sp, superseded[sp.path]))
-                progress.advance(sp.path.name)
+                advance(sp.path.name)
                 continue
             try:
-                report = lib.compact_session(sp, summ, compact_opts, destination)
+                report = lib.compact_session(sp, summ, opts, destination)
             except (CtxtoolError, OSError) as exc:
                 message = str(exc) if isinstance(exc, CtxtoolError) else f"{sp.path}: {exc}"
                 report = lib.CompactionReport.failed(sp.path, message)
             reports.append(report)
-            progress.advance(sp.path.name)
-    finally:
-        progress.close()
-        close = getattr(summ, "close", None)
-        if callable(close):
-            close()
+            advance(sp.path.name)
+    return reports
+
+
+def _show(
+    reports: list[lib.CompactionReport],
+    request: CompactRequest,
+    *,
+    show_secrets: bool,
+    width: int | None,
+    color: options.Color,
+    wide: bool,
+) -> int:
+    """The errors on stderr, the reports on stdout in the --format asked (none when every session failed),
+    and the exit status."""
+    from ctxtool import compact as lib
 
     for report in reports:
         if report.error:
             print(f"Error: {report.error}", file=sys.stderr)
-
     rows = [r.as_dict() for r in reports]
     if not show_secrets:  # a report quotes facts of the sessions (retention's lost facts, notes)
         from ctxtool.common.secret_scan import redact_value
@@ -415,14 +472,14 @@ def compact(
         rows = redact_value(rows)
     if all(r.status == lib.FAILED for r in reports):
         return ExitStatus.ERROR  # nothing was compacted: the errors above say why; stdout stays empty
-    if fmt == "json":
+    if request.fmt == "json":
         from ctxtool.frames.model import SCHEMA_VERSION
         from ctxtool.render import formats as output
 
         doc = {
             "schema_version": SCHEMA_VERSION,
             "command": "compact",
-            "dry_run": dry_run,
+            "dry_run": request.dry_run,
             "totals": _compact_totals(rows),
             "sessions": rows,
         }
@@ -431,8 +488,10 @@ def compact(
         from ctxtool.render import tables as render
 
         console = render.make_console(width=width, color=color)
-        title = "ctxtool compact" + (" --dry-run (nothing written)" if dry_run else "")
-        table, notes = render.compact_table(rows, title=title, plan=dry_run, width=console.width, wide=wide)
+        title = "ctxtool compact" + (" --dry-run (nothing written)" if request.dry_run else "")
+        table, notes = render.compact_table(
+            rows, title=title, plan=request.dry_run, width=console.width, wide=wide
+        )
         render.print_table(console, table, wide=wide)
         for note in notes:
             console.print(note, markup=False, highlight=False)

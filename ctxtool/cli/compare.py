@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from ctxtool.cli import options
+from ctxtool.cli import compaction, options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.common.errors import UsageError
 
@@ -37,29 +37,38 @@ Exit status: 0 compared (whatever the outcomes), 1 a session could not be read o
 """
 
 
+FORMATS = ("table", "json", "csv")
+STRATEGIES = typer.Option(
+    "gemini-cli,kode,pi,openclaw,codex", "--strategies", "-s", help="Comma-separated strategy names."
+)
+SUMMARIZER_MODEL = typer.Option(None, "--summarizer-model", help="Summarizer model (gemini).")
+CONTEXT_WINDOW = typer.Option(
+    None,
+    "--context-window",
+    min=1000,
+    help="Context window for every strategy's trigger (default: Kode 200000, others the model's limit).",
+)
+KEEP = typer.Option(None, "--keep", help="Keep the compacted sessions under DIR/<strategy>/.")
+CHART = typer.Option(None, "--chart", help="Also write a chart to FILE (.png or .svg).")
+BARS = typer.Option(True, "--bars/--no-bars", help="Bar chart under the table (table format).")
+FORMAT = typer.Option(
+    None, "--format", "-f", help="table, json or csv (default: --output's suffix, else table)."
+)
+OUTPUT = typer.Option(None, "--output", "-o", help="Write json/csv to PATH, not stdout.")
+
+
 def compare(
-    paths: list[str] = typer.Argument(
-        ..., help="Session files, directories, globs, or session ids (a unique prefix of 4+ characters)."
-    ),
-    strategies: str = typer.Option(
-        "gemini-cli,kode,pi,openclaw,codex", "--strategies", "-s", help="Comma-separated strategy names."
-    ),
+    paths: list[str] = options.SESSION_PATHS,
+    strategies: str = STRATEGIES,
     summarizer: str = options.SUMMARIZER,
-    model: str = typer.Option(None, "--summarizer-model", help="Summarizer model (gemini)."),
+    model: str = SUMMARIZER_MODEL,
     base_url: str = options.BASE_URL,
-    context_window: int = typer.Option(
-        None,
-        "--context-window",
-        min=1000,
-        help="Context window for every strategy's trigger (default: Kode 200000, others the model's limit).",
-    ),
-    keep: Path = typer.Option(None, "--keep", help="Keep the compacted sessions under DIR/<strategy>/."),
-    chart: Path = typer.Option(None, "--chart", help="Also write a chart to FILE (.png or .svg)."),
-    bars: bool = typer.Option(True, "--bars/--no-bars", help="Bar chart under the table (table format)."),
-    fmt: str = typer.Option(
-        None, "--format", "-f", help="table, json or csv (default: --output's suffix, else table)."
-    ),
-    output_path: Path = typer.Option(None, "--output", "-o", help="Write json/csv to PATH, not stdout."),
+    context_window: int = CONTEXT_WINDOW,
+    keep: Path = KEEP,
+    chart: Path = CHART,
+    bars: bool = BARS,
+    fmt: str = FORMAT,
+    output_path: Path = OUTPUT,
     show_secrets: bool = options.SHOW_SECRETS,
     color: options.Color = options.COLOR,
     width: int = options.WIDTH,
@@ -71,62 +80,25 @@ def compare(
     only_model: list[str] = options.MODEL,
 ) -> int:
     from ctxtool import compare as lib
-    from ctxtool.cli.compact import _LazySummarizer
     from ctxtool.common.choices import output_format
-    from ctxtool.compact import is_backup
-    from ctxtool.compress.summarizer import Summarizer
-    from ctxtool.session.discover import discover
 
-    fmt = output_format(fmt, output_path, ("table", "json", "csv"))
-    if summarizer not in ("offline", "gemini"):
-        raise UsageError(f"--summarizer {summarizer!r} is not known", "Use offline or gemini")
-    if summarizer == "offline" and model:
-        raise UsageError(
-            "--summarizer-model applies to --summarizer gemini",
-            "Add --summarizer gemini, or drop --summarizer-model",
-        )
+    fmt = output_format(fmt, output_path, FORMATS)
+    compaction.check_summarizer(summarizer)
+    compaction.check_summarizer_model(summarizer, model)
     filters = options.filter_args(since, until, project, session, only_model)
     if chart is not None and chart.suffix.lower() not in (".png", ".svg"):
         raise UsageError(f"chart file {chart} is neither .png nor .svg", "Name the chart file *.png or *.svg")
     names = lib.parse_strategies(strategies)
-
-    summ: Summarizer
-    if summarizer == "offline":
-        from ctxtool.compress.summarize.offline import OfflineSummarizer
-
-        summ = OfflineSummarizer()
-    else:
-
-        def make() -> Summarizer:
-            from ctxtool.compress.summarize.gemini_model import GeminiSummarizer
-
-            return GeminiSummarizer(model=model, base_url=base_url)
-
-        summ = _LazySummarizer(make)
-
-    from ctxtool.session.discover import resolve_session_args
-
-    found = discover(resolve_session_args(paths))
-    sources = options.filter_sources([sp for sp in found.files if not is_backup(sp.path)], filters)
-    for path, _, message in found.unreadable:
-        print(f"Error: {path}: {message}", file=sys.stderr)
+    summ = compaction.make_summarizer(summarizer, model, base_url)
+    found, sources = compaction.session_files(paths, filters)
     if not sources and not found.missing:
-        if found.unreadable:
-            return ExitStatus.ERROR  # each refused entry was named above, with its fix
-        raise UsageError(f"no session files in {', '.join(paths)}", "Pass session files or a chats/ folder")
+        return ExitStatus.ERROR  # each refused entry was named above, with its fix
     for missing in found.missing:
         print(f"Error: {missing}: no such file or directory", file=sys.stderr)
-    from ctxtool.cli.compact import _Progress
-
-    progress = _Progress(len(sources), options.progress_wanted(), "comparing")
-    try:
+    with compaction.batch(summ, len(sources), "comparing") as advance:
         rows = lib.compare_sessions(
-            sources, names, summ, context_window=context_window, keep_dir=keep, advance=progress.advance
+            sources, names, summ, context_window=context_window, keep_dir=keep, advance=advance
         )
-    finally:
-        progress.close()
-        if isinstance(summ, _LazySummarizer):
-            summ.close()
     if not show_secrets:  # notes and errors quote session text
         from ctxtool.common.secret_scan import redact_value
 
@@ -137,33 +109,46 @@ def compare(
     if chart is not None:
         lib.write_chart(rows, chart)
         print(f"chart written to {chart}", file=sys.stderr)
-
     if not rows or all(r.get("status") == "FAILED" for r in rows):
         return ExitStatus.ERROR  # nothing was compared: the errors above say why; stdout stays empty
     if fmt == "table":
-        from ctxtool.render import tables as render
-
-        console = render.make_console(width=width, color=color)
-        table, notes = render.compare_table(rows, width=console.width, wide=wide)
-        render.print_table(console, table, wide=wide)
-        for note in notes:
-            console.print(note, markup=False, highlight=False)
-        if bars:
-            console.print()
-            render.print_table(console, render.compare_bars(lib.strategy_means(rows)))
+        _print_table(rows, bars=bars, width=width, color=color, wide=wide)
     else:
-        import polars as pl
-
-        from ctxtool.render import formats as output
-
-        frame = pl.DataFrame(rows, schema=_schema(lib.COLUMNS))
-        data = output.encode(frame, fmt, command="compare", strategies=names)
-        if output_path is not None:
-            output.atomic_write(output_path, data)
-        else:
-            output.write_stdout(data, sys.stdout.buffer)
+        _write_rows(rows, names, fmt, output_path)
     failed = bool(found.missing) or any(r.get("status") == "FAILED" for r in rows)
     return ExitStatus.ERROR if failed else ExitStatus.OK
+
+
+def _print_table(
+    rows: list[dict[str, Any]], *, bars: bool, width: int | None, color: options.Color, wide: bool
+) -> None:
+    """The comparison table, its notes, and the bar chart of each strategy's means under it (--bars)."""
+    from ctxtool import compare as lib
+    from ctxtool.render import tables as render
+
+    console = render.make_console(width=width, color=color)
+    table, notes = render.compare_table(rows, width=console.width, wide=wide)
+    render.print_table(console, table, wide=wide)
+    for note in notes:
+        console.print(note, markup=False, highlight=False)
+    if bars:
+        console.print()
+        render.print_table(console, render.compare_bars(lib.strategy_means(rows)))
+
+
+def _write_rows(rows: list[dict[str, Any]], names: list[str], fmt: str, output_path: Path | None) -> None:
+    """The rows as json or csv, to --output or stdout."""
+    import polars as pl
+
+    from ctxtool import compare as lib
+    from ctxtool.render import formats as output
+
+    frame = pl.DataFrame(rows, schema=_schema(lib.COLUMNS))
+    data = output.encode(frame, fmt, command="compare", strategies=names)
+    if output_path is not None:
+        output.atomic_write(output_path, data)
+    else:
+        output.write_stdout(data, sys.stdout.buffer)
 
 
 def _schema(columns: tuple[str, ...]) -> dict[str, Any]:

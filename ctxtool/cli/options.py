@@ -45,6 +45,10 @@ WIDE = typer.Option(
     False, "--wide", help="Show every column, even wider than the terminal (default: drop the least needed)."
 )
 
+SESSION_PATHS = typer.Argument(
+    ..., help="Session files, directories, globs, or session ids (a unique prefix of 4+ characters)."
+)
+
 # The session filters: one spelling and one help on every command that reads sessions.
 SINCE = typer.Option(None, "--since", help="Only requests on or after DATE (YYYY-MM-DD, UTC).")
 UNTIL = typer.Option(None, "--until", help="Only requests on or before DATE (YYYY-MM-DD, UTC).")
