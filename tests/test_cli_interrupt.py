@@ -186,7 +186,7 @@ def test_sigterm_at_any_instant_ends_the_run_with_143(corpus: Path, tmp_path: Pa
 
 _FAILING_WORKER = """
 import os, sys
-from ctxtool import interrupt
+from ctxtool.common import interrupt
 interrupt.install()  # as the console script does
 from ctxtool.session import scan
 
@@ -290,7 +290,7 @@ def test_ctrl_c_while_a_forkserver_pool_parses_leaves_nothing(
 
 _SEMAPHORE = """
 import multiprocessing, time
-from ctxtool import interrupt
+from ctxtool.common import interrupt
 interrupt.install()
 context = multiprocessing.get_context("forkserver")
 lock = context.Lock()  # a named semaphore, registered with the resource tracker
@@ -343,12 +343,13 @@ print(_signal.getsignal(_signal.SIGINT) is not python_handler, _signal.getsignal
 
 def test_the_entry_point_imports_nothing_before_its_handlers() -> None:
     """Until the handlers are in, Ctrl-C is Python's: a KeyboardInterrupt with a traceback. Before them the
-    console script imports only the three modules it must (``ctxtool``, ``ctxtool.__main__``,
-    ``ctxtool.common.interrupt``), and those import nothing the interpreter has not loaded already: no
-    ``typing``, ``contextlib`` or ``signal``, which took about 20 ms."""
+    console script imports only the modules it must (``ctxtool``, ``ctxtool.__main__``, the ``ctxtool.common``
+    package, whose ``__init__`` holds only its docstring, and ``ctxtool.common.interrupt``), and those import
+    nothing the interpreter has not loaded already: no ``typing``, ``contextlib`` or ``signal``, which took
+    about 20 ms."""
     out = subprocess.run([sys.executable, "-c", _WINDOW], capture_output=True, text=True, check=True)
     imported, handlers = out.stdout.splitlines()
-    assert imported.split() == ["ctxtool", "ctxtool.__main__", "ctxtool.common.interrupt"]
+    assert imported.split() == ["ctxtool", "ctxtool.__main__", "ctxtool.common", "ctxtool.common.interrupt"]
     assert handlers.startswith("True <function _handle"), handlers
 
 
