@@ -313,12 +313,17 @@ def test_ctrl_c_unlinks_the_named_semaphores_of_a_forkserver_pool(tmp_path: Path
             env={**os.environ, "TMPDIR": str(tmp_path)},  # (the forkserver's socket folder)
         )
     assert proc.stdout is not None
-    name = proc.stdout.readline().decode().strip()
-    semaphore = Path("/dev/shm") / f"sem.{name.lstrip('/')}"  # where glibc keeps a named semaphore
-    assert semaphore.exists()
-    proc.send_signal(signal.SIGINT)
-    result, left = end(proc, tmp_path / "err", "Ctrl-C")
-    proc.stdout.close()
+    try:
+        name = proc.stdout.readline().decode().strip()
+        semaphore = Path("/dev/shm") / f"sem.{name.lstrip('/')}"  # where glibc keeps a named semaphore
+        assert semaphore.exists(), (tmp_path / "err").read_text()
+        proc.send_signal(signal.SIGINT)
+        result, left = end(proc, tmp_path / "err", "Ctrl-C")
+    finally:  # a failure above must not leave the process to a later test's warnings
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
     assert left == []
     assert result == INTERRUPTED
     assert not semaphore.exists()
