@@ -326,9 +326,50 @@ def export_corpus(
     the manifest). ``prompts=False`` leaves out prompt text, message previews and session summaries for the
     sessions written in this run.
     """
-    import polars as pl
-
     directory = Path(to_dir)
+    _check_target(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with _locked(directory):
+        manifest = read_manifest(directory) if is_dataset(directory) else _empty_manifest()
+        _remove_leftovers(directory, manifest)
+
+        changes = _Changes.of(fingerprints(corpus), manifest["sessions"])
+        if not changes.added and not changes.replaced:
+            if not is_dataset(directory):  # a first run with nothing to add still makes a dataset
+                _write_manifest(directory, manifest)
+            return ExportResult(
+                directory,
+                None,
+                unchanged=changes.unchanged,
+                retained=changes.retained,
+                sessions=len(manifest["sessions"]),
+            )
+
+        run = (manifest["runs"][-1]["run"] if manifest["runs"] else 0) + 1
+        written = _write_tables(directory, corpus, manifest, changes, run, prompts, show_secrets)
+        # Commit point: the manifest names the live parts. Superseded parts are deleted only afterwards.
+        live = [p for p in manifest["parts"] if p not in written.superseded] + written.parts
+        live.sort(key=lambda p: p["path"])
+        _record_run(manifest, corpus, changes, run, live, written.rows, now=now, prompts=prompts)
+        _write_manifest(directory, manifest)
+        removed = _delete_superseded(directory, written.superseded, live)
+        _prune_empty_dirs(directory)
+        return ExportResult(
+            directory,
+            run,
+            added=changes.added,
+            replaced=changes.replaced,
+            unchanged=changes.unchanged,
+            retained=changes.retained,
+            sessions=len(manifest["sessions"]),
+            rows=written.rows,
+            parts_written=len(written.parts),
+            parts_removed=removed,
+        )
+
+
+def _check_target(directory: Path) -> None:
+    """Refuse a ``--to`` that is a file, or a directory holding something other than a dataset."""
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"--to {directory} is a file", "Pass a directory (it is created if missing)")
     # Only our own leftovers (an interrupted first run) may be there already.
@@ -342,99 +383,136 @@ def export_corpus(
             f"{directory} is not empty and holds no ctxtool dataset",
             "Pass a new or empty directory, or one an earlier ctxtool export wrote",
         )
-    directory.mkdir(parents=True, exist_ok=True)
-    with _locked(directory):
-        manifest = read_manifest(directory) if is_dataset(directory) else _empty_manifest()
-        _remove_leftovers(directory, manifest)
 
-        prints = fingerprints(corpus)
-        known = manifest["sessions"]
+
+@dataclass(frozen=True, slots=True)
+class _Changes:
+    """A run's input against the manifest: the sessions it writes, and how many it leaves as they are."""
+
+    prints: dict[str, str]  # fingerprint per session key of the input
+    added: tuple[str, ...]  # not in the dataset yet
+    replaced: tuple[str, ...]  # in it with another fingerprint
+    unchanged: int
+    retained: int  # in the dataset, not in the input
+
+    @classmethod
+    def of(cls, prints: dict[str, str], known: dict[str, SessionEntry]) -> _Changes:
         added = sorted(k for k in prints if k not in known)
         replaced = sorted(k for k in prints if k in known and known[k]["fingerprint"] != prints[k])
         unchanged = len(prints) - len(added) - len(replaced)
         retained = sum(1 for k in known if k not in prints)
-        if not added and not replaced:
-            if not is_dataset(directory):  # a first run with nothing to add still makes a dataset
-                _write_bytes_atomic(
-                    directory / MANIFEST_NAME, orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
-                )
-            return ExportResult(directory, None, unchanged=unchanged, retained=retained, sessions=len(known))
+        return cls(prints, tuple(added), tuple(replaced), unchanged, retained)
 
-        run = (manifest["runs"][-1]["run"] if manifest["runs"] else 0) + 1
-        write = set(added) | set(replaced)
-        gone = set(replaced)
-        write_list = pl.Series(sorted(write), dtype=pl.String).implode()
-        projects = corpus.sessions.select("session_key", "project")
+    @property
+    def write(self) -> set[str]:
+        """The sessions whose rows this run writes."""
+        return set(self.added) | set(self.replaced)
 
-        new_parts: list[PartEntry] = []
-        superseded: list[PartEntry] = []
-        rows: dict[str, int] = {}
-        for table in TABLES:
-            frame: pl.DataFrame = getattr(corpus, table)
-            new = frame.filter(pl.col("session_key").is_in(write_list))
-            if not prompts:
-                new = _strip_for_privacy(table, new)
-            elif not show_secrets:
-                new = _redact_secrets(table, new)
-            rows[table] = new.height
-            new = _with_partitions(table, new, projects)
-            old_parts = [p for p in manifest["parts"] if p["table"] == table and gone & set(p["sessions"])]
-            superseded.extend(old_parts)
-            kept = [_read_part(directory, p, keep_project=False) for p in old_parts]
-            kept = [
-                k.filter(~pl.col("session_key").is_in(pl.Series(sorted(gone), dtype=pl.String).implode()))
-                for k in kept
-            ]
-            new_parts.extend(_write_partitions(directory, table, run, new, kept, old_parts))
 
-        # Commit point: the manifest names the live parts. Superseded parts are deleted only afterwards.
-        live = [p for p in manifest["parts"] if p not in superseded] + new_parts
-        live.sort(key=lambda p: p["path"])
-        for key in write:
-            srow = corpus.sessions.filter(pl.col("session_key") == key).row(0, named=True)
-            known[key] = {
-                "fingerprint": prints[key],
-                "project": srow["project"],
-                "session_id": srow["session_id"],
-                "file": srow["file"],
-                "run": run,
-            }
-        manifest["sessions"] = dict(sorted(known.items()))
-        manifest["parts"] = live
-        manifest["ctxtool_version"] = __version__
-        manifest["runs"].append(
-            {
-                "run": run,
-                "at": now or _now(),
-                "ctxtool_version": __version__,
-                "added": len(added),
-                "replaced": len(replaced),
-                "unchanged": unchanged,
-                "retained": retained,
-                "prompts": prompts,
-                "rows": rows,
-            }
-        )
-        _write_bytes_atomic(directory / MANIFEST_NAME, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-        live_paths = {p["path"] for p in live}
-        removed = 0
-        for part in superseded:
-            if part["path"] not in live_paths:
-                (directory / part["path"]).unlink(missing_ok=True)
-                removed += 1
-        _prune_empty_dirs(directory)
-        return ExportResult(
-            directory,
-            run,
-            added=tuple(added),
-            replaced=tuple(replaced),
-            unchanged=unchanged,
-            retained=retained,
-            sessions=len(known),
-            rows=rows,
-            parts_written=len(new_parts),
-            parts_removed=removed,
-        )
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """The parts one run wrote, the parts they supersede, and the rows written per table."""
+
+    parts: list[PartEntry]
+    superseded: list[PartEntry]
+    rows: dict[str, int]
+
+
+def _write_tables(
+    directory: Path,
+    corpus: Corpus,
+    manifest: Manifest,
+    changes: _Changes,
+    run: int,
+    prompts: bool,
+    show_secrets: bool,
+) -> _Written:
+    """Write the rows of the added and replaced sessions, table by table, with the rows of other sessions
+    that share a superseded part."""
+    import polars as pl
+
+    gone = set(changes.replaced)
+    write_list = pl.Series(sorted(changes.write), dtype=pl.String).implode()
+    projects = corpus.sessions.select("session_key", "project")
+
+    new_parts: list[PartEntry] = []
+    superseded: list[PartEntry] = []
+    rows: dict[str, int] = {}
+    for table in TABLES:
+        frame: pl.DataFrame = getattr(corpus, table)
+        new = frame.filter(pl.col("session_key").is_in(write_list))
+        if not prompts:
+            new = _strip_for_privacy(table, new)
+        elif not show_secrets:
+            new = _redact_secrets(table, new)
+        rows[table] = new.height
+        new = _with_partitions(table, new, projects)
+        old_parts = [p for p in manifest["parts"] if p["table"] == table and gone & set(p["sessions"])]
+        superseded.extend(old_parts)
+        kept = [_read_part(directory, p, keep_project=False) for p in old_parts]
+        kept = [
+            k.filter(~pl.col("session_key").is_in(pl.Series(sorted(gone), dtype=pl.String).implode()))
+            for k in kept
+        ]
+        new_parts.extend(_write_partitions(directory, table, run, new, kept, old_parts))
+    return _Written(new_parts, superseded, rows)
+
+
+def _record_run(
+    manifest: Manifest,
+    corpus: Corpus,
+    changes: _Changes,
+    run: int,
+    live: list[PartEntry],
+    rows: dict[str, int],
+    *,
+    now: str | None,
+    prompts: bool,
+) -> None:
+    """Enter the run in ``manifest``: the sessions it wrote, the live parts, the run itself."""
+    import polars as pl
+
+    known = manifest["sessions"]
+    for key in changes.write:
+        srow = corpus.sessions.filter(pl.col("session_key") == key).row(0, named=True)
+        known[key] = {
+            "fingerprint": changes.prints[key],
+            "project": srow["project"],
+            "session_id": srow["session_id"],
+            "file": srow["file"],
+            "run": run,
+        }
+    manifest["sessions"] = dict(sorted(known.items()))
+    manifest["parts"] = live
+    manifest["ctxtool_version"] = __version__
+    manifest["runs"].append(
+        {
+            "run": run,
+            "at": now or _now(),
+            "ctxtool_version": __version__,
+            "added": len(changes.added),
+            "replaced": len(changes.replaced),
+            "unchanged": changes.unchanged,
+            "retained": changes.retained,
+            "prompts": prompts,
+            "rows": rows,
+        }
+    )
+
+
+def _write_manifest(directory: Path, manifest: Manifest) -> None:
+    _write_bytes_atomic(directory / MANIFEST_NAME, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+
+
+def _delete_superseded(directory: Path, superseded: list[PartEntry], live: list[PartEntry]) -> int:
+    """Delete the superseded parts no longer live; how many were deleted."""
+    live_paths = {p["path"] for p in live}
+    removed = 0
+    for part in superseded:
+        if part["path"] not in live_paths:
+            (directory / part["path"]).unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 def _write_partitions(

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 if TYPE_CHECKING:
+    from ctxtool.frames.grouping import _Session
     from ctxtool.measure.pricing import PriceTable
     from ctxtool.session.columns import FileColumns
 
@@ -186,13 +188,41 @@ def build_corpus(
     if not subagents:
         sessions = [s for s in sessions if refs[s.key] is None and s.primary.kind != "subagent"]
 
+    layout = _layout_of(sessions, refs, rows)
+    files_meta = pl.DataFrame(layout.meta, schema=SESSION_META_SCHEMA)
+    messages, tools = _message_frames(rows, layout)
+    corpus = _derive(files_meta, messages, tools, price_memo=price_memo, prices=prices)
+    corpus.warnings = [*rows.warnings, *corpus.warnings]
+    rows.warnings.clear()
+    corpus.problems = problems
+    corpus.files_read = len(good)
+    corpus.files_found = len(results)
+    corpus.bytes_read = sum(r.size for r in good)
+    corpus.broken_lines = sum(r.broken_lines for r in good)
+    if found is not None:
+        corpus.skipped = [(str(p), why) for p, why in found.skipped]
+        corpus.problems.extend(discovery_problems(found))
+    return corpus
+
+
+@dataclass(slots=True)
+class _Layout:
+    """What one pass over the sessions gathers: their metadata columns (``SESSION_META_SCHEMA``), where their
+    rows are (runs of message and tool-call rows in frame order) and the rank of each one's primary file."""
+
+    meta: dict[str, list[Any]] = field(default_factory=lambda: {k: [] for k in SESSION_META_SCHEMA})
+    msg_runs: list[tuple[str, int, int, int]] = field(default_factory=list)  # (key, file rank, start, rows)
+    tool_runs: list[tuple[str, int, int, int]] = field(default_factory=list)
+    primary_rank: dict[str, int] = field(default_factory=dict)
+
+
+def _layout_of(sessions: list[_Session], refs: dict[str, str | None], rows: Rows) -> _Layout:
+    """The sessions' metadata, their parents linked, and where each session's rows are in ``rows``."""
     parents = link_parents(
         (s.key, s.primary.project_dir, s.primary.session_id, refs[s.key]) for s in sessions
     )
-    srow: dict[str, list[Any]] = {k: [] for k in SESSION_META_SCHEMA}
-    msg_runs: list[tuple[str, int, int, int]] = []  # (session key, file rank, start, rows), in frame order
-    tool_runs: list[tuple[str, int, int, int]] = []
-    primary_rank: dict[str, int] = {}
+    layout = _Layout()
+    srow = layout.meta
     for s in sessions:
         p = s.primary
         parent_key = parents.get(s.key)
@@ -227,34 +257,25 @@ def build_corpus(
         srow["rewinds"].append(sum(f.rewinds for f in s.files))
         srow["checkpoints"].append(sum(f.checkpoints for f in s.files))
         srow["live_messages"].append(p.live_messages)
-        primary_rank[s.key] = len(s.files) - 1
+        layout.primary_rank[s.key] = len(s.files) - 1
         for rank, f in enumerate(s.files):  # older files first: their rows come first
             msg_start, tool_start = rows.where[f.path]
             if f.n_messages:
-                msg_runs.append((s.key, rank, msg_start, f.n_messages))
+                layout.msg_runs.append((s.key, rank, msg_start, f.n_messages))
             if f.n_tools:
-                tool_runs.append((s.key, rank, tool_start, f.n_tools))
+                layout.tool_runs.append((s.key, rank, tool_start, f.n_tools))
+    return layout
 
-    files_meta = pl.DataFrame(srow, schema=SESSION_META_SCHEMA)
-    messages = in_order(rows.messages, msg_runs, {**MESSAGE_SCHEMA, "ts": TS_TYPE})
-    tools = in_order(rows.tools, tool_runs, TOOL_SCHEMA)
-    if any(rank for rank in primary_rank.values()):
-        messages, tools = merge_pairs(messages, tools, primary_rank)
+
+def _message_frames(rows: Rows, layout: _Layout) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The message and tool-call frames, a session's rows together (the copies its files share merged)."""
+    messages = in_order(rows.messages, layout.msg_runs, {**MESSAGE_SCHEMA, "ts": TS_TYPE})
+    tools = in_order(rows.tools, layout.tool_runs, TOOL_SCHEMA)
+    if any(rank for rank in layout.primary_rank.values()):
+        messages, tools = merge_pairs(messages, tools, layout.primary_rank)
     messages = messages.drop("_rank").with_columns(position=pl.int_range(pl.len()).over("session_key"))
     messages = messages.select("session_key", "position", *MESSAGE_COLUMNS, "ts")
-    tools = tools.drop("_rank")
-    corpus = _derive(files_meta, messages, tools, price_memo=price_memo, prices=prices)
-    corpus.warnings = [*rows.warnings, *corpus.warnings]
-    rows.warnings.clear()
-    corpus.problems = problems
-    corpus.files_read = len(good)
-    corpus.files_found = len(results)
-    corpus.bytes_read = sum(r.size for r in good)
-    corpus.broken_lines = sum(r.broken_lines for r in good)
-    if found is not None:
-        corpus.skipped = [(str(p), why) for p, why in found.skipped]
-        corpus.problems.extend(discovery_problems(found))
-    return corpus
+    return messages, tools.drop("_rank")
 
 
 def discovery_problems(found: Discovery) -> list[Problem]:

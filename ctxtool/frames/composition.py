@@ -74,46 +74,8 @@ def top_consumers(corpus: Corpus, n: int) -> pl.DataFrame:
     history = corpus.messages.join(cut, on="session_key").filter(
         pl.col("live") & (pl.col("position") < pl.col("last_position"))
     )
-    prompts = history.filter(pl.col("est_prompts") > 0).select(
-        "session_key",
-        item=pl.when(pl.col("is_snapshot")).then(pl.lit("summary")).otherwise(pl.lit("prompt")),
-        tool=pl.lit(None, dtype=pl.String),
-        target=pl.coalesce(pl.col("preview"), pl.format("turn {}", pl.col("turn"))),
-        count=pl.lit(1, dtype=pl.Int64),
-        estimate=pl.col("est_prompts").cast(pl.Float64),
-    )
-    model = (
-        history.filter(pl.col("est_model") > 0)
-        .group_by("session_key", "turn")
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("est_model").sum().cast(pl.Float64))
-        .select(
-            "session_key",
-            item=pl.lit("model"),
-            tool=pl.lit(None, dtype=pl.String),
-            target=pl.format("turn {}", pl.col("turn")),
-            count="count",
-            estimate="est_model",
-        )
-    )
-    in_history = history.select("session_key", "message_id")
-    tools = (
-        corpus.tool_calls.join(in_history, on=["session_key", "message_id"])
-        .with_columns(
-            # the estimator's functionResponse formula on the stored result (see columns._estimate)
-            estimate=(pl.col("result_bytes") + pl.col("name").fill_null("").str.len_chars() + 12) / 4,
-        )
-        .group_by("session_key", "name", "target")
-        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("estimate").sum())
-        .select(
-            "session_key",
-            item=pl.lit("tool output"),
-            tool="name",
-            target="target",
-            count="count",
-            estimate="estimate",
-        )
-    )
-    items = pl.concat([prompts, model, tools], how="vertical_relaxed").join(
+    estimated = [_prompts(history), _model_turns(history), _tool_outputs(corpus, history)]
+    items = pl.concat(estimated, how="vertical_relaxed").join(
         last.select("session_key", "scale"), on="session_key"
     )
     items = items.select(
@@ -139,4 +101,64 @@ def top_consumers(corpus: Corpus, n: int) -> pl.DataFrame:
         ranked.with_columns(share=pl.col("tokens") / pl.col("context"))
         .sort(["session", "session_key", "rank"])
         .select(TOP_COLUMNS)
+    )
+
+
+# The items of a history, each with its Gemini CLI ``estimate`` (scaled to the recorded prompt by the caller).
+
+
+def _prompts(history: pl.DataFrame) -> pl.DataFrame:
+    """Each prompt (or the summary a compression left) in ``history``, named by its text or its turn."""
+    import polars as pl
+
+    return history.filter(pl.col("est_prompts") > 0).select(
+        "session_key",
+        item=pl.when(pl.col("is_snapshot")).then(pl.lit("summary")).otherwise(pl.lit("prompt")),
+        tool=pl.lit(None, dtype=pl.String),
+        target=pl.coalesce(pl.col("preview"), pl.format("turn {}", pl.col("turn"))),
+        count=pl.lit(1, dtype=pl.Int64),
+        estimate=pl.col("est_prompts").cast(pl.Float64),
+    )
+
+
+def _model_turns(history: pl.DataFrame) -> pl.DataFrame:
+    """The model's messages in ``history``, summed per turn."""
+    import polars as pl
+
+    return (
+        history.filter(pl.col("est_model") > 0)
+        .group_by("session_key", "turn")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("est_model").sum().cast(pl.Float64))
+        .select(
+            "session_key",
+            item=pl.lit("model"),
+            tool=pl.lit(None, dtype=pl.String),
+            target=pl.format("turn {}", pl.col("turn")),
+            count="count",
+            estimate="est_model",
+        )
+    )
+
+
+def _tool_outputs(corpus: Corpus, history: pl.DataFrame) -> pl.DataFrame:
+    """The outputs of the tool calls in ``history``, summed by tool and target."""
+    import polars as pl
+
+    in_history = history.select("session_key", "message_id")
+    return (
+        corpus.tool_calls.join(in_history, on=["session_key", "message_id"])
+        .with_columns(
+            # the estimator's functionResponse formula on the stored result (see columns._estimate)
+            estimate=(pl.col("result_bytes") + pl.col("name").fill_null("").str.len_chars() + 12) / 4,
+        )
+        .group_by("session_key", "name", "target")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("estimate").sum())
+        .select(
+            "session_key",
+            item=pl.lit("tool output"),
+            tool="name",
+            target="target",
+            count="count",
+            estimate="estimate",
+        )
     )

@@ -37,6 +37,7 @@ from ctxtool.session import stamp
 from ctxtool.session.discover import SessionPath, default_roots, discover, file_stamps
 
 if TYPE_CHECKING:
+    from ctxtool.frames.grouping import _Session
     from ctxtool.measure.pricing import PriceTable
     from ctxtool.session.columns import FileColumns
 
@@ -196,57 +197,84 @@ def spend(
     parents = link_parents(
         (s.key, s.primary.project_dir, s.primary.session_id, s.primary.parent_ref) for s in sessions
     )
+    sums = _tally_sessions(sessions, entries, stamps, state["merged"], files, cache_root)
 
-    old_merged: dict[str, Any] = state["merged"]
-    merged: dict[str, Any] = {}
-    tallies: dict[str, Tally] = {}
-    owner: dict[str, str] = {}  # file -> session key
-    from_frames = 0
+    target = os.path.abspath(transcript) if transcript else None
+    session, today = _session_and_day(sums, parents, day, target)
+    if changed or sums.merged != state["merged"] or set(old_files) != set(entries):
+        _write_state(state_path, {"version": _STATE_VERSION, "stamp": stamp.STAMP, "day": day,
+                                  "files": entries, "merged": sums.merged})  # fmt: skip
+    return Spend(
+        session=session,
+        today=today,
+        day=day,
+        session_file=target if target in sums.owner else None,
+        files_read=len(changed),
+        files_resumed=sum(resumed),
+        from_frames=sums.from_frames,
+    )
+
+
+@dataclass(slots=True)
+class _Sessions:
+    """The sessions' billed figures as one call finds them, and which session each file belongs to."""
+
+    tallies: dict[str, Tally] = field(default_factory=dict)  # session key -> its own figures
+    owner: dict[str, str] = field(default_factory=dict)  # file -> session key
+    merged: dict[str, Any] = field(default_factory=dict)  # session key -> its files' stamps and tally
+    from_frames: int = 0
+
+
+def _tally_sessions(
+    sessions: list[_Session],
+    entries: dict[str, Any],
+    stamps: dict[str, list[int] | None],
+    old_merged: dict[str, Any],
+    files: list[SessionPath],
+    cache_root: Path,
+) -> _Sessions:
+    """Each session's figures: its file's tally, or, when several of its files hold requests, the frames'
+    (kept in ``merged`` until one of its files changes)."""
+    sums = _Sessions()
     by_path = {str(sp.path): sp for sp in files}
     for s in sessions:
         for f in s.files:
-            owner[f.path] = s.key
+            sums.owner[f.path] = s.key
         core = [f for f in s.files if f.group_key == s.primary.group_key]
         strays = [f for f in s.files if f.group_key != s.primary.group_key]
         if len(core) == 1 and not any(entries[f.path]["tally"]["requests"] for f in strays):
-            tallies[s.key] = Tally.from_dict(entries[core[0].path]["tally"])
+            sums.tallies[s.key] = Tally.from_dict(entries[core[0].path]["tally"])
             continue
         # Several files with requests (a legacy .json and its resume): the frames merge their copies.
         member_stamps = {f.path: stamps[f.path] for f in s.files}
         kept = old_merged.get(s.key)
         if kept is None or kept["stamps"] != member_stamps:
-            from_frames += 1
+            sums.from_frames += 1
             kept = {
                 "stamps": member_stamps,
                 "tally": _frames_tally([by_path[f.path] for f in s.files], cache_root),
             }
-        merged[s.key] = kept
-        tallies[s.key] = Tally.from_dict(kept["tally"])
+        sums.merged[s.key] = kept
+        sums.tallies[s.key] = Tally.from_dict(kept["tally"])
+    return sums
 
+
+def _session_and_day(
+    sums: _Sessions, parents: dict[str, str], day: str, target: str | None
+) -> tuple[Tally, Tally]:
+    """The session of the file ``target`` with its subagents, and every session's requests of ``day``."""
     rolled: dict[str, Tally] = {}
-    for key, tally in tallies.items():
+    for key, tally in sums.tallies.items():
         root = parents.get(key, key)
         rolled.setdefault(root, Tally()).add(tally, context=root == key)
     today = Tally()
-    for tally in tallies.values():
+    for tally in sums.tallies.values():
         today.add(Tally(days={day: tally.days[day]}) if day in tally.days else Tally())
-    target = os.path.abspath(transcript) if transcript else None
     session = Tally()
-    if target is not None and target in owner:
-        key = owner[target]
+    if target is not None and target in sums.owner:
+        key = sums.owner[target]
         session = rolled.get(parents.get(key, key), Tally())
-    if changed or merged != old_merged or set(old_files) != set(entries):
-        _write_state(state_path, {"version": _STATE_VERSION, "stamp": stamp.STAMP, "day": day,
-                                  "files": entries, "merged": merged})  # fmt: skip
-    return Spend(
-        session=session,
-        today=today,
-        day=day,
-        session_file=target if target in owner else None,
-        files_read=len(changed),
-        files_resumed=sum(resumed),
-        from_frames=from_frames,
-    )
+    return session, today
 
 
 def _state_path(cache_root: Path, roots: Sequence[Path]) -> Path:

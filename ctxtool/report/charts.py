@@ -4,6 +4,7 @@ strategies side by side."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctxtool.common.wording import plural
@@ -125,18 +126,47 @@ def session_chart(corpus: Corpus, key: str) -> tuple[str, dict[str, Any]]:
     import altair as alt
     import polars as pl
 
-    from ctxtool.frames.model import COMPOSITION_COLUMNS
-    from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
-
     req = (
         corpus.requests.filter(pl.col("session_key") == key)
         .sort("position")
         .with_columns(request=pl.int_range(1, pl.len() + 1))
     )
     name = str(req.get_column("session")[0])
-    limit = int(req.get_column("context_limit").fill_null(0).max() or 0)  # type: ignore[arg-type]
-    peak = int(req.get_column("context").fill_null(0).max() or 0)  # type: ignore[arg-type]
-    threshold = int(limit * COMPRESSION_THRESHOLD)
+    scale = _Scale.of(req)
+    layers = [_composition_bars(req, scale.top), *_limit_rules(scale), *_event_marks(req)]
+    title = {"text": f"Context per request: {name}", "subtitle": _subtitle(scale)}
+    chart = alt.layer(*layers).properties(title=title, width="container", height=260)
+    return f"session-{key}", chart.to_dict()
+
+
+@dataclass(frozen=True, slots=True)
+class _Scale:
+    """A session chart's scale: the session's peak context, the model's limit and Gemini CLI's compression
+    threshold (tokens), and the top of the y axis."""
+
+    peak: int
+    limit: int
+    threshold: int
+    top: float
+
+    @classmethod
+    def of(cls, req: pl.DataFrame) -> _Scale:
+        from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
+
+        limit = int(req.get_column("context_limit").fill_null(0).max() or 0)  # type: ignore[arg-type]
+        peak = int(req.get_column("context").fill_null(0).max() or 0)  # type: ignore[arg-type]
+        # The chart fits the session's peak; the threshold and the limit are drawn when they fall within it
+        # (a chart scaled to a 1M-token limit would show a small session as a line), and named otherwise.
+        return cls(peak, limit, int(limit * COMPRESSION_THRESHOLD), max(peak * 1.15, 1.0))
+
+
+def _composition_bars(req: pl.DataFrame, top: float) -> Any:
+    """Per request, its context stacked by what fills it (``PART_LABELS``), on a y axis up to ``top``."""
+    import altair as alt
+    import polars as pl
+
+    from ctxtool.frames.model import COMPOSITION_COLUMNS
+
     long = req.select("request", "turn", "timestamp", "model", "context", *COMPOSITION_COLUMNS).unpivot(
         index=["request", "turn", "timestamp", "model", "context"],
         on=list(COMPOSITION_COLUMNS),
@@ -147,11 +177,8 @@ def session_chart(corpus: Corpus, key: str) -> tuple[str, dict[str, Any]]:
         part=pl.col("part").replace_strict(PART_LABELS),
         order=pl.col("part").replace_strict({c: i for i, c in enumerate(COMPOSITION_COLUMNS)}),
     )
-    # The chart fits the session's peak; the threshold and the limit are drawn when they fall within it
-    # (a chart scaled to a 1M-token limit would show a small session as a line), and named otherwise.
-    top = max(peak * 1.15, 1.0)
     x = alt.X("request:O", title="request", axis=alt.Axis(labelOverlap=True, labelAngle=0))
-    area = (
+    return (
         alt.Chart(_data(_values(long)))
         .mark_bar(opacity=0.9)
         .encode(
@@ -167,19 +194,24 @@ def session_chart(corpus: Corpus, key: str) -> tuple[str, dict[str, Any]]:
             tooltip=["request:Q", "turn:Q", "timestamp:N", "model:N", "part:N", "tokens:Q", "context:Q"],
         )
     )
+
+
+def _limit_rules(scale: _Scale) -> list[Any]:
+    """The compression threshold and the model's limit as labelled lines, those within the chart."""
+    import altair as alt
+
+    from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
+
     lines = [
         {"y": y, "label": label}
         for y, label in (
-            (threshold, f"compression threshold ({COMPRESSION_THRESHOLD:.0%} of limit)"),
-            (limit, "model limit"),
+            (scale.threshold, f"compression threshold ({COMPRESSION_THRESHOLD:.0%} of limit)"),
+            (scale.limit, "model limit"),
         )
-        if 0 < y <= top
+        if 0 < y <= scale.top
     ]
-    off_chart = [
-        f"{label} {y:,}"
-        for y, label in ((threshold, "Gemini CLI's compression threshold"), (limit, "the model's limit"))
-        if y > top
-    ]
+    if not lines:
+        return []
     rules = alt.Chart(_data(lines)).mark_rule(color="#d62728", strokeDash=[6, 4])
     rules = rules.encode(y="y:Q", tooltip=["label:N", "y:Q"])
     labels = (
@@ -187,36 +219,52 @@ def session_chart(corpus: Corpus, key: str) -> tuple[str, dict[str, Any]]:
         .mark_text(align="left", dx=4, dy=-6, color="#d62728", fontSize=10)
         .encode(y="y:Q", text="label:N", x=alt.value(0))
     )
+    return [rules, labels]
+
+
+def _event_marks(req: pl.DataFrame) -> list[Any]:
+    """The session's events (compressions, rewinds, rollbacks, model switches) as lines at their request."""
+    import altair as alt
+    import polars as pl
+
     events = req.filter(pl.col("event").is_not_null()).select(
         "request", "event", "model", history=pl.col("event") != "model"
     )
-    layers: list[Any] = [area, rules, labels] if lines else [area]
-    if events.height:
-        marks = alt.Chart(_data(_values(events)))
-        at = alt.X("request:O", bandPosition=0)
-        # A history event (compression, rewind, rollback) is a labelled line; a model switch alone (Gemini
-        # CLI's routing may switch at every request) a faint one, named in its tooltip.
-        layers.append(
-            marks.mark_rule(strokeDash=[2, 2]).encode(
-                x=at,
-                color=alt.condition("datum.history", alt.value("#7b4173"), alt.value("#c7b3cf")),
-                strokeWidth=alt.condition("datum.history", alt.value(2), alt.value(1)),
-                tooltip=["request:O", "event:N", "model:N"],
-            )
+    if not events.height:
+        return []
+    marks = alt.Chart(_data(_values(events)))
+    at = alt.X("request:O", bandPosition=0)
+    # A history event (compression, rewind, rollback) is a labelled line; a model switch alone (Gemini
+    # CLI's routing may switch at every request) a faint one, named in its tooltip.
+    return [
+        marks.mark_rule(strokeDash=[2, 2]).encode(
+            x=at,
+            color=alt.condition("datum.history", alt.value("#7b4173"), alt.value("#c7b3cf")),
+            strokeWidth=alt.condition("datum.history", alt.value(2), alt.value(1)),
+            tooltip=["request:O", "event:N", "model:N"],
+        ),
+        marks.transform_filter("datum.history")
+        .mark_text(angle=270, align="right", dx=-4, dy=-4, color="#7b4173", fontSize=10)
+        .encode(x=at, text="event:N", y=alt.value(0)),
+    ]
+
+
+def _subtitle(scale: _Scale) -> str:
+    """The session's peak, as a share of the model's limit, and the lines that fall above the chart."""
+    off_chart = [
+        f"{label} {y:,}"
+        for y, label in (
+            (scale.threshold, "Gemini CLI's compression threshold"),
+            (scale.limit, "the model's limit"),
         )
-        layers.append(
-            marks.transform_filter("datum.history")
-            .mark_text(angle=270, align="right", dx=-4, dy=-4, color="#7b4173", fontSize=10)
-            .encode(x=at, text="event:N", y=alt.value(0))
-        )
-    subtitle = f"peak {plural(peak, 'token')}" + (
-        f" = {peak / limit:.1%} of the model's limit" if limit else ""
+        if y > scale.top
+    ]
+    subtitle = f"peak {plural(scale.peak, 'token')}" + (
+        f" = {scale.peak / scale.limit:.1%} of the model's limit" if scale.limit else ""
     )
     if off_chart:
         subtitle += f"; above this chart: {' and '.join(off_chart)}"
-    title = {"text": f"Context per request: {name}", "subtitle": subtitle}
-    chart = alt.layer(*layers).properties(title=title, width="container", height=260)
-    return f"session-{key}", chart.to_dict()
+    return subtitle
 
 
 def compare_charts(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

@@ -10,7 +10,7 @@ imported when a page is built, never by ``ctxtool stats``. Must not print or imp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxtool.common.markup import escape_html, json_in_html_script
@@ -61,29 +61,25 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 """
 
 
-def build_report(
-    corpus: Corpus,
-    *,
-    sessions: int = 5,
-    top: int = 10,
-    compare_rows: Sequence[dict[str, Any]] | None = None,
-    redact: bool = True,
-    title: str = "ctxtool report",
-) -> str:
-    """The page, as text. ``sessions``: how many of the largest sessions get a chart; ``top``: items per
-    session in the consumers table; ``compare_rows``: ``ctxtool.compare.compare_sessions`` rows."""
-    import polars as pl
-    import vl_convert
+def _place(
+    charts: list[tuple[str, dict[str, Any]]], specs: Iterable[tuple[str, dict[str, Any]]]
+) -> list[str]:
+    """The place of each chart of ``specs`` on the page; the charts join ``charts`` (embedded at the end)."""
+    places = []
+    for chart_id, spec in specs:
+        charts.append((chart_id, spec))
+        places.append(f'<div class="chart" id="{escape_html(chart_id)}"></div>')
+    return places
 
-    from ctxtool.frames.composition import top_consumers
+
+def _summary(corpus: Corpus, title: str) -> str:
+    """The title and what the page covers: sessions, requests, tokens billed and cost."""
     from ctxtool.frames.query import read_summary, totals
 
-    charts: list[tuple[str, dict[str, Any]]] = []
-    sections: list[str] = []
     summary = read_summary(corpus)
     sums = totals(corpus.requests.select("input", "output", "cached", "thoughts", "tool", "total", "cost"))
     cost = sums.get("cost")
-    sections.append(
+    return (
         f"<h1>{escape_html(title)}</h1><p class='note'>{plural(summary['sessions'], 'session')}, "
         f"{plural(summary['requests'], 'request')}, {plural(int(sums.get('total') or 0), 'token')} billed"
         + (f", ${float(cost):,.2f}" if cost is not None else "")
@@ -92,24 +88,21 @@ def build_report(
         "history does not explain (system prompt, tool declarations, environment).</p>"
     )
 
-    def place(chart_id: str, spec: dict[str, Any]) -> str:
-        charts.append((chart_id, spec))
-        return f'<div class="chart" id="{escape_html(chart_id)}"></div>'
 
-    sections.append("<h2>Spend over time</h2>")
-    for chart_id, spec in spend_charts(corpus):
-        sections.append(place(chart_id, spec))
-
-    keys = largest_sessions(corpus, sessions)
+def _context_heading(keys: Sequence[str]) -> str:
     largest = "the largest session" if len(keys) == 1 else f"the {len(keys)} largest sessions"
-    sections.append(
+    return (
         f"<h2>Context per request ({largest})</h2>"
         "<p class='note'>Stacked by what fills it; the dashed line is Gemini CLI's compression threshold. "
         "Compressions, rewinds, rollbacks and model switches are marked.</p>"
     )
-    for key in keys:
-        chart_id, spec = session_chart(corpus, key)
-        sections.append(place(chart_id, spec))
+
+
+def _consumers_table(corpus: Corpus, keys: Sequence[str], top: int, *, redact: bool) -> str:
+    """The ``top`` context consumers of each charted session (``keys``), secrets redacted with ``redact``."""
+    import polars as pl
+
+    from ctxtool.frames.composition import top_consumers
 
     consumers = top_consumers(corpus, top).filter(
         pl.col("session").is_in(
@@ -126,47 +119,64 @@ def build_report(
                 dtype=pl.String,
             )
         )
-    sections.append(
-        f"<h2>Top context consumers (at the last request of each, {top} per session)</h2>"
-        + _table(
-            consumers,
-            ["session", "rank", "item", "tool", "target", "count", "tokens", "share"],
-            {"tokens": ",", "share": ".1%"},
-        )
+    return f"<h2>Top context consumers (at the last request of each, {top} per session)</h2>" + _table(
+        consumers,
+        ["session", "rank", "item", "tool", "target", "count", "tokens", "share"],
+        {"tokens": ",", "share": ".1%"},
     )
 
+
+def _compare_table(compare_rows: Sequence[dict[str, Any]]) -> str:
+    """The ``compare`` rows as a table: per session and strategy, its status, tokens and fact retention."""
+    import polars as pl
+
+    cmp = pl.DataFrame(
+        [
+            {
+                "session": str(r.get("session", "")).rsplit("/", 1)[-1],
+                "strategy": r.get("strategy"),
+                "status": r.get("status"),
+                "tokens_before": r.get("tokens_before"),
+                "tokens_after": r.get("tokens_after"),
+                "retention": r.get("retention"),
+            }
+            for r in compare_rows
+        ],
+        schema={
+            "session": pl.String,
+            "strategy": pl.String,
+            "status": pl.String,
+            "tokens_before": pl.Int64,
+            "tokens_after": pl.Int64,
+            "retention": pl.Float64,
+        },
+    )
+    return _table(cmp, list(cmp.columns), {"tokens_before": ",", "tokens_after": ",", "retention": ".1f"})
+
+
+def build_report(
+    corpus: Corpus,
+    *,
+    sessions: int = 5,
+    top: int = 10,
+    compare_rows: Sequence[dict[str, Any]] | None = None,
+    redact: bool = True,
+    title: str = "ctxtool report",
+) -> str:
+    """The page, as text. ``sessions``: how many of the largest sessions get a chart; ``top``: items per
+    session in the consumers table; ``compare_rows``: ``ctxtool.compare.compare_sessions`` rows."""
+    import vl_convert
+
+    charts: list[tuple[str, dict[str, Any]]] = []
+    sections = [_summary(corpus, title), "<h2>Spend over time</h2>", *_place(charts, spend_charts(corpus))]
+    keys = largest_sessions(corpus, sessions)
+    sections.append(_context_heading(keys))
+    sections += _place(charts, (session_chart(corpus, key) for key in keys))
+    sections.append(_consumers_table(corpus, keys, top, redact=redact))
     if compare_rows:
         sections.append("<h2>Compaction strategies side by side</h2>")
-        for chart_id, spec in compare_charts(compare_rows):
-            sections.append(place(chart_id, spec))
-        cmp = pl.DataFrame(
-            [
-                {
-                    "session": str(r.get("session", "")).rsplit("/", 1)[-1],
-                    "strategy": r.get("strategy"),
-                    "status": r.get("status"),
-                    "tokens_before": r.get("tokens_before"),
-                    "tokens_after": r.get("tokens_after"),
-                    "retention": r.get("retention"),
-                }
-                for r in compare_rows
-            ],
-            schema={
-                "session": pl.String,
-                "strategy": pl.String,
-                "status": pl.String,
-                "tokens_before": pl.Int64,
-                "tokens_after": pl.Int64,
-                "retention": pl.Float64,
-            },
-        )
-        sections.append(
-            _table(
-                cmp,
-                list(cmp.columns),
-                {"tokens_before": ",", "tokens_after": ",", "retention": ".1f"},
-            )
-        )
+        sections += _place(charts, compare_charts(compare_rows))
+        sections.append(_compare_table(compare_rows))
 
     bundle: Any = vl_convert.javascript_bundle  # its stub requires the optional snippet
     runtime = str(bundle()).replace("</script", "<\\/script")
