@@ -113,3 +113,18 @@ def test_report_escapes_session_text(tmp_path: Path) -> None:
 
 def test_report_needs_html_output(tmp_path: Path) -> None:
     assert run(["report", str(FIXTURES), "--output", str(tmp_path / "r.txt")]) == 2
+
+
+def test_chart_data_is_in_a_fixed_order() -> None:
+    """polars' group_by yields its groups in no fixed order: every chart's rows are sorted on all their keys,
+    so the same sessions give the same page bytes on every run."""
+    from ctxtool import frames
+    from ctxtool.report.charts import spend_charts
+
+    corpus = frames.load([FIXTURES / "gemini"])
+    for name, spec in spend_charts(corpus):
+        rows = next(iter(spec["datasets"].values())) if "datasets" in spec else spec["data"]["values"]
+        keys = [k for k in ("day", "model", "project") if rows and k in rows[0]]
+        if keys[:1] == ["day"]:
+            got = [tuple((r[k] is None, str(r[k])) for k in keys) for r in rows]  # nulls last, as polars
+            assert got == sorted(got), name

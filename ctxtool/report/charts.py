@@ -53,8 +53,17 @@ def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
     req = corpus.requests.filter(pl.col("ts").is_not_null()).with_columns(
         day=pl.col("ts").dt.date(), model=pl.col("model").fill_null("(unknown)")
     )
-    by_model = req.group_by("day", "model").agg(pl.col("cost").sum(), pl.col("total").sum()).sort("day")
-    by_project = req.group_by("day", "project").agg(pl.col("cost").sum(), pl.col("total").sum()).sort("day")
+    # group_by gives its groups in no fixed order: sort on every key, so a page is the same bytes each run
+    by_model = (
+        req.group_by("day", "model")
+        .agg(pl.col("cost").sum(), pl.col("total").sum())
+        .sort("day", "model", nulls_last=True)
+    )
+    by_project = (
+        req.group_by("day", "project")
+        .agg(pl.col("cost").sum(), pl.col("total").sum())
+        .sort("day", "project", nulls_last=True)
+    )
     cost = alt.Tooltip("sum(cost):Q", format="$.4f")
 
     def per_day(
@@ -87,7 +96,7 @@ def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
     totals = (
         req.group_by("project")
         .agg(pl.col("cost").sum(), pl.col("total").sum())
-        .sort("total", descending=True)
+        .sort(["total", "project"], descending=[True, False], nulls_last=True)
         .head(20)
     )
     per_project = (
