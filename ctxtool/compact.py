@@ -758,8 +758,8 @@ def _note_growth(report: CompactionReport) -> None:
     report.reason = f"{said} ({before:,} → {plural(after, 'token')})"
     if report.recorded_prompt_tokens:
         report.reason += (
-            f"; written anyway, as Gemini CLI compares with the {report.recorded_prompt_tokens:,} prompt tokens"
-            " last recorded, system prompt and tools included"
+            f"; written anyway, as Gemini CLI compares with the {report.recorded_prompt_tokens:,} prompt"
+            " tokens last recorded, system prompt and tools included"
         )
     if report.summarizer == "offline":
         report.reason += "; a smaller --summary-budget may help"

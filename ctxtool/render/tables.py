@@ -297,6 +297,11 @@ def stats_table(
         ]
         for col in columns
     }
+    if "session" in full and "derived_from" in rows.columns:
+        full["session"] = [
+            compacted_label(t) if copied else t
+            for t, copied in zip(full["session"], rows.get_column("derived_from").is_not_null(), strict=True)
+        ]
     footers: dict[str, Text] = {}
     for i, col in enumerate(columns):
         if i == 0:
@@ -333,6 +338,16 @@ def stats_table(
     for i in range(rows.height):
         table.add_row(*(full[col][i] for col in kept))
     return table
+
+
+# How a table labels a session ctxtool compacted from another (``derivedFrom`` in its metadata), so that a
+# copy written with the original's id reads apart from it.
+COMPACTED_MARK = " (compacted)"
+
+
+def compacted_label(label: Text) -> Text:
+    """``label`` marked as the label of a compacted copy."""
+    return Text(label.plain + COMPACTED_MARK, style=label.style)
 
 
 def _session_cell(column: str, value: Any, shorts: Mapping[str, str]) -> Text:
