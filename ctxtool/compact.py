@@ -756,7 +756,7 @@ def _note_growth(report: CompactionReport) -> None:
         return
     said = _not_beneficial(before, after).split(":")[0]
     report.reason = f"{said} ({before:,} → {plural(after, 'token')})"
-    if report.recorded_prompt_tokens:
+    if report.recorded_prompt_tokens and report.strategy == "gemini-cli":
         report.reason += (
             f"; written anyway, as Gemini CLI compares with the {report.recorded_prompt_tokens:,} prompt"
             " tokens last recorded, system prompt and tools included"

@@ -80,14 +80,17 @@ def test_a_real_session_whose_history_grew_says_why_at_80_columns(
     path = str(next(chats.iterdir()))
     [row] = _json(capsysbinary, "compact", path, "--force", "--dry-run")["sessions"]
     assert row["tokens_after"] > row["tokens_before"]
-    assert row["reason"] and "not beneficial" in row["reason"]
+    assert row["reason"]
+    assert "not beneficial" in row["reason"]
     assert run(["compact", path, "--force", "--dry-run", "--width", "80", "--color", "never"]) == 0
     out = capsysbinary.readouterr().out.decode()
     lines = out.splitlines()
     assert all(len(line.rstrip()) <= 80 for line in lines)
     [line] = [x for x in lines if x.startswith("c8b2cbd9 ")]
-    assert "INFLATED" in line and "COMPRESSED" not in line
-    assert "not beneficial" in out and "<session_context>" in out  # the reason and the stand-in, in the table
+    assert "INFLATED" in line
+    assert "COMPRESSED" not in line
+    assert "not beneficial" in out
+    assert "<session_context>" in out
 
 
 # ------------------------------------------------------------------------------- a compacted copy
@@ -100,16 +103,20 @@ def test_a_compacted_copy_reads_apart_and_adds_no_compression_calls(
     chats = _home(tmp_path, "TP-Tutor__session-2026-04-25T01-53-b1b4c413.jsonl")
     out = tmp_path / "compacted"
     [row] = _json(capsysbinary, "compact", str(chats), "--force", "--out", str(out))["sessions"]
-    assert row["status"] == "COMPRESSED" and row["written"]
+    assert row["status"] == "COMPRESSED"
+    assert row["written"]
     before = _json(capsysbinary, "stats", str(chats), "--by", "session", "--no-cache")["rows"]
     both = _json(capsysbinary, "stats", str(chats), str(out), "--by", "session", "--no-cache")["rows"]
     copies = [r for r in both if r["derived_from"]]
     originals = [r for r in both if not r["derived_from"]]
-    assert len(copies) == 1 and copies[0]["session_id"] == originals[0]["session_id"]  # the same id
+    assert len(copies) == 1
+    assert copies[0]["session_id"] == originals[0]["session_id"]
     assert copies[0]["compressions"] >= 1  # it holds a snapshot: ctxtool's own
-    assert copies[0]["hidden_requests"] == 0 and copies[0]["hidden_cost"] == 0
+    assert copies[0]["hidden_requests"] == 0
+    assert copies[0]["hidden_cost"] == 0
     assert originals[0]["hidden_requests"] == before[0]["hidden_requests"]
-    assert copies[0]["requests"] == 0 and copies[0]["cost"] == 0  # billed once
+    assert copies[0]["requests"] == 0
+    assert copies[0]["cost"] == 0
 
     args = ["stats", str(chats), str(out), "--by", "session", "--no-cache", "--width", "80"]
     assert run([*args, "--color", "never"]) == 0
@@ -170,6 +177,7 @@ def test_no_word_is_split_in_the_real_sessions_offline_goals() -> None:
         for line in lines:
             text = line.removeprefix("(continued) ").removesuffix("…")
             parts = text.split()
-            assert parts[0] in source_words and parts[-1] in source_words, (src.name, line[:80])
+            assert parts[0] in source_words, (src.name, line[:80])
+            assert parts[-1] in source_words, (src.name, line[:80])
         checked += 1
     assert checked >= 3
