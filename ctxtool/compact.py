@@ -163,7 +163,9 @@ class CompactionReport:
     session_id: str | None = None
     notes: list[str] = field(default_factory=list)
     error: str | None = None
-    reason: str | None = None  # why a NOOP wrote nothing, and what would change it
+    # Why a NOOP or a failed compression wrote nothing, and what would change it; on a COMPRESSED row, why
+    # the history grew (tokens_after > tokens_before).
+    reason: str | None = None
     strategy: str = "gemini-cli"
     trigger: dict[str, Any] | None = None  # other strategies: their own trigger replayed on the session
     strategy_tokens: dict[str, Any] | None = None  # other strategies: {measure, before, after} in their unit
@@ -547,6 +549,7 @@ def _compact_with_port(job: _Job, report: CompactionReport) -> CompactionReport:
     if messages is None:
         return report
     report.tokens_after = measure_history(messages, job.model)
+    _note_growth(report)
     return _apply(job, report, messages, result.truncated_outputs)
 
 
@@ -718,8 +721,48 @@ def _note_failure(result: g.CompressionResult, report: CompactionReport) -> None
             f"the new history would be larger ({result.new_token_count} > "
             f"{plural(result.original_token_count, 'token')}); nothing was written"
         )
+        report.reason = _not_beneficial(result.original_token_count, result.new_token_count)
     elif result.status == g.CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY:
         report.notes.append("the summarizer returned an empty summary; nothing was written")
+        report.reason = "the summarizer returned an empty summary"
+
+
+# Gemini CLI 0.61.0 words an inflated result by the size of the history (CompressionMessage.tsx): under
+# 50,000 tokens "not beneficial for this history size", else "did not reduce size".
+_BENEFIT_SIZE = 50_000
+
+
+def _not_beneficial(before: int, after: int | None) -> str:
+    """The reason of a COMPRESSION_FAILED_INFLATED_TOKEN_COUNT row, in Gemini CLI's words."""
+    said = (
+        "compression was not beneficial for this history size"
+        if before < _BENEFIT_SIZE
+        else "compression did not reduce the size"
+    )
+    grown = "" if after is None else f" ({before:,} → {plural(after, 'token')})"
+    return f"{said}: the summary and its reply outweigh the turns they replace{grown}"
+
+
+def _note_growth(report: CompactionReport) -> None:
+    """A COMPRESSED result whose history is larger than the one it replaces, by the one measure of tokens
+    before and after, gets a ``reason``, so no table calls it compressed without saying so. Gemini CLI 0.61.0
+    names a larger result COMPRESSION_FAILED_INFLATED_TOKEN_COUNT (ChatCompressionService ``compress``), but
+    its check compares the new history with the prompt tokens last recorded, which count the system prompt
+    and tools too: it compresses such a history, and so the file is written as it would be."""
+    before, after = report.tokens_before, report.tokens_after
+    if report.status != g.CompressionStatus.COMPRESSED.name or before is None or after is None:
+        return
+    if after <= before:
+        return
+    said = _not_beneficial(before, after).split(":")[0]
+    report.reason = f"{said} ({before:,} → {plural(after, 'token')})"
+    if report.recorded_prompt_tokens and report.strategy == "gemini-cli":
+        report.reason += (
+            f"; written anyway, as Gemini CLI compares with the {report.recorded_prompt_tokens:,} prompt"
+            " tokens last recorded, system prompt and tools included"
+        )
+    if report.summarizer == "offline":
+        report.reason += "; a smaller --summary-budget may help"
 
 
 def _apply(
@@ -953,6 +996,7 @@ def _compact_with_strategy(job: _Job, report: CompactionReport) -> CompactionRep
     if result.messages is None:
         return report
     _report_strategy_output(job, result, result.messages, report)
+    _note_growth(report)
     return _apply(job, report, result.messages)
 
 

@@ -20,13 +20,19 @@ from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT
 HIDDEN_CALLS_PER_COMPRESSION = 2
 
 
-def _hidden_compression_calls(messages: pl.DataFrame, prices: PriceTable | None = None) -> pl.DataFrame:
+def _hidden_compression_calls(
+    messages: pl.DataFrame, prices: PriceTable | None = None, written_by_ctxtool: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Per session, an estimate of the compression calls the file shows happened but does not record.
 
     For each ``<state_snapshot>`` message: both calls read the history as it stood (the prompt of the last
     request recorded before it, an upper bound: Gemini CLI keeps its last 30 % out of the summary), the probe
     also the summary; each writes about the summary (4 characters a token). Priced at the rates of the model
     of that last request. An estimate, labelled so, never added to billed figures.
+
+    Not for the snapshots of a session ctxtool wrote (``written_by_ctxtool``: the keys of sessions marked
+    ``derivedFrom``) before its first recorded request: those are ctxtool's own summary (no Gemini CLI call)
+    and copies of the original's messages (whose calls the original counts).
     """
     from ctxtool.measure.pricing import add_costs
 
@@ -36,7 +42,11 @@ def _hidden_compression_calls(messages: pl.DataFrame, prices: PriceTable | None 
         "text_chars",
         last_input=pl.col("input").forward_fill().over("session_key").fill_null(0),
         model=pl.when(pl.col("input").is_not_null()).then(pl.col("model")).forward_fill().over("session_key"),
+        requested=pl.col("input").is_not_null().cum_sum().over("session_key") > 0,
     ).filter(pl.col("is_snapshot"))
+    if written_by_ctxtool is not None and written_by_ctxtool.height:
+        copied = pl.col("session_key").is_in(written_by_ctxtool.get_column("session_key").implode())
+        marked = marked.filter(~copied | pl.col("requested"))
     summary = pl.col("text_chars") // 4
     calls = marked.with_columns(
         input=HIDDEN_CALLS_PER_COMPRESSION * pl.col("last_input") + summary,
@@ -57,7 +67,9 @@ def _hidden_compression_calls(messages: pl.DataFrame, prices: PriceTable | None 
 def sessions_frame(
     meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame, prices: PriceTable | None = None
 ) -> pl.DataFrame:
-    hidden = _hidden_compression_calls(messages, prices)
+    hidden = _hidden_compression_calls(
+        messages, prices, meta.filter(pl.col("derived_from").is_not_null()).select("session_key")
+    )
     msg = messages.group_by("session_key").agg(
         pl.len().alias("billed_messages"),
         turn_count().alias("turns"),

@@ -297,6 +297,11 @@ def stats_table(
         ]
         for col in columns
     }
+    if "session" in full and "derived_from" in rows.columns:
+        full["session"] = [
+            compacted_label(t) if copied else t
+            for t, copied in zip(full["session"], rows.get_column("derived_from").is_not_null(), strict=True)
+        ]
     footers: dict[str, Text] = {}
     for i, col in enumerate(columns):
         if i == 0:
@@ -333,6 +338,16 @@ def stats_table(
     for i in range(rows.height):
         table.add_row(*(full[col][i] for col in kept))
     return table
+
+
+# How a table labels a session ctxtool compacted from another (``derivedFrom`` in its metadata), so that a
+# copy written with the original's id reads apart from it.
+COMPACTED_MARK = " (compacted)"
+
+
+def compacted_label(label: Text) -> Text:
+    """``label`` marked as the label of a compacted copy."""
+    return Text(label.plain + COMPACTED_MARK, style=label.style)
 
 
 def _session_cell(column: str, value: Any, shorts: Mapping[str, str]) -> Text:
@@ -655,6 +670,13 @@ _COMPACT_STATUS_STYLE = {
     "CONTENT_TRUNCATED": "cyan",
     "NOOP": "dim",
     "FAILED": "bold red",
+    "INFLATED": "yellow",
+}
+# The failed statuses' names are longer than a table at 80 columns has room for; the table says the part
+# that tells them apart and the note under it the whole name (Gemini CLI's CompressionStatus).
+_COMPACT_STATUS_CELL = {
+    "COMPRESSION_FAILED_INFLATED_TOKEN_COUNT": "FAILED_INFLATED",
+    "COMPRESSION_FAILED_EMPTY_SUMMARY": "FAILED_EMPTY",
 }
 
 
@@ -692,10 +714,16 @@ def compact_table(
             where = "nothing written" + (" (see below)" if r.get("reason") else "")
             if r.get("reason"):
                 notes.append(f"{name}: {status}, nothing written: {r['reason']}")
+        if r.get("output_path") and r.get("reason"):  # a COMPRESSED history that grew
+            notes.append(f"{name}: INFLATED: {r['reason']}")
+        if status == "COMPRESSED" and before is not None and after is not None and after > before:
+            status = "INFLATED"  # Gemini CLI's word for a larger result (COMPRESSION_FAILED_INFLATED_...)
         limit, share = r.get("token_limit"), r.get("threshold")
         values = {
             "session": Text(name),
-            "status": Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow")),
+            "status": Text(
+                _COMPACT_STATUS_CELL.get(status, status), style=_COMPACT_STATUS_STYLE.get(status, "yellow")
+            ),
             "tokens": Text("–" if before is None else f"{human_int(before)} → {human_int(after)}"),
             "msgs": Text("–" if summarised is None else f"{summarised}/{kept}"),
             "facts": Text(facts),
@@ -719,6 +747,13 @@ def compact_table(
         text_min={"output": 24},
         drop_order=("threshold", "cut_outputs", "split", "msgs", "facts"),
     )
+    standins = [n for r, n in zip(reports, names, strict=True) if r.get("env_source") == "stand-in"]
+    if standins:
+        which = ", ".join(standins) if len(standins) <= 3 else plural(len(standins), "session")
+        notes.append(
+            f"No <session_context> stored in {which}: a stand-in was assumed in the token counts; "
+            "--workspace DIR builds Gemini CLI's own."
+        )
     note = dropped_note(dropped)
     return table, notes + ([note] if note else [])
 

@@ -46,8 +46,9 @@ TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_
 # Bump when the rows produced by ctxtool.session.columns change meaning or shape, or what the stored frames
 # derive from them (ctxtool.frames.build.build_corpus): it invalidates every cached index entry and stored
 # corpus. 8: a session's `turns` counts its turn rows; legacy flat subagent files link to their parent. 9: a
-# response recorded with `total: 0` (or none) counts the sum of its parts (tokens.request_total).
-COLUMNS_VERSION = 9
+# response recorded with `total: 0` (or none) counts the sum of its parts (tokens.request_total). 10: no
+# hidden compression calls for the snapshots ctxtool wrote into a compacted copy (frames.sessions).
+COLUMNS_VERSION = 10
 STAMP = f"{__version__}-c{COLUMNS_VERSION}"
 
 

@@ -196,8 +196,23 @@ def request_text(typed: str) -> str:
     return text[:end].rstrip() + "…"
 
 
+def word_clip(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters, cut at a word boundary and ended with "…" when cut: before
+    the word the limit falls in, or, when a single word fills the limit, after it (at most 40 characters
+    more); only a longer word is cut inside."""
+    if len(text) <= limit:
+        return text
+    space = max(text.rfind(" ", 0, limit), text.rfind("\n", 0, limit), text.rfind("\t", 0, limit))
+    if space > 0 and text[:space].strip():
+        return text[:space].rstrip() + "…"
+    end = limit - 1
+    while end < len(text) and not text[end].isspace() and end < limit + 40:
+        end += 1
+    return text[:end].rstrip() + ("…" if end < len(text) else "")
+
+
 def _verbatim_clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return word_clip(text, limit)
 
 
 def first_line(message: str) -> str:
@@ -536,8 +551,7 @@ def _shell_error_line(output: str) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    text = normalize_ws(_ANSI_RE.sub("", text))
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return word_clip(normalize_ws(_ANSI_RE.sub("", text)), limit)
 
 
 def _shell_outcome(response: Mapping[str, Any]) -> tuple[str, str]:

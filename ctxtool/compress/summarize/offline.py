@@ -38,6 +38,7 @@ from ctxtool.compress.summarize.facts import (
     normalize_ws,
     real_user_prompts,
     unescape_xml,
+    word_clip,
 )
 from ctxtool.compress.summarizer import ModelCall, Summarizer
 
@@ -75,8 +76,7 @@ def snapshot_text(text: str) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    text = normalize_ws(text)
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return word_clip(normalize_ws(text), limit)
 
 
 # ----------------------------------------------------------------------------------- previous snapshot
@@ -301,9 +301,10 @@ def _candidate_items(
         add("user_requests", "", request, "requests")
     goal = " ".join(prev.get("overall_goal", [])) or facts.goal
     if goal:
-        add("overall_goal", "", _clip(goal, _GOAL_HEAD), "core")
-        if len(normalize_ws(goal)) > _GOAL_HEAD:
-            rest = normalize_ws(goal)[_GOAL_HEAD - 1 :]
+        head = _clip(goal, _GOAL_HEAD)
+        add("overall_goal", "", head, "core")
+        if len(normalize_ws(goal)) > _GOAL_HEAD:  # the rest, from the word the head left out
+            rest = normalize_ws(goal)[len(head) - 1 :]
             add("overall_goal", "", "(continued) " + _clip(rest, _GOAL_MAX - _GOAL_HEAD), "prose")
 
     seen_constraints = set()
@@ -315,7 +316,11 @@ def _candidate_items(
             add("active_constraints", "", directive, "directives")
 
     for error in facts.errors:
-        about = f" ({error.subject[:120]})" if error.subject and error.subject not in error.message else ""
+        about = (
+            f" ({word_clip(error.subject, 120)})"
+            if error.subject and error.subject not in error.message
+            else ""
+        )
         add("key_knowledge", "errors", f"{error.tool}{about}: {error.message}", "errors")
     for line in prev.get("key_knowledge", []):
         if not line.endswith(":"):

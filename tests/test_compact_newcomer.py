@@ -1,0 +1,183 @@
+"""What a newcomer meets after ``ctxtool compact`` (issue 27): a history that grew is not called compressed,
+a compacted copy reads apart from its original in ``stats`` and adds no compression calls Gemini CLI never
+made, and the offline summary never cuts a word in two."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from ctxtool.cli import run
+from ctxtool.compress.gemini_cli import chat_compression as g
+from ctxtool.compress.summarize.facts import extract_facts, normalize_ws, word_clip
+from ctxtool.compress.summarize.offline import OfflineSummarizer
+from ctxtool.render import tables
+from ctxtool.session.read import parse_session_bytes
+from tests.conftest import REAL_SESSIONS
+
+real = pytest.mark.skipif(not REAL_SESSIONS.is_dir(), reason="../shared/real-sessions is not here")
+
+
+def _home(tmp_path: Path, *names: str) -> Path:
+    """Real session files in one project's chats folder, named as Gemini CLI wrote them."""
+    chats = tmp_path / "tmp" / "TP-Tutor" / "chats"
+    chats.mkdir(parents=True)
+    for name in names:
+        shutil.copy2(REAL_SESSIONS / name, chats / name.split("__", 1)[1])
+    return chats
+
+
+def _json(capsysbinary: pytest.CaptureFixture[bytes], *args: str) -> dict[str, Any]:
+    assert run([*args, "--format", "json"]) == 0
+    doc: dict[str, Any] = orjson.loads(capsysbinary.readouterr().out)
+    return doc
+
+
+# ------------------------------------------------------------------------------- a history that grew
+
+
+def test_the_compact_table_does_not_call_a_larger_history_compressed() -> None:
+    rows = [
+        {
+            "input_path": "/h/chats/session-2026-04-24T23-16-c8b2cbd9.jsonl",
+            "status": "COMPRESSED",
+            "tokens_before": 889,
+            "tokens_after": 962,
+            "output_path": "/out/chats/session-2026-04-24T23-16-c8b2cbd9.jsonl",
+            "reason": "compression was not beneficial for this history size (889 → 962 tokens)",
+        },
+        {
+            "input_path": "/h/chats/session-2026-04-25T01-53-b1b4c413.jsonl",
+            "status": "COMPRESSED",
+            "tokens_before": 161_082,
+            "tokens_after": 15_777,
+            "output_path": "/out/chats/session-2026-04-25T01-53-b1b4c413.jsonl",
+        },
+        {
+            "input_path": "/h/chats/session-2026-04-25T12-47-cdc6c5f9.jsonl",
+            "status": "COMPRESSION_FAILED_INFLATED_TOKEN_COUNT",
+            "tokens_before": 500,
+            "tokens_after": 500,
+            "reason": "compression was not beneficial for this history size",
+        },
+    ]
+    table, notes = tables.compact_table(rows, width=80)
+    statuses = [str(c) for c in table.columns[1]._cells]
+    assert statuses == ["INFLATED", "COMPRESSED", "FAILED_INFLATED"]
+    assert any(n.startswith("c8b2cbd9: INFLATED: compression was not beneficial") for n in notes)
+    assert any("cdc6c5f9: COMPRESSION_FAILED_INFLATED_TOKEN_COUNT, nothing written" in n for n in notes)
+
+
+@real
+def test_a_real_session_whose_history_grew_says_why_at_80_columns(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    chats = _home(tmp_path, "TP-Tutor__session-2026-04-24T23-16-c8b2cbd9.jsonl")
+    path = str(next(chats.iterdir()))
+    [row] = _json(capsysbinary, "compact", path, "--force", "--dry-run")["sessions"]
+    assert row["tokens_after"] > row["tokens_before"]
+    assert row["reason"]
+    assert "not beneficial" in row["reason"]
+    assert run(["compact", path, "--force", "--dry-run", "--width", "80", "--color", "never"]) == 0
+    out = capsysbinary.readouterr().out.decode()
+    lines = out.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines)
+    [line] = [x for x in lines if x.startswith("c8b2cbd9 ")]
+    assert "INFLATED" in line
+    assert "COMPRESSED" not in line
+    assert "not beneficial" in out
+    assert "<session_context>" in out
+
+
+# ------------------------------------------------------------------------------- a compacted copy
+
+
+@real
+def test_a_compacted_copy_reads_apart_and_adds_no_compression_calls(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    chats = _home(tmp_path, "TP-Tutor__session-2026-04-25T01-53-b1b4c413.jsonl")
+    out = tmp_path / "compacted"
+    [row] = _json(capsysbinary, "compact", str(chats), "--force", "--out", str(out))["sessions"]
+    assert row["status"] == "COMPRESSED"
+    assert row["written"]
+    before = _json(capsysbinary, "stats", str(chats), "--by", "session", "--no-cache")["rows"]
+    both = _json(capsysbinary, "stats", str(chats), str(out), "--by", "session", "--no-cache")["rows"]
+    copies = [r for r in both if r["derived_from"]]
+    originals = [r for r in both if not r["derived_from"]]
+    assert len(copies) == 1
+    assert copies[0]["session_id"] == originals[0]["session_id"]
+    assert copies[0]["compressions"] >= 1  # it holds a snapshot: ctxtool's own
+    assert copies[0]["hidden_requests"] == 0
+    assert copies[0]["hidden_cost"] == 0
+    assert originals[0]["hidden_requests"] == before[0]["hidden_requests"]
+    assert copies[0]["requests"] == 0
+    assert copies[0]["cost"] == 0
+
+    args = ["stats", str(chats), str(out), "--by", "session", "--no-cache", "--width", "80"]
+    assert run([*args, "--color", "never"]) == 0
+    text = capsysbinary.readouterr().out.decode()
+    labels = [line.split("│")[1].strip() for line in text.splitlines() if "b1b4c413" in line]
+    assert sorted(labels) == ["b1b4c413", "b1b4c413 (compacted)"]
+    if before[0]["hidden_requests"] == 0:
+        assert "compression calls" not in text
+
+
+# ------------------------------------------------------------------------------- words stay whole
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "clipped"),
+    [
+        ("short", 10, "short"),
+        ("masteryStore.ts (Cyclic logic) and more", 22, "masteryStore.ts…"),
+        ("one two three", 9, "one two…"),
+        ("a-very-long-single-word-path/file.ts rest", 10, "a-very-long-single-word-path/file.ts…"),
+    ],
+)
+def test_word_clip_cuts_between_words(text: str, limit: int, clipped: str) -> None:
+    assert word_clip(text, limit) == clipped
+
+
+def _goal_lines(summary: str) -> list[str]:
+    body = summary.split("<overall_goal>", 1)[1].split("</overall_goal>", 1)[0]
+    return [line.removeprefix("- ").strip() for line in body.strip().splitlines() if line.strip()]
+
+
+def test_the_goal_continues_from_the_word_its_head_left_out() -> None:
+    words = " ".join(f"word{i}" for i in range(200))
+    history = [
+        {"role": "user", "parts": [{"text": "<session_context>\nctx\n</session_context>"}]},
+        {"role": "user", "parts": [{"text": words}]},
+        {"role": "model", "parts": [{"text": "ok"}]},
+    ]
+    lines = _goal_lines(OfflineSummarizer().summarize(history))
+    head, rest = lines[0], lines[1].removeprefix("(continued) ")
+    assert head.endswith("…")
+    joined = head.removesuffix("…") + " " + rest.removesuffix("…")
+    assert words.startswith(joined)
+
+
+@real
+def test_no_word_is_split_in_the_real_sessions_offline_goals() -> None:
+    checked = 0
+    for src in sorted(REAL_SESSIONS.glob("*.json*")):
+        session = parse_session_bytes(src.read_bytes(), src)
+        curated = g.session_to_curated_history([dict(m) for m in session.messages], "gemini-2.5-pro")
+        history = curated.contents
+        goal = normalize_ws(extract_facts(history).goal or "")
+        if len(goal) <= 240:
+            continue
+        lines = _goal_lines(OfflineSummarizer().summarize(history))
+        source_words = set(goal.split())
+        for line in lines:
+            text = line.removeprefix("(continued) ").removesuffix("…")
+            parts = text.split()
+            assert parts[0] in source_words, (src.name, line[:80])
+            assert parts[-1] in source_words, (src.name, line[:80])
+        checked += 1
+    assert checked >= 3
