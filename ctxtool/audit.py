@@ -1,10 +1,12 @@
 """Budgets for Gemini CLI sessions: rules in, checks out. Knows nothing about exit codes or terminals.
 
-Owns: the rule set (flags and the ``ctxtool.toml`` / ``[tool.ctxtool.audit]`` configuration, flags winning),
-scoping rules to projects and models, measuring every metric per session (subagents rolled up into their
-parent, as ``ctxtool stats --by session`` does) or per day, naming the offending turn, request or tool call,
-the comparison with an earlier report (``--baseline``), and the report formats that are data (JSON, JUnit
-XML, markdown, GitHub workflow annotations). The CLI turns an ``AuditReport`` into an exit status.
+Owns: the rule set (flags and the ``ctxtool.toml`` / ``[tool.ctxtool.audit]`` configuration, flags winning,
+``--rule`` choosing among them), scoping rules to projects and models, measuring every metric per session
+(subagents rolled up into their parent, as ``ctxtool stats --by session`` does) or per day, naming the
+offending turn, request or tool call, the comparison with an earlier report (``--baseline``), the audit as the
+command runs it (``audit_corpus``: the filters, what a check quotes redacted, the baseline), and the report
+formats that are data (JSON, JUnit XML, markdown, GitHub workflow annotations). The CLI turns an
+``AuditReport`` into an exit status.
 
 Metric definitions (the README repeats them):
 
@@ -28,7 +30,7 @@ import fnmatch
 import math
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -40,7 +42,14 @@ from ctxtool.common.errors import CtxtoolError, UsageError, use_one_of
 from ctxtool.common.markup import escape_markdown, workflow_data, workflow_property, xml_document
 from ctxtool.common.wording import plural
 from ctxtool.frames.model import SCHEMA_VERSION, Corpus, Problem
-from ctxtool.frames.query import read_summary, report
+from ctxtool.frames.query import (
+    describe_problems,
+    filter_corpus,
+    problem_counts,
+    read_summary,
+    read_warnings,
+    report,
+)
 
 Kind = Literal["tokens", "share", "cost", "count"]
 CheckStatus = Literal["pass", "fail", "skip"]
@@ -281,6 +290,20 @@ def merge_rules(config: Sequence[Rule], flags: Mapping[str, float | None]) -> li
     out.extend(Rule(name, float(v)) for name, v in flags.items() if v is not None)
     order = list(METRICS)
     return sorted(out, key=lambda r: (order.index(r.metric), r.scoped, r.projects, r.models))
+
+
+def rules_to_check(
+    flags: Mapping[str, float | None], config: Path | None, only: Sequence[str] | None = None
+) -> list[Rule]:
+    """The rules of the configuration file ``config`` (None: none) with the ``flags`` merged in
+    (``merge_rules``), only those of the metrics ``only`` names (``--rule``) when given."""
+    rules = merge_rules(load_config(config) if config is not None else [], flags)
+    if not only:
+        return rules
+    unknown = [r for r in only if r not in METRICS]
+    if unknown:
+        raise UsageError(f"--rule {unknown[0]} is not a budget", use_one_of(unknown[0], list(METRICS)))
+    return [r for r in rules if r.metric in only]
 
 
 # --------------------------------------------------------------------------------------------- checks
@@ -559,6 +582,60 @@ def _session_measures(
         top_tool = f"{tt['name']} in {where(tt)} ({plural(tt['result_bytes'], 'byte')})"
     out["max-tool-output-share"] = _Measure(share, top_tool)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """An earlier ``--format json`` report (``load_baseline``), read from ``source``, and how much worse a
+    metric may get (``--tolerance``)."""
+
+    doc: dict[str, Any]
+    tolerance: float
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    """What to check: ``rules`` on the sessions ``filters`` (``frames.filter_corpus`` keywords) keep, days
+    in ``timezone``, against ``baseline``; what a check quotes is redacted unless ``show_secrets``."""
+
+    rules: Sequence[Rule]
+    filters: Mapping[str, Any] = field(default_factory=dict)
+    timezone: str | None = None
+    baseline: Baseline | None = None
+    show_secrets: bool = False
+
+
+def audit_corpus(corpus: Corpus, query: AuditQuery, *, warn: Callable[[str], None]) -> AuditReport:
+    """``ctxtool audit``'s report: the checks of ``query`` on ``corpus`` and, with a baseline, the metrics
+    that regressed. ``warn`` hears what reading met; no session left to audit is an error."""
+    corpus = filter_corpus(corpus, **query.filters)
+    for warning in read_warnings(corpus):
+        warn(warning)
+    if corpus.sessions.height == 0:
+        problems = describe_problems(problem_counts(corpus.problems))
+        raise CtxtoolError(
+            "no session to audit"
+            + (f" ({problems})" if problems else "")
+            + (
+                " matches the --since/--until/--project/--session/--model filters"
+                if any(query.filters.values())
+                else ""
+            ),
+            "Check the PATHS (or GEMINI_CLI_HOME); Gemini CLI writes <home>/.gemini/tmp/<project>/chats",
+        )
+    result = run_audit(corpus, query.rules, timezone=query.timezone)
+    if not query.show_secrets:  # what a check quotes (a command, a path) may hold a key: never in a CI log
+        from ctxtool.common.secret_scan import redact
+
+        result.checks = [
+            replace(c, message=redact(c.message), offender=redact(c.offender) if c.offender else c.offender)
+            for c in result.checks
+        ]
+    if query.baseline is not None:
+        base = query.baseline
+        result = compare_baseline(result, base.doc, base.tolerance, base.source)
+    return result
 
 
 def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = None) -> AuditReport:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
 
 from ctxtool import audit, frames
-from ctxtool.common.errors import UsageError
+from ctxtool.common.errors import CtxtoolError, UsageError
 from tests.conftest import FIXTURES
 
 CHATS = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats"
@@ -233,3 +234,42 @@ def test_junit_markdown_and_annotations() -> None:
     assert notes[0].startswith("::error title=ctxtool audit%3A max-session-tokens::session-2026-05-25")
     assert notes[1].startswith("::warning title=ctxtool audit%3A unreadable file::")
     assert all("\n" not in n for n in notes)
+
+
+def test_rules_to_check_merges_the_flags_into_the_config_and_keeps_the_rules_named(tmp_path: Path) -> None:
+    config = tmp_path / "ctxtool.toml"
+    config.write_text('[audit]\nmax-session-tokens = "1M"\nmax-compressions = 2\n')
+    rules = audit.rules_to_check({"max-compressions": 0, "max-secrets": None}, config)
+    assert [(r.metric, r.limit, r.source) for r in rules] == [
+        ("max-session-tokens", 1e6, str(config)),
+        ("max-compressions", 0, "flag"),
+    ]
+    assert [r.metric for r in audit.rules_to_check({}, config, ["max-compressions"])] == ["max-compressions"]
+    assert audit.rules_to_check({"max-secrets": 0}, None) == [audit.Rule("max-secrets", 0)]
+    assert audit.rules_to_check({"max-secrets": 0}, None, ["min-cache-ratio"]) == []
+    with pytest.raises(UsageError, match="--rule max-tokens is not a budget"):
+        audit.rules_to_check({}, config, ["max-tokens"])
+
+
+def test_audit_corpus_filters_warns_and_compares_with_the_baseline() -> None:
+    corpus = frames.load([FIXTURES / "gemini" / "tmp"])
+    rules = _rules(max_session_tokens=1e9)
+    heard: list[str] = []
+    everything = audit.audit_corpus(corpus, audit.AuditQuery(rules), warn=heard.append)
+    assert len(everything.checks) == 14
+    assert len(heard) == 1
+    assert "skipped 1 broken line" in heard[0]
+    one = audit.AuditQuery(rules, filters={"sessions": ("c4e5f6a7",)})
+    report = audit.audit_corpus(corpus, one, warn=heard.append)
+    assert [c.subject for c in report.checks] == [COMPRESSED.stem]
+    doc = report.as_dict()
+    lower = {**doc, "summary": {**doc["summary"], "max-session-tokens": 280_000}}
+    baseline = audit.Baseline(lower, 0.05, "main.json")
+    query = audit.AuditQuery(rules, filters={"sessions": ("c4e5f6a7",)}, baseline=baseline)
+    compared = audit.audit_corpus(corpus, query, warn=heard.append)
+    assert [(r.metric, r.subject) for r in compared.regressions] == [("max-session-tokens", "summary")]
+    assert compared.baseline == "main.json"
+    nothing = audit.AuditQuery(rules, filters={"since": date(2030, 1, 1)})
+    with pytest.raises(CtxtoolError, match="no session to audit matches the --since/--until"):
+        audit.audit_corpus(corpus, nothing, warn=heard.append)
+    assert len(heard) == 1  # what the filters leave out is not warned about

@@ -1,9 +1,9 @@
 """The house's layers: imports point down only (README "How it is built").
 
-Bottom up: ``common`` → ``measure`` → ``session`` → ``frames`` | ``compress`` → the features (``compact``,
-``diff``, ``audit``, ``compare``, ``export``, ``report``) → ``render`` → ``cli``. A module imports (at module
-level or lazily inside a function: both count) only modules of its own package or of a lower layer. Core
-code never imports typer or rich, and google-genai only lazily.
+Bottom up: ``common`` → ``measure`` → ``session`` → ``frames`` | ``compress`` → the features (``stats``,
+``compact``, ``diff``, ``audit``, ``compare``, ``export``, ``report``) → ``render`` → ``cli``. A module
+imports (at module level or lazily inside a function: both count) only modules of its own package or of a
+lower layer. Core code never imports typer or rich, and google-genai only lazily.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ LAYERS = {
     "session": 2,
     "frames": 3,
     "compress": 3,
+    "stats": 4,
     "compact": 4,
     "diff": 4,
     "audit": 4,

@@ -24,6 +24,7 @@ class Color(StrEnum):
     never = "never"
 
 
+PATHS = typer.Argument(None, help="Session files, directories or globs (default: the data root).")
 COLOR = typer.Option(
     Color.auto,
     "--color",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import typer
 
@@ -13,6 +13,11 @@ from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.common.errors import UsageError, use_one_of
 from ctxtool.common.wording import plural
+
+if TYPE_CHECKING:
+    from ctxtool.frames.loading import CacheUse
+    from ctxtool.frames.model import Corpus
+    from ctxtool.stats import StatsQuery, StatsReport
 
 HELP = """Report token usage, context-window share, cache hits and cost of Gemini CLI sessions.
 
@@ -79,51 +84,135 @@ class _DelayedProgress:
             self.bar.stop()
 
 
+BY = typer.Option(
+    None,
+    "--by",
+    "-b",
+    help="Rows: turn, request, session, model, project, day, week (by its Monday) or month "
+    "(default: turn for one session, else session).",
+)
+FORMAT = typer.Option(
+    None,
+    "--format",
+    "-f",
+    help="table, json, jsonl, csv or parquet (default: --output's suffix, else table).",
+)
+OUTPUT = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output.")
+SORT = typer.Option(None, "--sort", help="Sort rows by COLUMN (any column of the report).")
+DESC = typer.Option(False, "--desc", help="With --sort: largest first.")
+LIMIT = typer.Option(None, "--limit", "-n", min=1, help="Show at most N rows (after sorting).")
+TOP = typer.Option(
+    None,
+    "--top",
+    min=1,
+    help="Instead of --by: the N largest items in context at each session's last request (tool outputs "
+    "by tool and file or command, prompts, model turns, overhead), estimated tokens and share.",
+)
+LIVE = typer.Option(
+    False, "--live", help="Count only requests still in the live history (not rewound or checkpointed away)."
+)
+SUBAGENTS = typer.Option(
+    True,
+    "--subagents/--no-subagents",
+    help="Include subagent sessions (chats/<parent-id>/*.json[l], and flat files of kind subagent); "
+    "their tokens and turns roll up into the parent.",
+)
+
+
+class StatsRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of start-up (--help)
+    """One run's options, checked: the PATHS (or the one ``ctxtool export`` dataset among them), the report
+    asked for and where it goes. ``given`` are the filters as typed, named when they leave nothing."""
+
+    paths: list[str]
+    dataset: str | None
+    query: StatsQuery
+    fmt: str
+    output: Path | None
+    given: tuple[str, ...]
+
+    @classmethod
+    def from_options(
+        cls,
+        paths: list[str] | None,
+        *,
+        by: str | None,
+        fmt: str | None,
+        output: Path | None,
+        timezone: str | None,
+        since: str | None,
+        until: str | None,
+        project: list[str] | None,
+        session: list[str] | None,
+        model: list[str] | None,
+        sort: str | None,
+        desc: bool,
+        limit: int | None,
+        top: int | None,
+        live: bool,
+        subagents: bool,
+        show_secrets: bool,
+    ) -> StatsRequest:
+        """Checks in the order the first error is reported: --by, --format, --timezone, the filters, then a
+        dataset among other PATHS."""
+        from ctxtool.common.choices import BY_CHOICES, FORMATS, output_format
+
+        if by is not None and by not in BY_CHOICES:
+            raise UsageError(f"--by {by!r} is not a report", use_one_of(by, BY_CHOICES))
+        fmt = output_format(fmt, output, FORMATS)
+        if fmt == "parquet" and output is None and sys.stdout.isatty():
+            raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
+        options.check_timezone(timezone)
+        filters = options.filter_args(since, until, project, session, model)
+        from ctxtool import export
+
+        datasets = [p for p in paths or () if export.is_dataset(p)]
+        if datasets and len(paths or ()) > 1:
+            raise UsageError(
+                "a ctxtool dataset cannot be combined with other paths",
+                f"Pass {datasets[0]} alone, or export the sessions into it first "
+                "(ctxtool export PATH --to DIR)",
+            )
+        given = (
+            *([f"--since {since}"] if since else []),
+            *([f"--until {until}"] if until else []),
+            *(f"--project {p}" for p in project or []),
+            *(f"--session {s}" for s in session or []),
+            *(f"--model {m}" for m in model or []),
+        )
+        from ctxtool.stats import StatsQuery
+
+        query = StatsQuery(
+            by=by,
+            top=top,
+            filters=filters,
+            live=live,
+            subagents=subagents,
+            timezone=timezone,
+            sort=sort,
+            desc=desc,
+            limit=limit,
+            show_secrets=show_secrets,
+        )
+        return cls(paths or [], datasets[0] if datasets else None, query, fmt, output, given)
+
+
 def stats(
-    paths: list[str] = typer.Argument(
-        None, help="Session files, directories or globs (default: the data root)."
-    ),
-    by: str = typer.Option(
-        None,
-        "--by",
-        "-b",
-        help="Rows: turn, request, session, model, project, day, week (by its Monday) or month "
-        "(default: turn for one session, else session).",
-    ),
-    fmt: str = typer.Option(
-        None,
-        "--format",
-        "-f",
-        help="table, json, jsonl, csv or parquet (default: --output's suffix, else table).",
-    ),
-    output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
+    paths: list[str] = options.PATHS,
+    by: str = BY,
+    fmt: str = FORMAT,
+    output: Path = OUTPUT,
     timezone: str = options.TIMEZONE,
     since: str = options.SINCE,
     until: str = options.UNTIL,
     project: list[str] = options.PROJECT,
     session: list[str] = options.SESSION,
     model: list[str] = options.MODEL,
-    sort: str = typer.Option(None, "--sort", help="Sort rows by COLUMN (any column of the report)."),
-    desc: bool = typer.Option(False, "--desc", help="With --sort: largest first."),
-    limit: int = typer.Option(None, "--limit", "-n", min=1, help="Show at most N rows (after sorting)."),
-    top: int = typer.Option(
-        None,
-        "--top",
-        min=1,
-        help="Instead of --by: the N largest items in context at each session's last request (tool outputs "
-        "by tool and file or command, prompts, model turns, overhead), estimated tokens and share.",
-    ),
-    live: bool = typer.Option(
-        False,
-        "--live",
-        help="Count only requests still in the live history (not rewound or checkpointed away).",
-    ),
-    subagents: bool = typer.Option(
-        True,
-        "--subagents/--no-subagents",
-        help="Include subagent sessions (chats/<parent-id>/*.json[l], and flat files of kind subagent); "
-        "their tokens and turns roll up into the parent.",
-    ),
+    sort: str = SORT,
+    desc: bool = DESC,
+    limit: int = LIMIT,
+    top: int = TOP,
+    live: bool = LIVE,
+    subagents: bool = SUBAGENTS,
     strict: bool = options.STRICT,
     no_cache: bool = options.NO_CACHE,
     cache_dir: Path = options.CACHE_DIR,
@@ -132,180 +221,179 @@ def stats(
     width: int = options.WIDTH,
     wide: bool = options.WIDE,
 ) -> int:
-    from ctxtool.common.choices import BY_CHOICES, FORMATS
+    request = StatsRequest.from_options(
+        paths,
+        by=by,
+        fmt=fmt,
+        output=output,
+        timezone=timezone,
+        since=since,
+        until=until,
+        project=project,
+        session=session,
+        model=model,
+        sort=sort,
+        desc=desc,
+        limit=limit,
+        top=top,
+        live=live,
+        subagents=subagents,
+        show_secrets=show_secrets,
+    )
+    corpus, cache_use = _load(request, cache=not no_cache, cache_dir=cache_dir)
+    from ctxtool.stats import stats_report
 
-    if by is not None and by not in BY_CHOICES:
-        raise UsageError(f"--by {by!r} is not a report", use_one_of(by, BY_CHOICES))
-    from ctxtool.common.choices import output_format
+    report = stats_report(corpus, request.query, warn=_warn)
+    if report.by == "top":
+        _write_top(report, request, color=color, width=width, wide=wide)
+        return ExitStatus.OK
+    summary = report.read_summary(cache_use)
+    if request.fmt == "table" and report.rows.height == 0:
+        _nothing_to_report(report, summary, request.given)
+    elif request.fmt == "table":
+        _print_report(report, summary, request, color=color, width=width, wide=wide)
+    else:
+        _write_report(report, summary, request)
+    return _exit_status(request.paths, report, strict=strict)
 
-    fmt = output_format(fmt, output, FORMATS)
-    if fmt == "parquet" and output is None and sys.stdout.isatty():
-        raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
-    options.check_timezone(timezone)
-    filters = options.filter_args(since, until, project, session, model)
 
-    from ctxtool import export
+def _load(request: StatsRequest, *, cache: bool, cache_dir: Path | None) -> tuple[Corpus, CacheUse]:
+    """The dataset, or the sessions PATHS name (a progress bar when reading takes a while); a run served
+    from the index is told to ``frames.replay``, which may replay its output next time."""
     from ctxtool.frames.loading import CacheUse, load_corpus
 
-    datasets = [p for p in paths or () if export.is_dataset(p)]
-    if datasets and len(paths) > 1:
-        raise UsageError(
-            "a ctxtool dataset cannot be combined with other paths",
-            f"Pass {datasets[0]} alone, or export the sessions into it first (ctxtool export PATH --to DIR)",
-        )
-    if datasets:
-        corpus = export.load_dataset(datasets[0], subagents=subagents)
-        cache_use = CacheUse()
-    else:
-        progress = _DelayedProgress(options.progress_wanted())
-        try:
-            corpus, cache_use = load_corpus(
-                paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir, progress=progress
-            )
-        finally:
-            progress.close()
-        if cache_use.notice:
-            print(f"notice: {cache_use.notice}", file=sys.stderr)
-        from ctxtool.frames import replay
-        from ctxtool.session.discover import default_roots
+    subagents = request.query.subagents
+    if request.dataset is not None:
+        from ctxtool import export
 
-        targets = [str(p) for p in paths or ()] or [str(root) for root in default_roots()]
-        replay.loaded(targets, subagents, warm=cache_use.corpus_hit and not cache_use.notice)
+        return export.load_dataset(request.dataset, subagents=subagents), CacheUse()
+    progress = _DelayedProgress(options.progress_wanted())
+    try:
+        corpus, cache_use = load_corpus(
+            request.paths, subagents=subagents, cache=cache, cache_dir=cache_dir, progress=progress
+        )
+    finally:
+        progress.close()
+    if cache_use.notice:
+        print(f"notice: {cache_use.notice}", file=sys.stderr)
+    from ctxtool.frames import replay
+    from ctxtool.session.discover import default_roots
+
+    targets = request.paths or [str(root) for root in default_roots()]
+    replay.loaded(targets, subagents, warm=cache_use.corpus_hit and not cache_use.notice)
+    return corpus, cache_use
+
+
+def _write_top(
+    report: StatsReport, request: StatsRequest, *, color: options.Color, width: int | None, wide: bool
+) -> None:
+    """``stats --top N``: the largest items in each session's context at its last request."""
+    n = request.query.top
+    if request.fmt != "table":
+        from ctxtool.render import formats as out
+
+        out.write_output(out.encode(report.rows, request.fmt, by="top", top=n, estimate=True), request.output)
+        return
+    from ctxtool.render import tables as render
+
+    with render.output_console(request.output, width=width, color=color) as console:
+        title = f"ctxtool stats --top {n}: the largest items in context at each session's last request"
+        table, notes = render.top_table(report.rows, title=title, width=console.width, wide=wide)
+        render.print_table(console, table, wide=wide)
+        for note in notes:
+            console.print(note)
+
+
+def _nothing_to_report(report: StatsReport, summary: dict[str, Any], given: tuple[str, ...]) -> None:
+    """An empty table is one line on stderr: what was read, and the filters that left nothing of it."""
     from ctxtool import frames
-    from ctxtool.render import formats as out
 
-    sessions_read = corpus.sessions.height
-    corpus = frames.filter_corpus(corpus, **filters)
-    if live:
-        corpus = frames.live_only(corpus)
-
-    for warning in frames.read_warnings(corpus):
-        _warn(warning)
-
-    roots = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height
-    if top is not None:
-        if by is not None:
-            raise UsageError("--top and --by are two reports", "Pass one of them")
-        return _top_report(corpus, top, fmt, output, show_secrets, color, width, wide)
-    by = by or ("turn" if roots == 1 else "session")
-    rows = frames.with_uncached_input(
-        frames.report(corpus, by, include_subagents_in_parent=subagents, timezone=timezone)
+    n = report.sessions_read
+    why = (
+        f" {plural(n, 'session')} {'was' if n == 1 else 'were'} read, but nothing"
+        f" matches {' '.join(given)}: loosen or drop {'it' if len(given) == 1 else 'them'}."
+        if given and n
+        else ""
     )
-    if not show_secrets and "prompt" in rows.columns:
-        import polars as pl
+    print(f"{frames.describe_read(summary)} Nothing to report.{why}", file=sys.stderr)
 
-        from ctxtool.common.secret_scan import redact
 
-        prompts = [None if text is None else redact(text) for text in rows.get_column("prompt").to_list()]
-        rows = rows.with_columns(pl.Series("prompt", prompts, dtype=pl.String))
-    if sort:
-        if sort not in rows.columns:
-            raise UsageError(f"--sort {sort!r} is not a column of --by {by}", use_one_of(sort, rows.columns))
-        rows = rows.sort(sort, descending=desc, nulls_last=True)
-    all_rows = rows
-    if limit:
-        rows = rows.head(limit)
+def _print_report(
+    report: StatsReport,
+    summary: dict[str, Any],
+    request: StatsRequest,
+    *,
+    color: options.Color,
+    width: int | None,
+    wide: bool,
+) -> None:
+    """The table, with a totals row of every row (whatever --limit shows) and a caption of what was read."""
+    from ctxtool import frames
+    from ctxtool.render import tables as render
 
-    summary = frames.read_summary(corpus)
-    summary["index"] = {
-        "enabled": cache_use.enabled,
-        "corpus_from_cache": cache_use.corpus_hit,
-        "files_from_index": cache_use.files_cached,
-        "files_resumed": cache_use.files_resumed,
-        "files_parsed": cache_use.files_parsed,
-    }
-    if fmt == "table" and rows.height == 0:
-        given = [
-            *([f"--since {since}"] if since else []),
-            *([f"--until {until}"] if until else []),
-            *(f"--project {p}" for p in project or []),
-            *(f"--session {s}" for s in session or []),
-            *(f"--model {m}" for m in model or []),
-        ]
-        why = (
-            f" {plural(sessions_read, 'session')} {'was' if sessions_read == 1 else 'were'} read, but nothing"
-            f" matches {' '.join(given)}: loosen or drop {'it' if len(given) == 1 else 'them'}."
-            if given and sessions_read
-            else ""
-        )
-        print(f"{frames.describe_read(summary)} Nothing to report.{why}", file=sys.stderr)
-    elif fmt == "table":
-        from ctxtool.render import tables as render
-
-        console = render.make_console(
-            open(output, "w", encoding="utf-8") if output else None,  # noqa: SIM115
-            width=width,
-            color=color,
-        )
-        title = f"ctxtool stats --by {by}" + (" (live history only)" if live else "")
-        if rows.height < all_rows.height:
-            title += f": top {rows.height:,} of {all_rows.height:,} rows (totals of all {all_rows.height:,})"
-        sums = _totals(all_rows, corpus)  # the totals row is of everything, whatever --limit shows
+    with render.output_console(request.output, width=width, color=color) as console:
+        title = f"ctxtool stats --by {report.by}" + (" (live history only)" if request.query.live else "")
+        if report.limited:
+            shown, every = report.rows.height, report.all_rows.height
+            title += f": top {shown:,} of {every:,} rows (totals of all {every:,})"
+        sums = report.totals()
         notes = [
             frames.describe_read(summary),
             render.unpriced_note(int(sums.get("unpriced") or 0)),
-            render.hidden_note(*frames.hidden_calls(corpus)),
+            render.hidden_note(*frames.hidden_calls(report.corpus)),
         ]
         table = render.stats_table(
-            rows,
+            report.rows,
             sums,
-            by=by,
+            by=report.by,
             title=title,
             caption="\n".join(n for n in notes if n),
-            single_session=roots == 1,
+            single_session=report.single_session,
             width=console.width,
             wide=wide,
         )
         render.print_table(console, table, wide=wide)
-        if output:
-            console.file.close()
-    else:
-        envelope: dict[str, Any] = {
-            "command": "stats",
-            "by": by,
-            "view": "live" if live else "billed",
-            "read": summary,
-        }
-        if fmt == "json":
-            envelope["totals"] = _totals(all_rows, corpus)
-        data = out.encode(rows, fmt, **envelope, **_limit_envelope(rows, all_rows))
-        if output:
-            out.atomic_write(output, data)
-        else:
-            out.write_stdout(data, sys.stdout.buffer)
 
-    unmatched = _unmatched(paths or [])
+
+def _write_report(report: StatsReport, summary: dict[str, Any], request: StatsRequest) -> None:
+    """JSON (an envelope with the totals, and ``rows_total`` under --limit), JSON lines, CSV or Parquet."""
+    from ctxtool.render import formats as out
+
+    envelope: dict[str, Any] = {
+        "command": "stats",
+        "by": report.by,
+        "view": "live" if request.query.live else "billed",
+        "read": summary,
+    }
+    if request.fmt == "json":
+        envelope["totals"] = report.totals()
+    if report.limited:
+        envelope["rows_total"] = report.all_rows.height
+    out.write_output(out.encode(report.rows, request.fmt, **envelope), request.output)
+
+
+def _exit_status(paths: list[str], report: StatsReport, *, strict: bool) -> int:
+    """1 when a PATH given explicitly names nothing (said on stderr) or could not be read, or with --strict
+    when anything could not be read in full."""
+    from ctxtool import frames
+    from ctxtool.session.discover import refused_paths
+
+    unmatched = _unmatched(paths)
     for path in unmatched:
         print(f"Error: {path}: matches no session file. Check the path, or quote a glob", file=sys.stderr)
-    if paths and sessions_read == 0 and not unmatched:
+    if paths and report.sessions_read == 0 and not unmatched:
         print(
             f"Error: no session in {' '.join(paths)}. Pass session files or a chats/ folder", file=sys.stderr
         )
-    if unmatched or (paths and sessions_read == 0):
+    if unmatched or (paths and report.sessions_read == 0):
         return ExitStatus.ERROR  # an explicit PATH that names nothing is a mistake, not an empty report
+    corpus = report.corpus
     if paths and frames.problem_counts(corpus.problems)["no_sessions"]:
         return ExitStatus.ERROR  # so is a folder given explicitly that holds no session (warned above)
     failed = bool(corpus.problems) or corpus.broken_lines > 0
-    from ctxtool.session.discover import refused_paths
-
-    if refused_paths(paths or []):
+    if refused_paths(paths):
         return ExitStatus.ERROR  # a PATH given explicitly could not be read (named in a warning above)
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
-
-
-def _totals(rows: Any, corpus: Any) -> dict[str, Any]:
-    """The totals of every row (whatever --limit shows); ``sessions`` counts each session once."""
-    from ctxtool.frames.query import totals
-
-    sums = totals(rows)
-    if "sessions" in sums:
-        sums["sessions"] = corpus.requests.get_column("session_key").n_unique()
-    return sums
-
-
-def _limit_envelope(rows: Any, all_rows: Any) -> dict[str, Any]:
-    """With --limit, the JSON envelope says how many rows there were in all (``rows_total``)."""
-    return {"rows_total": all_rows.height} if rows.height < all_rows.height else {}
 
 
 def _unmatched(paths: list[str]) -> list[str]:
@@ -318,52 +406,6 @@ def _unmatched(paths: list[str]) -> list[str]:
         for p in paths
         if not Path(p).expanduser().exists() and not glob.glob(os.path.expanduser(p), recursive=True)
     ]
-
-
-def _top_report(
-    corpus: Any,
-    n: int,
-    fmt: str,
-    output: Path | None,
-    show_secrets: bool,
-    color: options.Color,
-    width: int | None,
-    wide: bool,
-) -> int:
-    """``stats --top N``: the largest items in each session's context at its last request."""
-    import polars as pl
-
-    from ctxtool.frames.composition import top_consumers
-    from ctxtool.render import formats as out
-
-    rows = top_consumers(corpus, n)
-    if not show_secrets:
-        from ctxtool.common.secret_scan import redact
-
-        targets = [None if t is None else redact(t) for t in rows.get_column("target").to_list()]
-        rows = rows.with_columns(pl.Series("target", targets, dtype=pl.String))
-    if fmt == "table":
-        from ctxtool.render import tables as render
-
-        console = render.make_console(
-            open(output, "w", encoding="utf-8") if output else None,  # noqa: SIM115
-            width=width,
-            color=color,
-        )
-        title = f"ctxtool stats --top {n}: the largest items in context at each session's last request"
-        table, notes = render.top_table(rows, title=title, width=console.width, wide=wide)
-        render.print_table(console, table, wide=wide)
-        for note in notes:
-            console.print(note)
-        if output:
-            console.file.close()
-    else:
-        data = out.encode(rows, fmt, by="top", top=n, estimate=True)
-        if output:
-            out.atomic_write(output, data)
-        else:
-            out.write_stdout(data, sys.stdout.buffer)
-    return ExitStatus.OK
 
 
 def _warn(message: str) -> None:

@@ -7,6 +7,7 @@ and atomic file writes. Must not: import rich or decide anything about terminals
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Iterable
 from datetime import date, datetime
 from pathlib import Path
@@ -97,3 +98,11 @@ def atomic_write(path: Path, chunks: Iterable[bytes] | bytes) -> None:
 def write_stdout(data: bytes, stream: IO[bytes]) -> None:
     stream.write(data)
     stream.flush()
+
+
+def write_output(data: bytes, output: Path | None) -> None:
+    """``data`` into the file ``--output`` names (atomically), else onto standard output."""
+    if output:
+        atomic_write(output, data)
+    else:
+        write_stdout(data, sys.stdout.buffer)

@@ -8,8 +8,10 @@ compression threshold.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import date, datetime
+from pathlib import Path
 from typing import IO, Any, Literal
 
 import polars as pl
@@ -178,6 +180,17 @@ def make_console(
         highlight=False,
         soft_wrap=False,
     )
+
+
+@contextmanager
+def output_console(output: Path | None, *, width: int | None, color: str | None) -> Iterator[Console]:
+    """A console onto the file ``--output`` names (closed on leaving), else onto standard output."""
+    stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
+    try:
+        yield make_console(stream, width=width, color=color)
+    finally:
+        if stream is not None:
+            stream.close()
 
 
 def wants_color(choice: str, *, tty: bool, env: Mapping[str, str], to_file: bool = False) -> bool:

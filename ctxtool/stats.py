@@ -1,0 +1,144 @@
+"""The reports of ``ctxtool stats``: a ``--by`` report or the ``--top`` consumers of a corpus, as values.
+
+Owns: the sessions a report counts (the filters, the live view), the default ``--by`` (turn for one session,
+else session), prompt and target text redacted unless asked, ``--sort`` and ``--limit``, the totals row (of
+every row, whatever ``--limit`` shows) and the read summary of the JSON envelope. Never prints: the warnings
+about what reading met go to the caller's ``warn``, and the CLI renders the report and picks the exit status.
+
+polars and the frames are imported inside the functions that need them: the command builds its
+``StatsQuery`` before reading, and a first run imports them while the worker processes parse
+(``ctxtool.frames.loading``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ctxtool.common.errors import UsageError, use_one_of
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ctxtool.frames.loading import CacheUse
+    from ctxtool.frames.model import Corpus
+
+
+@dataclass(frozen=True, slots=True)
+class StatsQuery:
+    """The report asked for: ``by`` (None: the default) or ``top`` N items, of the sessions ``filters``
+    (``frames.filter_corpus`` keywords) keep."""
+
+    by: str | None = None
+    top: int | None = None
+    filters: Mapping[str, Any] = field(default_factory=dict)
+    live: bool = False
+    subagents: bool = True
+    timezone: str | None = None
+    sort: str | None = None
+    desc: bool = False
+    limit: int | None = None
+    show_secrets: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StatsReport:
+    """A report's rows. ``by`` is the ``--by`` report, or ``"top"``; ``corpus`` is what it counts (filtered,
+    live history only with ``--live``); ``sessions_read`` is the number of sessions before the filters."""
+
+    corpus: Corpus
+    by: str
+    rows: pl.DataFrame  # the rows shown (--limit applied)
+    all_rows: pl.DataFrame  # every row
+    sessions_read: int
+    single_session: bool  # one session besides its subagents
+
+    @property
+    def limited(self) -> bool:
+        return self.rows.height < self.all_rows.height
+
+    def totals(self) -> dict[str, Any]:
+        """The totals of every row (whatever --limit shows); ``sessions`` counts each session once."""
+        from ctxtool.frames.query import totals
+
+        sums = totals(self.all_rows)
+        if "sessions" in sums:
+            sums["sessions"] = self.corpus.requests.get_column("session_key").n_unique()
+        return sums
+
+    def read_summary(self, use: CacheUse) -> dict[str, Any]:
+        """What was read (``frames.read_summary``) and how much of it ctxtool's index served (``use``)."""
+        from ctxtool.frames.query import read_summary
+
+        summary = read_summary(self.corpus)
+        summary["index"] = {
+            "enabled": use.enabled,
+            "corpus_from_cache": use.corpus_hit,
+            "files_from_index": use.files_cached,
+            "files_resumed": use.files_resumed,
+            "files_parsed": use.files_parsed,
+        }
+        return summary
+
+
+def stats_report(corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], None]) -> StatsReport:
+    """The report ``query`` asks of ``corpus``; ``warn`` hears what reading met, before any usage error (a
+    ``--sort`` that is no column, ``--top`` with ``--by``)."""
+    from ctxtool.frames.query import filter_corpus, live_only, read_warnings
+
+    sessions_read = corpus.sessions.height
+    corpus = filter_corpus(corpus, **query.filters)
+    if query.live:
+        corpus = live_only(corpus)
+    for warning in read_warnings(corpus):
+        warn(warning)
+    single = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height == 1
+    if query.top is not None:
+        if query.by is not None:
+            raise UsageError("--top and --by are two reports", "Pass one of them")
+        rows = _top_rows(corpus, query.top, query.show_secrets)
+        return StatsReport(corpus, "top", rows, rows, sessions_read, single)
+    by = query.by or ("turn" if single else "session")
+    rows = _sorted(_by_rows(corpus, by, query), by, query)
+    shown = rows.head(query.limit) if query.limit else rows
+    return StatsReport(corpus, by, shown, rows, sessions_read, single)
+
+
+def _by_rows(corpus: Corpus, by: str, query: StatsQuery) -> pl.DataFrame:
+    from ctxtool.frames.query import report, with_uncached_input
+
+    rows = with_uncached_input(
+        report(corpus, by, include_subagents_in_parent=query.subagents, timezone=query.timezone)
+    )
+    if not query.show_secrets and "prompt" in rows.columns:
+        rows = _redacted(rows, "prompt")
+    return rows
+
+
+def _sorted(rows: pl.DataFrame, by: str, query: StatsQuery) -> pl.DataFrame:
+    if not query.sort:
+        return rows
+    if query.sort not in rows.columns:
+        raise UsageError(
+            f"--sort {query.sort!r} is not a column of --by {by}", use_one_of(query.sort, rows.columns)
+        )
+    return rows.sort(query.sort, descending=query.desc, nulls_last=True)
+
+
+def _top_rows(corpus: Corpus, n: int, show_secrets: bool) -> pl.DataFrame:
+    """The ``n`` largest items in each session's context at its last request (``frames.composition``)."""
+    from ctxtool.frames.composition import top_consumers
+
+    rows = top_consumers(corpus, n)
+    return rows if show_secrets else _redacted(rows, "target")
+
+
+def _redacted(rows: pl.DataFrame, column: str) -> pl.DataFrame:
+    """``column`` with the secrets in its text replaced by ``[REDACTED:kind]``."""
+    import polars as pl
+
+    from ctxtool.common.secret_scan import redact
+
+    texts = [None if text is None else redact(text) for text in rows.get_column(column).to_list()]
+    return rows.with_columns(pl.Series(column, texts, dtype=pl.String))
