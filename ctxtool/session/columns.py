@@ -384,14 +384,9 @@ def _row(rec: _Record, history: tuple[int, int, int, int, int]) -> _Row:
     t = rec.tokens
     if mtype == "gemini" and t is not None:
         prompt, output, thoughts, tool = t.input or 0, t.output or 0, t.thoughts or 0, t.tool or 0
-        counts: tuple[Any, ...] = (
-            prompt,
-            output,
-            t.cached or 0,
-            thoughts,
-            tool,
-            request_total(t.total, prompt, output, thoughts, tool),  # ctxtool.measure.tokens: one accounting
-        )
+        # ctxtool.measure.tokens: one accounting of a request's total
+        total = request_total(t.total, prompt, output, thoughts, tool)
+        counts: tuple[Any, ...] = (prompt, output, t.cached or 0, thoughts, tool, total)
     else:
         counts = (None, None, None, None, None, None)
     row = (

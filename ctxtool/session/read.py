@@ -305,14 +305,7 @@ class Replayed(Generic[M]):
                 bill(a, b)
                 self.saw_session = True
             elif kind == "rewind":
-                keys = list(live)
-                try:
-                    index = keys.index(a)
-                except ValueError:
-                    live.clear()
-                else:
-                    for key in keys[index:]:
-                        del live[key]
+                _rewind(live, a)
                 self.rewinds += 1
                 self.saw_session = True
             elif kind in ("set", "meta"):
@@ -339,6 +332,19 @@ class Replayed(Generic[M]):
             reason = _describe_broken(whole_error, sample)
             raise SessionFormatError(p, reason, _fix_for(reason))
         raise SessionFormatError(p, "is JSON but not a Gemini CLI session", _NOT_A_SESSION_FIX)
+
+
+def _rewind(live: dict[str, Any], target: Any) -> None:
+    """``$rewindTo``: drop ``target`` and every message after it from ``live``; all of them when it is not
+    there. (A call of its own costs little: rewinds are rare, unlike the lines ``Replayed.feed`` reads.)"""
+    keys = list(live)
+    try:
+        index = keys.index(target)
+    except ValueError:
+        live.clear()
+    else:
+        for key in keys[index:]:
+            del live[key]
 
 
 def split_lines(data: bytes) -> list[bytes]:
