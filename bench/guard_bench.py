@@ -80,15 +80,3 @@ def guard_scenarios(
         verdicts.append(f"guard first call <= {FIRST_TARGET_S:.0f} s: {first.wall:.2f} s -> "
                         f"{'PASS' if ok and first.wall <= FIRST_TARGET_S else 'FAIL'}")  # fmt: skip
     return rows, verdicts
-
-
-if __name__ == "__main__":
-    import sys
-
-    import run
-
-    exe = run.ctxtool_exe() or sys.exit("no ctxtool executable")
-    found_rows, found_verdicts = guard_scenarios(exe, 3, run.best_of)
-    for name, m, note in found_rows:
-        print(f"{name:55} {'-' if m is None else f'{m.wall * 1000:7.0f} ms {m.tree_mb:6.0f} MB'}  {note}")
-    print("\n".join(found_verdicts))
