@@ -953,6 +953,253 @@ def _has_previous_snapshot(history: Sequence[Content]) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every phase of one ``compress`` call shares: the era, the model's token limit, the threshold
+    used and the token count before compression."""
+
+    profile: Profile
+    limit: int
+    threshold: float
+    original: int
+    first_truncation_id: int
+
+    def result(
+        self, status: CompressionStatus, new_count: int, *, original: int | None = None, **kw: Any
+    ) -> CompressionResult:
+        """The outcome (upstream's ``ChatCompressionInfo`` and more) with this run's counts; fields not given
+        keep "nothing happened"."""
+        fields: dict[str, Any] = {
+            "split_index": None,
+            "new_history": None,
+            "compressed_history": [],
+            "kept_history": [],
+            "truncated_outputs": [],
+            "summary": None,
+            "anchored": False,
+            "next_truncation_id": self.first_truncation_id,
+        }
+        fields.update(kw)
+        return CompressionResult(
+            status=status,
+            original_token_count=self.original if original is None else original,
+            new_token_count=new_count,
+            threshold=self.threshold,
+            token_limit=self.limit,
+            profile=self.profile.name,
+            **fields,
+        )
+
+
+@dataclass(frozen=True)
+class _Slices:
+    """The history cut at the split point: what the summarizer is shown, what is kept verbatim, and the
+    budget truncation they came from."""
+
+    split: int
+    to_compress: list[Content]  # the budget-truncated slice before the split
+    for_summarizer: list[Content]  # the original slice, or ``to_compress`` when that does not fit
+    keep: list[Content]
+    budget: BudgetTruncation
+    summarizer_truncated: bool
+
+    def fields(self) -> dict[str, Any]:
+        """The result fields every outcome after the summary call reports."""
+        return {
+            "split_index": self.split,
+            "compressed_history": list(self.for_summarizer),
+            "kept_history": self.keep,
+            "truncated_outputs": self.budget.saved,
+            "summarizer_input_truncated": self.summarizer_truncated,
+            "next_truncation_id": self.budget.next_truncation_id,
+        }
+
+
+@dataclass
+class _SummarizerCalls:
+    """The model calls of one compression, recorded in order: ``BaseLlmClient.generateContent`` with the
+    compression alias, system prompt and ``forSummarizer`` history."""
+
+    summarizer: Summarizer
+    model: str
+    system_instruction: str
+    history: list[Content]
+    alias: str
+    generation_config: dict[str, Any]
+    extra: dict[str, Any]  # profile name and the Vertex AI choice, reported with each call
+    calls: list[ModelCall] = field(default_factory=list)
+
+    def ask(
+        self, kind: CallKind, contents: list[Content], prompt_id: str, anchored: bool, previous: str | None
+    ) -> str | None:
+        call = ModelCall(
+            kind=kind,
+            model=self.model,
+            system_instruction=self.system_instruction,
+            contents=contents,
+            history=list(self.history),
+            anchored=anchored,
+            previous_summary=previous,
+            prompt_id=prompt_id,
+            generation_config=self.generation_config,
+            extra={"model_config_alias": self.alias, **self.extra},
+        )
+        self.calls.append(call)
+        return self.summarizer.generate(call)
+
+
+def _early_outcome(
+    curated: Sequence[Content], run: _Run, *, force: bool, has_failed_compression_attempt: bool
+) -> CompressionResult | None:
+    """The NOOPs before any work in ``ChatCompressionService.compress``: empty history, a latched failure
+    (before the truncation-only fallback), and the threshold check against ``tokenLimit(model)``."""
+    if not curated:
+        return run.result(CompressionStatus.NOOP, 0, original=0)
+    if has_failed_compression_attempt and not force and not run.profile.truncation_only_fallback:
+        # cd2e237c73 .. c276d0c7b6: a latched failure made automatic attempts a NOOP with counts 0/0.
+        return run.result(CompressionStatus.NOOP, 0, original=0)
+    if not force and run.original < run.threshold * run.limit:
+        return run.result(CompressionStatus.NOOP, run.original)
+    return None
+
+
+def _budget_truncation(
+    curated: list[Content], run: _Run, *, tool_output_dir: str, truncate_tool_output_threshold: int
+) -> BudgetTruncation:
+    """``truncateHistoryToBudget(curated, config)`` as ``compress`` calls it (08c32f725e ..); the history
+    unchanged in the eras before it."""
+    prof = run.profile
+    if prof.budget_truncation == "none":
+        return BudgetTruncation(curated, [], run.first_truncation_id)
+    return truncate_history_to_budget(
+        curated,
+        tool_output_dir=tool_output_dir,
+        max_chars=min(4 * (run.limit - run.original), truncate_tool_output_threshold),
+        budget=prof.function_response_token_budget,
+        first_truncation_id=run.first_truncation_id,
+        formatter=prof.budget_truncation,
+        truncate_lines=prof.truncate_lines,
+        estimator=prof.estimator,
+    )
+
+
+def _truncation_only(budget: BudgetTruncation, run: _Run) -> CompressionResult:
+    """The truncation-only fallback of ``compress`` after a latched failure (c276d0c7b6 ..): no model call,
+    CONTENT_TRUNCATED when the truncated history estimates smaller."""
+    t = estimate_token_count(_flatten_parts(budget.history), estimator=run.profile.estimator)
+    if t < run.original:
+        return run.result(
+            CompressionStatus.CONTENT_TRUNCATED,
+            t,
+            new_history=budget.history,
+            truncated_outputs=budget.saved,
+            next_truncation_id=budget.next_truncation_id,
+        )
+    return run.result(CompressionStatus.NOOP, run.original)
+
+
+def _split_history(curated: list[Content], budget: BudgetTruncation, run: _Run) -> _Slices:
+    """``findCompressSplitPoint(truncated, 1 - COMPRESSION_PRESERVE_THRESHOLD)`` (or the era's rule), then
+    the high-fidelity choice (08c32f725e ..): the original slice when it fits the model."""
+    prof = run.profile
+    truncated = budget.history
+    fraction = 1 - prof.preserve_fraction
+    if prof.split_rule == "index_after_fraction":
+        split = legacy_split_point(truncated, fraction)
+    else:
+        split = find_compress_split_point(
+            truncated, fraction, count_candidate_first=prof.split_rule == "compress_split_point_pre"
+        )
+    to_compress = truncated[:split]
+    for_summarizer = to_compress
+    summarizer_truncated = False
+    if prof.budget_truncation != "none":
+        original_slice = curated[:split]
+        if estimate_token_count(_flatten_parts(original_slice), estimator=prof.estimator) < run.limit:
+            for_summarizer = original_slice
+        else:
+            summarizer_truncated = True
+    return _Slices(split, to_compress, for_summarizer, truncated[split:], budget, summarizer_truncated)
+
+
+def _summarizer_calls(
+    model: str, run: _Run, texts: CompressionTexts, history: list[Content], summarizer: Summarizer
+) -> _SummarizerCalls:
+    """The model and system prompt of the summarizer calls: ``modelStringToModelConfigAlias(model)`` and
+    ``getCompressionPrompt(config)``, as the era had them."""
+    prof = run.profile
+    alias = model_to_compression_alias(model)
+    generation_config: dict[str, Any] = {}
+    vertex: dict[str, Any] = {}
+    if prof.model_configs:
+        # BaseLlmClient._generateWithRetry -> applyModelSelection (Gemini CLI 0.61.0): the alias, then the
+        # policy chain, which may swap the model and with it the generationConfig (model_configs.py).
+        chosen = compression_model(model, "gemini-api-key")
+        alias, call_model, generation_config = chosen.alias, chosen.model, chosen.generation_config
+        on_vertex = compression_model(model, "vertex-ai")
+        vertex = {
+            "model_configs": True,
+            "vertex_model": on_vertex.model,
+            "vertex_generation_config": on_vertex.generation_config,
+        }
+    else:
+        call_model = summarizer_model(model) if prof.compression_alias else model
+    prompt = (
+        texts.system_prompt
+        if texts.system_prompt is not None
+        else (ctxtool_compression_prompt() if prof.prompt_version == "v6" else SYSTEM_PROMPT_V4)
+    )
+    extra = {"profile": prof.name, **vertex}
+    return _SummarizerCalls(summarizer, call_model, prompt, history, alias, generation_config, extra)
+
+
+def _summarize(
+    llm: _SummarizerCalls, prof: Profile, texts: CompressionTexts, prompt_id: str
+) -> tuple[str, bool]:
+    """The summary call, then the verification probe (1182168bd9 ..): ``(final, anchored)``, where final is
+    ``((probe?.trim()) || summary).trim()`` and anchored says the history held a ``<state_snapshot>``.
+    Before the probe, the one answer (the legacy instruction's) is final as it came."""
+    history = llm.history
+    if not prof.verification_probe:
+        instruction = _text_content("user", LEGACY_INSTRUCTION)
+        answer = llm.ask("summary", [*history, instruction], prompt_id, False, None)
+        return (answer if answer is not None else ""), False
+    anchored = _has_previous_snapshot(history)
+    instruction = _text_content("user", texts.instruction(anchored))
+    summary = llm.ask("summary", [*history, instruction], prompt_id, anchored, None)
+    summary = summary if summary is not None else ""
+    probe = llm.ask(
+        "probe",
+        [*history, _text_content("model", summary), _text_content("user", texts.probe)],
+        f"{prompt_id}-verify",
+        anchored,
+        summary,
+    )
+    probe_trimmed = js_trim(probe) if probe is not None else ""
+    return js_trim(probe_trimmed or summary), anchored
+
+
+def _new_history(
+    final: str, keep: list[Content], env_turn: Content | None, prof: Profile, texts: CompressionTexts
+) -> tuple[list[Content], list[Content]]:
+    """``extraHistory`` (summary, acknowledgement, kept turns) and ``getInitialChatHistory(config, extra)``,
+    the full history of the new chat, env turn first."""
+    extra = [_text_content("user", final), _text_content("model", texts.ack), *keep]
+    env = env_turn if env_turn is not None else {"role": "user", "parts": []}
+    if prof.env_ack_turn:
+        return extra, [env, _text_content("model", ENV_ACK_TEXT), *extra]  # env ack turn until ed0d1a0ba3
+    return extra, [env, *extra]
+
+
+def _new_token_count(full: list[Content], prof: Profile) -> tuple[int, bool]:
+    """``calculateRequestTokenCount`` of the new chat's parts, offline: ``(count, needs_api)``, needs_api
+    saying upstream would have asked the countTokens API (media parts); the JSON length / 4 in early eras."""
+    if prof.new_count == "json_length":
+        return math.floor(sum(json_length(c) for c in full) / 4), False
+    flat = _flatten_parts(full)
+    return estimate_token_count(flat, estimator=prof.estimator), _has_media(flat)
+
+
 def compress(
     curated: Sequence[Content],
     *,
@@ -976,208 +1223,58 @@ def compress(
     ``env_turn`` is the env-context Content a new chat would get, counted in the new token estimate.
     ``tool_output_dir`` is the directory truncated outputs would be written to. ``texts`` are the fixed
     texts sent and written (ctxtool's own wording, or an installed Gemini CLI's). Only the two summarizer
-    calls are non-deterministic; nothing is written.
+    calls are non-deterministic; nothing is written. The phases follow upstream's order (section 4).
     """
     prof = profile or PROFILES[DEFAULT_PROFILE]
     limit = token_limit(model, legacy=prof.legacy_token_limits)
-    used_threshold = resolve_threshold(threshold, prof)
+    run = _Run(prof, limit, resolve_threshold(threshold, prof), original_token_count, first_truncation_id)
     curated = list(curated)
-    original = original_token_count
-
-    def result(
-        status: CompressionStatus, new_count: int, *, original: int = original, **kw: Any
-    ) -> CompressionResult:
-        fields: dict[str, Any] = {
-            "split_index": None,
-            "new_history": None,
-            "compressed_history": [],
-            "kept_history": [],
-            "truncated_outputs": [],
-            "summary": None,
-            "anchored": False,
-            "next_truncation_id": first_truncation_id,
-        }
-        fields.update(kw)
-        return CompressionResult(
-            status=status,
-            original_token_count=original,
-            new_token_count=new_count,
-            threshold=used_threshold,
-            token_limit=limit,
-            profile=prof.name,
-            **fields,
-        )
-
-    if not curated:
-        return result(CompressionStatus.NOOP, 0, original=0)
-    if has_failed_compression_attempt and not force and not prof.truncation_only_fallback:
-        # cd2e237c73 .. c276d0c7b6: a latched failure made automatic attempts a NOOP with counts 0/0.
-        return result(CompressionStatus.NOOP, 0, original=0)
-    if not force and original < used_threshold * limit:
-        return result(CompressionStatus.NOOP, original)
-
-    # Reverse token budget (08c32f725e ..).
-    saved: list[SavedToolOutput] = []
-    next_id = first_truncation_id
-    if prof.budget_truncation != "none":
-        max_chars = min(4 * (limit - original), truncate_tool_output_threshold)
-        budget = truncate_history_to_budget(
-            curated,
-            tool_output_dir=tool_output_dir,
-            max_chars=max_chars,
-            budget=prof.function_response_token_budget,
-            first_truncation_id=first_truncation_id,
-            formatter=prof.budget_truncation,
-            truncate_lines=prof.truncate_lines,
-            estimator=prof.estimator,
-        )
-        truncated, saved, next_id = budget.history, budget.saved, budget.next_truncation_id
-    else:
-        truncated = curated
-
-    if has_failed_compression_attempt and not force:
-        # Truncation-only fallback (c276d0c7b6 ..): no model call.
-        t = estimate_token_count(_flatten_parts(truncated), estimator=prof.estimator)
-        if t < original:
-            return result(
-                CompressionStatus.CONTENT_TRUNCATED,
-                t,
-                new_history=truncated,
-                truncated_outputs=saved,
-                next_truncation_id=next_id,
-            )
-        return result(CompressionStatus.NOOP, original)
-
-    fraction = 1 - prof.preserve_fraction
-    if prof.split_rule == "index_after_fraction":
-        split = legacy_split_point(truncated, fraction)
-    else:
-        split = find_compress_split_point(
-            truncated, fraction, count_candidate_first=prof.split_rule == "compress_split_point_pre"
-        )
-    to_compress_truncated = truncated[:split]
-    keep = truncated[split:]
-    if not to_compress_truncated and prof.noop_on_empty_split:
-        return result(CompressionStatus.NOOP, original, split_index=split, kept_history=keep)
-
-    # High-fidelity choice (08c32f725e ..): the original slice when it fits the model.
-    summarizer_truncated = False
-    if prof.budget_truncation != "none":
-        original_slice = curated[:split]
-        if estimate_token_count(_flatten_parts(original_slice), estimator=prof.estimator) < limit:
-            for_summarizer = original_slice
-        else:
-            for_summarizer = to_compress_truncated
-            summarizer_truncated = True
-    else:
-        for_summarizer = to_compress_truncated
-
-    alias = model_to_compression_alias(model)
-    generation_config: dict[str, Any] = {}
-    vertex: dict[str, Any] = {}
-    if prof.model_configs:
-        # BaseLlmClient._generateWithRetry -> applyModelSelection (Gemini CLI 0.61.0): the alias, then the
-        # policy chain, which may swap the model and with it the generationConfig (model_configs.py).
-        chosen = compression_model(model, "gemini-api-key")
-        alias, call_model, generation_config = chosen.alias, chosen.model, chosen.generation_config
-        on_vertex = compression_model(model, "vertex-ai")
-        vertex = {
-            "model_configs": True,
-            "vertex_model": on_vertex.model,
-            "vertex_generation_config": on_vertex.generation_config,
-        }
-    else:
-        call_model = summarizer_model(model) if prof.compression_alias else model
-    prompt = (
-        texts.system_prompt
-        if texts.system_prompt is not None
-        else (ctxtool_compression_prompt() if prof.prompt_version == "v6" else SYSTEM_PROMPT_V4)
+    early = _early_outcome(
+        curated, run, force=force, has_failed_compression_attempt=has_failed_compression_attempt
     )
-    calls: list[ModelCall] = []
+    if early is not None:
+        return early
+    budget = _budget_truncation(
+        curated,
+        run,
+        tool_output_dir=tool_output_dir,
+        truncate_tool_output_threshold=truncate_tool_output_threshold,
+    )
+    if has_failed_compression_attempt and not force:
+        return _truncation_only(budget, run)
+    slices = _split_history(curated, budget, run)
+    if not slices.to_compress and prof.noop_on_empty_split:
+        return run.result(
+            CompressionStatus.NOOP, run.original, split_index=slices.split, kept_history=slices.keep
+        )
 
-    def ask(
-        kind: CallKind, contents: list[Content], pid: str, anchored: bool, previous: str | None
-    ) -> str | None:
-        call = ModelCall(
-            kind=kind,
-            model=call_model,
-            system_instruction=prompt,
-            contents=contents,
-            history=list(for_summarizer),
+    llm = _summarizer_calls(model, run, texts, slices.for_summarizer, summarizer)
+    final, anchored = _summarize(llm, prof, texts, prompt_id)
+    if prof.verification_probe and not final:
+        return run.result(
+            CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY,
+            run.original,
+            summary="",
             anchored=anchored,
-            previous_summary=previous,
-            prompt_id=pid,
-            generation_config=generation_config,
-            extra={"model_config_alias": alias, "profile": prof.name, **vertex},
+            calls=llm.calls,
+            **slices.fields(),
         )
-        calls.append(call)
-        return summarizer.generate(call)
 
-    anchored = False
-    if prof.verification_probe:
-        anchored = _has_previous_snapshot(for_summarizer)
-        instruction = texts.instruction(anchored)
-        summary = ask(
-            "summary", [*for_summarizer, _text_content("user", instruction)], prompt_id, anchored, None
-        )
-        summary = summary if summary is not None else ""
-        probe = ask(
-            "probe",
-            [*for_summarizer, _text_content("model", summary), _text_content("user", texts.probe)],
-            f"{prompt_id}-verify",
-            anchored,
-            summary,
-        )
-        probe_trimmed = js_trim(probe) if probe is not None else ""
-        final = js_trim(probe_trimmed or summary)
-        if not final:
-            return result(
-                CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY,
-                original,
-                split_index=split,
-                compressed_history=list(for_summarizer),
-                kept_history=keep,
-                truncated_outputs=saved,
-                summary="",
-                anchored=anchored,
-                summarizer_input_truncated=summarizer_truncated,
-                next_truncation_id=next_id,
-                calls=calls,
-            )
-    else:
-        answer = ask(
-            "summary", [*for_summarizer, _text_content("user", LEGACY_INSTRUCTION)], prompt_id, False, None
-        )
-        final = answer if answer is not None else ""
-
-    extra = [_text_content("user", final), _text_content("model", texts.ack), *keep]
-    env = env_turn if env_turn is not None else {"role": "user", "parts": []}
-    full = [env, *extra]
-    if prof.env_ack_turn:
-        full = [env, _text_content("model", ENV_ACK_TEXT), *extra]  # env ack turn until ed0d1a0ba3
-    needs_api = False
-    if prof.new_count == "json_length":
-        new_count = math.floor(sum(json_length(c) for c in full) / 4)
-    else:
-        flat = _flatten_parts(full)
-        needs_api = _has_media(flat)
-        new_count = estimate_token_count(flat, estimator=prof.estimator)
-
-    common: dict[str, Any] = {
-        "split_index": split,
-        "compressed_history": list(for_summarizer),
-        "kept_history": keep,
-        "truncated_outputs": saved,
+    extra, full = _new_history(final, slices.keep, env_turn, prof, texts)
+    new_count, needs_api = _new_token_count(full, prof)
+    outcome: dict[str, Any] = {
         "summary": final,
         "anchored": anchored,
-        "summarizer_input_truncated": summarizer_truncated,
         "new_count_needs_api": needs_api,
-        "next_truncation_id": next_id,
-        "calls": calls,
+        "calls": llm.calls,
     }
-    if new_count > original:
-        return result(CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT, new_count, **common)
-    return result(CompressionStatus.COMPRESSED, new_count, new_history=extra, **common)
+    if new_count > run.original:
+        return run.result(
+            CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT, new_count, **outcome, **slices.fields()
+        )
+    return run.result(
+        CompressionStatus.COMPRESSED, new_count, new_history=extra, **outcome, **slices.fields()
+    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxtool.common.errors import UsageError
@@ -282,66 +282,90 @@ class OfflineSummarizer:
 # --------------------------------------------------------------------------------------------- candidates
 
 
-def _candidate_items(
-    facts: Facts, previous: dict[str, list[str]] | None, history: Sequence[Mapping[str, Any]]
-) -> list[_Item]:
-    items: list[_Item] = []
-    order = 0
+@dataclass
+class _Candidates:
+    """The lines a snapshot may hold, gathered in emitted order (an item's ``order`` is its position)."""
 
-    def add(section: str, group: str, text: str, kind: str) -> None:
-        nonlocal order
+    items: list[_Item] = field(default_factory=list)
+
+    def add(self, section: str, group: str, text: str, kind: str) -> None:
         # Facts stay as written (a command's line breaks and spacing are part of it); prose is tidied.
         text = text.strip() if kind in _VERBATIM_KINDS else normalize_ws(text)
         if text:
-            items.append(_Item(section, group, text, order, kind))
-            order += 1
+            self.items.append(_Item(section, group, text, len(self.items), kind))
 
+
+def _candidate_items(
+    facts: Facts, previous: dict[str, list[str]] | None, history: Sequence[Mapping[str, Any]]
+) -> list[_Item]:
+    """Every line the snapshot may hold, section by section: the new facts, and what the previous snapshot
+    carries that they do not repeat."""
+    out = _Candidates()
     prev = previous or {}
+    _request_items(out, facts, prev)
+    _knowledge_items(out, facts, prev)
+    _path_items(out, facts, prev)
+    _action_items(out, facts, prev)
+    _task_items(out, facts, prev, history)
+    return out.items
+
+
+def _request_items(out: _Candidates, facts: Facts, prev: Mapping[str, list[str]]) -> None:
+    """What the user asked: the requests, the overall goal (the previous one stays) and the constraints."""
     for request in facts.requests:
-        add("user_requests", "", request, "requests")
+        out.add("user_requests", "", request, "requests")
     goal = " ".join(prev.get("overall_goal", [])) or facts.goal
     if goal:
         head = _clip(goal, _GOAL_HEAD)
-        add("overall_goal", "", head, "core")
+        out.add("overall_goal", "", head, "core")
         if len(normalize_ws(goal)) > _GOAL_HEAD:  # the rest, from the word the head left out
             rest = normalize_ws(goal)[len(head) - 1 :]
-            add("overall_goal", "", "(continued) " + _clip(rest, _GOAL_MAX - _GOAL_HEAD), "prose")
+            out.add("overall_goal", "", "(continued) " + _clip(rest, _GOAL_MAX - _GOAL_HEAD), "prose")
 
     seen_constraints = set()
     for line in prev.get("active_constraints", []):
         seen_constraints.add(line.casefold())
-        add("active_constraints", "", line, "carried")
+        out.add("active_constraints", "", line, "carried")
     for directive in facts.directives:
         if directive.casefold() not in seen_constraints:
-            add("active_constraints", "", directive, "directives")
+            out.add("active_constraints", "", directive, "directives")
 
+
+def _knowledge_items(out: _Candidates, facts: Facts, prev: Mapping[str, list[str]]) -> None:
+    """The errors met, then the previous snapshot's key knowledge."""
     for error in facts.errors:
         about = (
             f" ({word_clip(error.subject, 120)})"
             if error.subject and error.subject not in error.message
             else ""
         )
-        add("key_knowledge", "errors", f"{error.tool}{about}: {error.message}", "errors")
+        out.add("key_knowledge", "errors", f"{error.tool}{about}: {error.message}", "errors")
     for line in prev.get("key_knowledge", []):
         if not line.endswith(":"):
-            add("key_knowledge", "carried", line, "carried")
+            out.add("key_knowledge", "carried", line, "carried")
 
+
+def _path_items(out: _Candidates, facts: Facts, prev: Mapping[str, list[str]]) -> None:
+    """The roots legend, the paths touched, and the previous snapshot's paths not touched again."""
     roots = _Roots(facts.paths)
     for name, root in roots.roots:
-        add("file_system_state", "roots", f"{name} = {root}", "core")
+        out.add("file_system_state", "roots", f"{name} = {root}", "core")
     for path_fact in facts.path_facts:
-        _add_path_item(add, roots, path_fact)
+        _add_path_item(out, roots, path_fact)
     new_paths = {roots.shorten(p).casefold() for p in facts.paths} | {p.casefold() for p in facts.paths}
     for section in ("artifact_trail", "file_system_state"):
         for line in prev.get(section, []):
             if line.endswith(":") or line.casefold() in new_paths:
                 continue
-            add(section, "carried", roots.shorten(line), "carried")
+            out.add(section, "carried", roots.shorten(line), "carried")
 
+
+def _action_items(out: _Candidates, facts: Facts, prev: Mapping[str, list[str]]) -> None:
+    """Shell commands with their outcome, earlier commands and actions carried over, the latest tool calls."""
     for command in facts.commands:
         ok = command.outcome == "exit 0"
         outcome = "" if ok else f" [{command.outcome or 'no result'}]"
-        add(
+        out.add(
             "recent_actions",
             "commands",
             f"$ {command.command}{outcome}",
@@ -350,30 +374,34 @@ def _candidate_items(
     new_commands = {f"$ {c.command}" for c in facts.commands}
     for line in prev.get("recent_actions", []):
         if line.startswith("$ ") and line.split(" [")[0] not in new_commands:
-            add("recent_actions", "carried", line, "carried")  # an earlier command, as it was quoted
+            out.add("recent_actions", "carried", line, "carried")  # an earlier command, as it was quoted
     for line in prev.get("recent_actions", [])[-12:]:
         if not line.endswith(":") and not line.startswith("$ "):
-            add("recent_actions", "carried", line, "prose")
+            out.add("recent_actions", "carried", line, "prose")
     for action in facts.latest_actions:
-        add("recent_actions", "latest", _clip(action, _PROSE_LINE_MAX), "prose")
+        out.add("recent_actions", "latest", _clip(action, _PROSE_LINE_MAX), "prose")
 
+
+def _task_items(
+    out: _Candidates, facts: Facts, prev: Mapping[str, list[str]], history: Sequence[Mapping[str, Any]]
+) -> None:
+    """The todo list (else the previous snapshot's task state) and the current request."""
     for todo in facts.todos:
         mark = _TODO_MARK.get(todo.status, todo.status.upper())
-        add("task_state", "todos", f"[{mark}] {_clip(todo.description, _TODO_MAX)}", "core")
+        out.add("task_state", "todos", f"[{mark}] {_clip(todo.description, _TODO_MAX)}", "core")
     if not facts.todos:
         for line in prev.get("task_state", []):
             if not line.endswith(":"):
-                add("task_state", "carried", line, "carried")
+                out.add("task_state", "carried", line, "carried")
     prompts = list(real_user_prompts(history))
     if prompts:
-        add("task_state", "current", _clip(prompts[-1][1], _PROSE_LINE_MAX), "prose")
-    return items
+        out.add("task_state", "current", _clip(prompts[-1][1], _PROSE_LINE_MAX), "prose")
 
 
-def _add_path_item(add: Any, roots: _Roots, path_fact: PathFact) -> None:
+def _add_path_item(out: _Candidates, roots: _Roots, path_fact: PathFact) -> None:
     section = "artifact_trail" if path_fact.modified else "file_system_state"
     kind = "paths" if path_fact.modified or path_fact.how not in ("read", "listed") else "paths_read"
-    add(section, path_fact.how, roots.shorten(path_fact.path), kind)
+    out.add(section, path_fact.how, roots.shorten(path_fact.path), kind)
 
 
 # Kinds of items, in the order they are given room (see ``_select``), and their names in the header's
