@@ -4,7 +4,6 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The demo's own environment: ctxtool and its runtime dependencies only, none of the dev tools of `make check`
-# (--no-compile: Python compiles what the demo imports, not all 50 MB of bytecode of every package)
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
@@ -18,7 +17,7 @@ $(STAMP): pyproject.toml
 
 $(DEMO_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(DEMO_VENV)
-	$(DEMO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -e .
+	$(DEMO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e .
 	touch $(DEMO_STAMP)
 
 ## demo: the main job on the bundled fixtures (no API key, no home directory needed), in .venv-demo
