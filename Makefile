@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo's own environment: ctxtool and its runtime dependencies only, none of the dev tools of `make check`
+DEMO_VENV ?= .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
 
 .PHONY: demo test check lint format typecheck bench clean gemini-cli-fixtures
 
@@ -12,10 +15,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## demo: the main job on the bundled fixtures (no API key, no home directory needed)
-demo: $(STAMP)
-	$(BIN)/ctxtool stats fixtures/
-	$(BIN)/ctxtool report fixtures/ --output demo-report.html --no-cache
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e .
+	touch $(DEMO_STAMP)
+
+## demo: the main job on the bundled fixtures (no API key, no home directory needed), in .venv-demo
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/ctxtool stats fixtures/
+	$(DEMO_VENV)/bin/ctxtool report fixtures/ --output demo-report.html --no-cache
 	@echo "HTML report: $(CURDIR)/demo-report.html"
 
 ## test: the whole test suite
@@ -48,4 +56,4 @@ gemini-cli-fixtures: $(STAMP)
 	$(BIN)/python -m tests.gemini_cli_scenarios
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -30,9 +30,14 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def test_make_demo_runs_stats_on_the_bundled_fixtures(capsys: pytest.CaptureFixture[str]) -> None:
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
-    demo = re.search(r"^demo:.*\n\t(.*)$", makefile, re.M)
+    demo = re.search(r"^demo: (.*)\n\t(.*)$", makefile, re.M)
     assert demo is not None
-    assert demo.group(1) == "$(BIN)/ctxtool stats fixtures/"
+    assert demo.groups() == ("$(DEMO_STAMP)", "$(DEMO_VENV)/bin/ctxtool stats fixtures/")
+    # The demo's venv gets the runtime only: the dev tools are for `make check`.
+    install = re.search(r"^\$\(DEMO_STAMP\):.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert install is not None
+    assert "pip install" in install.group(1)
+    assert "[dev]" not in install.group(1)
     assert run(["stats", str(FIXTURES), "--width", "120"]) == 0
     out = capsys.readouterr().out
     assert "total" in out

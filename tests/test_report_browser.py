@@ -76,6 +76,13 @@ def test_report_renders_in_chromium(tmp_path: Path, chromium: str) -> None:
                 "marks: s.querySelectorAll('path, rect').length}; })",
             )
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+            widths = {}
+            for width in (1280, 390):  # a laptop and a phone: the page never scrolls sideways
+                page.set_viewport_size({"width": width, "height": 900})
+                page.wait_for_timeout(300)  # vega-embed redraws "container"-wide charts on resize
+                widths[width] = page.evaluate(
+                    "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+                )
         finally:
             browser.close()
 
@@ -87,6 +94,8 @@ def test_report_renders_in_chromium(tmp_path: Path, chromium: str) -> None:
         assert chart["h"] > 50, chart
         assert chart["marks"] > 0, chart
     assert (tmp_path / "report.png").stat().st_size > 10_000
+    for width, (scroll, client) in widths.items():
+        assert scroll <= client, (width, scroll, client)
 
 
 def test_report_escapes_session_text(tmp_path: Path) -> None:
@@ -111,6 +120,37 @@ def test_report_escapes_session_text(tmp_path: Path) -> None:
     assert "onerror=alert(2)>" not in text
 
 
+def test_report_inlines_its_runtime_and_at_most_ten_series(tmp_path: Path) -> None:
+    """The page holds Vega, Vega-Lite 5 and vega-embed itself, and a chart coloured by project shows the
+    largest nine and "other" when there are more."""
+    from ctxtool import frames
+    from ctxtool.report.charts import SERIES, spend_charts
+    from ctxtool.report.page import chart_runtime
+
+    runtime = chart_runtime()
+    assert "vegaEmbed" in runtime
+    assert 'version="5.' in runtime  # Vega 5, which Vega-Lite 5 drives
+    assert "</script" not in runtime
+
+    chats = tmp_path / "gemini" / "tmp"
+    for i in range(SERIES + 3):
+        folder = chats / f"proj{i:02d}" / "chats"
+        folder.mkdir(parents=True)
+        (folder / f"session-2026-05-01T10-00-p{i:02d}.jsonl").write_text(
+            f'{{"sessionId":"p{i:02d}","projectHash":"h{i}","startTime":"2026-05-01T10:00:00.000Z"}}\n'
+            + '{"id":"g1","timestamp":"2026-05-01T10:00:02.000Z","type":"gemini","content":"ok",'
+            + f'"model":"gemini-2.5-pro","tokens":{{"input":{1000 * (i + 1)},"output":1,'
+            + f'"total":{1000 * (i + 1) + 1}}}}}\n',
+            encoding="utf-8",
+        )
+    corpus = frames.load([chats])
+    spec = dict(spend_charts(corpus))["tokens-day-project"]
+    projects = {r["project"] for r in spec["data"]["values"]}
+    assert len(projects) == SERIES
+    assert "other" in projects
+    assert sum(r["total"] for r in spec["data"]["values"]) == corpus.requests.get_column("total").sum()
+
+
 def test_report_needs_html_output(tmp_path: Path) -> None:
     assert run(["report", str(FIXTURES), "--output", str(tmp_path / "r.txt")]) == 2
 
@@ -128,3 +168,20 @@ def test_chart_data_is_in_a_fixed_order() -> None:
         if keys[:1] == ["day"]:
             got = [tuple((r[k] is None, str(r[k])) for k in keys) for r in rows]  # nulls last, as polars
             assert got == sorted(got), name
+
+
+def test_report_status_line_where_progress_is_wanted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a terminal the command names what it is doing on stderr (a rich status), and stops it before its
+    last line."""
+    from ctxtool.cli import options
+    from ctxtool.cli import report as report_cli
+
+    steps: list[str] = []
+    real = report_cli._Status.step
+    monkeypatch.setattr(report_cli._Status, "step", lambda self, text: (steps.append(text), real(self, text)))
+    monkeypatch.setattr(options, "progress_wanted", lambda: True)
+    assert run(["report", str(FIXTURES), "--output", str(tmp_path / "r.html"), "--no-cache"]) == 0
+    assert steps == ["drawing the page"]
+    assert capsys.readouterr().err.rstrip().endswith(f"report written to {tmp_path / 'r.html'}")

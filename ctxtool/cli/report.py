@@ -68,9 +68,70 @@ def report(
         raise UsageError(
             f"--output {output} is not an HTML file", "Name it *.html, e.g. --output report.html"
         )
+    status = _Status(options.progress_wanted())
+    try:
+        return _write(
+            paths,
+            output,
+            sessions,
+            top,
+            compare,
+            subagents,
+            strict,
+            no_cache,
+            cache_dir,
+            show_secrets,
+            status,
+        )
+    finally:
+        status.close()
+
+
+class _Status:
+    """What the command is doing, as one spinner line on stderr, only where ``options.progress_wanted``
+    (a terminal, not CI): reading the sessions (share of their bytes), comparing, drawing, writing."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.live: Any = None
+        if enabled:
+            from rich.console import Console
+
+            self.live = Console(stderr=True).status("reading sessions")
+            self.live.start()
+
+    def step(self, text: str) -> None:
+        if self.live is not None:
+            self.live.update(text)
+
+    def reading(self, done: int, total: int) -> None:
+        """``load_corpus``'s progress: bytes read of ``total``."""
+        if self.live is not None and total:
+            self.live.update(f"reading sessions ({done / total:.0%})")
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def _write(
+    paths: list[str] | None,
+    output: Path,
+    sessions: int,
+    top: int,
+    compare: bool,
+    subagents: bool,
+    strict: bool,
+    no_cache: bool,
+    cache_dir: Path,
+    show_secrets: bool,
+    status: _Status,
+) -> int:
     from ctxtool.frames.loading import load_corpus
 
-    corpus, cache_use = load_corpus(paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir)
+    corpus, cache_use = load_corpus(
+        paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir, progress=status.reading
+    )
     if cache_use.notice:
         print(f"notice: {cache_use.notice}", file=sys.stderr)
     from ctxtool import frames
@@ -90,11 +151,14 @@ def report(
 
     compare_rows = None
     if compare:
+        status.step("running the compaction strategies")
         compare_rows = _compare(corpus, charts.largest_sessions(corpus, sessions), show_secrets)
+    status.step("drawing the page")
     page = html_report.build_report(
         corpus, sessions=sessions, top=top, compare_rows=compare_rows, redact=not show_secrets
     )
     out.atomic_write(output, page.encode("utf-8"))
+    status.close()
     print(f"report written to {output}", file=sys.stderr)
     counts = frames.problem_counts(corpus.problems)
     if paths and (counts["missing"] or counts["no_sessions"]):

@@ -1,5 +1,10 @@
-"""The report's charts as Vega-Lite specs (altair): spend over time, what fills a session's context,
-strategies side by side."""
+"""The report's charts as Vega-Lite 5 specs, written as plain dicts: spend over time, what fills a session's
+context, strategies side by side.
+
+Plain dicts rather than Altair: Altair's import and its JSON-schema validation of every spec took most of the
+page's build time, for specs that are a few fixed shapes. The page's runtime (``ctxtool.report.page``) draws
+them with Vega-Lite 5.
+"""
 
 from __future__ import annotations
 
@@ -38,16 +43,75 @@ def _values(df: pl.DataFrame) -> list[dict[str, Any]]:
     return out.to_dicts()
 
 
-def _data(values: list[dict[str, Any]]) -> Any:
-    """Inline chart data (the page fetches nothing)."""
-    import altair as alt
+SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 
-    return alt.Data(values=values)  # type: ignore[no-untyped-call]
+_TYPES = {"Q": "quantitative", "N": "nominal", "O": "ordinal", "T": "temporal"}
+
+
+def _data(values: list[dict[str, Any]]) -> dict[str, Any]:
+    """Inline chart data (the page fetches nothing)."""
+    return {"values": values}
+
+
+def _field(shorthand: str, **props: Any) -> dict[str, Any]:
+    """An encoding from Vega-Lite's shorthand, ``[aggregate(]field[)]:T``, plus ``props``."""
+    name, kind = shorthand.rsplit(":", 1)
+    encoding: dict[str, Any] = {}
+    if name.endswith(")") and "(" in name:
+        encoding["aggregate"], name = name[:-1].split("(", 1)
+    return {**encoding, "field": name, "type": _TYPES[kind], **props}
+
+
+def _chart(values: list[dict[str, Any]], mark: str | dict[str, Any], **props: Any) -> dict[str, Any]:
+    """One view: its inline data, its mark and ``props`` (encoding, title, width…)."""
+    return {"data": _data(values), "mark": {"type": mark} if isinstance(mark, str) else mark, **props}
+
+
+def _top(spec: dict[str, Any]) -> dict[str, Any]:
+    """A page-level spec: its schema named."""
+    return {"$schema": SCHEMA, **spec}
+
+
+SERIES = 10
+"""At most this many series (colours) in a chart: the largest ``SERIES - 1`` and "other"."""
+
+
+def _legend(label_expr: str | None = None) -> dict[str, Any]:
+    """A legend under the chart, one entry a line, so it fits a phone's width (labels cut at 260 px, or by
+    ``label_expr``; the tooltips hold them whole)."""
+    legend: dict[str, Any] = {"orient": "bottom", "direction": "vertical", "labelLimit": 260}
+    return legend | ({"labelExpr": label_expr} if label_expr else {})
+
+
+_TOKENS_AXIS = {"format": "~s"}  # 1.2M, 350k: SI ticks
+_COST_AXIS = {"format": "$~s"}
+
+
+def _top_series(frame: pl.DataFrame, key: str, measure: str) -> pl.DataFrame:
+    """``frame`` with ``key`` kept for its ``SERIES - 1`` largest values by ``measure`` and "other" for the
+    rest (summed per remaining key), so a chart has at most ``SERIES`` colours."""
+    import polars as pl
+
+    ranked = (
+        frame.group_by(key)
+        .agg(pl.col(measure).sum())
+        .sort([measure, key], descending=[True, False], nulls_last=True)
+        .get_column(key)
+    )
+    if ranked.len() <= SERIES:
+        return frame
+    kept = ranked.head(SERIES - 1).implode()
+    others = [c for c in frame.columns if c not in (key, "cost", "total")]
+    return (
+        frame.with_columns(pl.when(pl.col(key).is_in(kept)).then(pl.col(key)).otherwise(pl.lit("other")))
+        .group_by(*others, key)
+        .agg(pl.col("cost").sum(), pl.col("total").sum())
+        .sort(*others, key, nulls_last=True)
+    )
 
 
 def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
     """Cost per day by model, tokens per day by project, and cost by model and by project."""
-    import altair as alt
     import polars as pl
 
     req = corpus.requests.filter(pl.col("ts").is_not_null()).with_columns(
@@ -64,33 +128,44 @@ def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
         .agg(pl.col("cost").sum(), pl.col("total").sum())
         .sort("day", "project", nulls_last=True)
     )
-    cost = alt.Tooltip("sum(cost):Q", format="$.4f")
+    cost = _field("sum(cost):Q", format="$.4f")
 
     def per_day(
-        frame: pl.DataFrame, key: str, measure: Any, axis: str, tooltip: list[Any], title: str
-    ) -> Any:
-        """Stacked bars of one measure per day, coloured by ``key`` (a model or a project)."""
-        return (
-            alt.Chart(_data(_values(frame)))
-            .mark_bar()
-            .encode(
-                x=alt.X("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
-                y=alt.Y(measure, title=axis),
-                color=alt.Color(f"{key}:N", title=key),
-                tooltip=["day:T", f"{key}:N", *tooltip],
+        frame: pl.DataFrame, key: str, measure: str, axis: str, tooltip: list[Any], title: str
+    ) -> dict[str, Any]:
+        """Stacked bars of one measure per day, coloured by ``key`` (a model or a project), at most
+        ``SERIES`` colours."""
+        frame = _top_series(frame, key, measure.split("(")[1].split(")")[0])
+        return _top(
+            _chart(
+                _values(frame),
+                "bar",
+                encoding={
+                    "x": _field("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
+                    "y": _field(measure, title=axis, axis=_COST_AXIS if "cost" in measure else _TOKENS_AXIS),
+                    "color": _field(f"{key}:N", title=key, legend=_legend(_SHORT_LABEL)),
+                    "tooltip": [_field("day:T"), _field(f"{key}:N"), *tooltip],
+                },
+                title=title,
+                width="container",
+                height=220,
             )
-            .properties(title=title, width="container", height=220)
         )
 
     cost_day = per_day(
-        by_model, "model", "sum(cost):Q", "cost (USD)", [cost, "sum(total):Q"], "Spend per day, by model"
+        by_model,
+        "model",
+        "sum(cost):Q",
+        "cost (USD)",
+        [cost, _field("sum(total):Q", format=",")],
+        "Spend per day, by model",
     )
     tokens_day = per_day(
         by_project,
         "project",
         "sum(total):Q",
         "tokens billed",
-        ["sum(total):Q", cost],
+        [_field("sum(total):Q", format=","), cost],
         "Tokens per day, by project",
     )
     totals = (
@@ -99,21 +174,36 @@ def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
         .sort(["total", "project"], descending=[True, False], nulls_last=True)
         .head(20)
     )
-    per_project = (
-        alt.Chart(_data(_values(totals)))
-        .mark_bar()
-        .encode(
-            y=alt.Y("project:N", sort="-x", title=None),
-            x=alt.X("total:Q", title="tokens billed"),
-            tooltip=["project:N", "total:Q", alt.Tooltip("cost:Q", format="$.4f")],
+    per_project = _top(
+        _chart(
+            _values(totals),
+            "bar",
+            encoding={
+                # A long project path is cut at its start on the axis; the tooltip holds it whole.
+                "y": _field(
+                    "project:N", sort="-x", title=None, axis={"labelLimit": 180, "labelExpr": _SHORT_LABEL}
+                ),
+                "x": _field("total:Q", title="tokens billed", axis=_TOKENS_AXIS),
+                "tooltip": [
+                    _field("project:N"),
+                    _field("total:Q", format=","),
+                    _field("cost:Q", format="$.4f"),
+                ],
+            },
+            title="Tokens by project (largest 20)",
+            width="container",
+            autosize={"type": "fit-x", "contains": "padding"},  # a bar per project: its height is discrete
         )
-        .properties(title="Tokens by project (largest 20)", width="container")
     )
     return [
-        ("spend-day-model", cost_day.to_dict()),
-        ("tokens-day-project", tokens_day.to_dict()),
-        ("tokens-project", per_project.to_dict()),
+        ("spend-day-model", cost_day),
+        ("tokens-day-project", tokens_day),
+        ("tokens-project", per_project),
     ]
+
+
+_SHORT_LABEL = "length(datum.label) > 28 ? '…' + slice(datum.label, -27) : datum.label"
+"""A Vega expression: a label longer than 28 characters keeps its last 27 (a path's end names it)."""
 
 
 def largest_sessions(corpus: Corpus, n: int) -> list[str]:
@@ -132,7 +222,6 @@ def largest_sessions(corpus: Corpus, n: int) -> list[str]:
 def session_chart(corpus: Corpus, key: str) -> tuple[str, dict[str, Any]]:
     """Context per request of one session, stacked by composition, against Gemini CLI's compression
     threshold (and the model's limit when the chart reaches it), with its events marked."""
-    import altair as alt
     import polars as pl
 
     req = (
@@ -144,8 +233,7 @@ def session_chart(corpus: Corpus, key: str) -> tuple[str, dict[str, Any]]:
     scale = _Scale.of(req)
     layers = [_composition_bars(req, scale.top), *_limit_rules(scale), *_event_marks(req)]
     title = {"text": f"Context per request: {name}", "subtitle": _subtitle(scale)}
-    chart = alt.layer(*layers).properties(title=title, width="container", height=260)
-    return f"session-{key}", chart.to_dict()
+    return f"session-{key}", _top({"layer": layers, "title": title, "width": "container", "height": 260})
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +257,8 @@ class _Scale:
         return cls(peak, limit, int(limit * COMPRESSION_THRESHOLD), max(peak * 1.15, 1.0))
 
 
-def _composition_bars(req: pl.DataFrame, top: float) -> Any:
+def _composition_bars(req: pl.DataFrame, top: float) -> dict[str, Any]:
     """Per request, its context stacked by what fills it (``PART_LABELS``), on a y axis up to ``top``."""
-    import altair as alt
     import polars as pl
 
     from ctxtool.frames.model import COMPOSITION_COLUMNS
@@ -186,29 +273,35 @@ def _composition_bars(req: pl.DataFrame, top: float) -> Any:
         part=pl.col("part").replace_strict(PART_LABELS),
         order=pl.col("part").replace_strict({c: i for i, c in enumerate(COMPOSITION_COLUMNS)}),
     )
-    x = alt.X("request:O", title="request", axis=alt.Axis(labelOverlap=True, labelAngle=0))
-    return (
-        alt.Chart(_data(_values(long)))
-        .mark_bar(opacity=0.9)
-        .encode(
-            x=x,
-            y=alt.Y("tokens:Q", stack="zero", title="context (tokens)", scale=alt.Scale(domain=[0, top])),
-            color=alt.Color(
+    return _chart(
+        _values(long),
+        {"type": "bar", "opacity": 0.9},
+        encoding={
+            "x": _field("request:O", title="request", axis={"labelOverlap": True, "labelAngle": 0}),
+            "y": _field(
+                "tokens:Q",
+                stack="zero",
+                title="context (tokens)",
+                scale={"domain": [0, top]},
+                axis=_TOKENS_AXIS,
+            ),
+            "color": _field(
                 "part:N",
                 title="what fills the context (estimate)",
-                scale=alt.Scale(domain=list(PART_LABELS.values()), range=_PART_COLORS),
-                legend=alt.Legend(orient="bottom", columns=2, labelLimit=400),
+                scale={"domain": list(PART_LABELS.values()), "range": _PART_COLORS},
+                legend=_legend(),
             ),
-            order=alt.Order("order:Q"),
-            tooltip=["request:Q", "turn:Q", "timestamp:N", "model:N", "part:N", "tokens:Q", "context:Q"],
-        )
+            "order": _field("order:Q"),
+            "tooltip": [
+                _field(s)
+                for s in ("request:Q", "turn:Q", "timestamp:N", "model:N", "part:N", "tokens:Q", "context:Q")
+            ],
+        },
     )
 
 
-def _limit_rules(scale: _Scale) -> list[Any]:
+def _limit_rules(scale: _Scale) -> list[dict[str, Any]]:
     """The compression threshold and the model's limit as labelled lines, those within the chart."""
-    import altair as alt
-
     from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
 
     lines = [
@@ -221,19 +314,21 @@ def _limit_rules(scale: _Scale) -> list[Any]:
     ]
     if not lines:
         return []
-    rules = alt.Chart(_data(lines)).mark_rule(color="#d62728", strokeDash=[6, 4])
-    rules = rules.encode(y="y:Q", tooltip=["label:N", "y:Q"])
-    labels = (
-        alt.Chart(_data(lines))
-        .mark_text(align="left", dx=4, dy=-6, color="#d62728", fontSize=10)
-        .encode(y="y:Q", text="label:N", x=alt.value(0))
+    rules = _chart(
+        lines,
+        {"type": "rule", "color": "#d62728", "strokeDash": [6, 4]},
+        encoding={"y": _field("y:Q"), "tooltip": [_field("label:N"), _field("y:Q", format=",")]},
+    )
+    labels = _chart(
+        lines,
+        {"type": "text", "align": "left", "dx": 4, "dy": -6, "color": "#d62728", "fontSize": 10},
+        encoding={"y": _field("y:Q"), "text": _field("label:N"), "x": {"value": 0}},
     )
     return [rules, labels]
 
 
-def _event_marks(req: pl.DataFrame) -> list[Any]:
+def _event_marks(req: pl.DataFrame) -> list[dict[str, Any]]:
     """The session's events (compressions, rewinds, rollbacks, model switches) as lines at their request."""
-    import altair as alt
     import polars as pl
 
     events = req.filter(pl.col("event").is_not_null()).select(
@@ -241,25 +336,34 @@ def _event_marks(req: pl.DataFrame) -> list[Any]:
     )
     if not events.height:
         return []
-    marks = alt.Chart(_data(_values(events)))
-    at = alt.X("request:O", bandPosition=0)
+    values = _values(events)
+    at = _field("request:O", bandPosition=0)
     # A history event (compression, rewind, rollback) is a labelled line; a model switch alone (Gemini
     # CLI's routing may switch at every request) a faint one, named in its tooltip.
     return [
-        marks.mark_rule(strokeDash=[2, 2]).encode(
-            x=at,
-            color=alt.condition("datum.history", alt.value("#7b4173"), alt.value("#c7b3cf")),
-            strokeWidth=alt.condition("datum.history", alt.value(2), alt.value(1)),
-            tooltip=["request:O", "event:N", "model:N"],
+        _chart(
+            values,
+            {"type": "rule", "strokeDash": [2, 2]},
+            encoding={
+                "x": at,
+                "color": {"condition": {"test": "datum.history", "value": "#7b4173"}, "value": "#c7b3cf"},
+                "strokeWidth": {"condition": {"test": "datum.history", "value": 2}, "value": 1},
+                "tooltip": [_field("request:O"), _field("event:N"), _field("model:N")],
+            },
         ),
-        marks.transform_filter("datum.history")
-        .mark_text(angle=270, align="right", dx=-4, dy=-4, color="#7b4173", fontSize=10)
-        .encode(x=at, text="event:N", y=alt.value(0)),
+        _chart(
+            values,
+            {"type": "text", "angle": 270, "align": "right", "dx": -4, "dy": -4, "color": "#7b4173"}
+            | {"fontSize": 10},
+            transform=[{"filter": "datum.history"}],
+            encoding={"x": at, "text": _field("event:N"), "y": {"value": 0}},
+        ),
     ]
 
 
-def _subtitle(scale: _Scale) -> str:
-    """The session's peak, as a share of the model's limit, and the lines that fall above the chart."""
+def _subtitle(scale: _Scale) -> list[str]:
+    """The session's peak, as a share of the model's limit, and the lines that fall above the chart, one line
+    each."""
     off_chart = [
         f"{label} {y:,}"
         for y, label in (
@@ -268,18 +372,17 @@ def _subtitle(scale: _Scale) -> str:
         )
         if y > scale.top
     ]
-    subtitle = f"peak {plural(scale.peak, 'token')}" + (
-        f" = {scale.peak / scale.limit:.1%} of the model's limit" if scale.limit else ""
-    )
+    subtitle = [
+        f"peak {plural(scale.peak, 'token')}"
+        + (f" = {scale.peak / scale.limit:.1%} of the model's limit" if scale.limit else "")
+    ]
     if off_chart:
-        subtitle += f"; above this chart: {' and '.join(off_chart)}"
+        subtitle += ["above this chart:", *off_chart]
     return subtitle
 
 
 def compare_charts(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """Per session and strategy (``ctxtool.compare`` rows): tokens before and after, and fact retention."""
-    import altair as alt
-
     tokens: list[dict[str, Any]] = []
     kept: list[dict[str, Any]] = []
     for r in rows:
@@ -298,29 +401,33 @@ def compare_charts(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, 
             )
         if r.get("retention") is not None:
             kept.append({"session": session, "strategy": r["strategy"], "retention": r["retention"]})
-    before_after = (
-        alt.Chart(_data(tokens))
-        .mark_bar()
-        .encode(
-            x=alt.X("strategy:N", title=None),
-            xOffset=alt.XOffset("when:N", sort=["before", "after"]),
-            y=alt.Y("tokens:Q", title="history tokens (Gemini CLI's estimate)"),
-            color=alt.Color("when:N", sort=["before", "after"], title=None),
-            column=alt.Column("session:N", title=None),
-            tooltip=["session:N", "strategy:N", "when:N", "tokens:Q"],
-        )
-        .properties(title="Tokens before and after each strategy", width=220, height=200)
+    before_after = _chart(
+        tokens,
+        "bar",
+        encoding={
+            "x": _field("strategy:N", title=None),
+            "xOffset": _field("when:N", sort=["before", "after"]),
+            "y": _field("tokens:Q", title="history tokens (Gemini CLI's estimate)", axis=_TOKENS_AXIS),
+            "color": _field("when:N", sort=["before", "after"], title=None),
+            "column": _field("session:N", title=None),
+            "tooltip": [_field(s) for s in ("session:N", "strategy:N", "when:N", "tokens:Q")],
+        },
+        title="Tokens before and after each strategy",
+        width=220,
+        height=200,
     )
-    retention = (
-        alt.Chart(_data(kept))
-        .mark_bar()
-        .encode(
-            x=alt.X("strategy:N", title=None),
-            y=alt.Y("retention:Q", title="facts kept (%)", scale=alt.Scale(domain=[0, 100])),
-            color=alt.Color("strategy:N", legend=None),
-            column=alt.Column("session:N", title=None),
-            tooltip=["session:N", "strategy:N", "retention:Q"],
-        )
-        .properties(title="Fact retention", width=220, height=200)
+    retention = _chart(
+        kept,
+        "bar",
+        encoding={
+            "x": _field("strategy:N", title=None),
+            "y": _field("retention:Q", title="facts kept (%)", scale={"domain": [0, 100]}),
+            "color": _field("strategy:N", legend=None),
+            "column": _field("session:N", title=None),
+            "tooltip": [_field(s) for s in ("session:N", "strategy:N", "retention:Q")],
+        },
+        title="Fact retention",
+        width=220,
+        height=200,
     )
-    return [("compare-tokens", before_after.to_dict()), ("compare-retention", retention.to_dict())]
+    return [("compare-tokens", _top(before_after)), ("compare-retention", _top(retention))]

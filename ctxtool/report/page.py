@@ -1,11 +1,11 @@
 """One self-contained HTML page of a corpus (``ctxtool report``): spend over time, what fills the context of
 the largest sessions, the top context consumers and, given ``compare`` rows, the strategies side by side.
 
-Owns: the page and its charts (Vega-Lite specs built with Altair; the Vega, Vega-Lite and vega-embed
-runtime inlined from vl-convert-python, so the page loads nothing from the network). Session text reaches
-the page only HTML-escaped (tables) or inside JSON whose ``<``, ``>`` and ``&`` are escaped (chart data),
-both by ``ctxtool.common.markup``, so no session can inject markup or a script. Altair and vl-convert are
-imported when a page is built, never by ``ctxtool stats``. Must not print or import rich/typer.
+Owns: the page and its charts (Vega-Lite 5 specs as plain dicts, ``ctxtool.report.charts``; the Vega,
+Vega-Lite and vega-embed runtime inlined from the files django-js-lib-vega-embed ships, so the page loads
+nothing from the network). Session text reaches the page only HTML-escaped (tables) or inside JSON whose
+``<``, ``>`` and ``&`` are escaped (chart data), both by ``ctxtool.common.markup``, so no session can inject
+markup or a script. Must not print or import rich/typer.
 """
 
 from __future__ import annotations
@@ -22,6 +22,23 @@ if TYPE_CHECKING:
     from ctxtool.frames.model import Corpus
 from ctxtool.report.charts import compare_charts, largest_sessions, session_chart, spend_charts
 
+RUNTIME_PACKAGE = "js_lib_vega_embed"
+RUNTIME_FILE = "static/js_lib_vega_embed/vega-embed-full.js"
+"""Vega 5, Vega-Lite 5 and vega-embed 6 in one minified file (the three files the package also ships
+apart, concatenated): about 0.8 MB, BSD-3-Clause (University of Washington Interactive Data Lab)."""
+
+
+def chart_runtime() -> str:
+    """The chart runtime's JavaScript, read from the installed package's files (its Django app, ``apps.py``,
+    is never imported), made safe to inline in a ``<script>`` element."""
+    from importlib.resources import files
+
+    source = files(RUNTIME_PACKAGE).joinpath(RUNTIME_FILE).read_text(encoding="utf-8")
+    notice = (
+        "/* Vega, Vega-Lite, vega-embed: BSD-3-Clause, (c) University of Washington Interactive Data Lab */\n"
+    )
+    return notice + source.replace("</script", "<\\/script")
+
 
 def _script_json(value: Any) -> str:
     """JSON that is safe inside a ``<script>`` element whatever strings it holds."""
@@ -30,7 +47,11 @@ def _script_json(value: Any) -> str:
     return json_in_html_script(orjson.dumps(value).decode())
 
 
-def _table(rows: pl.DataFrame, columns: Sequence[str], formats: dict[str, str]) -> str:
+def _table(
+    rows: pl.DataFrame, columns: Sequence[str], formats: dict[str, str], cut: Sequence[str] = ()
+) -> str:
+    """``rows`` as a table of ``columns``, numbers by ``formats``; a text of a ``cut`` column longer than
+    ``_CUT`` characters is cut, whole on hover."""
     head = "".join(f"<th>{escape_html(c)}</th>" for c in columns)
     body = []
     for r in rows.iter_rows(named=True):
@@ -43,19 +64,35 @@ def _table(rows: pl.DataFrame, columns: Sequence[str], formats: dict[str, str]) 
                 text = format(v, formats[c])
             else:
                 text = str(v)
-            num = ' class="num"' if isinstance(v, int | float) else ""
-            cells.append(f"<td{num}>{escape_html(text)}</td>")
+            if isinstance(v, int | float):
+                cells.append(f'<td class="num">{escape_html(text)}</td>')
+            elif c in cut and len(text) > _CUT:
+                short = text[: _CUT - 1] + "…"
+                cells.append(f'<td class="cut" title="{escape_html(text)}">{escape_html(short)}</td>')
+            else:
+                cells.append(f"<td>{escape_html(text)}</td>")
         body.append(f"<tr>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    # A table wider than the screen scrolls in its own box, never the page.
+    return (
+        f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    )
+
+
+_CUT = 120
+"""A long cell (a tool's target: a path, a command) is cut at this many characters, its whole text in its
+``title`` (shown on hover)."""
 
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
 padding:0 1rem;color:#222}
 h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2.5rem;border-bottom:1px solid #ddd}
-.chart{width:100%;margin:1rem 0}
-table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0 1.5rem}
-th,td{border-bottom:1px solid #eee;padding:.2rem .6rem;text-align:left;vertical-align:top}
+.chart{width:100%;margin:1rem 0;overflow-x:auto}
+.wide{overflow-x:auto;margin:.5rem 0 1.5rem}
+table{border-collapse:collapse;font-size:.85rem}
+th,td{border-bottom:1px solid #eee;padding:.2rem .6rem;text-align:left;vertical-align:top;
+overflow-wrap:anywhere}
+td.cut{max-width:28rem}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .note{color:#555;font-size:.85rem}
 """
@@ -123,6 +160,7 @@ def _consumers_table(corpus: Corpus, keys: Sequence[str], top: int, *, redact: b
         consumers,
         ["session", "rank", "item", "tool", "target", "count", "tokens", "share"],
         {"tokens": ",", "share": ".1%"},
+        cut=["target"],
     )
 
 
@@ -165,8 +203,6 @@ def build_report(
 ) -> str:
     """The page, as text. ``sessions``: how many of the largest sessions get a chart; ``top``: items per
     session in the consumers table; ``compare_rows``: ``ctxtool.compare.compare_sessions`` rows."""
-    import vl_convert
-
     charts: list[tuple[str, dict[str, Any]]] = []
     sections = [_summary(corpus, title), "<h2>Spend over time</h2>", *_place(charts, spend_charts(corpus))]
     keys = largest_sessions(corpus, sessions)
@@ -178,8 +214,7 @@ def build_report(
         sections += _place(charts, compare_charts(compare_rows))
         sections.append(_compare_table(compare_rows))
 
-    bundle: Any = vl_convert.javascript_bundle  # its stub requires the optional snippet
-    runtime = str(bundle()).replace("</script", "<\\/script")
+    runtime = chart_runtime()
     embeds = "\n".join(
         f"vegaEmbed({_script_json('#' + chart_id)}, {_script_json(spec)}, "
         '{"renderer": "svg", "actions": false}).catch(function (e) { console.error(e); });'
