@@ -42,6 +42,7 @@ over 1); 1 an error (a session file could not be read, or no session was found);
 
 PATHS = typer.Argument(
     None,
+    metavar="PATH...",
     help="Session files, directories, globs or session ids (a unique prefix of 4+ characters; "
     "default: the data root).",
 )

@@ -24,7 +24,7 @@ class Color(StrEnum):
     never = "never"
 
 
-PATHS = typer.Argument(None, help="Session files, directories or globs (default: the data root).")
+PATHS = typer.Argument(None, metavar="PATH...", help="Session files, directories or globs (default: the data root).")
 COLOR = typer.Option(
     Color.auto,
     "--color",
@@ -47,7 +47,7 @@ WIDE = typer.Option(
 )
 
 SESSION_PATHS = typer.Argument(
-    ..., help="Session files, directories, globs, or session ids (a unique prefix of 4+ characters)."
+    ..., metavar="SESSION...", help="Session files, directories, globs, or session ids (a unique prefix of 4+ characters)."
 )
 
 # The session filters: one spelling and one help on every command that reads sessions.
