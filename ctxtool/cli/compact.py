@@ -66,11 +66,10 @@ def _list_profiles(value: bool) -> None:
 
 HELP = """Compact Gemini CLI sessions offline, as its /compress does, into files it can resume.
 
-Each SESSION is replayed through a port of Gemini CLI's compression (--profile) or another agent's
-(--strategy): a summary, an acknowledgement, then the newest ~30% of the messages unchanged. Results go
-under --output DIR (default ./ctxtool-compacted), to --output FILE for one input, beside the original
-(--as-new-session) or into it (--in-place; --undo reverts). --list-profiles lists the profiles and
-strategies; the README says the rest.
+Each SESSION gets a summary, then its newest ~30% of messages unchanged (--profile: which Gemini CLI;
+--strategy: another agent's way; --list-profiles lists both). Results go under --output DIR (default
+./ctxtool-compacted), to --output FILE for one input, beside the original (--as-new-session) or into it
+(--in-place; --undo reverts it).
 
 Examples:
 

@@ -34,7 +34,7 @@ COLOR = typer.Option(
     show_default=False,
     help="auto (default; see NO_COLOR), always, never.",
 )
-WIDTH = typer.Option(None, "--width", min=40, metavar="N", help="Table width (default: the terminal's).")
+WIDTH = typer.Option(None, "--width", min=40, metavar="N", help="Table width (default: terminal).")
 STRICT = typer.Option(False, "--strict", help="Exit 1 when a file was unreadable or broken.")
 SUMMARIZER = typer.Option(
     "offline",
@@ -135,7 +135,7 @@ TIMEZONE = typer.Option(
     "--timezone",
     "--tz",
     metavar="ZONE",
-    help="IANA zone of days and months, e.g. Europe/Paris.",
+    help="IANA zone of days, e.g. Europe/Paris.",
 )
 
 
