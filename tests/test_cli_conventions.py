@@ -187,6 +187,27 @@ def test_a_format_that_contradicts_the_output_suffix_is_a_usage_error(
     assert run(["stats", root, "--output", str(tmp_path / "x.csv"), "--format", "csv"]) == 0
 
 
+@pytest.mark.parametrize("command", ["stats", "audit", "diff"])
+def test_a_spreadsheet_suffix_is_a_usage_error_not_a_text_table(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`-o x.xlsx` used to write a box-drawn table into x.xlsx and exit 0."""
+    one = str(next((FIXTURES / "gemini").rglob("session-*.jsonl")))
+    paths = [one, one] if command == "diff" else [str(FIXTURES / "gemini")]
+    if command == "audit":
+        paths += ["--no-config", "--max-session-tokens", "2M"]
+    assert run([command, *paths, "-o", str(tmp_path / "x.xlsx")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"Error: --output {tmp_path / 'x.xlsx'} names xlsx, which this command does not write"
+    )
+    assert len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+    # A text suffix still gets the table.
+    assert run([command, *paths, "-o", str(tmp_path / "x.txt")]) in (0, 3)
+    assert (tmp_path / "x.txt").read_text().strip()
+
+
 def test_limit_keeps_the_totals_of_everything_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
