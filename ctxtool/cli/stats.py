@@ -231,13 +231,22 @@ def stats(
     corpus, cache_use = _load(request, cache=not no_cache, cache_dir=cache_dir)
     from ctxtool.stats import stats_report
 
-    report = stats_report(corpus, request.query, warn=_warn)
+    warnings: list[str] = []
+    report = stats_report(corpus, request.query, warn=warnings.append)
+    unmatched = _unmatched(request.paths)
+    # Only PATHs that name nothing: one line says so (from _exit_status), not a warning, an empty
+    # "Read 0 files" caption and then that line.
+    only_unmatched = bool(unmatched) and report.sessions_read == 0
+    for message in warnings:
+        if not (only_unmatched and any(message.startswith(f"{p}: matches no file") for p in unmatched)):
+            _warn(message)
     if report.by == "top":
         _write_top(report, request, color=color, width=width, wide=wide)
         return ExitStatus.OK
     summary = report.read_summary(cache_use)
     if request.fmt == "table" and report.rows.height == 0:
-        _nothing_to_report(report, summary, request.given)
+        if not only_unmatched:
+            _nothing_to_report(report, summary, request.given)
     elif request.fmt == "table":
         _print_report(report, summary, request, color=color, width=width, wide=wide)
     else:
