@@ -153,7 +153,7 @@ def test_missing_default_root_says_how_to_fix(capsysbinary: pytest.CaptureFixtur
     assert ".gemini/tmp: is where Gemini CLI keeps its sessions, and it does not exist" in err
     assert "set GEMINI_CLI_HOME" in err
     code, _, err = stats(capsysbinary, "-f", "json", "no-such-file.jsonl")
-    assert "no-such-file.jsonl: matches no file. Check the path" in err
+    assert err == "Error: no-such-file.jsonl: matches no session file. Check the path, or quote a glob\n"
 
 
 def test_console_script_and_module_entry_point() -> None:
