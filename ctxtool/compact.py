@@ -1118,7 +1118,8 @@ def check_destination(sources: Sequence[SessionPath], destination: Destination) 
         if out == root or root in out.parents:
             raise UsageError(
                 f"the output directory {destination.out_dir} is inside the input tree {project_tmp}",
-                "Pass --out DIR elsewhere, or --as-new-session / --in-place to write into the session folder",
+                "Pass --output DIR elsewhere, or --as-new-session / --in-place to write into the session "
+                "folder",
             )
 
 
@@ -1132,20 +1133,23 @@ def _check_out_file(sources: Sequence[SessionPath], out: Path) -> None:
     output's format, see the CLI)."""
     if len(sources) != 1:
         raise UsageError(
-            f"--out {out} names one file, but {len(sources)} session files were given",
-            "Pass --out DIR (a folder name without .json/.jsonl) to compact several sessions",
+            f"--output {out} names one file, but {len(sources)} session files were given",
+            "Pass --output DIR (a folder name without .json/.jsonl) to compact several sessions",
         )
     source = sources[0].path
     if out.exists():
         if out.resolve() == source.resolve():
             raise UsageError(
-                f"--out {out} is the input itself; ctxtool does not overwrite it",
+                f"--output {out} is the input itself; ctxtool does not overwrite it",
                 "Pass --in-place to replace the input after a backup, or another file name",
             )
-        raise UsageError(f"--out {out} already exists; ctxtool does not overwrite it", "Pass a new file name")
+        raise UsageError(
+            f"--output {out} already exists; ctxtool does not overwrite it", "Pass a new file name"
+        )
     if out.parent.name == "chats":
         raise UsageError(
-            f"--out {out} is in a Gemini CLI chats/ folder, where it would be a second copy of the session",
+            f"--output {out} is in a Gemini CLI chats/ folder, where it would be a second copy of the "
+            "session",
             "Pass --as-new-session to add the result to Gemini CLI's sessions with its own id",
         )
 

@@ -283,14 +283,33 @@ def test_out_file_needs_a_single_input(data: Path, capsys: pytest.CaptureFixture
     assert not Path("all.jsonl").exists()
 
 
-def test_help_lists_profiles_with_dates(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = compact(capsys, "--help")
+def test_list_profiles_prints_profiles_with_dates(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = compact(capsys, "--list-profiles")  # no SESSION needed
     assert code == 0
     assert "gemini-cli@latest" in out
-    assert "gemini-cli@0.26" in out
-    assert "2026-01-20" in out
-    for option in ("--out", "--as-new-session", "--in-place", "--dry-run", "--summarizer", "--base-url"):
+    assert "gemini-cli@0.26  2026-01-20 .. 2026-02-06" in out
+    assert all(len(line) <= 80 for line in out.splitlines())
+    code, out, _ = compact(capsys, "--help")
+    assert code == 0
+    assert "gemini-cli@0.26" not in out  # the table moved out of --help
+    assert "--list-profiles" in out
+    for option in ("--output", "--as-new-session", "--in-place", "--dry-run", "--summarizer", "--base-url"):
         assert option in out
+
+
+def test_out_is_a_hidden_alias_of_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Scripts written for `--out` keep working; help shows only --output, and both at once are refused."""
+    chats = tmp_path / "proj" / "chats"
+    chats.mkdir(parents=True)
+    _, out, _ = compact(capsys, "--help")
+    assert "--out " not in out
+    assert "-o, --output" in out
+    code, _, err = compact(capsys, str(chats), "--out", "a", "--output", "b")
+    assert code == 2
+    assert err.strip() == "Error: --output and --out are the same option. Pass it once, as --output"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -187,6 +187,27 @@ def test_a_format_that_contradicts_the_output_suffix_is_a_usage_error(
     assert run(["stats", root, "--output", str(tmp_path / "x.csv"), "--format", "csv"]) == 0
 
 
+@pytest.mark.parametrize("command", ["stats", "audit", "diff"])
+def test_a_spreadsheet_suffix_is_a_usage_error_not_a_text_table(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`-o x.xlsx` used to write a box-drawn table into x.xlsx and exit 0."""
+    one = str(next((FIXTURES / "gemini").rglob("session-*.jsonl")))
+    paths = [one, one] if command == "diff" else [str(FIXTURES / "gemini")]
+    if command == "audit":
+        paths += ["--no-config", "--max-session-tokens", "2M"]
+    assert run([command, *paths, "-o", str(tmp_path / "x.xlsx")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"Error: --output {tmp_path / 'x.xlsx'} names xlsx, which this command does not write"
+    )
+    assert len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+    # A text suffix still gets the table.
+    assert run([command, *paths, "-o", str(tmp_path / "x.txt")]) in (0, 3)
+    assert (tmp_path / "x.txt").read_text().strip()
+
+
 def test_limit_keeps_the_totals_of_everything_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
@@ -356,3 +377,101 @@ def test_progress_only_on_a_terminal_and_not_under_ci(
     else:
         monkeypatch.setenv("CI", ci)
     assert progress_wanted() is expected
+
+
+# --------------------------------------------------------------------------------------------------
+# Help: every command and subcommand, at COLUMNS=80
+
+
+def _command_paths() -> list[tuple[str, ...]]:
+    """Every command and subcommand path (``("hooks", "install")``), walked from the click tree."""
+    import typer.main
+
+    from ctxtool.cli import app, register
+
+    register()
+    found: list[tuple[str, ...]] = []
+
+    def walk(command: object, path: tuple[str, ...]) -> None:
+        found.append(path)
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            walk(sub, (*path, name))
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def _help(path: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> str:
+    assert run([*path, "--help"]) == 0, path
+    return capsys.readouterr().out
+
+
+def test_the_walk_reaches_subcommands() -> None:
+    paths = _command_paths()
+    assert ("hooks", "install") in paths
+    assert ("cache", "clear") in paths
+    assert ("compact",) in paths
+
+
+def test_every_help_fits_80_columns_and_60_lines(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    for path in _command_paths():
+        out = _help(path, capsys)
+        name = " ".join(("ctxtool", *path))
+        wide = [line for line in out.splitlines() if len(line) > 80]
+        assert not wide, f"{name} --help: {wide}"
+        assert len(out.splitlines()) <= 60, f"{name} --help: {len(out.splitlines())} lines"
+
+
+def test_help_names_no_file_outside_the_package(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ctxtool is installed without the repository's shared/ folder and its specs."""
+    monkeypatch.setenv("COLUMNS", "80")
+    for path in _command_paths():
+        out = _help(path, capsys)
+        for word in ("shared/", "spec/", "other-strategies"):
+            assert word not in out, f"ctxtool {' '.join(path)} --help names {word}"
+
+
+def test_usage_lines_show_readable_metavars(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    usages = {path: _help(path, capsys).splitlines()[0] for path in _command_paths()}
+    for usage in usages.values():
+        assert "{" not in usage, usage
+    assert usages[("compact",)] == "Usage: ctxtool compact [OPTIONS] SESSION..."
+    assert usages[("stats",)] == "Usage: ctxtool stats [OPTIONS] [PATH]..."
+    assert usages[("diff",)] == "Usage: ctxtool diff [OPTIONS] BEFORE AFTER"
+
+
+def test_one_meaning_per_short_flag() -> None:
+    """A short flag names the same option in every command that has it (-o is --output everywhere)."""
+    import typer.main
+
+    from ctxtool.cli import app, register
+
+    register()
+    meanings: dict[str, dict[str, set[str]]] = {}  # short flag -> command -> that option's long names
+
+    def walk(command: object, name: str) -> None:
+        for param in getattr(command, "params", []):
+            if param.param_type_name != "option":
+                continue
+            longs = {o for o in (*param.opts, *param.secondary_opts) if o.startswith("--")}
+            for short in (o for o in param.opts if not o.startswith("--")):
+                assert short not in meanings.get(short, {}).get(name, set()), f"{name}: {short} twice"
+                meanings.setdefault(short, {})[name] = longs
+        for sub_name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{name} {sub_name}")
+
+    walk(typer.main.get_command(app), "ctxtool")
+    for short, by_command in meanings.items():
+        common = set.intersection(*by_command.values())
+        assert common, f"{short} means different options: {by_command}"
+    assert {next(iter(longs)) for longs in meanings["-n"].values()} == {"--limit"}
+    assert all("--output" in longs for longs in meanings["-o"].values())
+    assert "--dry-run" not in str(meanings.get("-n"))

@@ -153,7 +153,7 @@ def test_missing_default_root_says_how_to_fix(capsysbinary: pytest.CaptureFixtur
     assert ".gemini/tmp: is where Gemini CLI keeps its sessions, and it does not exist" in err
     assert "set GEMINI_CLI_HOME" in err
     code, _, err = stats(capsysbinary, "-f", "json", "no-such-file.jsonl")
-    assert "no-such-file.jsonl: matches no file. Check the path" in err
+    assert err == "Error: no-such-file.jsonl: matches no session file. Check the path, or quote a glob\n"
 
 
 def test_console_script_and_module_entry_point() -> None:
@@ -264,3 +264,18 @@ def test_counts_in_the_caption_are_in_the_singular_when_one(
     assert code == 0
     assert "Read 1 file (" in out.decode()
     assert "): 1 session (0 subagent), 1 request." in out.decode()
+
+
+def test_a_path_that_names_nothing_is_one_line(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    """Not a warning, a "Read 0 files" caption and then the error: one line, naming the path and the fix."""
+    nope = tmp_path / "nonexistent"
+    code, out, err = stats(capsysbinary, str(nope), "--no-cache")
+    assert code == 1
+    assert out == b""
+    assert err == f"Error: {nope}: matches no session file. Check the path, or quote a glob\n"
+    # Beside a PATH that is read, the warning stays: the table's caption points to it.
+    code, _, err = stats(capsysbinary, str(nope), str(ONE), "--no-cache")
+    assert code == 1
+    assert f"warning: {nope}: matches no file" in err

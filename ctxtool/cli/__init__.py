@@ -118,6 +118,9 @@ def register(names: Sequence[str] | None = None) -> None:
         if name not in _registered:
             importlib.import_module(_COMMANDS[name]).register(app)
             _registered.add(name)
+    from ctxtool.cli.usage import readable_usage
+
+    readable_usage(app)
 
 
 def _command_in(args: Sequence[str]) -> str | None:

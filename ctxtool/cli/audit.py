@@ -19,20 +19,18 @@ if TYPE_CHECKING:
 
 FORMATS = ("table", "json", "junit", "markdown")
 
-HELP = """Check Gemini CLI sessions against budgets: tokens per session, turn and request, context-window
-share, cost per session and per day, cache ratio, compressions and the share of tool output.
+HELP = """Check Gemini CLI sessions against budgets: tokens, context share, cost, cache ratio,
+compressions, tool output and secrets.
 
-PATHS are session files, directories or globs, as for `ctxtool stats` (default: the Gemini CLI data root).
-Budgets come from the flags or from a configuration file: --config FILE, else the nearest ctxtool.toml
-([audit] table) or pyproject.toml ([tool.ctxtool.audit] table) in the current directory or a parent; a flag
-replaces the configured rules of its metric. In the file each rule can be scoped to projects or models.
-Limits: tokens as 2000000 or 2M, shares as 60% or 0.6, costs in USD.
+Each PATH is as for `ctxtool stats`. Budgets come from the flags, else from --config FILE or the nearest
+ctxtool.toml ([audit]) or pyproject.toml ([tool.ctxtool.audit]); a flag replaces the file's rules of its
+metric. Tokens as 2000000 or 2M, shares as 60% or 0.6, costs in USD.
 
 Examples:
 
 \b
   ctxtool audit --max-session-tokens 2M --max-context-share 50%
-  ctxtool audit .gemini/tmp --output audit.xml --github     # JUnit for CI, annotations on stdout
+  ctxtool audit .gemini/tmp --output audit.xml --github    # JUnit for CI
   ctxtool audit --baseline main-audit.json --tolerance 10% --all
 
 Exit status: 0 within budget; 3 a budget was exceeded or a metric regressed past --tolerance (this wins
@@ -42,65 +40,68 @@ over 1); 1 an error (a session file could not be read, or no session was found);
 
 PATHS = typer.Argument(
     None,
-    help="Session files, directories, globs or session ids (a unique prefix of 4+ characters; "
-    "default: the data root).",
+    metavar="PATH...",
+    help="Session files, folders, globs or ids (default: the data root).",
 )
 MAX_SESSION_TOKENS = typer.Option(
-    None, "--max-session-tokens", help="Total tokens of a session, subagents included (e.g. 2M)."
+    None, "--max-session-tokens", metavar="N", help="Tokens of a session, subagents included."
 )
-MAX_TURN_TOKENS = typer.Option(None, "--max-turn-tokens", help="Total tokens of one turn.")
-MAX_REQUEST_TOKENS = typer.Option(None, "--max-request-tokens", help="Total tokens of one request.")
+MAX_TURN_TOKENS = typer.Option(None, "--max-turn-tokens", metavar="N", help="Tokens of one turn.")
+MAX_REQUEST_TOKENS = typer.Option(None, "--max-request-tokens", metavar="N", help="Tokens of one request.")
 MAX_CONTEXT_SHARE = typer.Option(
-    None, "--max-context-share", help="One request's prompt over the model's context window (e.g. 50%)."
+    None, "--max-context-share", metavar="SHARE", help="A prompt over the model's context window."
 )
-MAX_SESSION_COST = typer.Option(None, "--max-session-cost", help="Cost of a session in USD.")
+MAX_SESSION_COST = typer.Option(None, "--max-session-cost", metavar="USD", help="Cost of a session.")
 MAX_DAILY_COST = typer.Option(
-    None, "--max-daily-cost", help="Cost of all audited sessions per UTC day in USD."
+    None, "--max-daily-cost", metavar="USD", help="Cost of all sessions per day (--timezone)."
 )
 MIN_CACHE_RATIO = typer.Option(
-    None, "--min-cache-ratio", help="Cached over input tokens of a session, at least (e.g. 30%)."
+    None, "--min-cache-ratio", metavar="SHARE", help="Cached over input tokens, at least."
 )
-MAX_COMPRESSIONS = typer.Option(None, "--max-compressions", help="Compression events in a session, at most.")
+MAX_COMPRESSIONS = typer.Option(
+    None, "--max-compressions", metavar="N", help="Compression events in a session."
+)
 MAX_TOOL_OUTPUT_SHARE = typer.Option(
     None,
     "--max-tool-output-share",
-    help="Size of tool results (stored JSON) over that plus all message text of a session (e.g. 70%).",
+    metavar="SHARE",
+    help="Tool results over all text of a session.",
 )
 MAX_SECRETS = typer.Option(
     None,
     "--max-secrets",
-    help="Secrets (API keys, tokens, private keys) a session may hold, at most (0: none); a failure "
-    "names the session, the message and the kind, never the value.",
+    metavar="N",
+    help="Secrets a session may hold (0: none).",
 )
-CONFIG = typer.Option(
-    None, "--config", "-c", help="Read budgets from this TOML file (ctxtool.toml or pyproject.toml)."
-)
+CONFIG = typer.Option(None, "--config", "-c", metavar="FILE", help="Budgets from this TOML file.")
 NO_CONFIG = typer.Option(False, "--no-config", help="Ignore any configuration file.")
 FORMAT = typer.Option(
     None,
     "--format",
     "-f",
-    help="table, json, junit or markdown (default: --output's suffix, .xml for junit, else table).",
+    metavar="FORMAT",
+    help="table, json, junit or markdown.",
 )
-OUTPUT = typer.Option(None, "--output", "-o", help="Write the report to FILE instead of stdout.")
-GITHUB = typer.Option(
-    False, "--github", help="Also print GitHub Actions annotations (::error ...) for every failure."
-)
+OUTPUT = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to FILE.")
+GITHUB = typer.Option(False, "--github", help="Also print GitHub Actions annotations.")
 BASELINE = typer.Option(
-    None, "--baseline", help="An earlier `ctxtool audit --format json` report to compare with."
+    None, "--baseline", metavar="FILE", help="An earlier audit --format json, to compare."
 )
 TOLERANCE = typer.Option(
-    "10%", "--tolerance", help="With --baseline: how much worse a metric may get (e.g. 10% or 0.1)."
+    "10%",
+    "--tolerance",
+    metavar="SHARE",
+    show_default=False,
+    help="Allowed worsening over --baseline (10%).",
 )
 SUBAGENTS = typer.Option(
-    True, "--subagents/--no-subagents", help="Include subagent sessions (rolled up into their parent)."
+    True,
+    "--subagents/--no-subagents",
+    show_default=False,
+    help="Count subagents in their parent (default).",
 )
-SHOW_ALL = typer.Option(
-    False, "--all", help="Table: list the checks that passed too (default: failures, skips and a summary)."
-)
-RULE = typer.Option(
-    None, "--rule", help="Check only this budget (e.g. max-session-cost) of those set; repeatable."
-)
+SHOW_ALL = typer.Option(False, "--all", help="Table: list the passed checks too.")
+RULE = typer.Option(None, "--rule", metavar="NAME", help="Check only this budget (max-session-cost...).")
 
 
 class AuditRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of start-up (--help)

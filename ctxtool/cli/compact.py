@@ -21,59 +21,55 @@ if TYPE_CHECKING:
     from ctxtool.session.discover import SessionPath
 
 
-def strategies_help() -> str:
-    """One paragraph per strategy: what it does and what an offline replay cannot reproduce."""
+def _wrapped(text: str, width: int, indent: str) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent)
+
+
+def profiles_listing(width: int = 80) -> str:
+    """What ``compact --list-profiles`` prints: every profile with its dates and what changed in it, then
+    every strategy with what an offline replay of it cannot reproduce, wrapped to ``width``."""
     from ctxtool.compress.strategies.registry import get_strategy, strategy_names
 
-    rows = []
+    width = max(width, 40)
+    title = f"Profiles (--profile; default {DEFAULT_PROFILE}): Gemini CLI's compression by release."
+    lines = [*_wrapped(title, width, ""), ""]
+    for p in PROFILES.values():
+        lines.append(f"  {p.name}  {p.since} .. {p.until or 'now'}")
+        lines += _wrapped(p.description, width, "      ")
+    lines += ["", "Strategies (--strategy; default gemini-cli):", ""]
+    lines += _wrapped(
+        "The others replay other agents' compaction and write a Gemini CLI session too, with the same "
+        "summarizers (offline, each writes its own section layout from the same extracted facts). "
+        "kode:<preset> are Kode's retention heuristics, which Kode itself never uses. Their tokens are "
+        "Gemini CLI's local estimate; each row also carries the strategy's own measure (strategy_tokens). "
+        'A stored <session_context> stays first; Gemini CLI\'s "Got it" ack is inserted where a layout '
+        "would leave two user messages in a row.",
+        width,
+        "  ",
+    )
     for name in strategy_names():
         st = get_strategy(name)
-        rows.append(f"  {name}: {st.description}. Offline replay: {st.exactness}.")
-    return "\n\n".join(rows)
+        lines += ["", f"  {name}"]
+        lines += _wrapped(f"{st.description}. Offline replay: {st.exactness}.", width, "      ")
+    return "\n".join(lines)
 
 
-def _profiles_help() -> str:
-    rows = [f"  {p.name:<26} {p.since} .. {p.until or 'now':<10}  {p.description}" for p in PROFILES.values()]
-    return "\n".join(rows)
+def _list_profiles(value: bool) -> None:
+    if value:
+        import shutil
+
+        print(profiles_listing(shutil.get_terminal_size().columns))
+        raise typer.Exit(0)
 
 
-HELP = f"""Compact Gemini CLI sessions the way Gemini CLI's /compress does, offline, into files it can resume.
+HELP = """Compact Gemini CLI sessions offline, as its /compress does, into files it can resume.
 
-Each SESSION_OR_DIR (file, directory or glob) is read as Gemini CLI would resume it and run through a port
-of its compression (--profile). A compacted session holds the summary as a user message, the reply
-"Got it. Thanks for the additional context!", then the newest ~30% of the messages unchanged (same ids,
-same bytes, written without their recorded `tokens`: a copy is not a new request, so `ctxtool stats` totals
-do not change), in the input's own format (.jsonl or .json; --era converts). Tool outputs cut by the token
-budget are saved under tool-outputs/ in the output's project folder and referenced by path.
-
-Where results go: --out DIR (default ./ctxtool-compacted, keeping <project>/chats/), or --out FILE.json /
-FILE.jsonl for a single input; --as-new-session (a new session beside the original, listed by
-`gemini --resume`, marked derivedFrom the original); --in-place (keeps the recorded history: a .jsonl gets
-one appended `$set.messages` record with the compacted history, after a backup and through an atomic replace
-that is refused if the file changed meanwhile; a legacy .json stays as it is and gets the .jsonl Gemini CLI
-writes on resume beside it). --undo drops that record again. Nothing is written on NOOP or failed statuses.
-
-Tokens before/after are one measure everywhere (compact, compare, diff): Gemini CLI's local estimate of the
-history a resume sends. The last request's recorded prompt tokens are shown beside it
-(recorded_prompt_tokens), and the figure the threshold check read (threshold_tokens) in --format json.
-
-The summary comes from --summarizer offline (deterministic, no model: it writes the facts it extracts and
-says so in the summary) or gemini (two model calls, summary and verification, as upstream; these are the
-only non-deterministic step; needs GEMINI_API_KEY).
-
-Profiles (Gemini CLI behaviour by date; default {DEFAULT_PROFILE}):
-
-\b
-{_profiles_help()}
-
-Strategies (--strategy; default gemini-cli). The others replay other agents' compaction from
-shared/spec/other-strategies.md, write a Gemini CLI session too, and use the same summarizers (with
-offline, each writes its own section layout from the same extracted facts). kode:<preset> are Kode's
-retention heuristics, which Kode itself never uses. Their tokens are Gemini CLI's local estimate; each
-row also carries the strategy's own measure (strategy_tokens). A stored <session_context> stays first;
-Gemini CLI's "Got it" ack is inserted where a layout would leave two user messages in a row.
-
-{strategies_help()}
+Each SESSION gets a summary, then its newest ~30% of messages unchanged (--profile: which Gemini CLI;
+--strategy: another agent's way; --list-profiles lists both). Results go under --output DIR (default
+./ctxtool-compacted), to --output FILE for one input, beside the original (--as-new-session) or into it
+(--in-place; --undo reverts it).
 
 Examples:
 
@@ -87,101 +83,106 @@ written, 2 usage error.
 """
 
 
-OUT = typer.Option(
+OUTPUT = typer.Option(
     None,
-    "--out",
+    "--output",
     "-o",
-    help="Write compacted sessions under DIR (default: ./ctxtool-compacted), or, for one input, "
-    "to FILE when the name ends in .json/.jsonl.",
+    metavar="DIR|FILE",
+    help="Write under DIR, or to FILE.json[l] for one.",
 )
-AS_NEW_SESSION = typer.Option(
-    False, "--as-new-session", help="Write each result as a new session beside its original."
+OUT_ALIAS = typer.Option(None, "--out", hidden=True, help="The former name of --output.")
+LIST_PROFILES = typer.Option(
+    False,
+    "--list-profiles",
+    callback=_list_profiles,
+    is_eager=True,
+    help="List the profiles and strategies, and exit.",
 )
-IN_PLACE = typer.Option(
-    False, "--in-place", help="Replace each input (after a backup <file>.ctxtool-backup-<time>)."
-)
+AS_NEW_SESSION = typer.Option(False, "--as-new-session", help="Write a new session beside each original.")
+IN_PLACE = typer.Option(False, "--in-place", help="Append to each input, after a backup.")
 ERA = typer.Option(
     None,
     "--era",
     metavar="jsonl|json",
-    help="Write the result as a current .jsonl or a legacy .json session (default: the input's own; "
-    "--out FILE takes it from the file's extension). Under --out DIR a legacy session-X.json beside the "
-    "session-X.jsonl Gemini CLI wrote on resuming it is left out (NOOP): both would become one file.",
+    help="Write .jsonl or legacy .json (default: same).",
 )
-DRY_RUN = typer.Option(False, "--dry-run", "-n", help="Show the plan; write nothing.")
-FORCE = typer.Option(False, "--force", help="Compact even under the threshold (as /compress).")
+DRY_RUN = typer.Option(False, "--dry-run", help="Show the plan; write nothing.")
+FORCE = typer.Option(False, "--force", help="Compact under the threshold too (/compress).")
 THRESHOLD = typer.Option(
-    None, "--threshold", help="Share of the token limit that triggers compaction (default: profile's)."
+    None, "--threshold", metavar="SHARE", help="Of the token limit (default: the profile's)."
 )
-TRUNCATE_ONLY = typer.Option(
-    False,
-    "--truncate-only",
-    help="Only cut old tool outputs to the budget (CONTENT_TRUNCATED); no summary.",
-)
+TRUNCATE_ONLY = typer.Option(False, "--truncate-only", help="Only cut old tool outputs; no summary.")
 PROFILE = typer.Option(
-    DEFAULT_PROFILE, "--profile", help="Gemini CLI behaviour to replay (see the list above)."
+    DEFAULT_PROFILE,
+    "--profile",
+    metavar="NAME",
+    show_default=False,
+    help="Gemini CLI release to replay (default: latest).",
 )
 CHAT_MODEL = typer.Option(
-    None, "--chat-model", help="Model the session ran on (default: the newest one it recorded)."
+    None, "--chat-model", metavar="MODEL", help="The session's model (default: its newest)."
 )
 SUMMARIZER_MODEL = typer.Option(
     None,
     "--summarizer-model",
-    help="Summarizer model (gemini; default: the model Gemini CLI 0.61 compresses this chat with).",
+    metavar="MODEL",
+    help="gemini summarizer's model (default: upstream).",
 )
-PROMPT_FILE = typer.Option(None, "--prompt-file", help="System prompt for the summarizer, from FILE.")
+PROMPT_FILE = typer.Option(
+    None, "--prompt-file", metavar="FILE", help="The summarizer's system prompt, from FILE."
+)
 PROMPT_FROM_GEMINI_CLI = typer.Option(
     False,
     "--prompt-from-gemini-cli",
-    help="Send every text of the installed Gemini CLI's compression (system prompt, instruction, "
-    "verification probe, acknowledgement, <session_context>) instead of ctxtool's wording.",
+    help="Send the installed Gemini CLI's own texts.",
 )
 WORKSPACE = typer.Option(
     None,
     "--workspace",
     metavar="DIR",
-    help="The project folder the sessions ran in, for a session that stored no <session_context> "
-    "(default: the folder .project_root names beside chats/).",
+    help="Project folder (default: from .project_root).",
 )
 SUMMARY_BUDGET = typer.Option(
     None,
     "--summary-budget",
-    help="Offline summarizer: at most TOKENS in the summary (default: 10% of the summarised span, "
-    "1000 for a short one).",
+    metavar="TOKENS",
+    help="Offline summary size (default: 10% of span).",
 )
 STRATEGY = typer.Option(
-    "gemini-cli", "--strategy", help="Compaction strategy to replay (see the list above)."
+    "gemini-cli",
+    "--strategy",
+    metavar="NAME",
+    show_default=False,
+    help="Another agent's compaction (--list-profiles).",
 )
 CONTEXT_WINDOW = typer.Option(
     None,
     "--context-window",
     min=1000,
-    help="Other strategies: context window for their trigger (default: Kode 200000, else the model's).",
+    metavar="TOKENS",
+    help="Other strategies' window (default: model's).",
 )
 INSTRUCTIONS = typer.Option(
-    None, "--instructions", help="Other strategies: focus text appended to their summary prompt."
+    None, "--instructions", metavar="TEXT", help="Other strategies: focus of their summary."
 )
 KEEP_FACTS = typer.Option(
     False,
     "--keep-facts",
-    help="With --summarizer gemini: append the deterministic facts list (user requests, commands, "
-    "errors, paths; verbatim, within the offline budget) to the model's summary, so a paraphrase cannot "
-    "lose them.",
+    help="gemini summarizer: append the extracted facts.",
 )
 REDACT_SECRETS = typer.Option(
     False,
     "--redact-secrets",
-    help="Write secrets found in the kept text (API keys, tokens, private keys) as [REDACTED:kind], so "
-    "a leaked key does not travel on into the next conversation.",
+    help="Write secrets in kept text as [REDACTED:kind].",
 )
 UNDO = typer.Option(
     False,
     "--undo",
-    help="Drop the compaction the last --in-place appended to each SESSION (a .json: remove the "
-    ".jsonl it wrote); the recorded history is untouched. With --force, also when Gemini CLI recorded "
-    "more after it.",
+    help="Drop what the last --in-place appended.",
 )
-FORMAT = typer.Option("table", "--format", "-f", help="table or json.")
+FORMAT = typer.Option(
+    "table", "--format", "-f", metavar="table|json", help="Output format.", show_default=False
+)
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ class CompactRequest:
             raise UsageError(f"--format {self.fmt!r} is not supported", "Use table or json")
         if sum((self.out is not None, self.as_new_session, self.in_place)) > 1:
             raise UsageError(
-                "--out, --as-new-session and --in-place exclude each other", "Pass only one of them"
+                "--output, --as-new-session and --in-place exclude each other", "Pass only one of them"
             )
         if self.era is not None and self.era not in ("jsonl", "json"):
             raise UsageError(
@@ -236,7 +237,7 @@ class CompactRequest:
             )
         if self.era is not None and self.in_place:
             raise UsageError(
-                "--in-place keeps each file's format", "Drop --era, or use --out / --as-new-session"
+                "--in-place keeps each file's format", "Drop --era, or use --output / --as-new-session"
             )
         compaction.check_summarizer(self.summarizer)
         if self.threshold is not None and not 0 < self.threshold <= 1:
@@ -308,7 +309,7 @@ class CompactRequest:
             destination = lib.Destination(mode, self.out.parent, out_file=self.out)
             if self.era is not None and self.out.suffix != f".{self.era}":
                 raise UsageError(
-                    f"--era {self.era} does not match --out {self.out}",
+                    f"--era {self.era} does not match --output {self.out}",
                     f"Name the output *.{self.era}, or drop --era",
                 )
         else:
@@ -342,7 +343,9 @@ class CompactRequest:
 
 def compact(
     paths: list[str] = options.SESSION_PATHS,
-    out: Path = OUT,
+    out: Path = OUTPUT,
+    out_alias: Path = OUT_ALIAS,
+    list_profiles: bool = LIST_PROFILES,
     as_new_session: bool = AS_NEW_SESSION,
     in_place: bool = IN_PLACE,
     era: str = ERA,
@@ -376,6 +379,9 @@ def compact(
     session: list[str] = options.SESSION,
     only_model: list[str] = options.MODEL,
 ) -> int:
+    if out is not None and out_alias is not None:
+        raise UsageError("--output and --out are the same option", "Pass it once, as --output")
+    out = out if out is not None else out_alias
     if undo:
         return _undo(paths, force=force, fmt=fmt, width=width, color=color)
     request = CompactRequest(

@@ -14,23 +14,16 @@ from ctxtool.common.errors import UsageError
 
 HELP = """Run compaction strategies side by side on the same sessions and compare what they keep.
 
-Each SESSION (file, directory or glob) is compacted by every strategy of --strategies (see `ctxtool
-compact --help` for the list and what an offline replay of each cannot reproduce), always forced, into a
-temporary directory (or --keep DIR), and each result is read back as a Gemini CLI session. Per session and
-strategy: whether the strategy's own trigger would have fired while the session was recorded and in which
-user turn, tokens before → after (Gemini CLI's local estimate for every strategy, plus the strategy's own
-measure in json/csv), reduction, messages kept, retention of the facts of the whole history (file paths,
-shell commands, errors, user directives) and the time taken.
-
---format table (with a bar chart per strategy), json or csv (one row per session and strategy, with a
-`strategy` column); --output PATH writes it to a file. --chart FILE.png|FILE.svg also draws tokens and
-retention per strategy with matplotlib.
+Each SESSION is compacted by every strategy of --strategies (`ctxtool compact --list-profiles` lists them),
+always forced, into a temporary folder (or --keep DIR) and read back. Per session and strategy: whether its
+own trigger would have fired and in which turn, tokens before and after (Gemini CLI's estimate), messages
+kept, retention of the history's facts (paths, commands, errors, directives) and the time taken.
 
 Examples:
 
 \b
   ctxtool compare ~/.gemini/tmp/myproj/chats/
-  ctxtool compare SESSION.jsonl --strategies gemini-cli,pi --output compare.csv
+  ctxtool compare SESSION.jsonl --strategies gemini-cli,pi -o compare.csv
   ctxtool compare SESSION.jsonl --chart strategies.png
 
 Exit status: 0 compared (whatever the outcomes), 1 a session could not be read or compacted, 2 usage error.
@@ -39,22 +32,27 @@ Exit status: 0 compared (whatever the outcomes), 1 a session could not be read o
 
 FORMATS = ("table", "json", "csv")
 STRATEGIES = typer.Option(
-    "gemini-cli,kode,pi,openclaw,codex", "--strategies", "-s", help="Comma-separated strategy names."
+    "gemini-cli,kode,pi,openclaw,codex",
+    "--strategies",
+    metavar="NAMES",
+    show_default=False,
+    help="Comma-separated (default: gemini-cli,kode,...).",
 )
-SUMMARIZER_MODEL = typer.Option(None, "--summarizer-model", help="Summarizer model (gemini).")
+SUMMARIZER_MODEL = typer.Option(
+    None, "--summarizer-model", metavar="MODEL", help="gemini summarizer's model."
+)
 CONTEXT_WINDOW = typer.Option(
     None,
     "--context-window",
     min=1000,
-    help="Context window for every strategy's trigger (default: Kode 200000, others the model's limit).",
+    metavar="TOKENS",
+    help="Every strategy's window (default: model's).",
 )
-KEEP = typer.Option(None, "--keep", help="Keep the compacted sessions under DIR/<strategy>/.")
-CHART = typer.Option(None, "--chart", help="Also write a chart to FILE (.png or .svg).")
-BARS = typer.Option(True, "--bars/--no-bars", help="Bar chart under the table (table format).")
-FORMAT = typer.Option(
-    None, "--format", "-f", help="table, json or csv (default: --output's suffix, else table)."
-)
-OUTPUT = typer.Option(None, "--output", "-o", help="Write json/csv to PATH, not stdout.")
+KEEP = typer.Option(None, "--keep", metavar="DIR", help="Keep the results under DIR/<strategy>/.")
+CHART = typer.Option(None, "--chart", metavar="FILE", help="Also draw a chart (.png or .svg).")
+BARS = typer.Option(True, "--bars/--no-bars", show_default=False, help="Bar chart under the table (default).")
+FORMAT = typer.Option(None, "--format", "-f", metavar="FORMAT", help="table, json or csv (default: suffix).")
+OUTPUT = typer.Option(None, "--output", "-o", metavar="FILE", help="Write json/csv to FILE.")
 
 
 def compare(

@@ -39,7 +39,7 @@ Exit status: 0 ok, 1 with --strict when a file could not be read in full, 2 usag
 
 def export(
     paths: list[str] = typer.Argument(
-        None, help="Session files, directories or globs (default: the data root)."
+        None, metavar="PATH...", help="Session files, directories or globs (default: the data root)."
     ),
     to: Path = typer.Option(
         ..., "--to", "-t", "--output", "-o", help="The dataset directory (created if missing)."

@@ -24,51 +24,57 @@ class Color(StrEnum):
     never = "never"
 
 
-PATHS = typer.Argument(None, help="Session files, directories or globs (default: the data root).")
+PATHS = typer.Argument(
+    None, metavar="PATH...", help="Session files, folders or globs (default: the data root)."
+)
 COLOR = typer.Option(
     Color.auto,
     "--color",
-    help="auto: colour on a terminal unless NO_COLOR is set or TERM=dumb, and in a pipe when FORCE_COLOR is "
-    "set; always; never.",
+    metavar="WHEN",
+    show_default=False,
+    help="auto (default; see NO_COLOR), always, never.",
 )
-WIDTH = typer.Option(None, "--width", min=40, help="Table width in characters (default: terminal).")
-STRICT = typer.Option(False, "--strict", help="Exit 1 when any file could not be read or had broken lines.")
-SUMMARIZER = typer.Option("offline", "--summarizer", help="offline (deterministic) or gemini.")
+WIDTH = typer.Option(None, "--width", min=40, metavar="N", help="Table width (default: terminal).")
+STRICT = typer.Option(False, "--strict", help="Exit 1 when a file was unreadable or broken.")
+SUMMARIZER = typer.Option(
+    "offline",
+    "--summarizer",
+    metavar="NAME",
+    show_default=False,
+    help="offline (default; no model) or gemini.",
+)
 BASE_URL = typer.Option(
-    None, "--base-url", envvar="GOOGLE_GEMINI_BASE_URL", help="Gemini API base URL (gemini summarizer)."
+    None,
+    "--base-url",
+    envvar="GOOGLE_GEMINI_BASE_URL",
+    show_envvar=False,
+    metavar="URL",
+    help="Gemini API URL (env GOOGLE_GEMINI_BASE_URL).",
 )
-SHOW_SECRETS = typer.Option(
-    False,
-    "--show-secrets",
-    help="Show secrets found in session text (API keys, tokens, private keys) instead of [REDACTED:kind].",
-)
-WIDE = typer.Option(
-    False, "--wide", help="Show every column, even wider than the terminal (default: drop the least needed)."
-)
+SHOW_SECRETS = typer.Option(False, "--show-secrets", help="Show secrets, not [REDACTED:kind].")
+WIDE = typer.Option(False, "--wide", help="Every column, even past the width.")
 
-SESSION_PATHS = typer.Argument(
-    ..., help="Session files, directories, globs, or session ids (a unique prefix of 4+ characters)."
-)
+SESSION_PATHS = typer.Argument(..., metavar="SESSION...", help="Session files, folders, globs or ids.")
 
 # The session filters: one spelling and one help on every command that reads sessions.
-SINCE = typer.Option(None, "--since", help="Only requests on or after DATE (YYYY-MM-DD, UTC).")
-UNTIL = typer.Option(None, "--until", help="Only requests on or before DATE (YYYY-MM-DD, UTC).")
+SINCE = typer.Option(None, "--since", metavar="DATE", help="Only requests on or after DATE (UTC).")
+UNTIL = typer.Option(None, "--until", metavar="DATE", help="Only requests on or before DATE (UTC).")
 PROJECT = typer.Option(
-    None, "--project", "-p", help="Only this project (name, path fragment or folder); repeatable."
+    None, "--project", "-p", metavar="NAME", help="Only this project (name or path); repeatable."
 )
 SESSION = typer.Option(
     None,
     "--session",
     "-s",
-    help="Only this session: its id or a unique prefix of it (the short id the tables show), or its file "
-    "name; repeatable.",
+    metavar="ID",
+    help="Only this session (id or file); repeatable.",
 )
 MODEL = typer.Option(
     None,
     "--model",
     "-m",
-    help="Only requests made with this model, or a model starting with it (gemini-2.5 names every 2.5 "
-    "model); repeatable.",
+    metavar="MODEL",
+    help="Only this model (or prefix); repeatable.",
 )
 
 
@@ -128,8 +134,8 @@ TIMEZONE = typer.Option(
     None,
     "--timezone",
     "--tz",
-    help="IANA time zone of the days, weeks and months (stats --by day|week|month, audit's daily cost), "
-    "e.g. Europe/Paris (default: UTC).",
+    metavar="ZONE",
+    help="IANA zone of days, e.g. Europe/Paris.",
 )
 
 
@@ -149,12 +155,12 @@ def check_timezone(timezone: str | None) -> None:
         ) from None
 
 
-NO_CACHE = typer.Option(
-    False, "--no-cache", help="Read every file again; neither use nor update ctxtool's index."
-)
+NO_CACHE = typer.Option(False, "--no-cache", help="Read every file again; skip ctxtool's index.")
 CACHE_DIR = typer.Option(
     None,
     "--cache-dir",
     envvar="CTXTOOL_CACHE_DIR",
-    help="Where ctxtool keeps its index (default: the platform's user cache directory).",
+    show_envvar=False,
+    metavar="DIR",
+    help="Index folder (env CTXTOOL_CACHE_DIR).",
 )

@@ -21,28 +21,17 @@ if TYPE_CHECKING:
 
 HELP = """Report token usage, context-window share, cache hits and cost of Gemini CLI sessions.
 
-PATHS are session files, directories or globs; with none, the Gemini CLI data root is scanned
-($GEMINI_CLI_HOME/.gemini/tmp if set, else ~/.gemini/tmp). A PATH may instead be one dataset directory
-written by `ctxtool export`. Token sums count every request ever billed
-(including requests later removed by a rewind or a checkpoint); --live keeps only the history Gemini CLI
-would resume.
-
-Token columns, as ccusage counts them: input (prompt tokens not served from the cache), cached, output,
-thoughts and tool add up to total; prompt_tokens (JSON, CSV, --wide) is the whole prompt, input + cached.
-
-What fills the context (the ctx_overhead, ctx_prompts, ctx_model and ctx_tool_io columns of --by
-request, summed for --by turn and session, and --top) are estimates: each part of the history sent
-with a request is estimated with Gemini CLI's own estimator (4 characters a token), then scaled so
-that the parts add up to the prompt tokens recorded for the request; overhead is what the history
-does not explain (system prompt, tool declarations, environment), the same for every request of a
-session. The event column of --by request marks compressions, rewinds, rollbacks and model switches.
+Each PATH is a session file, folder or glob (default: $GEMINI_CLI_HOME/.gemini/tmp, else ~/.gemini/tmp),
+or one dataset folder `ctxtool export` wrote. Sums count every request billed, rewound ones too (--live:
+only the history Gemini CLI would resume). input, cached, output, thoughts and tool add up to total, as
+ccusage counts them. The ctx_* columns and --top are estimates of what fills the context (README).
 
 Examples:
 
 \b
-  ctxtool stats                                  # every session, one row each
-  ctxtool stats --by week --timezone Europe/Paris --sort cost --desc --limit 5
-  ctxtool stats --session c4e5f6a7 --top 5       # the 5 largest items in its context
+  ctxtool stats                                  # every session
+  ctxtool stats --by week --sort cost --desc --limit 5
+  ctxtool stats --session c4e5f6a7 --top 5       # its largest items
 
 Exit status: 0 ok; 1 a PATH matched no session (an error, on stderr), or with --strict a file
 could not be read in full; 2 usage error.
@@ -88,34 +77,33 @@ BY = typer.Option(
     None,
     "--by",
     "-b",
-    help="Rows: turn, request, session, model, project, day, week (by its Monday) or month "
-    "(default: turn for one session, else session).",
+    metavar="ROWS",
+    help="turn, request, session, model, project, day, week, month.",
 )
 FORMAT = typer.Option(
     None,
     "--format",
     "-f",
-    help="table, json, jsonl, csv or parquet (default: --output's suffix, else table).",
+    metavar="FORMAT",
+    help="table, json, jsonl, csv, parquet (default: suffix).",
 )
-OUTPUT = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output.")
-SORT = typer.Option(None, "--sort", help="Sort rows by COLUMN (any column of the report).")
+OUTPUT = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE, not standard output.")
+SORT = typer.Option(None, "--sort", metavar="COLUMN", help="Sort rows by COLUMN.")
 DESC = typer.Option(False, "--desc", help="With --sort: largest first.")
-LIMIT = typer.Option(None, "--limit", "-n", min=1, help="Show at most N rows (after sorting).")
+LIMIT = typer.Option(None, "--limit", "-n", min=1, metavar="N", help="At most N rows, after sorting.")
 TOP = typer.Option(
     None,
     "--top",
     min=1,
-    help="Instead of --by: the N largest items in context at each session's last request (tool outputs "
-    "by tool and file or command, prompts, model turns, overhead), estimated tokens and share.",
+    metavar="N",
+    help="The N largest items in each context, not --by.",
 )
-LIVE = typer.Option(
-    False, "--live", help="Count only requests still in the live history (not rewound or checkpointed away)."
-)
+LIVE = typer.Option(False, "--live", help="Only requests in the history a resume sends.")
 SUBAGENTS = typer.Option(
     True,
     "--subagents/--no-subagents",
-    help="Include subagent sessions (chats/<parent-id>/*.json[l], and flat files of kind subagent); "
-    "their tokens and turns roll up into the parent.",
+    show_default=False,
+    help="Count subagents in their parent (default).",
 )
 
 
@@ -243,13 +231,22 @@ def stats(
     corpus, cache_use = _load(request, cache=not no_cache, cache_dir=cache_dir)
     from ctxtool.stats import stats_report
 
-    report = stats_report(corpus, request.query, warn=_warn)
+    warnings: list[str] = []
+    report = stats_report(corpus, request.query, warn=warnings.append)
+    unmatched = _unmatched(request.paths)
+    # Only PATHs that name nothing: one line says so (from _exit_status), not a warning, an empty
+    # "Read 0 files" caption and then that line.
+    only_unmatched = bool(unmatched) and report.sessions_read == 0
+    for message in warnings:
+        if not (only_unmatched and any(message.startswith(f"{p}: matches no file") for p in unmatched)):
+            _warn(message)
     if report.by == "top":
         _write_top(report, request, color=color, width=width, wide=wide)
         return ExitStatus.OK
     summary = report.read_summary(cache_use)
     if request.fmt == "table" and report.rows.height == 0:
-        _nothing_to_report(report, summary, request.given)
+        if not only_unmatched:
+            _nothing_to_report(report, summary, request.given)
     elif request.fmt == "table":
         _print_report(report, summary, request, color=color, width=width, wide=wide)
     else:

@@ -17,6 +17,19 @@ SUFFIX_FORMATS: dict[str, str] = {
     ".md": "markdown",
     ".markdown": "markdown",
     ".xml": "junit",
+    # Formats no command writes to a table or data file: naming one is a usage error, never a text table
+    # written under a spreadsheet's or a page's name.
+    ".xlsx": "xlsx",
+    ".xls": "xls",
+    ".ods": "ods",
+    ".tsv": "tsv",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".png": "png",
+    ".svg": "svg",
 }
 
 
