@@ -379,9 +379,7 @@ def compact(
     session: list[str] = options.SESSION,
     only_model: list[str] = options.MODEL,
 ) -> int:
-    if out is not None and out_alias is not None:
-        raise UsageError("--output and --out are the same option", "Pass it once, as --output")
-    out = out if out is not None else out_alias
+    out = _one_output(out, out_alias)
     if undo:
         return _undo(paths, force=force, fmt=fmt, width=width, color=color)
     request = CompactRequest(
@@ -415,6 +413,19 @@ def compact(
         only_model=only_model,
     )
     request.check()
+    return _run(request, paths, show_secrets=show_secrets, width=width, color=color, wide=wide)
+
+
+def _run(
+    request: CompactRequest,
+    paths: list[str],
+    *,
+    show_secrets: bool,
+    width: int,
+    color: options.Color,
+    wide: bool,
+) -> int:
+    """The checked request, run: texts and summarizer, the sessions named, the compactions, the output."""
     texts = request.texts()
     summ = request.make_summarizer()
     found, sources = compaction.session_files(paths, request.filters())
@@ -424,6 +435,13 @@ def compact(
     opts = request.compact_options(texts, destination)
     reports = _compact_all(sources, found.missing, summ, opts, destination)
     return _show(reports, request, show_secrets=show_secrets, width=width, color=color, wide=wide)
+
+
+def _one_output(out: Path, alias: Path) -> Path:
+    """``--output``, or ``--out`` (its old name, hidden): one of them at most."""
+    if out is not None and alias is not None:
+        raise UsageError("--output and --out are the same option", "Pass it once, as --output")
+    return out if out is not None else alias
 
 
 def _compact_all(

@@ -129,44 +129,12 @@ def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
         .sort("day", "project", nulls_last=True)
     )
     cost = _field("sum(cost):Q", format="$.4f")
-
-    def per_day(
-        frame: pl.DataFrame, key: str, measure: str, axis: str, tooltip: list[Any], title: str
-    ) -> dict[str, Any]:
-        """Stacked bars of one measure per day, coloured by ``key`` (a model or a project), at most
-        ``SERIES`` colours."""
-        frame = _top_series(frame, key, measure.split("(")[1].split(")")[0])
-        return _top(
-            _chart(
-                _values(frame),
-                "bar",
-                encoding={
-                    "x": _field("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
-                    "y": _field(measure, title=axis, axis=_COST_AXIS if "cost" in measure else _TOKENS_AXIS),
-                    "color": _field(f"{key}:N", title=key, legend=_legend(_SHORT_LABEL)),
-                    "tooltip": [_field("day:T"), _field(f"{key}:N"), *tooltip],
-                },
-                title=title,
-                width="container",
-                height=220,
-            )
-        )
-
-    cost_day = per_day(
-        by_model,
-        "model",
-        "sum(cost):Q",
-        "cost (USD)",
-        [cost, _field("sum(total):Q", format=",")],
-        "Spend per day, by model",
+    tokens = _field("sum(total):Q", format=",")
+    cost_day = _per_day(
+        by_model, "model", "sum(cost):Q", "cost (USD)", [cost, tokens], "Spend per day, by model"
     )
-    tokens_day = per_day(
-        by_project,
-        "project",
-        "sum(total):Q",
-        "tokens billed",
-        [_field("sum(total):Q", format=","), cost],
-        "Tokens per day, by project",
+    tokens_day = _per_day(
+        by_project, "project", "sum(total):Q", "tokens billed", [tokens, cost], "Tokens per day, by project"
     )
     totals = (
         req.group_by("project")
@@ -174,7 +142,39 @@ def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
         .sort(["total", "project"], descending=[True, False], nulls_last=True)
         .head(20)
     )
-    per_project = _top(
+    return [
+        ("spend-day-model", cost_day),
+        ("tokens-day-project", tokens_day),
+        ("tokens-project", _per_project(totals)),
+    ]
+
+
+def _per_day(
+    frame: pl.DataFrame, key: str, measure: str, axis: str, tooltip: list[Any], title: str
+) -> dict[str, Any]:
+    """Stacked bars of one measure per day, coloured by ``key`` (a model or a project), at most ``SERIES``
+    colours."""
+    frame = _top_series(frame, key, measure.split("(")[1].split(")")[0])
+    return _top(
+        _chart(
+            _values(frame),
+            "bar",
+            encoding={
+                "x": _field("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
+                "y": _field(measure, title=axis, axis=_COST_AXIS if "cost" in measure else _TOKENS_AXIS),
+                "color": _field(f"{key}:N", title=key, legend=_legend(_SHORT_LABEL)),
+                "tooltip": [_field("day:T"), _field(f"{key}:N"), *tooltip],
+            },
+            title=title,
+            width="container",
+            height=220,
+        )
+    )
+
+
+def _per_project(totals: pl.DataFrame) -> dict[str, Any]:
+    """Tokens billed by project, the largest first."""
+    return _top(
         _chart(
             _values(totals),
             "bar",
@@ -195,11 +195,6 @@ def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
             autosize={"type": "fit-x", "contains": "padding"},  # a bar per project: its height is discrete
         )
     )
-    return [
-        ("spend-day-model", cost_day),
-        ("tokens-day-project", tokens_day),
-        ("tokens-project", per_project),
-    ]
 
 
 _SHORT_LABEL = "length(datum.label) > 28 ? '…' + slice(datum.label, -27) : datum.label"
