@@ -176,3 +176,16 @@ def test_replay_runs_without_polars() -> None:
     code = "import sys; import ctxtool.frames.replay; print('polars' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_no_function_over_80_lines() -> None:
+    """Commands resolve options, call one library function and render; long library functions are named
+    steps. A function (its signature included) stays within 80 lines."""
+    long = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > 80:
+                    long.append(f"{module_name(path)}.{node.name}: {lines} lines")
+    assert long == []
