@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: demo test check lint format typecheck bench clean gemini-cli-fixtures
+.PHONY: demo test test-fast check lint format typecheck bench clean gemini-cli-fixtures
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +26,17 @@ demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/ctxtool report fixtures/ --output demo-report.html --no-cache
 	@echo "HTML report: $(CURDIR)/demo-report.html"
 
-## test: the whole test suite
+# pytest-xdist: one worker per core, handed one test at a time, so the slow tier (run first, see
+# tests/conftest.py) spreads over every worker instead of queueing on the first.
+PYTEST_PARALLEL ?= -n auto --maxschedchunk 1
+
+## test: the whole test suite (about 4 minutes on 2 idle cores)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
+
+## test-fast: every test but the slow tier (the real Gemini CLI and Chromium): the inner loop
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check ctxtool tests bench
@@ -44,7 +52,7 @@ check: $(STAMP)
 	$(BIN)/ruff check ctxtool tests bench
 	$(BIN)/ruff format --check ctxtool tests bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 ## bench: speed and memory against an orjson floor measured in the same run, then where the time goes
 bench: $(STAMP)

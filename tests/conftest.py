@@ -28,6 +28,21 @@ _SECRET_VARS = (
 )
 
 
+# The slowest tier (``make test-fast`` leaves it out, ``make check`` runs it): every test that starts the real
+# Gemini CLI or Chromium, found by the fixture it asks for, so a new such test is in the tier without a mark.
+SLOW_FIXTURES = frozenset({"gemini_cli", "chromium"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects by the mark
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the slowest tier ``slow`` and run it first (stable otherwise): under pytest-xdist the long tests
+    then start at once on every worker instead of one of them being the last to finish."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

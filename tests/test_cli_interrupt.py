@@ -17,7 +17,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -268,24 +270,32 @@ def wait_for_forkserver_worker(proc: subprocess.Popen[bytes]) -> bool:
     return False
 
 
+@pytest.fixture
+def socket_tmpdir() -> Iterator[Path]:
+    """A short TMPDIR for a forkserver: its socket, TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, must fit the 107
+    bytes of an AF_UNIX address, which a path under pytest's tmp_path (deeper under pytest-xdist) can pass."""
+    folder = Path(tempfile.mkdtemp(prefix="ctxtool-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_ctrl_c_while_a_forkserver_pool_parses_leaves_nothing(
-    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    corpus: Path, tmp_path: Path, socket_tmpdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A command that has loaded polars before it scans (``audit``) starts its workers through a forkserver,
     beside multiprocessing's resource tracker: both are ended too, the server's socket folder is removed
     and the tracker says nothing (it would warn of the pool's semaphores, which are unlinked instead)."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(socket_tmpdir))
     for k, offset in enumerate((0.0, 0.005, 0.02)):
         monkeypatch.setenv("CTXTOOL_CACHE_DIR", str(tmp_path / f"cache{k}"))  # a first scan each time
         proc = start(["audit", str(corpus), "--max-session-tokens", "2M"], tmp_path / "err")
-        assert wait_for_forkserver_worker(proc), "no worker process started by a forkserver"
+        assert wait_for_forkserver_worker(proc), (tmp_path / "err").read_text() or "no worker started"
         time.sleep(offset)
         send(proc, signal.SIGINT, to_group=bool(k % 2))
         result, left = end(proc, tmp_path / "err", f"Ctrl-C {offset} s after a worker started")
         assert left == [], (offset, result)
         assert result == INTERRUPTED, offset
-    assert list((tmp_path / "tmp").iterdir()) == []
+    assert list(socket_tmpdir.iterdir()) == []
 
 
 _SEMAPHORE = """
@@ -301,7 +311,9 @@ time.sleep(60)
 """
 
 
-def test_ctrl_c_unlinks_the_named_semaphores_of_a_forkserver_pool(tmp_path: Path) -> None:
+def test_ctrl_c_unlinks_the_named_semaphores_of_a_forkserver_pool(
+    tmp_path: Path, socket_tmpdir: Path
+) -> None:
     """The resource tracker is killed with the other children: the semaphores it would have unlinked (with
     a warning) once this process was gone are unlinked by the handler."""
     with (tmp_path / "err").open("wb") as err:
@@ -310,7 +322,7 @@ def test_ctrl_c_unlinks_the_named_semaphores_of_a_forkserver_pool(tmp_path: Path
             stdout=subprocess.PIPE,
             stderr=err,
             start_new_session=True,
-            env={**os.environ, "TMPDIR": str(tmp_path)},  # (the forkserver's socket folder)
+            env={**os.environ, "TMPDIR": str(socket_tmpdir)},  # (the forkserver's socket folder)
         )
     assert proc.stdout is not None
     try:
@@ -327,7 +339,7 @@ def test_ctrl_c_unlinks_the_named_semaphores_of_a_forkserver_pool(tmp_path: Path
     assert left == []
     assert result == INTERRUPTED
     assert not semaphore.exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["err"]  # no pymp-* folder
+    assert list(socket_tmpdir.iterdir()) == []  # no pymp-* folder
 
 
 _WINDOW = """

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -638,21 +637,11 @@ def real_copy(tmp_path: Path) -> Callable[[str], Path]:
 
 @real
 @pytest.mark.parametrize("name", BIG)
-def test_real_sessions_compact_offline(
-    real_copy: Callable[[str], Path], name: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_real_sessions_compact_offline(real_copy: Callable[[str], Path], name: str) -> None:
     path = real_copy(name)
-    start = time.perf_counter()
     report = run(path)
-    elapsed = time.perf_counter() - start
     check_round_trip(path, report)
     assert report.retention is not None
-    figures = {k: v["percent"] for k, v in report.retention.items()}
-    with capsys.disabled():
-        print(
-            f"\n{name}: {report.tokens_before} -> {report.tokens_after} tokens "
-            f"in {elapsed:.2f}s, retention {figures}"
-        )
 
 
 def test_a_new_session_is_titled_after_the_original() -> None:

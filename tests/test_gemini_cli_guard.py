@@ -20,6 +20,7 @@ import pytest
 from ctxtool.cli import run
 from tests.gemini_cli_harness import (
     CHAT_MODEL,
+    NO_RELAUNCH,
     FakeGeminiAPI,
     Run,
     Workspace,
@@ -48,6 +49,7 @@ def _gemini(binary: Path, ws: Workspace, url: str, args: list[str], extra: dict[
         "TZ": "UTC",
         "LANG": "en_US.UTF-8",
         "PYTHONPATH": str(REPO),  # the hook runs the venv's ctxtool script: make it this checkout's
+        **NO_RELAUNCH,
         **extra,
     }
     assert url.startswith("http://127.0.0.1:")
