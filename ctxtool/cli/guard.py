@@ -58,21 +58,19 @@ def guard(
 ) -> int:
     from ctxtool.hooks import guard as hook
 
-    argv: list[str] = []
-    for flag, value in (
-        ("--max-session-cost", max_session_cost),
-        ("--max-session-tokens", max_session_tokens),
-        ("--max-daily-cost", max_daily_cost),
-        ("--max-context-share", max_context_share),
-        ("--warn-at", warn_at),
-        ("--fallback-model", fallback_model),
-        ("--cache-dir", cache_dir),
-        ("--scope", scope),
-    ):
-        if value is not None:
-            argv += [flag, value]
-    if fail_closed:
-        argv.append("--fail-closed")
+    argv = hook.to_argv(
+        [
+            ("--max-session-cost", max_session_cost),
+            ("--max-session-tokens", max_session_tokens),
+            ("--max-daily-cost", max_daily_cost),
+            ("--max-context-share", max_context_share),
+            ("--warn-at", warn_at),
+            ("--fallback-model", fallback_model),
+            ("--cache-dir", cache_dir),
+            ("--scope", scope),
+        ],
+        fail_closed=fail_closed,
+    )
     hook.run(argv, sys.stdin, sys.stdout, sys.stderr)
     return ExitStatus.OK
 

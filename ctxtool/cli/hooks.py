@@ -68,19 +68,17 @@ def install(
     from ctxtool.common.errors import UsageError
     from ctxtool.hooks import guard, settings
 
-    argv: list[str] = []
-    for flag, value in (
-        ("--max-session-cost", max_session_cost),
-        ("--max-session-tokens", max_session_tokens),
-        ("--max-daily-cost", max_daily_cost),
-        ("--max-context-share", max_context_share),
-        ("--warn-at", warn_at),
-        ("--fallback-model", fallback_model),
-    ):
-        if value is not None:
-            argv += [flag, value]
-    if fail_closed:
-        argv.append("--fail-closed")
+    argv = guard.to_argv(
+        [
+            ("--max-session-cost", max_session_cost),
+            ("--max-session-tokens", max_session_tokens),
+            ("--max-daily-cost", max_daily_cost),
+            ("--max-context-share", max_context_share),
+            ("--warn-at", warn_at),
+            ("--fallback-model", fallback_model),
+        ],
+        fail_closed=fail_closed,
+    )
     opts = guard.parse_args(argv)  # refuses a bad budget here, not before every model call
     if not opts.limits:
         raise UsageError(

@@ -110,6 +110,16 @@ def format_limit(kind: str, value: float, *, plain: bool = False) -> str:
     return f"{value * 100:g}%" if plain else f"{value * 100:.0f}%"
 
 
+def to_argv(values: Sequence[tuple[str, str | None]], *, fail_closed: bool) -> list[str]:
+    """The guard's command line from option values (``("--max-session-cost", "5")``, ``None`` for one not
+    given): what ``ctxtool guard`` hands to ``run`` and what ``hooks install`` writes into settings.json."""
+    argv: list[str] = []
+    for flag, value in values:
+        if value is not None:
+            argv += [flag, value]
+    return [*argv, "--fail-closed"] if fail_closed else argv
+
+
 def parse_args(argv: Sequence[str]) -> GuardOptions:
     """The guard's options (``--name value`` or ``--name=value``); a UsageError names what is wrong."""
     opts = GuardOptions()
