@@ -91,7 +91,7 @@ def pool_start_cpu(repeat: int) -> float:
 
 _CROSSOVER_CHILD = """
 import json, sys, time
-from ctxtool import loading
+from ctxtool.frames import loading
 from ctxtool.session import scan
 paths, workers = json.loads(sys.argv[1]), int(sys.argv[2])
 scan.PARALLEL_MIN_BYTES = 0
