@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: demo test test-fast check lint format typecheck bench clean gemini-cli-fixtures
+.PHONY: demo test test-fast check lint format typecheck bench rates clean gemini-cli-fixtures
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py --write-readme
 	$(BIN)/python bench/profile.py
+
+## rates: write the price rates shipped in the package (ctxtool/measure/rates_snapshot.json) from the installed
+## genai-prices; run it after upgrading genai-prices (tests/test_rates_snapshot.py says when it is due)
+rates: $(STAMP)
+	$(BIN)/python bench/rates_snapshot.py
 
 ## gemini-cli-fixtures: play the scripted conversations with the pinned Gemini CLI again (needs npm)
 gemini-cli-fixtures: $(STAMP)

@@ -39,8 +39,10 @@ import guard_bench  # a sibling script, not a package
 import make_corpus  # a sibling script, not a package
 import peers as side_by_side  # a sibling script, not a package
 import scenarios
+from peers import LARGE_TARGETS, SMALL_TARGETS
 
 REPO = Path(__file__).resolve().parents[1]
+SMALL_HOME = REPO / "bench" / "home"  # the 43 real sessions laid out once as a home (git-ignored)
 COLD_TARGET = 1.5  # ctxtool cold wall time must stay within 1.5x the floor
 PEER_TARGET = 0.8  # ... and within 0.8x ccusage's
 PEER_TIMEOUT_S = 900
@@ -308,9 +310,18 @@ def _tail(data: bytes, lines: int = 3) -> str:
     return " | ".join(text[-lines:]) if text else "no output"
 
 
+def _home(name: str, root: Path, targets: Sequence[side_by_side.Target], rounds: int) -> side_by_side.Home:
+    found = session_files(root)
+    megabytes = sum(os.path.getsize(f) for f in found) / 1e6
+    return side_by_side.Home(name, root, len(found), megabytes, targets, rounds)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ctxtool speed/memory benchmark against an orjson floor")
     parser.add_argument("--repeat", type=int, default=3, help="runs per contender (best wall time is kept)")
+    parser.add_argument(
+        "--small-rounds", type=int, default=5, help="alternating rounds against ccusage on the 25 MB home"
+    )
     parser.add_argument("--size-mb", type=int, default=500, help="corpus size to build or reuse")
     parser.add_argument("--no-peers", action="store_true", help="skip ccusage and tokscale")
     parser.add_argument("--floor-only", action="store_true", help="measure the orjson floor only")
@@ -333,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         root = make_corpus.build(size_mb=args.size_mb)
+        small = None if args.floor_only else make_corpus.build(out=SMALL_HOME, size_mb=1)
     except make_corpus.CorpusError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 2
@@ -350,17 +362,22 @@ def main(argv: list[str] | None = None) -> int:
     measured = None if args.floor_only else args.ctxtool or ctxtool_exe()
     if measured is not None:
         print(f"ctxtool: {measured} ({byte_compile(measured)})")
-    if measured is not None and not args.no_peers:
-        # A new user's view first: ctxtool and ccusage side by side, in alternating rounds (issue 16).
-        lines, figures = side_by_side.compare(measured, root, args.repeat, measure)
+    if measured is not None and not args.no_peers and small is not None:
+        # A new user's view first: ctxtool and ccusage side by side on both homes, the small one first, in
+        # alternating rounds (issue 25).
+        homes = [
+            _home("The 43 real sessions as a home (bench/home)", small, SMALL_TARGETS, args.small_rounds),
+            _home("The bench corpus (bench/corpus)", root, LARGE_TARGETS, args.repeat),
+        ]
+        lines, figures = side_by_side.compare(measured, homes, measure)
         launcher, _ = side_by_side.install_ccusage()
         if launcher is not None:  # the rows below time it too, beside the floor and the binary alone
             os.environ["PATH"] = f"{launcher.parent}{os.pathsep}{os.environ.get('PATH', '')}"
         print("\n".join(lines) + "\n")
-        if figures and args.write_readme:
-            corpus = f"{len(files)} session files, {total:.0f} MB (bench/make_corpus.py)"
-            if side_by_side.write_readme(side_by_side.readme_table(figures, corpus)):
-                print("README.md: performance table written\n")
+        if args.write_readme and figures["ccusage"] is None:
+            print("README.md: table left as it was (ccusage was not measured)\n")
+        elif args.write_readme and side_by_side.write_readme(side_by_side.readme_table(figures)):
+            print("README.md: performance tables written\n")
     if args.peers_only:
         return 0
     rows: list[tuple[str, Measure | None, str]] = []
@@ -371,8 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="bench-cold-") as cache,
         tempfile.TemporaryDirectory(prefix="bench-home-") as home,
     ):
-        # --no-cache: no session index. The price-rate memo (genai-prices data, per day) lives in this
-        # temporary cache dir; the "no price memo" row bypasses it too, as a first run of the day would.
+        # --no-cache: no session index. Prices come from the rates shipped in the package (else the memo of
+        # the day in this temporary cache dir); the "prices asked" row bypasses both and asks genai-prices,
+        # as a run does after an upgrade of genai-prices that `make rates` has not followed yet.
         cold_env = {**os.environ, "CTXTOOL_CACHE_DIR": cache}
         peers = [] if (args.no_peers or args.floor_only) else peer_commands(root, Path(home))
         contenders: list[tuple[str, list[str], Mapping[str, str] | None]] = [
@@ -404,10 +422,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             cold = timed["cold"]
             rows.append(
-                ("ctxtool stats cold", cold, cold_note or "no session index; price-rate memo present")
+                ("ctxtool stats cold", cold, cold_note or "no session index; rates shipped in the package")
             )
             if first is not None and first.returncode == 0:
-                rows.append(("ctxtool cold, no price memo", first, "also loads genai-prices' data"))
+                note = "CTXTOOL_NO_PRICE_CACHE=1: loads genai-prices' data"
+                rows.append(("ctxtool cold, prices asked", first, note))
 
     exe = measured
     verdicts: list[str] = []

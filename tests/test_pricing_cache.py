@@ -1,4 +1,7 @@
-"""The memo of resolved rates: same prices as the library, rebuilt when missing or damaged."""
+"""The memo of resolved rates: same prices as the library, rebuilt when missing or damaged.
+
+The shipped snapshot (tests/test_rates_snapshot.py) answers before the memo is looked at, so these tests set
+it aside: the memo is what a run falls back to when the snapshot cannot answer."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from ctxtool.measure import pricing
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CTXTOOL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(pricing, "SNAPSHOT_PATH", tmp_path / "no-snapshot.json")
     return tmp_path
 
 

@@ -7,7 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,11 +89,25 @@ def test_a_real_worker_killed_mid_scan_loses_no_file(data: Path, tmp_path: Path)
     assert same_rows is True
 
 
-_PRICED_BY_THE_WORKER = """
+# The rates shipped in the package (ctxtool/measure/rates_snapshot.json) answer a first run without
+# genai-prices; these scripts take a second argument that points pricing elsewhere, so that the run must ask
+# the library.
+_SNAPSHOT_ARG = """
+from pathlib import Path
+from ctxtool.measure import pricing
+
+if len(sys.argv) > 2:
+    pricing.SNAPSHOT_PATH = Path(sys.argv[2])
+"""
+
+_PRICED_BY_THE_WORKER = (
+    """
 import json, sys
 from ctxtool.frames.loading import load_corpus
 from ctxtool.session import scan
-
+"""
+    + _SNAPSHOT_ARG
+    + """
 scan.PARALLEL_MIN_BYTES = 0
 if __name__ == "__main__":
     corpus, _ = load_corpus([sys.argv[1]], workers=2)
@@ -99,19 +115,20 @@ if __name__ == "__main__":
     costs = corpus.requests.select("message_id", "cost").rows()
     print(json.dumps({"loaded_here": loaded, "costs": costs, "warnings": corpus.warnings}))
 """
+)
 
 
 def test_a_lone_worker_prices_the_requests_and_this_process_never_loads_the_price_data(
     data: Path, tmp_path: Path
 ) -> None:
-    """On 2 cores the one worker loads genai-prices' data and resolves the rates (this process would hold
-    that data to its peak); the costs are those of a scan in one process, which loads it itself."""
+    """On 2 cores, when the shipped snapshot cannot answer, the one worker loads genai-prices' data and
+    resolves the rates (this process would hold that data to its peak); the costs are those of a scan in one
+    process, which loads it itself."""
     script = tmp_path / "priced.py"
     script.write_text(_PRICED_BY_THE_WORKER, encoding="utf-8")
     env = {**os.environ, "CTXTOOL_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, str(script), str(data)], env=env, capture_output=True, text=True, check=True
-    )
+    cmd = [sys.executable, str(script), str(data), str(tmp_path / "no-snapshot.json")]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     got = json.loads(done.stdout)
     assert got["loaded_here"] is False
     assert (tmp_path / "cache" / "prices").is_dir()  # the worker memoised the day's rates, as a run does
@@ -142,37 +159,61 @@ def test_when_the_worker_cannot_price_this_process_does(data: Path, monkeypatch:
     assert parallel.requests.get_column("cost").null_count() < parallel.requests.height
 
 
-_SMALL_SCAN = """
+_SMALL_SCAN = (
+    """
 import json, sys
 from ctxtool.frames.loading import load_corpus
-
+"""
+    + _SNAPSHOT_ARG
+    + """
 if __name__ == "__main__":
     corpus, _ = load_corpus([sys.argv[1]])
     print(json.dumps({
         "pool": "concurrent.futures.process" in sys.modules,
         "prices_here": "genai_prices.data" in sys.modules,
+        "genai_prices": sorted(m for m in sys.modules if m.split(".")[0] == "genai_prices"),
         "costs": corpus.requests.select("message_id", "cost").rows(),
     }))
 """
+)
+
+
+def _small_scan(data: Path, tmp_path: Path, *snapshot: Path) -> dict[str, Any]:
+    assert sum(p.stat().st_size for p in data.rglob("session-*")) < scan.PARALLEL_MIN_BYTES
+    script = tmp_path / "small.py"
+    script.write_text(_SMALL_SCAN, encoding="utf-8")
+    env = {**os.environ, "CTXTOOL_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, str(script), str(data), *map(str, snapshot)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out)  # type: ignore[no-any-return]
 
 
 def test_a_small_first_run_of_the_day_starts_a_worker_for_the_prices_and_a_later_one_does_not(
     data: Path, tmp_path: Path
 ) -> None:
     """Below ``PARALLEL_MIN_BYTES`` a scan stays in one process, except when genai-prices' data must be
-    loaded (no memo of the day's rates yet): one worker loads it while this process imports polars and
-    parses. Once the rates are memoised, the same scan runs in one process. The costs are the same."""
-    assert sum(p.stat().st_size for p in data.rglob("session-*")) < scan.PARALLEL_MIN_BYTES
-    script = tmp_path / "small.py"
-    script.write_text(_SMALL_SCAN, encoding="utf-8")
-    env = {**os.environ, "CTXTOOL_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-
-    def run() -> dict[str, object]:
-        cmd = [sys.executable, str(script), str(data)]
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-        return json.loads(out)  # type: ignore[no-any-return]
-
-    first, later = run(), run()
+    loaded (the snapshot cannot answer and there is no memo of the day's rates yet): one worker loads it
+    while this process imports polars and parses. Once the rates are memoised, the same scan runs in one
+    process. The costs are the same."""
+    elsewhere = tmp_path / "no-snapshot.json"
+    first, later = _small_scan(data, tmp_path, elsewhere), _small_scan(data, tmp_path, elsewhere)
     assert (first["pool"], first["prices_here"]) == (True, False)
     assert (later["pool"], later["prices_here"]) == (False, False)  # the memo answers, in one process
     assert first["costs"] == later["costs"]
+
+
+def test_a_small_first_run_priced_by_the_snapshot_stays_in_one_process(data: Path, tmp_path: Path) -> None:
+    """When the snapshot shipped in the package answers (it is generated here from the installed library, as
+    ``make rates`` does), a first run starts no worker for the prices, imports no genai-prices module and
+    writes no memo; its costs are those the library gives."""
+    from ctxtool.measure import rates_snapshot
+
+    snapshot = tmp_path / "rates.json"
+    rates_snapshot.write(rates_snapshot.build(["auto-gemini-3"], datetime.now(tz=UTC).date()), snapshot)
+    shipped = _small_scan(data, tmp_path, snapshot)
+    assert (shipped["pool"], shipped["genai_prices"]) == (False, [])
+    assert not (tmp_path / "cache" / "prices").exists()
+    asked = _small_scan(data, tmp_path, tmp_path / "no-snapshot.json")
+    assert (asked["pool"], asked["prices_here"]) == (True, False)
+    assert shipped["costs"] == asked["costs"]
+    assert any(cost is not None for _, cost in shipped["costs"])

@@ -68,9 +68,9 @@ def load_corpus(
     found = discover(targets, subagents=subagents)
     use = CacheUse(enabled=cache)
     if not cache:
-        # Without the index every file is read again. The memo of resolved price rates (a function of
-        # the installed genai-prices data and the day, not of the sessions) still applies; set
-        # CTXTOOL_NO_PRICE_CACHE=1 to bypass it too.
+        # Without the index every file is read again. The shipped rates and the memo of resolved price
+        # rates (functions of the installed genai-prices and the day, not of the sessions) still apply; set
+        # CTXTOOL_NO_PRICE_CACHE=1 to bypass them too.
         return _full(found, None, progress, workers, use, price_memo=True, subagents=subagents), use
 
     root = cache_root(cache_dir)
@@ -132,10 +132,11 @@ def _full(
     from ctxtool.session.scan import Errand, read_files
 
     decoded: list[Rows] = []
-    # With one worker beside this process, that worker loads genai-prices' data (when the day's rates are not
-    # memoised) and resolves the rates of the models read: this process never holds that data (about 15 MB
-    # less at its peak, building the frames; 0.1 s of its CPU moved to the worker). Loading it repays starting
-    # that worker however few files there are to read.
+    # With one worker beside this process, that worker loads genai-prices' data (when neither the rates
+    # shipped in the package nor the day's memo hold today's rates: ``pricing.rates_memoised``) and resolves
+    # the rates of the models read: this process never holds that data (about 15 MB less at its peak,
+    # building the frames; 0.1 s of its CPU moved to the worker). Loading it repays starting that worker
+    # however few files there are to read; when the shipped rates answer, there is nothing to load.
     errand = Errand(
         partial(pricing.warm_up, memo=price_memo),
         partial(pricing.price_table, memo=price_memo),
