@@ -104,6 +104,37 @@ def load_corpus(
     return corpus, use
 
 
+def read_plain(
+    paths: Sequence[str | Path],
+    *,
+    subagents: bool = True,
+    cache: bool = False,
+    cache_dir: str | Path | None = None,
+    progress: Progress | None = None,
+) -> tuple[list[FileColumns], Discovery, CacheUse]:
+    """The files under ``paths`` read (through the per-file index when ``cache``), without building frames:
+    what ``stats`` counts without polars (``ctxtool.frames.tally``). When the index served every file, the
+    ``CacheUse`` says so as a warm ``load_corpus`` does (``corpus_hit``), for the same caption."""
+    from ctxtool.session.scan import read_files
+
+    targets = [str(p) for p in paths] or [str(root) for root in default_roots()]
+    found = discover(targets, subagents=subagents)
+    use = CacheUse(enabled=cache)
+    index = None
+    if cache:
+        from ctxtool.session.index import FileIndex
+
+        index = FileIndex(cache_root(cache_dir))
+    results = read_files(found.files, progress=progress, index=index)
+    if index is None:
+        use.files_parsed = len(results)
+        return results, found, use
+    use.files_cached, use.files_resumed, use.files_parsed = index.hits, index.resumed, index.parsed
+    use.notice = index.notice()
+    use.corpus_hit = bool(results) and index.hits == len(found.files) and use.notice is None
+    return results, found, use
+
+
 def _scan_key(targets: Sequence[str], subagents: bool) -> str:
     """One stored corpus per set of PATH arguments (as absolute paths) and options."""
     h = hashlib.blake2b(digest_size=16)
