@@ -148,11 +148,15 @@ class TallyReport:
 
 def fast_eligible(query: StatsQuery) -> bool:
     """Whether ``tally_report`` can make this report: a ``--by`` that sums sessions or requests by one key in
-    UTC, of every session read (no filter, no ``--live``, no ``--top``, no ``--sort``)."""
-    from ctxtool.frames.tally import BY
+    UTC, of every session read (no filter, no ``--live``, no ``--top``, no ``--sort``), unless
+    ``CTXTOOL_NO_TALLY`` asks for the frames."""
+    import os
+
+    from ctxtool.frames.tally import BY, OFF_ENV
 
     return (
-        query.top is None
+        not os.environ.get(OFF_ENV)
+        and query.top is None
         and not any(query.filters.values())
         and not query.live
         and query.timezone is None

@@ -243,15 +243,46 @@ def stats(
     if isinstance(report, StatsReport) and report.by == "top":
         _write_top(report, request, color=color, width=width, wide=wide)
         return ExitStatus.OK
-    summary = report.read_summary(cache_use)
-    if request.fmt == "table" and report.rows.height == 0:
-        if not only_unmatched:
-            _nothing_to_report(report, summary, request.given)
-    elif request.fmt == "table":
-        _print_report(report, summary, request, color=color, width=width, wide=wide)
-    else:
-        _write_report(report, summary, request)
+    from ctxtool.frames import replay
+
+    def show(summary: dict[str, Any]) -> None:
+        if request.fmt == "table" and report.rows.height == 0:
+            if not only_unmatched:
+                _nothing_to_report(report, summary, request.given)
+        elif request.fmt == "table":
+            _print_report(report, summary, request, color=color, width=width, wide=wide)
+        else:
+            _write_report(report, summary, request)
+
+    start = replay.mark()
+    show(report.read_summary(cache_use))
+    _foresee(start, show, report, request, cache_use)
     return _exit_status(request.paths, report, strict=strict)
+
+
+def _foresee(
+    start: int,
+    show: Callable[[dict[str, Any]], None],
+    report: StatsReport | TallyReport,
+    request: StatsRequest,
+    cache_use: CacheUse,
+) -> None:
+    """When the index holds every file now, the next run over them prints this report served from it:
+    keep that output (``frames.replay.foresee``), so the first re-run is already replayed."""
+    if cache_use.stamps is None or cache_use.corpus_hit or cache_use.notice or report.problems:
+        return
+    from ctxtool.frames import replay
+    from ctxtool.frames.loading import CacheUse
+    from ctxtool.session.discover import default_roots
+
+    served = CacheUse(enabled=True, corpus_hit=True, files_cached=len(cache_use.stamps))
+    replay.foresee(
+        start,
+        lambda: show(report.read_summary(served)),
+        targets=request.paths or [str(root) for root in default_roots()],
+        subagents=request.query.subagents,
+        stamps=cache_use.stamps,
+    )
 
 
 # What a report made without polars is written as (csv and parquet are written from frames).
@@ -287,6 +318,8 @@ def _report(
             report = stats_report(corpus, request.query, warn=warn)
     finally:
         progress.close()
+    if progress.bar is not None:
+        cache_use.stamps = None  # the next run shows no progress: its output cannot be foreseen
     if cache_use.notice:
         print(f"notice: {cache_use.notice}", file=sys.stderr)
     from ctxtool.frames import replay

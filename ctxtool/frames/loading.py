@@ -52,6 +52,9 @@ class CacheUse:
     files_resumed: int = 0
     files_parsed: int = 0
     notice: str | None = None  # the index held something unusable and was rebuilt (one line for stderr)
+    # Each file's size and mtime before reading, when the index now holds every file read (``read_plain``):
+    # what the next run over unchanged files will find, so its output can be foreseen (``frames.replay``).
+    stamps: dict[str, Any] | None = None
 
 
 def load_corpus(
@@ -125,6 +128,7 @@ def read_plain(
         from ctxtool.session.index import FileIndex
 
         index = FileIndex(cache_root(cache_dir))
+    stamps = file_stamps(found)
     results = read_files(found.files, progress=progress, index=index)
     if index is None:
         use.files_parsed = len(results)
@@ -132,6 +136,8 @@ def read_plain(
     use.files_cached, use.files_resumed, use.files_parsed = index.hits, index.resumed, index.parsed
     use.notice = index.notice()
     use.corpus_hit = bool(results) and index.hits == len(found.files) and use.notice is None
+    if not index.failed and all(not r.error for r in results):
+        use.stamps = stamps
     return results, found, use
 
 

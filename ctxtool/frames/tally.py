@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 # The reports this module makes; the others (turn, request, --top, filters, --live) need the frames.
 BY = ("session", "model", "project", "day", "week", "month")
+OFF_ENV = "CTXTOOL_NO_TALLY"  # set: every report is made with the frames (to compare the two ways)
 HIDDEN_CALLS_PER_COMPRESSION = 2  # = frames.sessions.HIDDEN_CALLS_PER_COMPRESSION (a test holds them equal)
 
 
@@ -158,10 +159,8 @@ def tally(
     refs = {s.key: parent_ref_of(s.primary) for s in groups}
     if not subagents:
         groups = [s for s in groups if refs[s.key] is None and s.primary.kind != "subagent"]
-    if any(len(s.files) > 1 for s in groups):
-        raise Unsupported("a session of several files")
     parents = link_parents((s.key, s.primary.project_dir, s.primary.session_id, refs[s.key]) for s in groups)
-    rows = {s.key: _rows(s.primary) for s in groups}
+    rows = {s.key: _merged([_rows(f) for f in s.files]) for s in groups}
     models = {r[_MODEL] for rs in rows.values() for r in rs if r[_MODEL] is not None}
     table = prices(sorted(models))
     sessions: list[Session] = []
@@ -169,13 +168,12 @@ def tally(
     for s in groups:
         p = s.primary
         kind = "subagent" if refs[s.key] is not None or p.kind == "subagent" else p.kind
-        session = _session(s.key, parents.get(s.key), kind, p, rows.pop(s.key), table, warnings)
+        session = _session(s.key, parents.get(s.key), kind, s.files, rows.pop(s.key), table, warnings)
         sessions.append(session)
     _count_subagents(sessions)
     problems = [Problem(r.path, r.error) for r in results if r.error]
     if found is not None:
         problems.extend(discovery_problems(found))
-    files = [s.primary for s in groups]
     return Tally(
         sessions=sessions,
         problems=problems,
@@ -184,11 +182,42 @@ def tally(
         bytes_read=sum(r.size for r in good),
         broken_lines=sum(r.broken_lines for r in good),
         skipped=[(str(p), why) for p, why in found.skipped] if found is not None else [],
-        broken=[(f.path, f.broken_lines, f.first_broken_line or 0) for f in files if f.broken_lines > 0],
-        invalid_utf8=[
-            (f.path, f.invalid_utf8_lines, f.first_invalid_utf8_line) for f in files if f.invalid_utf8_lines
-        ],
+        broken=[b for s in groups if (b := _broken(s.files))[1]],
+        invalid_utf8=[u for s in groups if (u := _invalid_utf8(s.files))[1]],
     )
+
+
+def _broken(files: list[FileColumns]) -> tuple[str, int, int]:
+    """(file, broken lines, first) of a session (``frames.query.broken_files``)."""
+    first = next((f.first_broken_line for f in files if f.first_broken_line), None)
+    return files[-1].path, sum(f.broken_lines for f in files), first or 0
+
+
+def _invalid_utf8(files: list[FileColumns]) -> tuple[str, int, int | None]:
+    first = next((f.first_invalid_utf8_line for f in files if f.first_invalid_utf8_line), None)
+    return files[-1].path, sum(f.invalid_utf8_lines for f in files), first
+
+
+def _merged(files: list[list[list[Any]]]) -> list[list[Any]]:
+    """The rows of a session kept in several files (a legacy .json and the .jsonl written when it was
+    resumed), oldest first: the last file's rows, preceded by the older rows only an older file has, each
+    once and not live (``frames.messages.merge_pairs``)."""
+    if len(files) == 1:
+        return files[0]
+    primary = files[-1]
+    ids = {r[_ID] for r in primary if r[_ID] is not None}
+    seen: set[str] = set()
+    out = []
+    for rows in files[:-1]:
+        for r in rows:
+            mid = r[_ID]
+            if mid is not None:
+                if mid in ids or mid in seen:
+                    continue
+                seen.add(mid)
+            r[_LIVE] = False
+            out.append(r)
+    return out + primary
 
 
 class _Warnings:
@@ -335,11 +364,12 @@ def _session(
     key: str,
     parent_key: str | None,
     kind: str,
-    p: FileColumns,
+    files: list[FileColumns],
     rows: list[list[Any]],
     table: PriceTable,
     warnings: _Warnings,
 ) -> Session:
+    p = files[-1]
     w = _walk(rows, p.derived_from is not None)
     models = _filled([r[_MODEL] for r in w.requests])
     session = Session(key, parent_key, {})
@@ -355,20 +385,23 @@ def _session(
         session.requests.append(Request(key, p.project, model, ts, tokens, cost, r[_CALLS]))
         if (r[_TOTAL] or 0) != sum(r[i] or 0 for i in _PARTS):
             session.mismatches += 1
-    session.row = _session_row(key, kind, p, w, session.requests, models, table)
+    session.row = _session_row(key, kind, files, w, session.requests, models, table)
     return session
 
 
 def _session_row(
     key: str,
     kind: str,
-    p: FileColumns,
+    files: list[FileColumns],
     w: _Walk,
     requests: list[Request],
     models: list[str | None],
     table: PriceTable,
 ) -> dict[str, Any]:
-    """The columns of ``sessions_frame`` for one session."""
+    """The columns of ``sessions_frame`` for one session (its last file names it)."""
+    p = files[-1]
+    started = min((f.start_time for f in files if f.start_time), default=None)
+    updated = max((f.last_updated for f in files if f.last_updated), default=None)
     live = [r[_INPUT] for r in w.requests if r[_LIVE]]
     limits = [
         MODEL_LIMITS.get(m, DEFAULT_TOKEN_LIMIT) if m is not None else DEFAULT_TOKEN_LIMIT for m in models
@@ -381,8 +414,8 @@ def _session_row(
         "project": p.project,
         "kind": kind,
         "subagents": 0,
-        "start": _earliest(parse_time(p.start_time), w.first),
-        "end": w.last if w.last is not None else parse_time(p.last_updated),
+        "start": _earliest(parse_time(started), w.first),
+        "end": w.last if w.last is not None else parse_time(updated),
         "turns": len(w.turns),
         "requests": len(requests),
     }
@@ -397,7 +430,7 @@ def _session_row(
     row["context_share"] = None if share is None else share / row["context_limit"]
     row["cache_ratio"] = row["cached"] / row["input"] if row["input"] > 0 else None
     row["compressions"] = max(w.infos, w.snapshots)
-    row["rewinds"] = p.rewinds
+    row["rewinds"] = sum(f.rewinds for f in files)
     row["tool_calls"], row["tool_errors"] = w.tool_calls, w.tool_errors
     row["models"] = ",".join(sorted({m for m in models if m is not None})) if requests else None
     row["cost"] = None if not known and unpriced else math.fsum(known)
