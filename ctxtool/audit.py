@@ -43,13 +43,12 @@ from ctxtool.common.markup import escape_markdown, workflow_data, workflow_prope
 from ctxtool.common.wording import plural
 from ctxtool.frames.model import SCHEMA_VERSION, Corpus, Problem
 from ctxtool.frames.query import (
-    describe_problems,
     filter_corpus,
-    problem_counts,
     read_summary,
     read_warnings,
     report,
 )
+from ctxtool.frames.reading import describe_problems, problem_counts
 
 Kind = Literal["tokens", "share", "cost", "count"]
 CheckStatus = Literal["pass", "fail", "skip"]

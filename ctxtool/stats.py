@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxtool.common.errors import UsageError, use_one_of
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
 
     from ctxtool.frames.loading import CacheUse
     from ctxtool.frames.model import Corpus
+    from ctxtool.frames.reading import Problem
+    from ctxtool.frames.shape import RowTable
+    from ctxtool.frames.tally import Tally
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,15 +75,123 @@ class StatsReport:
         """What was read (``frames.read_summary``) and how much of it ctxtool's index served (``use``)."""
         from ctxtool.frames.query import read_summary
 
-        summary = read_summary(self.corpus)
-        summary["index"] = {
-            "enabled": use.enabled,
-            "corpus_from_cache": use.corpus_hit,
-            "files_from_index": use.files_cached,
-            "files_resumed": use.files_resumed,
-            "files_parsed": use.files_parsed,
-        }
-        return summary
+        return with_index(read_summary(self.corpus), use)
+
+    def hidden_calls(self) -> tuple[int, float]:
+        """Gemini CLI's unrecorded compression calls in these sessions: (requests, estimated cost)."""
+        from ctxtool.frames.query import hidden_calls
+
+        return hidden_calls(self.corpus)
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self.corpus.problems
+
+    @property
+    def broken_lines(self) -> int:
+        return self.corpus.broken_lines
+
+
+def with_index(summary: dict[str, Any], use: CacheUse) -> dict[str, Any]:
+    summary["index"] = {
+        "enabled": use.enabled,
+        "corpus_from_cache": use.corpus_hit,
+        "files_from_index": use.files_cached,
+        "files_resumed": use.files_resumed,
+        "files_parsed": use.files_parsed,
+    }
+    return summary
+
+
+@dataclass(frozen=True, slots=True)
+class TallyReport:
+    """A ``--by`` report made without polars (``ctxtool.frames.tally``): what :class:`StatsReport` offers the
+    command, over plain rows."""
+
+    tally: Tally
+    by: str
+    rows: RowTable
+    all_rows: RowTable
+    sessions_read: int
+    single_session: bool
+
+    @property
+    def limited(self) -> bool:
+        return self.rows.height < self.all_rows.height
+
+    def totals(self) -> dict[str, Any]:
+        from ctxtool.frames.tally import report_totals
+
+        sums = report_totals(self.all_rows.columns, self.all_rows.to_dicts())
+        if "sessions" in sums:
+            sums["sessions"] = len({r.session_key for r in self.tally.requests})
+        return sums
+
+    def read_summary(self, use: CacheUse) -> dict[str, Any]:
+        from ctxtool.frames.tally import summary_of
+
+        return with_index(summary_of(self.tally), use)
+
+    def hidden_calls(self) -> tuple[int, float]:
+        from ctxtool.frames.tally import hidden_calls
+
+        return hidden_calls(self.tally)
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self.tally.problems
+
+    @property
+    def broken_lines(self) -> int:
+        return self.tally.broken_lines
+
+
+def fast_eligible(query: StatsQuery) -> bool:
+    """Whether ``tally_report`` can make this report: a ``--by`` that sums sessions or requests by one key in
+    UTC, of every session read (no filter, no ``--live``, no ``--top``, no ``--sort``), unless
+    ``CTXTOOL_NO_TALLY`` asks for the frames."""
+    import os
+
+    from ctxtool.frames.tally import BY, OFF_ENV
+
+    return (
+        not os.environ.get(OFF_ENV)
+        and query.top is None
+        and not any(query.filters.values())
+        and not query.live
+        and query.timezone is None
+        and query.sort is None
+        and (query.by is None or query.by in BY)
+    )
+
+
+def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) -> TallyReport | None:
+    """``stats_report`` of ``t`` without polars, or None for the one report it does not make (the default
+    ``--by turn`` of a single session)."""
+    from ctxtool.frames import tally
+    from ctxtool.frames.shape import REPORT_COLUMNS, RowTable
+
+    single = sum(s.parent_key is None for s in t.sessions) == 1
+    by = query.by or ("turn" if single else "session")
+    if by not in tally.BY:
+        return None
+    for warning in tally.warnings_of(t):
+        warn(warning)
+    made = tally.session_rows(t, roll_up=query.subagents) if by == "session" else tally.request_rows(t, by)
+    rows = RowTable(_shown_columns(REPORT_COLUMNS[by]), made)
+    shown = rows.head(query.limit) if query.limit else rows
+    return TallyReport(t, by, shown, rows, len(t.sessions), single)
+
+
+def _shown_columns(columns: list[str]) -> list[str]:
+    """A report's columns as ``stats`` shows them: ``prompt_tokens`` after ``cached``
+    (``frames.query.with_uncached_input``)."""
+    out = []
+    for c in columns:
+        out.append(c)
+        if c == "cached":
+            out.append("prompt_tokens")
+    return out
 
 
 def stats_report(corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], None]) -> StatsReport:
@@ -142,3 +254,34 @@ def _redacted(rows: pl.DataFrame, column: str) -> pl.DataFrame:
 
     texts = [None if text is None else redact(text) for text in rows.get_column(column).to_list()]
     return rows.with_columns(pl.Series(column, texts, dtype=pl.String))
+
+
+def read_report(
+    paths: list[str],
+    query: StatsQuery,
+    *,
+    cache: bool,
+    cache_dir: Path | None,
+    progress: Callable[[int, int], None] | None,
+    warn: Callable[[str], None],
+) -> tuple[StatsReport | TallyReport, CacheUse]:
+    """The report ``query`` asks of the sessions under ``paths``, read for it, without polars when
+    ``ctxtool.frames.tally`` can make it (``fast_eligible``), else from frames built of the same reads."""
+    from ctxtool.frames import tally
+    from ctxtool.frames.loading import read_plain
+    from ctxtool.measure.pricing import price_table
+
+    results, found, use = read_plain(
+        paths, subagents=query.subagents, cache=cache, cache_dir=cache_dir, progress=progress
+    )
+    try:
+        made = tally.tally(results, found, price_table, subagents=query.subagents)
+        report = tally_report(made, query, warn=warn)
+    except tally.Unsupported:
+        report = None
+    if report is not None:
+        return report, use
+    from ctxtool.frames import build_corpus
+
+    corpus = build_corpus(results, found, subagents=query.subagents)
+    return stats_report(corpus, query, warn=warn), use

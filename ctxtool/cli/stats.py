@@ -15,9 +15,10 @@ from ctxtool.common.errors import UsageError, use_one_of
 from ctxtool.common.wording import plural
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ctxtool.frames.loading import CacheUse
-    from ctxtool.frames.model import Corpus
-    from ctxtool.stats import StatsQuery, StatsReport
+    from ctxtool.stats import StatsQuery, StatsReport, TallyReport
 
 HELP = """Report token usage, context-window share, cache hits and cost of Gemini CLI sessions.
 
@@ -228,11 +229,8 @@ def stats(
         subagents=subagents,
         show_secrets=show_secrets,
     )
-    corpus, cache_use = _load(request, cache=not no_cache, cache_dir=cache_dir)
-    from ctxtool.stats import stats_report
-
     warnings: list[str] = []
-    report = stats_report(corpus, request.query, warn=warnings.append)
+    report, cache_use = _report(request, cache=not no_cache, cache_dir=cache_dir, warn=warnings.append)
     unmatched = _unmatched(request.paths)
     # Only PATHs that name nothing: one line says so (from _exit_status), not a warning, an empty
     # "Read 0 files" caption and then that line.
@@ -240,37 +238,88 @@ def stats(
     for message in warnings:
         if not (only_unmatched and any(message.startswith(f"{p}: matches no file") for p in unmatched)):
             _warn(message)
-    if report.by == "top":
+    from ctxtool.stats import StatsReport
+
+    if isinstance(report, StatsReport) and report.by == "top":
         _write_top(report, request, color=color, width=width, wide=wide)
         return ExitStatus.OK
-    summary = report.read_summary(cache_use)
-    if request.fmt == "table" and report.rows.height == 0:
-        if not only_unmatched:
-            _nothing_to_report(report, summary, request.given)
-    elif request.fmt == "table":
-        _print_report(report, summary, request, color=color, width=width, wide=wide)
-    else:
-        _write_report(report, summary, request)
+    from ctxtool.frames import replay
+
+    def show(summary: dict[str, Any]) -> None:
+        if request.fmt == "table" and report.rows.height == 0:
+            if not only_unmatched:
+                _nothing_to_report(report, summary, request.given)
+        elif request.fmt == "table":
+            _print_report(report, summary, request, color=color, width=width, wide=wide)
+        else:
+            _write_report(report, summary, request)
+
+    start = replay.mark()
+    show(report.read_summary(cache_use))
+    _foresee(start, show, report, request, cache_use)
     return _exit_status(request.paths, report, strict=strict)
 
 
-def _load(request: StatsRequest, *, cache: bool, cache_dir: Path | None) -> tuple[Corpus, CacheUse]:
-    """The dataset, or the sessions PATHS name (a progress bar when reading takes a while); a run served
-    from the index is told to ``frames.replay``, which may replay its output next time."""
-    from ctxtool.frames.loading import CacheUse, load_corpus
+def _foresee(
+    start: int,
+    show: Callable[[dict[str, Any]], None],
+    report: StatsReport | TallyReport,
+    request: StatsRequest,
+    cache_use: CacheUse,
+) -> None:
+    """When the index holds every file now, the next run over them prints this report served from it:
+    keep that output (``frames.replay.foresee``), so the first re-run is already replayed."""
+    if cache_use.stamps is None or cache_use.corpus_hit or cache_use.notice or report.problems:
+        return
+    from ctxtool.frames import replay
+    from ctxtool.frames.loading import CacheUse
+    from ctxtool.session.discover import default_roots
+
+    served = CacheUse(enabled=True, corpus_hit=True, files_cached=len(cache_use.stamps))
+    replay.foresee(
+        start,
+        lambda: show(report.read_summary(served)),
+        targets=request.paths or [str(root) for root in default_roots()],
+        subagents=request.query.subagents,
+        stamps=cache_use.stamps,
+    )
+
+
+# What a report made without polars is written as (csv and parquet are written from frames).
+_PLAIN_FORMATS = ("table", "json", "jsonl")
+
+
+def _report(
+    request: StatsRequest, *, cache: bool, cache_dir: Path | None, warn: Callable[[str], None]
+) -> tuple[StatsReport | TallyReport, CacheUse]:
+    """The report, from the dataset or the sessions PATHS name (a progress bar when reading takes a while);
+    a run served from the index is told to ``frames.replay``, which may replay its output next time."""
+    from ctxtool.frames.loading import CacheUse
+    from ctxtool.stats import fast_eligible, read_report, stats_report
 
     subagents = request.query.subagents
     if request.dataset is not None:
         from ctxtool import export
 
-        return export.load_dataset(request.dataset, subagents=subagents), CacheUse()
+        corpus = export.load_dataset(request.dataset, subagents=subagents)
+        return stats_report(corpus, request.query, warn=warn), CacheUse()
     progress = _DelayedProgress(options.progress_wanted())
     try:
-        corpus, cache_use = load_corpus(
-            request.paths, subagents=subagents, cache=cache, cache_dir=cache_dir, progress=progress
-        )
+        if fast_eligible(request.query) and request.fmt in _PLAIN_FORMATS:
+            report, cache_use = read_report(
+                request.paths, request.query, cache=cache, cache_dir=cache_dir, progress=progress, warn=warn
+            )
+        else:
+            from ctxtool.frames.loading import load_corpus
+
+            corpus, cache_use = load_corpus(
+                request.paths, subagents=subagents, cache=cache, cache_dir=cache_dir, progress=progress
+            )
+            report = stats_report(corpus, request.query, warn=warn)
     finally:
         progress.close()
+    if progress.bar is not None:
+        cache_use.stamps = None  # the next run shows no progress: its output cannot be foreseen
     if cache_use.notice:
         print(f"notice: {cache_use.notice}", file=sys.stderr)
     from ctxtool.frames import replay
@@ -278,7 +327,7 @@ def _load(request: StatsRequest, *, cache: bool, cache_dir: Path | None) -> tupl
 
     targets = request.paths or [str(root) for root in default_roots()]
     replay.loaded(targets, subagents, warm=cache_use.corpus_hit and not cache_use.notice)
-    return corpus, cache_use
+    return report, cache_use
 
 
 def _write_top(
@@ -301,7 +350,9 @@ def _write_top(
             console.print(note)
 
 
-def _nothing_to_report(report: StatsReport, summary: dict[str, Any], given: tuple[str, ...]) -> None:
+def _nothing_to_report(
+    report: StatsReport | TallyReport, summary: dict[str, Any], given: tuple[str, ...]
+) -> None:
     """An empty table is one line on stderr: what was read, and the filters that left nothing of it."""
     from ctxtool import frames
 
@@ -316,7 +367,7 @@ def _nothing_to_report(report: StatsReport, summary: dict[str, Any], given: tupl
 
 
 def _print_report(
-    report: StatsReport,
+    report: StatsReport | TallyReport,
     summary: dict[str, Any],
     request: StatsRequest,
     *,
@@ -337,7 +388,7 @@ def _print_report(
         notes = [
             frames.describe_read(summary),
             render.unpriced_note(int(sums.get("unpriced") or 0)),
-            render.hidden_note(*frames.hidden_calls(report.corpus)),
+            render.hidden_note(*report.hidden_calls()),
         ]
         table = render.stats_table(
             report.rows,
@@ -352,7 +403,7 @@ def _print_report(
         render.print_table(console, table, wide=wide)
 
 
-def _write_report(report: StatsReport, summary: dict[str, Any], request: StatsRequest) -> None:
+def _write_report(report: StatsReport | TallyReport, summary: dict[str, Any], request: StatsRequest) -> None:
     """JSON (an envelope with the totals, and ``rows_total`` under --limit), JSON lines, CSV or Parquet."""
     from ctxtool.render import formats as out
 
@@ -369,7 +420,7 @@ def _write_report(report: StatsReport, summary: dict[str, Any], request: StatsRe
     out.write_output(out.encode(report.rows, request.fmt, **envelope), request.output)
 
 
-def _exit_status(paths: list[str], report: StatsReport, *, strict: bool) -> int:
+def _exit_status(paths: list[str], report: StatsReport | TallyReport, *, strict: bool) -> int:
     """1 when a PATH given explicitly names nothing (said on stderr) or could not be read, or with --strict
     when anything could not be read in full."""
     from ctxtool import frames
@@ -384,10 +435,9 @@ def _exit_status(paths: list[str], report: StatsReport, *, strict: bool) -> int:
         )
     if unmatched or (paths and report.sessions_read == 0):
         return ExitStatus.ERROR  # an explicit PATH that names nothing is a mistake, not an empty report
-    corpus = report.corpus
-    if paths and frames.problem_counts(corpus.problems)["no_sessions"]:
+    if paths and frames.problem_counts(report.problems)["no_sessions"]:
         return ExitStatus.ERROR  # so is a folder given explicitly that holds no session (warned above)
-    failed = bool(corpus.problems) or corpus.broken_lines > 0
+    failed = bool(report.problems) or report.broken_lines > 0
     if refused_paths(paths):
         return ExitStatus.ERROR  # a PATH given explicitly could not be read (named in a warning above)
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK

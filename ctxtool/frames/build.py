@@ -32,6 +32,7 @@ from ctxtool.frames.model import (
     Progress,
     context_limit_expr,
 )
+from ctxtool.frames.reading import discovery_problems
 from ctxtool.frames.sessions import sessions_frame
 from ctxtool.frames.turns import turns_frame
 from ctxtool.session.discover import Discovery, discover
@@ -276,43 +277,6 @@ def _message_frames(rows: Rows, layout: _Layout) -> tuple[pl.DataFrame, pl.DataF
     messages = messages.drop("_rank").with_columns(position=pl.int_range(pl.len()).over("session_key"))
     messages = messages.select("session_key", "position", *MESSAGE_COLUMNS, "ts")
     return messages, tools.drop("_rank")
-
-
-def discovery_problems(found: Discovery) -> list[Problem]:
-    """What the PATH arguments themselves got wrong (nothing matched, a folder with no sessions)."""
-    from ctxtool.session.discover import default_root
-
-    root = str(default_root())
-    return [
-        *(
-            Problem(
-                m,
-                "is where Gemini CLI keeps its sessions, and it does not exist. Pass session files or "
-                "folders, or set GEMINI_CLI_HOME to the folder that holds .gemini/",
-                "missing",
-            )
-            if m == root
-            else Problem(
-                m,
-                "matches no file. Check the path, or quote a glob so the shell does not expand it",
-                "missing",
-            )
-            for m in found.missing
-        ),
-        *(Problem(str(d), no_sessions_message(str(d), root), "no_sessions") for d in found.empty_dirs),
-        *(Problem(str(path), message) for path, _, message in found.unreadable),
-    ]
-
-
-def no_sessions_message(folder: str, root: str) -> str:
-    """Why ``folder`` gave no session, and where to point instead (``root``: Gemini CLI's data root)."""
-    kinds = "(session-*.json or session-*.jsonl)"
-    if folder == root:
-        return f"holds no Gemini CLI session files {kinds} yet: run Gemini CLI first, or pass session files"
-    return (
-        f"holds no Gemini CLI session files {kinds}: point at {root} or a project's chats/ folder, "
-        "or pass session files"
-    )
 
 
 def _derive(

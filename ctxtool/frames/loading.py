@@ -52,6 +52,9 @@ class CacheUse:
     files_resumed: int = 0
     files_parsed: int = 0
     notice: str | None = None  # the index held something unusable and was rebuilt (one line for stderr)
+    # Each file's size and mtime before reading, when the index now holds every file read (``read_plain``):
+    # what the next run over unchanged files will find, so its output can be foreseen (``frames.replay``).
+    stamps: dict[str, Any] | None = None
 
 
 def load_corpus(
@@ -102,6 +105,40 @@ def load_corpus(
     replaced = state.get("store") if state is not None else None
     _save(corpus, folder, stamps, today, extras, previous=stored, changed=changed_keys, replaced=replaced)
     return corpus, use
+
+
+def read_plain(
+    paths: Sequence[str | Path],
+    *,
+    subagents: bool = True,
+    cache: bool = False,
+    cache_dir: str | Path | None = None,
+    progress: Progress | None = None,
+) -> tuple[list[FileColumns], Discovery, CacheUse]:
+    """The files under ``paths`` read (through the per-file index when ``cache``), without building frames:
+    what ``stats`` counts without polars (``ctxtool.frames.tally``). When the index served every file, the
+    ``CacheUse`` says so as a warm ``load_corpus`` does (``corpus_hit``), for the same caption."""
+    from ctxtool.session.scan import read_files
+
+    targets = [str(p) for p in paths] or [str(root) for root in default_roots()]
+    found = discover(targets, subagents=subagents)
+    use = CacheUse(enabled=cache)
+    index = None
+    if cache:
+        from ctxtool.session.index import FileIndex
+
+        index = FileIndex(cache_root(cache_dir))
+    stamps = file_stamps(found)
+    results = read_files(found.files, progress=progress, index=index)
+    if index is None:
+        use.files_parsed = len(results)
+        return results, found, use
+    use.files_cached, use.files_resumed, use.files_parsed = index.hits, index.resumed, index.parsed
+    use.notice = index.notice()
+    use.corpus_hit = bool(results) and index.hits == len(found.files) and use.notice is None
+    if not index.failed and all(not r.error for r in results):
+        use.stamps = stamps
+    return results, found, use
 
 
 def _scan_key(targets: Sequence[str], subagents: bool) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -13,35 +13,18 @@ if TYPE_CHECKING:
     pass
 
 
+from ctxtool.frames.reading import PROBLEM_KINDS, Problem, ProblemKind
+from ctxtool.frames.shape import COMPOSITION_COLUMNS, SCHEMA_VERSION
 from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS
 from ctxtool.session.schema import TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS
 
-# 2: input excludes cached (prompt_tokens has both), models is a list. 3: one accounting
-# (ctxtool.measure.tokens): a total recorded as 0 counts its parts; diff's recorded figures are stats' (input
-# without cached, prompt_tokens); read.total_mismatches.
-SCHEMA_VERSION = 3
+# Defined without polars (ctxtool.frames.reading, ctxtool.frames.shape) and re-exported here.
+__all__ = ["COMPOSITION_COLUMNS", "PROBLEM_KINDS", "SCHEMA_VERSION", "Problem", "ProblemKind"]
+
 
 TOKEN_COLUMNS = TOKEN_KEYS  # the counts of a request, as Gemini CLI names them
 Progress = Callable[[int, int], None]
-
-
-# What went wrong with a path: a file that could not be read, a folder that holds no session file, or a
-# PATH argument that matches no file at all. Only the first is an unreadable file; the JSON and the
-# captions count the three apart.
-ProblemKind = Literal["unreadable", "no_sessions", "missing"]
-PROBLEM_KINDS: tuple[ProblemKind, ...] = ("unreadable", "no_sessions", "missing")
-
-
-@dataclass(slots=True)
-class Problem:
-    path: str
-    message: str
-    kind: ProblemKind = "unreadable"
-
-    def __str__(self) -> str:
-        """One line naming the file (messages that already start with the path are not prefixed again)."""
-        return self.message if self.message.startswith(self.path) else f"{self.path}: {self.message}"
 
 
 class _Later:
@@ -169,10 +152,6 @@ def parse_times(text: pl.Series) -> pl.Series:
         other = text.str.to_datetime(format=fmt, strict=False, time_zone="UTC").cast(TS_TYPE)
         out = pl.select(pl.coalesce(out, other)).to_series()
     return out.alias(text.name)
-
-
-# What fills the context of a request: an estimate, see with_composition. They add up to `context`.
-COMPOSITION_COLUMNS = ("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io")
 
 
 def context_limit_expr(model: pl.Expr) -> pl.Expr:

@@ -3,7 +3,7 @@ reading met."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import date
 from typing import TYPE_CHECKING, Any
@@ -15,38 +15,16 @@ if TYPE_CHECKING:
 
 
 from ctxtool.common.choices import BY_CHOICES
-from ctxtool.common.wording import plural
 from ctxtool.frames.model import (
-    COMPOSITION_COLUMNS,
-    PROBLEM_KINDS,
     TOKEN_COLUMNS,
     Corpus,
-    Problem,
-    ProblemKind,
     cost_aggs,
     known_cost,
 )
+from ctxtool.frames.reading import broken_lines_warning, invalid_utf8_warning, summary
+from ctxtool.frames.shape import REPORT_COLUMNS, totals_of
 from ctxtool.frames.turns import turns_frame, with_turn_counts
 from ctxtool.measure.tokens import TOTAL_PARTS, describe_total_mismatches
-
-
-def problem_counts(problems: Iterable[Problem]) -> dict[ProblemKind, int]:
-    """How many problems of each kind."""
-    counts: dict[ProblemKind, int] = dict.fromkeys(PROBLEM_KINDS, 0)
-    for p in problems:
-        counts[p.kind] += 1
-    return counts
-
-
-def describe_problems(n: Mapping[ProblemKind, int]) -> str:
-    """Problems counted by kind (``problem_counts``) in words, for a caption or an error: ``1 folder
-    without session files, 2 files could not be read`` ("" when there are none)."""
-    parts = [
-        *([f"{plural(n['missing'], 'PATH')} matching no file"] if n["missing"] else []),
-        *([f"{plural(n['no_sessions'], 'folder')} without session files"] if n["no_sessions"] else []),
-        *([f"{plural(n['unreadable'], 'file')} could not be read"] if n["unreadable"] else []),
-    ]
-    return ", ".join(parts)
 
 
 def _session_match(sessions: pl.DataFrame, wanted: str) -> pl.Expr:
@@ -173,97 +151,6 @@ def _agg_requests(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     )
 
 
-# Columns each report shows, in order (the README documents every one).
-# The columns of every report that sums requests by one key (model, project, day, week, month).
-_AGGREGATE_COLUMNS = [
-    "sessions",
-    "requests",
-    *TOKEN_COLUMNS,
-    "peak_context",
-    "cache_ratio",
-    "cost",
-    "unpriced",
-]
-
-REPORT_COLUMNS: dict[str, list[str]] = {
-    "turn": [
-        "session",
-        "turn",
-        "prompt",
-        "start",
-        "duration_s",
-        "requests",
-        *TOKEN_COLUMNS,
-        "peak_context",
-        "context_limit",
-        "context_share",
-        "cache_ratio",
-        "tool_calls",
-        "tool_errors",
-        "compressed",
-        "live",
-        "models",
-        "cost",
-        "unpriced",
-        *COMPOSITION_COLUMNS,
-    ],
-    "request": [
-        "session",
-        "turn",
-        "message_id",
-        "timestamp",
-        "model",
-        "model_inferred",
-        *TOKEN_COLUMNS,
-        "context",
-        "context_limit",
-        "context_share",
-        "cache_ratio",
-        "tool_calls",
-        "live",
-        "cost",
-        *COMPOSITION_COLUMNS,
-        "event",
-    ],
-    "session": [
-        "session",
-        "session_id",
-        "derived_from",
-        "project",
-        "kind",
-        "subagents",
-        "start",
-        "end",
-        "turns",
-        "requests",
-        *TOKEN_COLUMNS,
-        "context",
-        "peak_context",
-        "context_limit",
-        "context_share",
-        "cache_ratio",
-        "compressions",
-        "rewinds",
-        "tool_calls",
-        "tool_errors",
-        "models",
-        "cost",
-        "unpriced",
-        "hidden_requests",
-        "hidden_input",
-        "hidden_output",
-        "hidden_cost",
-        "file",
-        *COMPOSITION_COLUMNS,
-    ],
-    "model": ["model", *_AGGREGATE_COLUMNS],
-    "project": ["project", *_AGGREGATE_COLUMNS],
-    "day": ["day", *_AGGREGATE_COLUMNS],
-    "week": ["week", *_AGGREGATE_COLUMNS],
-    "month": ["month", *_AGGREGATE_COLUMNS],
-}
-
-
 def report(
     corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True, timezone: str | None = None
 ) -> pl.DataFrame:
@@ -363,33 +250,8 @@ def _request_count(sessions: pl.DataFrame) -> int:
 
 
 def totals(df: pl.DataFrame) -> dict[str, Any]:
-    """A totals row for a report: sums of the additive columns, max of the peaks."""
-    out: dict[str, Any] = {}
-    for col in df.columns:
-        if col in (
-            *TOKEN_COLUMNS,
-            "prompt_tokens",
-            "requests",
-            "sessions",
-            "tool_calls",
-            "tool_errors",
-            "turns",
-            "compressions",
-            "unpriced",
-            *COMPOSITION_COLUMNS,
-        ):
-            out[col] = int(df.get_column(col).sum() or 0)
-        elif col in ("peak_context", "context", "context_share"):
-            out[col] = df.get_column(col).max()
-        elif col == "cost":
-            # The known part, summed; null only when no row has a known price (``unpriced`` says how many
-            # requests are missing from it).
-            c = df.get_column(col)
-            out[col] = None if c.len() and c.null_count() == c.len() else float(c.sum())
-    prompt = out.get("prompt_tokens", out.get("input"))
-    if prompt:
-        out["cache_ratio"] = out.get("cached", 0) / prompt
-    return out
+    """A totals row for a report: sums of the additive columns, max of the peaks (``shape.totals_of``)."""
+    return totals_of(df.columns, lambda col: df.get_column(col).to_list())
 
 
 def live_only(corpus: Corpus) -> Corpus:
@@ -444,14 +306,9 @@ def read_warnings(corpus: Corpus) -> list[str]:
     lines, and the corpus's own warnings (unknown models, unrepresentable values)."""
     return [
         *(str(p) for p in corpus.problems),
+        *(broken_lines_warning(path, broken, first) for path, broken, first in broken_files(corpus)),
         *(
-            f"{path}: skipped {plural(broken, 'broken line')} (first at line {first})"
-            for path, broken, first in broken_files(corpus)
-        ),
-        *(
-            f"{r['file']}: {plural(r['invalid_utf8_lines'], 'line')} "
-            f"{'holds' if r['invalid_utf8_lines'] == 1 else 'hold'} bytes that are not UTF-8 (first at line "
-            f"{r['first_invalid_utf8_line']}); read with U+FFFD in their place, as Gemini CLI reads them"
+            invalid_utf8_warning(r["file"], r["invalid_utf8_lines"], r["first_invalid_utf8_line"])
             for r in corpus.sessions.filter(pl.col("invalid_utf8_lines") > 0).iter_rows(named=True)
         ),
         *([describe_total_mismatches(mismatched)] if (mismatched := total_mismatches(corpus)) else []),
@@ -484,91 +341,17 @@ def broken_files(corpus: Corpus) -> list[tuple[str, int, int]]:
 
 def read_summary(corpus: Corpus) -> dict[str, Any]:
     """What was read, for the JSON envelope and the table caption."""
-    reasons: dict[str, int] = {}
-    for _, why in corpus.skipped:
-        reasons[why] = reasons.get(why, 0) + 1
     s = corpus.sessions
-    return {
-        "files": corpus.files_read,
-        "bytes": corpus.bytes_read,
-        "sessions": s.height,
-        "subagent_sessions": s.filter(pl.col("kind") == "subagent").height if s.height else 0,
-        "requests": corpus.requests.height,
-        "total_tokens": int(corpus.requests.get_column("total").sum() or 0),
-        "broken_lines": corpus.broken_lines,
-        "invalid_utf8_lines": int(s.get_column("invalid_utf8_lines").sum() or 0) if s.height else 0,
-        "total_mismatches": sum(n for _, n in total_mismatches(corpus)),
-        "skipped": [{"file": f, "reason": why} for f, why in corpus.skipped],
-        "skipped_by_reason": reasons,
-        "errors": [{"file": p.path, "message": p.message} for p in corpus.problems if p.kind == "unreadable"],
-        "empty_folders": [
-            {"path": p.path, "message": p.message} for p in corpus.problems if p.kind == "no_sessions"
-        ],
-        "missing_paths": [
-            {"path": p.path, "message": p.message} for p in corpus.problems if p.kind == "missing"
-        ],
-    }
-
-
-# The plural of the skip reasons that are nouns (``read.skipped_by_reason`` keys, ctxtool.session.discover);
-# the others ("permission denied", "vanished") read the same after any count.
-_SKIPPED_PLURAL = {
-    "temporary file": "temporary files",
-    "unreadable-file backup left by Gemini CLI": "unreadable-file backups left by Gemini CLI",
-    "backup made by ctxtool compact --in-place": "backups made by ctxtool compact --in-place",
-    "symlink loop": "symlink loops",
-    "dangling symlink": "dangling symlinks",
-    "not a regular file": "not regular files",
-}
-
-
-def describe_read(summary: dict[str, Any]) -> str:
-    size = summary["bytes"]
-    amount = f"{size / 1_000_000:,.1f} MB" if size >= 1_000_000 else f"{size / 1_000:,.1f} kB"
-    text = (
-        f"Read {plural(summary['files'], 'file')} ({amount}): {plural(summary['sessions'], 'session')}"
-        f" ({summary['subagent_sessions']:,} subagent), {plural(summary['requests'], 'request')}."
+    return summary(
+        files=corpus.files_read,
+        size=corpus.bytes_read,
+        sessions=s.height,
+        subagent_sessions=s.filter(pl.col("kind") == "subagent").height if s.height else 0,
+        requests=corpus.requests.height,
+        total_tokens=int(corpus.requests.get_column("total").sum() or 0),
+        broken_lines=corpus.broken_lines,
+        invalid_utf8_lines=int(s.get_column("invalid_utf8_lines").sum() or 0) if s.height else 0,
+        total_mismatches=sum(n for _, n in total_mismatches(corpus)),
+        skipped=corpus.skipped,
+        problems=corpus.problems,
     )
-    if summary["skipped_by_reason"]:
-        parts = [
-            plural(n, why, _SKIPPED_PLURAL[why]) if why in _SKIPPED_PLURAL else f"{n:,} {why}"
-            for why, n in sorted(summary["skipped_by_reason"].items())
-        ]
-        text += f" Skipped {sum(summary['skipped_by_reason'].values())}: " + ", ".join(parts) + "."
-    problems = describe_problems(
-        {
-            "missing": len(summary.get("missing_paths", ())),
-            "no_sessions": len(summary.get("empty_folders", ())),
-            "unreadable": len(summary["errors"]),
-        }
-    )
-    if problems:
-        text += f" {problems[0].upper()}{problems[1:]} (see warnings)."
-    if summary["broken_lines"]:
-        text += f" {plural(summary['broken_lines'], 'broken line')} skipped."
-    if summary.get("invalid_utf8_lines"):
-        text += f" {plural(summary['invalid_utf8_lines'], 'line')} with invalid UTF-8 (see warnings)."
-    if summary.get("total_mismatches"):
-        text += (
-            f" {plural(summary['total_mismatches'], 'recorded total')}"
-            f" {'disagrees with its' if summary['total_mismatches'] == 1 else 'disagree with their'} parts"
-            " (see warnings)."
-        )
-    index = summary.get("index") or {}
-    if index.get("corpus_from_cache"):
-        text += " Nothing changed since the last run: served from ctxtool's index."
-    elif index.get("files_from_index") or index.get("files_resumed"):
-        cached, resumed, parsed = (
-            index.get(k, 0) for k in ("files_from_index", "files_resumed", "files_parsed")
-        )
-        parts = [
-            *([f"{plural(cached, 'unchanged file')} from the index"] if cached else []),
-            *(
-                [f"{plural(resumed, 'grown file')} read from where {'it' if resumed == 1 else 'they'} ended"]
-                if resumed
-                else []
-            ),
-            *([f"{parsed:,} read in full"] if parsed else []),
-        ]
-        text += f" {'; '.join(parts)}."
-    return text

@@ -21,7 +21,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -184,7 +184,61 @@ class _BinaryTee:
         self._target.buffer.flush()
 
 
+class _Sink(_Tee):
+    """Records what is written, as :class:`_Tee` does, without writing it: output foreseen, not shown."""
+
+    def __init__(self, target: TextIO, name: str, log: list[list[str]]) -> None:
+        super().__init__(target, name, log)
+        self.buffer = _BinarySink(target, name, log)
+
+    def write(self, s: str) -> int:
+        self._log.append([self._name, s])
+        return len(s)
+
+    def flush(self) -> None:
+        return
+
+
+class _BinarySink(_BinaryTee):
+    def write(self, data: bytes) -> int:
+        self._log.append([f"{self._name}-bytes", data.decode("utf-8", "surrogateescape")])
+        return len(data)
+
+    def flush(self) -> None:
+        return
+
+
 _current: Recorder | None = None
+
+
+def mark() -> int:
+    """Where the output written from now on starts (for :func:`foresee`)."""
+    return len(_current.log) if _current is not None else 0
+
+
+def foresee(
+    start: int, render: Callable[[], object], *, targets: Sequence[str], subagents: bool, stamps: object
+) -> None:
+    """Keep what the next run over unchanged files will print, so that run is replayed at once.
+
+    ``render`` writes, in place of what this run wrote since ``start``, the report as that run will print it
+    (served from the index, which now holds every file: ``stamps`` are the files as read). Nothing it writes
+    is shown. Kept only when the files are still as they were read.
+    """
+    rec = _current
+    if rec is None or not eligible(rec.argv) or rec.inputs is not None:
+        return
+    inputs = _inputs(targets, subagents)
+    if inputs["files"] != stamps:
+        return  # a file changed while it was read: the next run reads it again
+    log: list[list[str]] = []
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Sink(rec._saved[0], "out", log), _Sink(rec._saved[1], "err", log)
+    try:
+        render()
+    finally:
+        sys.stdout, sys.stderr = out, err
+    rec.foreseen = (start, len(rec.log), log, inputs)
 
 
 def loaded(targets: Sequence[str], subagents: bool, *, warm: bool) -> None:
@@ -201,6 +255,8 @@ class Recorder:
         self.argv = list(argv)
         self.log: list[list[str]] = []
         self.inputs: dict[str, Any] | None = None
+        # (start, end, chunks, inputs): the output of the next run, these chunks in place of log[start:end]
+        self.foreseen: tuple[int, int, list[list[str]], dict[str, Any]] | None = None
         self._saved = (sys.stdout, sys.stderr)
 
     def __enter__(self) -> Recorder:
@@ -217,12 +273,16 @@ class Recorder:
 
     def store(self, code: int) -> None:
         """Keep the output when the report came wholly from the index (what every later warm run prints)."""
-        if self.inputs is None or not eligible(self.argv):
+        inputs, chunks = self.inputs, self.log
+        if inputs is None and self.foreseen is not None:
+            start, end, instead, inputs = self.foreseen
+            chunks = [*self.log[:start], *instead, *self.log[end:]]
+        if inputs is None or not eligible(self.argv):
             return
         try:
             folder = _folder(self.argv)
             folder.mkdir(parents=True, exist_ok=True)
-            entry = {"inputs": self.inputs, "chunks": self.log, "code": code}
+            entry = {"inputs": inputs, "chunks": chunks, "code": code}
             target = folder / f"{_key(self.argv)}.json"
             tmp = folder / f".{target.name}.{os.getpid()}.tmp"
             tmp.write_text(json.dumps(entry), encoding="utf-8")

@@ -11,12 +11,15 @@ import sys
 from collections.abc import Iterable
 from datetime import date, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
-import polars as pl
 
 from ctxtool.common.choices import FORMATS, MACHINE_FORMATS
+from ctxtool.frames.shape import RowTable
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["FORMATS", "MACHINE_FORMATS", "atomic_write", "dumps", "encode", "json_document"]
 
@@ -42,6 +45,8 @@ LIST_COLUMNS = ("models",)
 
 def with_lists(rows: pl.DataFrame) -> pl.DataFrame:
     """``models`` (and the other LIST_COLUMNS) as lists of strings: ``[]`` for none."""
+    import polars as pl
+
     return rows.with_columns(
         pl.col(c).fill_null("").str.split(",").list.eval(pl.element().filter(pl.element() != "")).alias(c)
         for c in LIST_COLUMNS
@@ -49,17 +54,29 @@ def with_lists(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def json_document(rows: pl.DataFrame, **envelope: Any) -> bytes:
-    """``{"schema_version": …, <envelope>, "rows": [...]}`` followed by a newline."""
-    from ctxtool.frames.model import SCHEMA_VERSION
+def row_dicts(rows: pl.DataFrame | RowTable) -> list[dict[str, Any]]:
+    """The rows as dicts, LIST_COLUMNS as lists (``with_lists``), from a frame or a ``RowTable``."""
+    if not isinstance(rows, RowTable):
+        return with_lists(rows).to_dicts()
+    dicts = rows.to_dicts()
+    for c in LIST_COLUMNS:
+        if c in rows.columns:
+            for d in dicts:
+                d[c] = [x for x in (d[c] or "").split(",") if x]
+    return dicts
 
-    doc = {"schema_version": SCHEMA_VERSION, **envelope, "rows": with_lists(rows).to_dicts()}
+
+def json_document(rows: pl.DataFrame | RowTable, **envelope: Any) -> bytes:
+    """``{"schema_version": …, <envelope>, "rows": [...]}`` followed by a newline."""
+    from ctxtool.frames.shape import SCHEMA_VERSION
+
+    doc = {"schema_version": SCHEMA_VERSION, **envelope, "rows": row_dicts(rows)}
     return dumps(doc) + b"\n"
 
 
-def jsonl_lines(rows: pl.DataFrame) -> bytes:
+def jsonl_lines(rows: pl.DataFrame | RowTable) -> bytes:
     buf = io.BytesIO()
-    for row in with_lists(rows).iter_rows(named=True):
+    for row in row_dicts(rows):
         buf.write(dumps(row, indent=False))
         buf.write(b"\n")
     return buf.getvalue()
@@ -75,11 +92,13 @@ def parquet_bytes(rows: pl.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def encode(rows: pl.DataFrame, fmt: str, **envelope: Any) -> bytes:
+def encode(rows: pl.DataFrame | RowTable, fmt: str, **envelope: Any) -> bytes:
     if fmt == "json":
         return json_document(rows, **envelope)
     if fmt == "jsonl":
         return jsonl_lines(rows)
+    if isinstance(rows, RowTable):
+        raise ValueError(f"{fmt} is written from frames, not plain rows")
     if fmt == "csv":
         return csv_bytes(rows)
     if fmt == "parquet":

@@ -12,15 +12,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
-import polars as pl
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ctxtool.common.wording import plural
 from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from ctxtool.frames.shape import RowTable
 
 _RIGHT = {
     "ctx_tool_io",
@@ -283,7 +287,7 @@ def cell(column: str, value: Any) -> Text:
 
 
 def stats_table(
-    rows: pl.DataFrame,
+    rows: pl.DataFrame | RowTable,
     totals: Mapping[str, Any],
     *,
     by: str,
@@ -313,7 +317,9 @@ def stats_table(
     if "session" in full and "derived_from" in rows.columns:
         full["session"] = [
             compacted_label(t) if copied else t
-            for t, copied in zip(full["session"], rows.get_column("derived_from").is_not_null(), strict=True)
+            for t, copied in zip(
+                full["session"], [v is not None for v in rows.get_column("derived_from")], strict=True
+            )
         ]
     footers: dict[str, Text] = {}
     for i, col in enumerate(columns):

@@ -205,6 +205,11 @@ class FileIndex:
             except OSError:
                 continue
 
+    @property
+    def failed(self) -> bool:
+        """A write failed: results this run read may be missing from the index."""
+        return self._failed
+
     def close(self) -> None:
         """Close the database (it is opened again when needed), e.g. before forking worker processes."""
         if self._db is not None:
