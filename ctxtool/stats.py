@@ -124,7 +124,7 @@ class TallyReport:
 
         sums = report_totals(self.all_rows.columns, self.all_rows.to_dicts())
         if "sessions" in sums:
-            sums["sessions"] = len({r.session_key for r in self.tally.requests})
+            sums["sessions"] = sum(bool(s.costs) for s in self.tally.sessions)
         return sums
 
     def read_summary(self, use: CacheUse) -> dict[str, Any]:

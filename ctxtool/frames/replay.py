@@ -54,7 +54,7 @@ def _code_key() -> str:
     from ctxtool.session.stamp import STAMP
 
     h = hashlib.blake2b(STAMP.encode(), digest_size=16)
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the whole package, not only ctxtool.frames
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):

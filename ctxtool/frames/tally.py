@@ -20,16 +20,17 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from ctxtool.common.wording import plural
 from ctxtool.frames.grouping import group_sessions, link_parents, parent_ref_of
 from ctxtool.frames.reading import Problem, discovery_problems
 from ctxtool.frames.shape import COMPOSITION_COLUMNS, REPORT_COLUMNS, totals_of
-from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS, TOTAL_PARTS, describe_total_mismatches
-from ctxtool.session.columns import decode_rows
+from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS, describe_total_mismatches
+from ctxtool.session.columns import decode_columns
 from ctxtool.session.schema import TOKEN_KEYS as TOKEN_COLUMNS
 from ctxtool.session.stamp import MESSAGE_COLUMNS
 
@@ -56,13 +57,13 @@ _ID, _TYPE, _TIME, _LIVE, _CHARS = _I["message_id"], _I["type"], _I["timestamp"]
 _PROMPT, _SNAP, _INFO, _MODEL = _I["is_prompt"], _I["is_snapshot"], _I["compression_info"], _I["model"]
 _CALLS, _ERRORS, _INPUT = _I["tool_calls"], _I["tool_errors"], _I["input"]
 _TOKENS = tuple(_I[c] for c in TOKEN_COLUMNS)
-_TOTAL = _I["total"]
-_PARTS = tuple(_I[c] for c in TOTAL_PARTS)
 _HIST = tuple(_I[c] for c in ("hist_prompts", "hist_model", "hist_tool_io"))
-_INT64 = (-(2**63), 2**63 - 1)
+_LOW, _HIGH = -(2**63), 2**63 - 1
+_STR_TYPES = frozenset((str, type(None)))
 
 # How Gemini CLI writes every time (JavaScript's Date.toISOString()); anything else goes to the frames,
-# whose parser (frames.model.parse_times) also reads offsets and times without a zone.
+# whose parser (frames.model.parse_times) also reads offsets and times without a zone. Times of this one
+# shape sort as text in the order they sort as times, so only a session's first and last are parsed.
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z")
 
 
@@ -80,49 +81,41 @@ def parse_time(text: str | None) -> datetime | None:
         raise Unsupported(f"time {text!r}") from exc
 
 
-def _rows(fc: FileColumns) -> list[list[Any]]:
-    """A file's message rows, each value as the frames hold it (no empty strings), or Unsupported."""
-    low, high = _INT64
-    rows = [list(r) for r in decode_rows(fc.messages_cols)]
-    for r in rows:
-        for i in _STRINGS:
-            if r[i] == "":
-                r[i] = None
-            elif r[i] is not None and type(r[i]) is not str:
-                raise Unsupported(f"{fc.path}: {MESSAGE_COLUMNS[i]}")
-        for i in _BOOLS:
-            if type(r[i]) is not bool:
-                raise Unsupported(f"{fc.path}: {MESSAGE_COLUMNS[i]}")
-        for i in _INTS:
-            v = r[i]
-            if v is not None and (type(v) is not int or not low <= v <= high):
-                raise Unsupported(f"{fc.path}: {MESSAGE_COLUMNS[i]}")
-    return rows
+def _columns(fc: FileColumns) -> list[list[Any]]:
+    """A file's message columns (``MESSAGE_COLUMNS``), each value as the frames hold it (no empty string), or
+    Unsupported for a value a frame column would not hold as it is."""
+    cols: list[list[Any]] = [[] for _ in MESSAGE_COLUMNS]
+    for chunk in fc.messages_cols:
+        for col, values in zip(cols, decode_columns(chunk), strict=True):
+            col.extend(values)
+    for i in _STRINGS:
+        if "" in cols[i]:
+            cols[i] = [None if v == "" else v for v in cols[i]]
+        if not set(map(type, cols[i])) <= _STR_TYPES:
+            raise Unsupported(f"{fc.path}: {MESSAGE_COLUMNS[i]}")
+    for i in _BOOLS:
+        if set(map(type, cols[i])) - {bool}:
+            raise Unsupported(f"{fc.path}: {MESSAGE_COLUMNS[i]}")
+    for i in _INTS:
+        values = [v for v in cols[i] if v is not None]
+        if values and (set(map(type, values)) != {int} or min(values) < _LOW or max(values) > _HIGH):
+            raise Unsupported(f"{fc.path}: {MESSAGE_COLUMNS[i]}")
+    return cols
 
 
 @dataclass(slots=True)
 class Session:
-    """One session's row of ``stats --by session`` before subagents are added to their parents, with what
-    the request reports and the read summary need."""
+    """One session's row of ``stats --by session`` before subagents are added to their parents, and its
+    requests as columns (what the reports that sum requests by one key read)."""
 
     key: str
     parent_key: str | None
     row: dict[str, Any]
-    requests: list[Request] = field(default_factory=list)
+    models: list[str | None]  # each request's model (a missing one taken from its neighbours)
+    times: list[str | None]  # each request's timestamp as written
+    tokens: list[list[int | None]]  # TOKEN_COLUMNS, a list each
+    costs: list[float | None]
     mismatches: int = 0  # requests whose recorded total is not the sum of its parts
-
-
-@dataclass(slots=True)
-class Request:
-    """One billed request: the columns the reports that sum requests by one key read."""
-
-    session_key: str
-    project: str | None
-    model: str | None
-    ts: datetime | None
-    tokens: tuple[int | None, ...]  # TOKEN_COLUMNS
-    cost: float | None
-    tool_calls: int | None
 
 
 @dataclass
@@ -141,8 +134,8 @@ class Tally:
     invalid_utf8: list[tuple[str, int, int | None]]  # (file, lines, first) per session
 
     @property
-    def requests(self) -> list[Request]:
-        return [r for s in self.sessions for r in s.requests]
+    def requests(self) -> int:
+        return sum(len(s.costs) for s in self.sessions)
 
 
 def tally(
@@ -160,16 +153,17 @@ def tally(
     if not subagents:
         groups = [s for s in groups if refs[s.key] is None and s.primary.kind != "subagent"]
     parents = link_parents((s.key, s.primary.project_dir, s.primary.session_id, refs[s.key]) for s in groups)
-    rows = {s.key: _merged([_rows(f) for f in s.files]) for s in groups}
-    models = {r[_MODEL] for rs in rows.values() for r in rs if r[_MODEL] is not None}
+    columns = {s.key: _merged([_columns(f) for f in s.files]) for s in groups}
+    models = {m for cols in columns.values() for m in cols[_MODEL] if m is not None}
     table = prices(sorted(models))
     sessions: list[Session] = []
     warnings = _Warnings()
     for s in groups:
         p = s.primary
         kind = "subagent" if refs[s.key] is not None or p.kind == "subagent" else p.kind
-        session = _session(s.key, parents.get(s.key), kind, s.files, rows.pop(s.key), table, warnings)
-        sessions.append(session)
+        sessions.append(
+            _session(s.key, parents.get(s.key), kind, s.files, columns.pop(s.key), table, warnings)
+        )
     _count_subagents(sessions)
     problems = [Problem(r.path, r.error) for r in results if r.error]
     if found is not None:
@@ -199,25 +193,29 @@ def _invalid_utf8(files: list[FileColumns]) -> tuple[str, int, int | None]:
 
 
 def _merged(files: list[list[list[Any]]]) -> list[list[Any]]:
-    """The rows of a session kept in several files (a legacy .json and the .jsonl written when it was
+    """The columns of a session kept in several files (a legacy .json and the .jsonl written when it was
     resumed), oldest first: the last file's rows, preceded by the older rows only an older file has, each
     once and not live (``frames.messages.merge_pairs``)."""
     if len(files) == 1:
         return files[0]
     primary = files[-1]
-    ids = {r[_ID] for r in primary if r[_ID] is not None}
+    ids = {mid for mid in primary[_ID] if mid is not None}
     seen: set[str] = set()
-    out = []
-    for rows in files[:-1]:
-        for r in rows:
-            mid = r[_ID]
+    out: list[list[Any]] = [[] for _ in MESSAGE_COLUMNS]
+    for cols in files[:-1]:
+        keep = []
+        for i, mid in enumerate(cols[_ID]):
             if mid is not None:
                 if mid in ids or mid in seen:
                     continue
                 seen.add(mid)
-            r[_LIVE] = False
-            out.append(r)
-    return out + primary
+            keep.append(i)
+        for merged, col in zip(out, cols, strict=True):
+            merged.extend(col[i] for i in keep)
+    out[_LIVE] = [False] * len(out[_LIVE])
+    for merged, col in zip(out, primary, strict=True):
+        merged.extend(col)
+    return out
 
 
 class _Warnings:
@@ -247,25 +245,44 @@ class _Warnings:
         return out
 
 
-def _cost(table: PriceTable, model: str | None, tokens: Sequence[int | None]) -> tuple[float | None, bool]:
-    """(``pricing.add_costs``' cost of one request, whether its counts are impossible: a missing ``output``
-    leaves its own test out, as a null does in the frames)."""
-    from ctxtool.measure.pricing import cost_of
-
-    input, output, cached, thoughts, tool, _ = tokens
-    if input is None:
-        return None, False
-    cache = cached or 0
-    impossible = min(input, cache, thoughts or 0, tool or 0) < 0 or cache > input + (tool or 0)
-    impossible = impossible or (output is not None and output < 0)
-    if model is None or output is None or impossible:
-        return None, impossible
-    return cost_of(table.rates.get(model), input, cached, output, thoughts, tool), False
+def _costs(
+    table: PriceTable, models: list[str | None], tokens: list[list[int | None]], warnings: _Warnings
+) -> list[float | None]:
+    """Each request's cost as ``pricing.add_costs`` (and ``pricing.cost_of``) computes it: None for a model
+    without rates or a missing ``output``, and for impossible counts (negative, or ``cached`` above ``input +
+    tool``; a missing ``output`` leaves its own test out, as a null does in the frames)."""
+    rates = table.rates
+    out: list[float | None] = []
+    for model, input, output, cached, thoughts, tool in zip(models, *tokens[:5], strict=True):
+        cache, think, used = cached or 0, thoughts or 0, tool or 0
+        prompt = input + used  # requests have an input
+        bad = input < 0 or cache < 0 or think < 0 or used < 0 or cache > prompt or (output or 0) < 0
+        if model is None:
+            warnings.nameless += 1
+            out.append(None)
+            continue
+        warnings.models.add(model)
+        found = rates.get(model)
+        if bad and found is not None:
+            warnings.impossible[model] = warnings.impossible.get(model, 0) + 1
+        if bad or found is None or output is None:
+            out.append(None)
+            continue
+        tier = found.tier_for(prompt)
+        out.append(
+            tier.per_request
+            + tier.input * (prompt - cache)
+            + tier.cached * cache
+            + tier.output * (output + think)
+        )
+    return out
 
 
 def _filled(models: list[str | None]) -> list[str | None]:
     """Each request's model, a missing one taken from the request before it, else the one after
     (``frames.build._derive``: ``forward_fill().backward_fill()`` over the session)."""
+    if None not in models:
+        return models
     out = models[:]
     last = None
     for i, m in enumerate(out):
@@ -282,82 +299,59 @@ def _filled(models: list[str | None]) -> list[str | None]:
     return out
 
 
-def _composition(reqs: list[list[Any]]) -> list[tuple[int, int, int, int]]:
-    """(overhead, prompts, model, tool I/O) of each request's prompt
+def _composition(inputs: list[int], hist: list[list[Any]]) -> list[int]:
+    """The sums over a session's requests of (overhead, prompts, model, tool I/O) of each request's prompt
     (``frames.messages.with_composition``)."""
-    gaps = []
-    for r in reqs:
-        history = sum(r[i] or 0 for i in _HIST)
-        if r[_INPUT] > 0 and r[_INPUT] - history >= 0:
-            gaps.append(r[_INPUT] - history)
-    floor = max(min(gaps, default=0), 0)
-    out = []
-    for r in reqs:
-        hist = [r[i] for i in _HIST]
-        if None in hist:
-            raise Unsupported("a request without its history estimate")
-        history = sum(hist)
-        rest = r[_INPUT] - min(floor, r[_INPUT])
-        scale = rest / history if history > 0 else 0.0
-        parts = [math.floor(h * scale) for h in hist]
-        out.append((r[_INPUT] - sum(parts), parts[0], parts[1], parts[2]))
-    return out
+    prompts, model, tool_io = hist
+    if None in prompts or None in model or None in tool_io:
+        raise Unsupported("a request without its history estimate")
+    histories = [a + b + c for a, b, c in zip(prompts, model, tool_io, strict=True)]
+    floor = max(
+        min((i - h for i, h in zip(inputs, histories, strict=True) if i > 0 and i >= h), default=0), 0
+    )
+    sums = [0, 0, 0, 0]
+    for i, h, a, b, c in zip(inputs, histories, prompts, model, tool_io, strict=True):
+        scale = (i - min(floor, i)) / h if h > 0 else 0.0
+        pa, pb, pc = math.floor(a * scale), math.floor(b * scale), math.floor(c * scale)
+        sums[0] += i - (pa + pb + pc)
+        sums[1] += pa
+        sums[2] += pb
+        sums[3] += pc
+    return sums
 
 
-@dataclass(slots=True)
-class _Walk:
-    """One pass over a session's messages: what ``sessions_frame`` aggregates of them."""
-
-    turns: set[int] = field(default_factory=set)
-    tool_calls: int = 0
-    tool_errors: int = 0
-    infos: int = 0
-    snapshots: int = 0
-    first: datetime | None = None
-    last: datetime | None = None
-    hidden: list[tuple[int | None, int | None, str | None]] = field(default_factory=list)
-    requests: list[list[Any]] = field(default_factory=list)
-    times: list[datetime | None] = field(default_factory=list)  # of the requests
+def _turns(c: list[list[Any]]) -> int:
+    """``frames.turns.turn_count``: each prompt starts a turn; turn 0 counts when it holds a request or a
+    compression."""
+    counted = set()
+    for turn, kind, input, info, snap in zip(
+        accumulate(map(int, c[_PROMPT])), c[_TYPE], c[_INPUT], c[_INFO], c[_SNAP], strict=True
+    ):
+        if turn > 0 or info or snap or (input is not None and kind == "gemini"):
+            counted.add(turn)
+    return len(counted)
 
 
-def _walk(rows: list[list[Any]], derived: bool) -> _Walk:
-    w = _Walk()
-    turn = 0
+def _hidden(c: list[list[Any]], derived: bool) -> list[tuple[int | None, int | None, str | None]]:
+    """(input, output, model) of the compression calls each snapshot shows Gemini CLI made, before a
+    compacted copy's first request none (``frames.sessions._hidden_compression_calls``)."""
+    calls: list[tuple[int | None, int | None, str | None]] = []
     last_input: int | None = None
     last_model: str | None = None
-    for r in rows:
-        turn += r[_PROMPT]
-        is_request = r[_TYPE] == "gemini" and r[_INPUT] is not None
-        if turn > 0 or is_request or r[_INFO] or r[_SNAP]:
-            w.turns.add(turn)
-        w.tool_calls += r[_CALLS] or 0
-        w.tool_errors += r[_ERRORS] or 0
-        w.infos += r[_INFO]
-        w.snapshots += r[_SNAP]
-        ts = parse_time(r[_TIME])
-        if ts is not None:
-            w.first = ts if w.first is None or ts < w.first else w.first
-            w.last = ts if w.last is None or ts > w.last else w.last
-        if r[_INPUT] is not None:
-            last_input = r[_INPUT]
-            if r[_MODEL] is not None:
-                last_model = r[_MODEL]
-        if r[_SNAP] and not (derived and last_input is None):
-            _hidden_call(w, r[_CHARS], last_input, last_model)
-        if is_request:
-            w.requests.append(r)
-            w.times.append(ts)
-    return w
-
-
-def _hidden_call(w: _Walk, chars: int | None, last_input: int | None, model: str | None) -> None:
-    """The compression calls a snapshot shows Gemini CLI made
-    (``frames.sessions._hidden_compression_calls``)."""
-    if chars is None:
-        w.hidden.append((None, None, model))
-        return
-    summary = chars // 4
-    w.hidden.append((HIDDEN_CALLS_PER_COMPRESSION * (last_input or 0) + summary, 2 * summary, model))
+    for snap, input, model, chars in zip(c[_SNAP], c[_INPUT], c[_MODEL], c[_CHARS], strict=True):
+        if input is not None:
+            last_input = input
+            if model is not None:
+                last_model = model
+        if snap and not (derived and last_input is None):
+            if chars is None:
+                calls.append((None, None, last_model))
+            else:
+                summary = chars // 4
+                calls.append(
+                    (HIDDEN_CALLS_PER_COMPRESSION * (last_input or 0) + summary, 2 * summary, last_model)
+                )
+    return calls
 
 
 def _session(
@@ -365,47 +359,48 @@ def _session(
     parent_key: str | None,
     kind: str,
     files: list[FileColumns],
-    rows: list[list[Any]],
+    c: list[list[Any]],
     table: PriceTable,
     warnings: _Warnings,
 ) -> Session:
-    p = files[-1]
-    w = _walk(rows, p.derived_from is not None)
-    models = _filled([r[_MODEL] for r in w.requests])
-    session = Session(key, parent_key, {})
-    for r, model, ts in zip(w.requests, models, w.times, strict=True):
-        tokens = tuple(r[i] for i in _TOKENS)
-        cost, impossible = _cost(table, model, tokens)
-        if model is None:
-            warnings.nameless += 1
-        else:
-            warnings.models.add(model)
-            if impossible and model in table.rates:
-                warnings.impossible[model] = warnings.impossible.get(model, 0) + 1
-        session.requests.append(Request(key, p.project, model, ts, tokens, cost, r[_CALLS]))
-        if (r[_TOTAL] or 0) != sum(r[i] or 0 for i in _PARTS):
-            session.mismatches += 1
-    session.row = _session_row(key, kind, files, w, session.requests, models, table)
+    kinds, inputs = c[_TYPE], c[_INPUT]
+    at = [i for i, input in enumerate(inputs) if input is not None and kinds[i] == "gemini"]
+    tokens = [[c[j][i] for i in at] for j in _TOKENS]
+    models = _filled([c[_MODEL][i] for i in at])
+    session = Session(
+        key,
+        parent_key,
+        {},
+        models,
+        [c[_TIME][i] for i in at],
+        tokens,
+        _costs(table, models, tokens, warnings),
+    )
+    session.mismatches = sum(
+        (total or 0) != (i or 0) + (o or 0) + (th or 0) + (tl or 0)
+        for i, o, _, th, tl, total in zip(*tokens, strict=True)
+    )
+    live = [input for input, i in zip(tokens[0], at, strict=True) if c[_LIVE][i]]
+    session.row = _session_row(key, kind, files, c, session, live)
+    hist = [[c[j][i] for i in at] for j in _HIST]
+    session.row.update(zip(COMPOSITION_COLUMNS, _composition(tokens[0], hist), strict=True))
+    session.row.update(
+        _hidden_sums(_hidden(c, files[-1].derived_from is not None) if any(c[_SNAP]) else [], table)
+    )
     return session
 
 
 def _session_row(
-    key: str,
-    kind: str,
-    files: list[FileColumns],
-    w: _Walk,
-    requests: list[Request],
-    models: list[str | None],
-    table: PriceTable,
+    key: str, kind: str, files: list[FileColumns], c: list[list[Any]], s: Session, live: list[int | None]
 ) -> dict[str, Any]:
     """The columns of ``sessions_frame`` for one session (its last file names it)."""
     p = files[-1]
     started = min((f.start_time for f in files if f.start_time), default=None)
     updated = max((f.last_updated for f in files if f.last_updated), default=None)
-    live = [r[_INPUT] for r in w.requests if r[_LIVE]]
-    limits = [
-        MODEL_LIMITS.get(m, DEFAULT_TOKEN_LIMIT) if m is not None else DEFAULT_TOKEN_LIMIT for m in models
-    ]
+    times = [t for t in c[_TIME] if t is not None]
+    if not all(map(_ISO.fullmatch, times)):
+        raise Unsupported(f"{p.path}: a time in another shape")
+    first, last = (parse_time(min(times)), parse_time(max(times))) if times else (None, None)
     row: dict[str, Any] = {
         "session_key": key,
         "session": os.path.basename(p.path).rsplit(".", 1)[0],
@@ -414,32 +409,30 @@ def _session_row(
         "project": p.project,
         "kind": kind,
         "subagents": 0,
-        "start": _earliest(parse_time(started), w.first),
-        "end": w.last if w.last is not None else parse_time(updated),
-        "turns": len(w.turns),
-        "requests": len(requests),
+        "start": _earliest(parse_time(started), first),
+        "end": last if last is not None else parse_time(updated),
+        "turns": _turns(c),
+        "requests": len(s.costs),
     }
-    for i, name in enumerate(TOKEN_COLUMNS):
-        row[name] = sum(r.tokens[i] for r in requests if r.tokens[i] is not None)
-    known = [r.cost for r in requests if r.cost is not None]
-    unpriced = len(requests) - len(known)
+    for name, values in zip(TOKEN_COLUMNS, s.tokens, strict=True):
+        row[name] = sum(filter(None, values))
+    known = [cost for cost in s.costs if cost is not None]
+    unpriced = len(s.costs) - len(known)
     row["context"] = live[-1] if live else None
-    row["peak_context"] = max(live) if live else None
+    row["peak_context"] = max(live) if live else None  # type: ignore[type-var]
+    limits = [
+        DEFAULT_TOKEN_LIMIT if m is None else MODEL_LIMITS.get(m, DEFAULT_TOKEN_LIMIT) for m in set(s.models)
+    ]
     row["context_limit"] = max(limits, default=DEFAULT_TOKEN_LIMIT)
-    share = row["peak_context"]
-    row["context_share"] = None if share is None else share / row["context_limit"]
+    row["context_share"] = None if row["peak_context"] is None else row["peak_context"] / row["context_limit"]
     row["cache_ratio"] = row["cached"] / row["input"] if row["input"] > 0 else None
-    row["compressions"] = max(w.infos, w.snapshots)
+    row["compressions"] = max(sum(c[_INFO]), sum(c[_SNAP]))
     row["rewinds"] = sum(f.rewinds for f in files)
-    row["tool_calls"], row["tool_errors"] = w.tool_calls, w.tool_errors
-    row["models"] = ",".join(sorted({m for m in models if m is not None})) if requests else None
+    row["tool_calls"], row["tool_errors"] = sum(filter(None, c[_CALLS])), sum(filter(None, c[_ERRORS]))
+    row["models"] = ",".join(sorted({m for m in s.models if m is not None})) if s.costs else None
     row["cost"] = None if not known and unpriced else math.fsum(known)
     row["unpriced"] = unpriced
-    row.update(_hidden_sums(w, table))
     row["file"] = p.path
-    parts = _composition(w.requests)
-    for i, name in enumerate(COMPOSITION_COLUMNS):
-        row[name] = sum(c[i] for c in parts)
     return row
 
 
@@ -447,17 +440,17 @@ def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-def _hidden_sums(w: _Walk, table: PriceTable) -> dict[str, Any]:
+def _hidden_sums(calls: list[tuple[int | None, int | None, str | None]], table: PriceTable) -> dict[str, Any]:
     costs = []
-    for input, output, model in w.hidden:
-        tokens = (input, output, 0, 0, 0, None)
-        cost = _cost(table, model, tokens)[0] if input is not None and model in table.rates else None
-        if cost is not None:
-            costs.append(cost)
+    for input, output, model in calls:
+        rates = table.rates.get(model) if model is not None else None
+        if rates is not None and input is not None and output is not None:
+            tier = rates.tier_for(input)
+            costs.append(tier.per_request + tier.input * input + tier.cached * 0 + tier.output * output)
     return {
-        "hidden_requests": len(w.hidden) * HIDDEN_CALLS_PER_COMPRESSION,
-        "hidden_input": sum(i for i, _, _ in w.hidden if i is not None),
-        "hidden_output": sum(o for _, o, _ in w.hidden if o is not None),
+        "hidden_requests": len(calls) * HIDDEN_CALLS_PER_COMPRESSION,
+        "hidden_input": sum(i for i, _, _ in calls if i is not None),
+        "hidden_output": sum(o for _, o, _ in calls if o is not None),
         "hidden_cost": math.fsum(costs),
     }
 
@@ -519,36 +512,53 @@ def _shown(row: dict[str, Any], by: str) -> dict[str, Any]:
     return out
 
 
-_WEEK = timedelta(days=7)
-
-
-def _key_of(by: str) -> Callable[[Request], Any]:
+def _keys(by: str, s: Session) -> list[Any]:
+    """The group of each request of ``s`` in ``stats --by BY`` (UTC)."""
     if by == "model":
-        return lambda r: r.model if r.model is not None else "(unknown)"
+        return [m if m is not None else "(unknown)" for m in s.models]
     if by == "project":
-        return lambda r: r.project
-    if by == "day":
-        return lambda r: None if r.ts is None else r.ts.date()
-    if by == "week":  # polars' weeks start on Monday: the date of that Monday
-        return lambda r: None if r.ts is None else r.ts.date() - timedelta(days=r.ts.weekday())
-    return lambda r: None if r.ts is None else r.ts.strftime("%Y-%m")
+        return [s.row["project"]] * len(s.models)
+    if by == "month":
+        return [None if ts is None else ts[:7] for ts in s.times]
+    return [None if ts is None else ts[:10] for ts in s.times]  # a day; a week is its Monday's
+
+
+def _key_value(by: str, key: Any) -> Any:
+    if key is None or by not in ("day", "week"):
+        return key
+    try:
+        day = date.fromisoformat(key)
+    except ValueError as exc:
+        raise Unsupported(f"day {key!r}") from exc
+    return day - timedelta(days=day.weekday()) if by == "week" else day  # polars' weeks start on Monday
 
 
 def request_rows(t: Tally, by: str) -> list[dict[str, Any]]:
     """The rows of ``stats --by model|project|day|week|month`` in UTC (``frames.query._agg_requests``)."""
-    key_of = _key_of(by)
-    groups: dict[Any, list[Request]] = {}
-    for r in t.requests:
-        groups.setdefault(key_of(r), []).append(r)
+    groups: dict[Any, list[Any]] = {}  # key: [sessions, requests, six token sums, peak, known costs]
+    for s in t.sessions:
+        keys = [_key_value(by, k) for k in _keys(by, s)] if by in ("day", "week") else _keys(by, s)
+        for key, cost, *tokens in zip(keys, s.costs, *s.tokens, strict=True):
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = [set(), 0, [0, 0, 0, 0, 0, 0], None, []]
+            g[0].add(s.key)
+            g[1] += 1
+            sums = g[2]
+            for i, v in enumerate(tokens):
+                if v is not None:
+                    sums[i] += v
+            if tokens[0] is not None and (g[3] is None or tokens[0] > g[3]):
+                g[3] = tokens[0]
+            if cost is not None:
+                g[4].append(cost)
     rows = []
     for key in sorted(groups, key=lambda k: (k is not None, k if k is not None else "")):  # nulls first
-        reqs = groups[key]
-        row: dict[str, Any] = {by: key, "sessions": len({r.session_key for r in reqs}), "requests": len(reqs)}
-        for i, name in enumerate(TOKEN_COLUMNS):
-            row[name] = sum(r.tokens[i] for r in reqs if r.tokens[i] is not None)
-        row["peak_context"] = max((r.tokens[0] for r in reqs if r.tokens[0] is not None), default=None)
-        known = [r.cost for r in reqs if r.cost is not None]
-        row["unpriced"] = len(reqs) - len(known)
+        keys_seen, n, sums, peak, known = groups[key]
+        row: dict[str, Any] = {by: key, "sessions": len(keys_seen), "requests": n}
+        row.update(zip(TOKEN_COLUMNS, sums, strict=True))
+        row["peak_context"] = peak
+        row["unpriced"] = n - len(known)
         row["cost"] = None if not known and row["unpriced"] else math.fsum(known)
         row["cache_ratio"] = row["cached"] / row["input"] if row["input"] > 0 else None
         rows.append(_shown(row, by))
@@ -576,14 +586,13 @@ def summary_of(t: Tally) -> dict[str, Any]:
     """``frames.query.read_summary`` of the same sessions."""
     from ctxtool.frames.reading import summary
 
-    requests = t.requests
     return summary(
         files=t.files_read,
         size=t.bytes_read,
         sessions=len(t.sessions),
         subagent_sessions=sum(s.row["kind"] == "subagent" for s in t.sessions),
-        requests=len(requests),
-        total_tokens=sum(r.tokens[5] for r in requests if r.tokens[5] is not None),
+        requests=t.requests,
+        total_tokens=sum(sum(filter(None, s.tokens[5])) for s in t.sessions),
         broken_lines=t.broken_lines,
         invalid_utf8_lines=sum(n for _, n, _ in t.invalid_utf8),
         total_mismatches=sum(s.mismatches for s in t.sessions),
