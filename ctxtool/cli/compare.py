@@ -131,7 +131,7 @@ def _print_table(
         console.print(note, markup=False, highlight=False)
     if bars:
         console.print()
-        render.print_table(console, render.compare_bars(lib.strategy_means(rows)))
+        render.print_table(console, render.compare_bars(lib.strategy_means(rows), width=console.width))
 
 
 def _write_rows(rows: list[dict[str, Any]], names: list[str], fmt: str, output_path: Path | None) -> None:

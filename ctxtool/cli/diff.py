@@ -121,7 +121,10 @@ def _print_table(
         render.print_table(
             console,
             render.diff_summary_table(
-                diff_lib.summary_rows(result), title="Tokens", headers=("", "before", "after", "delta")
+                diff_lib.summary_rows(result),
+                title="Tokens",
+                headers=("", "before", "after", "delta"),
+                width=console.width,
             ),
         )
         render.print_table(
@@ -134,6 +137,7 @@ def _print_table(
                     *(f"{kind}\n{side}" for kind, side in [("rec.", "before"), ("rec.", "after")]),
                     *(f"est.\n{side}" for side in ("before", "after", "delta")),
                 ),
+                width=console.width,
             ),
         )
         for i, snapshot in enumerate(result.snapshots, 1):

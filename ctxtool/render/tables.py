@@ -8,11 +8,12 @@ compression threshold.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal, Protocol
 
 from rich.console import Console
 from rich.table import Table
@@ -23,8 +24,6 @@ from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
 
 if TYPE_CHECKING:
     import polars as pl
-
-    from ctxtool.frames.shape import RowTable
 
 _RIGHT = {
     "ctx_tool_io",
@@ -69,18 +68,13 @@ _HEADERS = {
     "ctx_model": "ctx: model",
     "ctx_tool_io": "ctx: tool I/O",
 }
+# The token counts a table shows, in ccusage's order (Input, Output, Reasoning, Cache Read), that add up
+# to ``total``; ``tool`` only where some request recorded tool-use prompt tokens.
+TOKEN_PARTS = ("input", "output", "thoughts", "cached", "tool")
+_TOKENS = [*TOKEN_PARTS, "total"]
 # The columns of the --by project, day, week and month tables, after the key itself.
-_PERIOD_COLUMNS = [
-    "sessions",
-    "requests",
-    "input",
-    "cached",
-    "output",
-    "thoughts",
-    "total",
-    "cache_ratio",
-    "cost",
-]
+_PERIOD_COLUMNS = ["sessions", "requests", *_TOKENS, "cache_ratio", "cost"]
+_CTX_COLUMNS = ["ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io"]
 # What a table shows per report; machine formats always carry every column.
 TABLE_COLUMNS: dict[str, list[str]] = {
     "turn": [
@@ -90,19 +84,13 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "start",
         "duration_s",
         "requests",
-        "input",
-        "output",
-        "thoughts",
-        "cached",
+        *_TOKENS,
         "peak_context",
         "context_share",
         "cache_ratio",
         "tool_calls",
         "compressed",
-        "ctx_overhead",
-        "ctx_prompts",
-        "ctx_model",
-        "ctx_tool_io",
+        *_CTX_COLUMNS,
         "cost",
     ],
     "request": [
@@ -110,19 +98,13 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "turn",
         "timestamp",
         "model",
-        "input",
-        "output",
-        "thoughts",
-        "cached",
+        *_TOKENS,
         "context_share",
         "cache_ratio",
         "tool_calls",
         "live",
         "event",
-        "ctx_overhead",
-        "ctx_prompts",
-        "ctx_model",
-        "ctx_tool_io",
+        *_CTX_COLUMNS,
         "cost",
     ],
     "session": [
@@ -131,34 +113,21 @@ TABLE_COLUMNS: dict[str, list[str]] = {
         "start",
         "turns",
         "requests",
-        "input",
-        "cached",
-        "output",
-        "thoughts",
-        "total",
+        *_TOKENS,
         "peak_context",
         "context_share",
         "cache_ratio",
         "compressions",
         "cost",
     ],
-    "model": [
-        "model",
-        "sessions",
-        "requests",
-        "input",
-        "output",
-        "thoughts",
-        "cached",
-        "total",
-        "cache_ratio",
-        "cost",
-    ],
+    "model": ["model", "sessions", "requests", *_TOKENS, "cache_ratio", "cost"],
     "project": ["project", *_PERIOD_COLUMNS],
     "day": ["day", *_PERIOD_COLUMNS],
     "week": ["week", *_PERIOD_COLUMNS],
     "month": ["month", *_PERIOD_COLUMNS],
 }
+# The columns that name a row: never dropped (nor are ``total`` and ``cost``).
+_KEY_COLUMNS = {"turn": ("session", "turn"), "request": ("session", "turn")}
 _MAX_WIDTH = {"prompt": 40, "session": 34, "project": 24, "model": 30}
 
 
@@ -286,8 +255,26 @@ def cell(column: str, value: Any) -> Text:
     return Text(text, no_wrap=True, overflow="ellipsis")
 
 
+class Column(Protocol):
+    """A column of a :class:`RowTable`: its values as a list."""
+
+    def to_list(self) -> list[Any]: ...
+
+
+class RowTable(Protocol):
+    """What :func:`stats_table` reads of its rows: a polars DataFrame is one."""
+
+    @property
+    def columns(self) -> list[str]: ...
+
+    @property
+    def height(self) -> int: ...
+
+    def get_column(self, name: str) -> Column: ...
+
+
 def stats_table(
-    rows: pl.DataFrame | RowTable,
+    rows: RowTable,
     totals: Mapping[str, Any],
     *,
     by: str,
@@ -299,28 +286,15 @@ def stats_table(
 ) -> Table:
     """The stats report as a table at most ``width`` columns wide (``wide``: every column, however wide).
 
+    ``rows`` is a row table: ``columns``, ``height`` and ``get_column(name)`` (whose values iterate) are all
+    this reads of it, so a polars DataFrame or any small stand-in will do.
+
     Numbers and the short session id are never cut; text columns give way (a path from the left); the
-    least important columns are dropped and named in a last caption line (see :func:`dropped_note`)."""
-    wanted = TABLE_COLUMNS.get(by, rows.columns)
-    columns = [
-        c for c in wanted if c in rows.columns and not (single_session and c == "session" and by != "session")
-    ]
-    shorts = short_session_ids(rows.get_column("session").to_list()) if "session" in columns else {}
-    unpriced = rows.get_column("unpriced").to_list() if "unpriced" in rows.columns else [0] * rows.height
-    full = {
-        col: [
-            _partial(_session_cell(col, v, shorts), col, m)
-            for v, m in zip(rows.get_column(col), unpriced, strict=True)
-        ]
-        for col in columns
-    }
-    if "session" in full and "derived_from" in rows.columns:
-        full["session"] = [
-            compacted_label(t) if copied else t
-            for t, copied in zip(
-                full["session"], [v is not None for v in rows.get_column("derived_from")], strict=True
-            )
-        ]
+    least important columns are dropped and named in the last caption lines (see :func:`dropped_notes`).
+    The row's key, ``total`` and ``cost`` always stay, and the token columns shown add up to ``total``: a
+    token column left out is named with its sum."""
+    columns = _stats_columns(rows, totals, by=by, single_session=single_session)
+    full = _stats_cells(rows, columns)
     footers: dict[str, Text] = {}
     for i, col in enumerate(columns):
         if i == 0:
@@ -328,10 +302,15 @@ def stats_table(
         else:
             footer = cell(col, totals[col]) if col in totals else Text("")
             footers[col] = _partial(footer, col, totals.get("unpriced", 0))
+    keys = {columns[0], *_KEY_COLUMNS.get(by, ()), "total", "cost"}
     kept, text_width, dropped = fit_columns(
-        columns, {c: [footers[c], *full[c]] for c in columns}, width=width, wide=wide
+        columns,
+        {c: [footers[c], *full[c]] for c in columns},
+        width=width,
+        wide=wide,
+        drop_order=[c for c in _DROP_ORDER if c not in keys],
     )
-    notes = [n for n in (caption, dropped_note(dropped)) if n]
+    notes = [n for n in (caption, parts_note(totals), *dropped_notes(dropped, totals)) if n]
     table = Table(
         title=title,
         title_justify="left",
@@ -357,6 +336,54 @@ def stats_table(
     for i in range(rows.height):
         table.add_row(*(full[col][i] for col in kept))
     return table
+
+
+def _stats_columns(rows: RowTable, totals: Mapping[str, Any], *, by: str, single_session: bool) -> list[str]:
+    """The columns of the ``by`` table that ``rows`` holds: ``session`` only where it tells rows apart, and
+    ``tool`` only where some request recorded tool-use prompt tokens (it is 0 in nearly every session)."""
+    present = list(rows.columns)
+    wanted = TABLE_COLUMNS.get(by, present)
+    return [
+        c
+        for c in wanted
+        if c in present
+        and not (single_session and c == "session" and by != "session")
+        and not (c == "tool" and not totals.get("tool") and not any(rows.get_column("tool").to_list()))
+    ]
+
+
+def _stats_cells(rows: RowTable, columns: Sequence[str]) -> dict[str, list[Text]]:
+    """Every cell of each of ``columns``; a session by its short id, marked when it is a compacted copy."""
+    shorts = short_session_ids(rows.get_column("session").to_list()) if "session" in columns else {}
+    present = set(rows.columns)
+    unpriced = rows.get_column("unpriced").to_list() if "unpriced" in present else [0] * rows.height
+    full = {
+        col: [
+            _partial(_session_cell(col, v, shorts), col, m)
+            for v, m in zip(rows.get_column(col).to_list(), unpriced, strict=True)
+        ]
+        for col in columns
+    }
+    if "session" in full and "derived_from" in present:
+        copied = [v is not None for v in rows.get_column("derived_from").to_list()]
+        full["session"] = [
+            compacted_label(t) if c else t for t, c in zip(full["session"], copied, strict=True)
+        ]
+    return full
+
+
+def parts_note(totals: Mapping[str, Any]) -> str | None:
+    """The caption line for a ``total`` that is not the sum of its parts: a total the API recorded that
+    disagrees with them is kept as recorded (``measure.tokens.request_total``; a warning names the files)."""
+    if "total" not in totals or any(k not in totals for k in TOKEN_PARTS):
+        return None
+    off = int(totals["total"] or 0) - sum(int(totals[k] or 0) for k in TOKEN_PARTS)
+    if not off:
+        return None
+    return (
+        f"total is {human_int(abs(off))} {'more' if off > 0 else 'less'} than the sum of the token columns: "
+        "totals recorded by the API that disagree with their parts are kept as recorded (see the warning)."
+    )
 
 
 # How a table labels a session ctxtool compacted from another (``derivedFrom`` in its metadata), so that a
@@ -399,11 +426,14 @@ def short_session_ids(names: Sequence[str | None]) -> dict[str, str]:
 
 def clip(column: str, text: Text, width: int) -> Text:
     """``text`` cut to ``width`` cells: a path (or a project path) from the left, keeping its end
-    (``…/chats/session-…-cd7b13fa.jsonl``), anything else from the right; both with an ellipsis."""
+    (``…/chats/session-…-cd7b13fa.jsonl``), anything else from the right; both with an ellipsis. What a
+    path column says instead of a path (``nothing written (see below)``) goes onto more lines, whole."""
     if text.cell_len <= width:
         return text
     plain = text.plain
     if column in _PATH_COLUMNS:
+        if "/" not in plain and "\\" not in plain:  # a word about the file, not its path: on more lines
+            return wrap_text(text, width)
         return Text(short_path(plain, width), style=text.style)
     if column == "project" and "/" in plain:
         return Text(left_ellipsis(plain, width), style=text.style)
@@ -457,9 +487,24 @@ def short_path(path: str, width: int) -> str:
 
 def dropped_note(dropped: Sequence[str]) -> str | None:
     """The caption line that names the columns a narrow terminal left out, and how to see them."""
-    if not dropped:
-        return None
-    return f"Not shown (too narrow): {', '.join(dropped)}. --wide shows every column."
+    return "\n".join(dropped_notes(dropped)) or None
+
+
+def dropped_notes(dropped: Sequence[str], sums: Mapping[str, Any] | None = None) -> list[str]:
+    """The caption lines that name the columns a narrow terminal left out: a token column with its sum
+    (from ``sums``, the totals row), so that the columns shown and the sums named add up to ``total``;
+    then the others; then how to see them all."""
+    tokens = [c for c in dropped if sums is not None and c in TOKEN_PARTS and c in sums]
+    others = [c for c in dropped if c not in tokens]
+    lines = []
+    if tokens and sums is not None:
+        named = " · ".join(f"{c} {human_int(sums[c])}" for c in tokens)
+        lines.append(f"Counted in total, not shown (too narrow): {named}.")
+    if others:
+        lines.append(f"Not shown (too narrow): {', '.join(others)}.")
+    if lines:
+        lines[-1] += " --wide shows every column."
+    return lines
 
 
 def fit_columns(
@@ -472,34 +517,56 @@ def fit_columns(
     text_min: Mapping[str, int] | None = None,
     max_width: Mapping[str, int] | None = None,
     drop_order: Sequence[str] | None = None,
+    wrap: Mapping[str, int] | None = None,
+    edge: bool = True,
 ) -> tuple[list[str], dict[str, int], list[str]]:
-    """Which columns fit in ``width`` cells, the width of each text column that gives way, and the dropped
+    """Which columns fit in ``width`` cells, the width of each column that gives way, and the dropped
     columns (in the order of ``columns``). ``cells`` holds every cell of a column (footer included).
 
-    A number column is as wide as its widest value; a text column of ``_TEXT_MIN`` may shrink to that
-    minimum; columns go in ``_DROP_ORDER`` until the rest fit. With ``wide`` nothing is dropped or cut.
-    The stats report's headers, minimums, maximums and drop order are the defaults."""
+    A number column is as wide as its widest value; a text column of ``text_min`` may shrink to that
+    minimum; columns go in ``drop_order`` until the rest fit, and then the most important of those dropped
+    come back where they fit after all. A column of ``wrap`` (its narrowest width) is never cut: when the
+    rest is still too wide it narrows, its cells to be wrapped onto more lines (:func:`wrap_text`).
+    ``edge``: a table with outer borders and padding (rich's default); else ``show_edge=False,
+    pad_edge=False``. With ``wide`` nothing is dropped or cut. The stats report's headers, minimums,
+    maximums and drop order are the defaults."""
     headers = _HEADERS if headers is None else headers
     text_min = _TEXT_MIN if text_min is None else text_min
     max_width = _MAX_WIDTH if max_width is None else max_width
     drop_order = _DROP_ORDER if drop_order is None else drop_order
+    wrap = {} if wrap is None else wrap
 
     def natural(col: str) -> int:
-        return max([len(headers.get(col, col)), *(t.cell_len for t in cells[col])])
+        header = headers.get(col, col).split("\n")
+        return max([*(len(h) for h in header), *(t.cell_len for t in cells[col])])
 
     def least(col: str) -> int:
         return min(natural(col), text_min[col]) if col in text_min else natural(col)
 
+    def need(cols: Sequence[str]) -> int:  # the table's width with every column at its least
+        return sum(least(c) + 3 for c in cols) + (1 if edge else -3)
+
     if wide:
         return list(columns), {}, []
     cols = list(columns)
+    gone: list[str] = []
     for victim in drop_order:
-        if 1 + sum(least(c) + 3 for c in cols) <= width:
+        if need(cols) <= width:
             break
         if victim in cols:
             cols.remove(victim)
-    spare = width - 1 - sum(least(c) + 3 for c in cols)
+            gone.append(victim)
+    for back in reversed(gone):
+        trial = [c for c in columns if c in cols or c == back]
+        if need(trial) <= width:
+            cols = trial
+    spare = width - need(cols)
     text_width: dict[str, int] = {}
+    for col in cols:
+        if spare < 0 and col in wrap:
+            give = min(-spare, natural(col) - wrap[col])
+            text_width[col] = natural(col) - give
+            spare += give
     for col in cols:
         if col not in text_min:
             continue
@@ -536,7 +603,8 @@ def hidden_note(requests: int, cost: float) -> str | None:
     )
 
 
-# When a terminal is too narrow, these go first (machine formats still carry them).
+# When a terminal is too narrow, these go first (machine formats still carry them); a token column that goes
+# is named with its sum. The main token counts go last, and a row's key, ``total`` and ``cost`` never.
 _DROP_ORDER = (
     "ctx_tool_io",
     "ctx_model",
@@ -544,8 +612,6 @@ _DROP_ORDER = (
     "ctx_overhead",
     "event",
     "tool",
-    "cached",
-    "thoughts",
     "compressions",
     "compressed",
     "tool_calls",
@@ -554,12 +620,18 @@ _DROP_ORDER = (
     "start",
     "timestamp",
     "cache_ratio",
+    "thoughts",
     "sessions",
     "turns",
     "peak_context",
-    "output",
     "context_share",
+    "requests",
+    "project",
     "model",
+    "prompt",
+    "output",
+    "cached",
+    "input",
 )
 _TEXT_MIN = {"prompt": 16, "project": 12, "model": 14}
 
@@ -602,7 +674,11 @@ def audit_table(
 
     ``checks`` rows carry ``status``, ``subject``, ``rule``, ``value`` and ``limit`` already formatted as
     text, and ``offender``. ``subjects``: every session audited, shown or not, so that short ids stay
-    unique among them (default: those of ``checks``)."""
+    unique among them (default: those of ``checks``).
+
+    Nothing is cut: the worst offender (where the problem is) takes the rest of the width, on more lines
+    where it needs them; when that is too little, a ``limit`` column that only repeats each rule's limit
+    gives way to a caption line naming them; narrower still, the offenders are listed under the table."""
     names = [str(c["subject"]) for c in checks]
     every = subjects if subjects is not None else names
     shorts = short_session_ids([s for s in every if not _is_day(s)])
@@ -617,17 +693,33 @@ def audit_table(
         for c, subject in zip(checks, names, strict=True)
     ]
     days = any(_is_day(n) for n in names)
-    headers = ("status", "session / day" if days else "session", "rule", "value", "limit")
+    headers = ["status", "session / day" if days else "session", "rule", "value", "limit"]
+    offenders = [Text(str(c.get("offender") or "")) for c in checks]
     fixed = [max([len(h), *(r[i].cell_len for r in rows)]) for i, h in enumerate(headers)]
-    # The worst offender takes what is left of the width (whole when it fits, else cut with an ellipsis);
-    # numbers and ids are never cut. Below 8 cells it is left out and the caption says so.
+    widest = max([len("worst"), *(o.cell_len for o in offenders)])
+    # The room the worst column has: the width, less the other columns and its own borders and padding.
     room = width - 1 - sum(w + 3 for w in fixed) - 3
-    offenders = [str(c.get("offender") or "") for c in checks]
-    widest = max([len("worst"), *(Text(o).cell_len for o in offenders)])
-    show_worst = room >= 8 or widest <= room
-    if not show_worst and any(offenders):
-        caption = "\n".join(n for n in (caption, "Not shown (too narrow): worst. --width 120 shows it.") if n)
-    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    limits = _one_limit_per_rule(checks)
+    notes = []
+    narrowest = min(widest, max(_wrap_min(offenders), _WORST_NARROWEST))
+    wider = room + fixed[-1] + 3
+    lines = _worst_lines(offenders, room)
+    if limits is not None and (
+        room < -3  # too wide even without a worst column
+        or room < narrowest <= wider
+        or lines - _worst_lines(offenders, wider) >= _WORST_LINES_SAVED
+    ):
+        headers, fixed, room, rows = headers[:-1], fixed[:-1], wider, [r[:-1] for r in rows]
+        notes.append("Limits: " + " · ".join(f"{rule} {limit}" for rule, limit in limits.items()) + ".")
+    show_worst = any(o.plain for o in offenders)
+    if show_worst and room < narrowest:
+        show_worst = False
+        notes.append("Worst offenders (too narrow for a column):")
+        notes.extend(
+            f"- {r[1].plain} {r[2].plain}: {o.plain}" for r, o in zip(rows, offenders, strict=True) if o.plain
+        )
+    notes.extend([caption] if caption else [])  # the verdict stays the last line
+    table = Table(title=title, title_justify="left", caption="\n".join(notes) or None, caption_justify="left")
     for i, h in enumerate(headers):
         table.add_column(h, justify="right" if i >= 3 else "left", no_wrap=True,
                          min_width=fixed[i], max_width=fixed[i])  # fmt: skip
@@ -635,11 +727,114 @@ def audit_table(
         w = min(widest, room)
         table.add_column("worst", no_wrap=True, min_width=w, max_width=w)
     for row, offender in zip(rows, offenders, strict=True):
-        cells = [*row]
-        if show_worst:
-            cells.append(clip("offender", Text(offender), min(widest, room)))
-        table.add_row(*cells)
+        table.add_row(*row, *([wrap_text(offender, min(widest, room))] if show_worst else []))
     return table
+
+
+# A ``limit`` column gives way when that saves the tallest worst offender this many lines. Under the
+# narrowest width the offenders are listed under the table instead.
+_WORST_LINES_SAVED = 2
+_WORST_NARROWEST = 12
+
+
+def _worst_lines(offenders: Sequence[Text], width: int) -> int:
+    """How many lines the tallest worst offender takes at ``width`` (a great many where it cannot fit)."""
+    if width < max(1, _wrap_min(offenders)):
+        return 1_000
+    return max([1, *(len(wrap_text(o, width).plain.split("\n")) for o in offenders)])
+
+
+def _one_limit_per_rule(checks: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
+    """Each rule's limit, when every check of a rule has the same one (else None)."""
+    limits: dict[str, str] = {}
+    for c in checks:
+        if limits.setdefault(str(c["rule"]), str(c["limit"])) != str(c["limit"]):
+            return None
+    return limits
+
+
+def wrap_text(text: Text, width: int) -> Text:
+    """``text`` on lines of at most ``width`` cells, nothing left out. A phrase (up to a comma, or a
+    bracketed aside) stays on one line where it fits; else the text breaks at spaces (an arrow stays with
+    the number before it), and a word still too long after a ``/`` or a ``-`` (an id); a word wider
+    than ``width`` even then is folded. Runs of white space read as one."""
+    from rich.cells import cell_len
+
+    lines: list[str] = []
+    line = ""
+    for phrase in re.split(r"(?<=,) | (?=\()", " ".join(text.plain.split())):
+        if line and cell_len(f"{line} {phrase}") <= width:
+            line = f"{line} {phrase}"
+        elif cell_len(phrase) <= width:
+            lines.append(line)
+            line = phrase
+        else:
+            words = _wrap_words(f"{line} {phrase}" if line else phrase, width)
+            lines.extend(words[:-1])
+            line = words[-1]
+    lines.append(line)
+    return Text("\n".join(x for x in lines if x) or "", style=text.style)
+
+
+def _wrap_words(plain: str, width: int) -> list[str]:
+    """``plain`` on lines of at most ``width`` cells, broken as :func:`wrap_text` says."""
+    from rich.cells import cell_len
+
+    lines: list[str] = []
+    line = ""
+    for piece in _pieces(plain):
+        if cell_len((line + piece).rstrip()) <= width:
+            line += piece
+            continue
+        if line:
+            lines.append(line.rstrip())
+        line = ""
+        for part in _hyphen_parts(piece) if cell_len(piece.rstrip()) > width else [piece]:
+            if line and cell_len((line + part).rstrip()) > width:
+                lines.append(line.rstrip())
+                line = ""
+            while cell_len(part.rstrip()) > width:
+                head = _fit_cells(part, width)
+                lines.append(head)
+                part = part[len(head) :]
+            line += part
+    lines.append(line.rstrip())
+    return lines
+
+
+def _fit_cells(text: str, width: int) -> str:
+    """The longest start of ``text`` at most ``width`` cells wide (one character at least)."""
+    from rich.cells import cell_len
+
+    end = 1
+    while end < len(text) and cell_len(text[: end + 1]) <= width:
+        end += 1
+    return text[:end]
+
+
+def _pieces(plain: str) -> list[str]:
+    """``plain``'s words, each with the space after it, an arrow kept with the word before it."""
+    out: list[str] = []
+    for word in plain.split():
+        if word == "→" and out:
+            out[-1] += "→ "
+        else:
+            out.append(word + " ")
+    return out
+
+
+def _hyphen_parts(piece: str) -> list[str]:
+    """A word too long for its line, split after each ``/`` and after each ``-`` that follows a letter or
+    digit (an id; never the sign of a negative number)."""
+    return [p for p in re.split(r"(?<=/)|(?<=[0-9A-Za-z]-)", piece) if p]
+
+
+def _wrap_min(cells: Sequence[Text]) -> int:
+    """The narrowest width :func:`wrap_text` brings ``cells`` to without folding a word."""
+    from rich.cells import cell_len
+
+    parts = [p for t in cells for piece in _pieces(t.plain) for p in _hyphen_parts(piece)]
+    return max([0, *(cell_len(p.rstrip()) for p in parts)])
 
 
 def _is_day(subject: str) -> bool:
@@ -650,16 +845,28 @@ def _is_day(subject: str) -> bool:
 # --- ctxtool diff -----------------------------------------------------------------------------------
 
 
-def diff_summary_table(rows: Sequence[Sequence[str]], *, title: str, headers: Sequence[str]) -> Table:
-    """A small table of preformatted cells: the first column left-aligned, the others right-aligned."""
-    table = Table(title=title, title_justify="left")
+def diff_summary_table(
+    rows: Sequence[Sequence[str]], *, title: str, headers: Sequence[str], width: int = 120
+) -> Table:
+    """A small table of preformatted cells, at most ``width`` columns wide: the first column left-aligned
+    (a label, which goes onto more lines when the width is short), the others right-aligned and never cut.
+    Where even that is too wide, the table drops its outer borders."""
+    # Numbers are never cut: each column is as wide as its widest cell (a header may take two lines).
+    widths = [max([*(len(h) for h in name.split("\n")), *(Text(r[i]).cell_len for r in rows)])
+              for i, name in enumerate(headers)]  # fmt: skip
+    room = width - 1 - sum(w + 3 for w in widths[1:]) - 3
+    edge = room >= min(widths[0], _LABEL_MIN)
+    label = max(_LABEL_MIN, min(widths[0], room if edge else room + 4))
+    table = Table(title=title, title_justify="left", show_edge=edge, pad_edge=edge)
     for i, name in enumerate(headers):
-        # Numbers are never cut: each column is as wide as its widest cell (a header may take two lines).
-        widest = max([*(len(h) for h in name.split("\n")), *(Text(r[i]).cell_len for r in rows)])
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True, min_width=widest)
+        w = label if i == 0 else widths[i]
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True, min_width=w, max_width=w)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(wrap_text(Text(row[0]), label), *row[1:])
     return table
+
+
+_LABEL_MIN = 8  # the narrowest a label column of ``diff`` gets, on more lines
 
 
 def diff_message_table(rows: Sequence[Mapping[str, Any]], *, title: str, width: int = 120) -> Table:
@@ -765,6 +972,7 @@ def compact_table(
         wide=wide,
         text_min={"output": 24},
         drop_order=("threshold", "cut_outputs", "split", "msgs", "facts"),
+        wrap=("tokens",),
     )
     standins = [n for r, n in zip(reports, names, strict=True) if r.get("env_source") == "stand-in"]
     if standins:
@@ -816,9 +1024,12 @@ def _fitted_table(
     wide: bool,
     text_min: Mapping[str, int],
     drop_order: Sequence[str],
+    wrap: Sequence[str] = (),
 ) -> tuple[Table, list[str]]:
     """A borderless table of the ``columns`` that fit ``width`` (see :func:`fit_columns`); the text columns
-    of ``text_min`` give way, a path from the left. Returns the table and the dropped columns."""
+    of ``text_min`` give way, a path from the left, and those of ``wrap`` (numbers among them) go onto
+    more lines rather than be cut, their headers too. Returns the table and the dropped columns."""
+    wrap_min = {c: _wrap_min([Text(headers.get(c, c)), *cells[c]]) for c in wrap}
     kept, text_width, dropped = fit_columns(
         columns,
         cells,
@@ -828,14 +1039,23 @@ def _fitted_table(
         text_min=text_min,
         max_width={},
         drop_order=drop_order,
+        wrap=wrap_min,
+        edge=False,
     )
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     shown: list[list[Text]] = []
     for col in kept:
         w = text_width.get(col)
-        column_cells = list(cells[col]) if w is None else [clip(col, t, w) for t in cells[col]]
         header = headers.get(col, col)
-        widest = max([len(header), *(t.cell_len for t in column_cells)])
+        if w is None:
+            column_cells = list(cells[col])
+        elif col in wrap_min:
+            column_cells = [wrap_text(t, w) for t in cells[col]]
+            header = wrap_text(Text(header), w).plain
+        else:
+            column_cells = [clip(col, t, w) for t in cells[col]]
+        lines = [*header.split("\n"), *(line for t in column_cells for line in t.plain.split("\n"))]
+        widest = max(Text(line).cell_len for line in lines)
         justify: Literal["right", "left"] = "right" if col in right else "left"
         table.add_column(header, justify=justify, no_wrap=True, min_width=widest, max_width=widest)
         shown.append(column_cells)
@@ -902,7 +1122,9 @@ def compare_table(
         width=width,
         wide=wide,
         text_min={},
-        drop_order=("time", "trigger", "kept", "facts"),
+        # The facts kept are the point of the comparison: never dropped; they and the tokens wrap instead.
+        drop_order=("time", "trigger", "kept", "status"),
+        wrap=("tokens", "facts"),
     )
     note = dropped_note(dropped)
     return table, [note] if note else []
@@ -911,24 +1133,47 @@ def compare_table(
 _COMPARE_COLUMNS = ("session", "strategy", "status", "trigger", "tokens", "cut", "kept", "facts", "time")
 
 
-def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 40) -> Table:
-    """A bar chart in the terminal: mean tokens after (share of before) and mean retention per strategy."""
+def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 80) -> Table:
+    """A bar chart in the terminal, at most ``width`` columns wide: mean tokens after (share of before) and
+    mean retention per strategy. The bars give way to the width; names and numbers are never cut."""
     table = Table(title="per strategy (mean over sessions)", title_justify="left", show_edge=False, box=None)
-    table.add_column("strategy", no_wrap=True)
-    table.add_column("tokens after / before", no_wrap=True)
-    table.add_column("fact retention", no_wrap=True)
+    headers = ("strategy", "tokens after / before", "fact retention")
+    rows = []
     for m in means:
         before = float(m.get("tokens_before") or 0)
         after = float(m.get("tokens_after") or 0)
-        share = min(1.0, after / before) if before else 0.0
         ret = m.get("retention")
-        ret_share = 0.0 if ret is None else float(ret) / 100
-        tokens = Text("█" * round(share * width), style="cyan")
-        tokens.append(f" {human_int(round(after))} / {human_int(round(before))}")
-        bar = Text("█" * round(ret_share * width), style="green")
-        bar.append(" –" if ret is None else f" {float(ret):.0f}%")
-        table.add_row(str(m.get("strategy")), tokens, bar)
+        rows.append(
+            (
+                str(m.get("strategy")),
+                min(1.0, after / before) if before else 0.0,
+                f" {human_int(round(after))} / {human_int(round(before))}",
+                0.0 if ret is None else float(ret) / 100,
+                " –" if ret is None else f" {float(ret):.0f}%",
+            )
+        )
+    name_w = max([len(headers[0]), *(len(r[0]) for r in rows)])
+    tokens_w = max([0, *(len(r[2]) for r in rows)])
+    ret_w = max([0, *(len(r[4]) for r in rows)])
+
+    def table_width(bar: int) -> int:  # box=None: one cell of padding either side of every column
+        return 6 + name_w + max(len(headers[1]), bar + tokens_w) + max(len(headers[2]), bar + ret_w)
+
+    bar = _BAR_MAX
+    while bar > 1 and table_width(bar) > width:
+        bar -= 1
+    for header in headers:
+        table.add_column(header, no_wrap=True)
+    for name, share, tokens, ret_share, retention in rows:
+        table.add_row(
+            name,
+            Text("█" * round(share * bar), style="cyan").append(tokens),
+            Text("█" * round(ret_share * bar), style="green").append(retention),
+        )
     return table
+
+
+_BAR_MAX = 40  # cells of a full bar on a wide terminal
 
 
 _TOP_COLUMNS = ("session", "rank", "item", "tool", "target", "count", "tokens", "share")
