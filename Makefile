@@ -7,15 +7,16 @@ STAMP := $(VENV)/.installed
 DEMO_VENV ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed
 
-.PHONY: demo test test-fast check lint format typecheck bench rates clean gemini-cli-fixtures
+.PHONY: demo test test-fast test-pure check lint format typecheck bench rates clean gemini-cli-fixtures
 
-$(STAMP): pyproject.toml
+# setup.py builds the optional compiled kernels (ctxtool/_kernels.c) in place: a changed source rebuilds them.
+$(STAMP): pyproject.toml setup.py ctxtool/_kernels.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml setup.py ctxtool/_kernels.c
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e .
 	touch $(DEMO_STAMP)
@@ -37,6 +38,10 @@ test: $(STAMP)
 ## test-fast: every test but the slow tier (the real Gemini CLI and Chromium): the inner loop
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
+
+## test-pure: the fast tier again with the pure-Python functions in place of the compiled kernels (CI runs it)
+test-pure: $(STAMP)
+	CTXTOOL_PURE=1 $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check ctxtool tests bench
@@ -69,4 +74,4 @@ gemini-cli-fixtures: $(STAMP)
 	$(BIN)/python -m tests.gemini_cli_scenarios
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache build ctxtool.egg-info ctxtool/_kernels*.so ctxtool/_kernels*.pyd

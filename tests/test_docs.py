@@ -22,10 +22,13 @@ def test_readme_opens_with_the_two_fresh_machine_commands() -> None:
 
 
 def test_ci_runs_the_readme_test_command() -> None:
+    """``make check``, then the fast tier on the pure-Python functions (``make test-pure``, README)."""
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert [line for line in ci.splitlines() if line and not line.startswith(("#", "set ", "cd "))] == [
-        "make check"
+        "make check",
+        "make test-pure",
     ]
+    assert "`make test-pure`" in README
 
 
 def test_make_demo_runs_stats_on_the_bundled_fixtures(capsys: pytest.CaptureFixture[str]) -> None:

@@ -76,7 +76,9 @@ def overview() -> str:
 
 def _version(value: bool) -> None:
     if value:
-        print(f"ctxtool {__version__}")
+        from ctxtool.common import kernels
+
+        print(f"ctxtool {__version__} ({kernels.describe()})")
         raise typer.Exit(0)
 
 
@@ -86,7 +88,11 @@ def _root(
         False, "--traceback", help="Print the full Python traceback when something fails (for bug reports)."
     ),
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print ctxtool's version and exit."
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print ctxtool's version and whether it runs compiled kernels or pure Python, then exit.",
     ),
 ) -> None:
     """Token usage, compaction replay, diffs and CI budgets for Gemini CLI sessions."""
