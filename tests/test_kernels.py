@@ -192,10 +192,16 @@ def _ctxtool(*args: str, pure: bool, cwd: Path = REPO, pythonpath: str | None = 
     env = {k: v for k, v in os.environ.items() if k != "CTXTOOL_PURE"}
     if pure:
         env["CTXTOOL_PURE"] = "1"
+    python = [sys.executable]
     if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
+        # Without site's .pth files (-S): an editable install of this checkout (make's .venv) puts a finder
+        # on sys.meta_path that would find ctxtool._kernels in the checkout, not in the installed copy.
+        import site
+
+        env["PYTHONPATH"] = os.pathsep.join([pythonpath, *site.getsitepackages()])
+        python.append("-S")
     done = subprocess.run(
-        [sys.executable, "-m", "ctxtool", *args], cwd=cwd, env=env, capture_output=True, check=False
+        [*python, "-m", "ctxtool", *args], cwd=cwd, env=env, capture_output=True, check=False
     )
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     return done.stdout + b"\n--- stderr ---\n" + done.stderr
