@@ -271,11 +271,17 @@ def read_report(
     from ctxtool.frames.loading import read_plain
     from ctxtool.measure.pricing import price_table
 
+    precount = tally.Precount(price_table)
     results, found, use = read_plain(
-        paths, subagents=query.subagents, cache=cache, cache_dir=cache_dir, progress=progress
+        paths,
+        subagents=query.subagents,
+        cache=cache,
+        cache_dir=cache_dir,
+        progress=progress,
+        arrived=precount.add,
     )
     try:
-        made = tally.tally(results, found, price_table, subagents=query.subagents)
+        made = tally.tally(results, found, price_table, subagents=query.subagents, precount=precount)
         report = tally_report(made, query, warn=warn)
     except tally.Unsupported:
         report = None

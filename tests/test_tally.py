@@ -60,8 +60,27 @@ def _both(root: Path, by: str, *, subagents: bool = True) -> tuple[T.Tally, Any,
     return made, plain, frames_report
 
 
+def assert_precount_changes_nothing(root: Path, *, subagents: bool = True) -> None:
+    """Counting the files as their batches arrive (``Precount``) makes the same tally as counting them at
+    the end, whatever the batches."""
+    found = discover([str(root)], subagents=subagents)
+    results = read_files(found.files, workers=1)
+    whole = T.tally(results, found, price_table, subagents=subagents)
+    precount = T.Precount(price_table)
+    for start in range(0, len(results), 3):
+        precount.add(results[start : start + 3])
+    counted = T.tally(results, found, price_table, subagents=subagents, precount=precount)
+    assert T.session_rows(counted) == T.session_rows(whole)
+    for by in T.BY[1:]:
+        assert T.request_rows(counted, by) == T.request_rows(whole, by)
+    assert T.warnings_of(counted) == T.warnings_of(whole)
+    assert T.summary_of(counted) == T.summary_of(whole)
+
+
 def assert_reports_agree(root: Path, *, subagents: bool = True) -> None:
     from ctxtool.frames.loading import CacheUse
+
+    assert_precount_changes_nothing(root, subagents=subagents)
 
     for by in T.BY:
         _, plain, frames_report = _both(root, by, subagents=subagents)

@@ -138,32 +138,72 @@ class Tally:
         return sum(len(s.costs) for s in self.sessions)
 
 
+class Precount:
+    """Sessions counted while the scan still reads: each file as its batch arrives (``read_files``'
+    ``arrived``), as if it were a session of its own, which nearly every file is. ``tally`` takes those
+    whose session is that one file and counts the rest (a resumed legacy pair, files the index served).
+    Counting as files arrive shares the work with the reading: this process reads less while it counts.
+    A file that needs the frames is left for ``tally``, which says so."""
+
+    def __init__(self, prices: Callable[[Iterable[str]], PriceTable]) -> None:
+        self.prices = prices
+        self.done: dict[str, tuple[Session, _Warnings]] = {}
+        self.models: set[str] = set()  # of every message counted (the compression calls are priced too)
+
+    def add(self, batch: list[FileColumns]) -> None:
+        counted = []
+        for fc in batch:
+            if not fc.error:
+                try:
+                    counted.append((fc, _columns(fc)))
+                except Unsupported:
+                    continue
+        models = {m for _, cols in counted for m in cols[_MODEL] if m is not None}
+        self.models |= models
+        table = self.prices(sorted(models))
+        for fc, cols in counted:
+            warnings = _Warnings()
+            try:
+                self.done[fc.path] = (_session("", None, fc.kind, [fc], cols, table, warnings), warnings)
+            except Unsupported:
+                continue
+
+
 def tally(
     results: list[FileColumns],
     found: Discovery | None,
     prices: Callable[[Iterable[str]], PriceTable],
     *,
     subagents: bool = True,
+    precount: Precount | None = None,
 ) -> Tally:
-    """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates); Unsupported
-    when the frames must read them. Consumes nothing: the results keep their columns."""
+    """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates; ``precount``
+    holds the sessions counted as the files arrived); Unsupported when the frames must read them. Consumes
+    nothing: the results keep their columns."""
     good = [r for r in results if not r.error]
     groups = group_sessions(good)
     refs = {s.key: parent_ref_of(s.primary) for s in groups}
     if not subagents:
         groups = [s for s in groups if refs[s.key] is None and s.primary.kind != "subagent"]
     parents = link_parents((s.key, s.primary.project_dir, s.primary.session_id, refs[s.key]) for s in groups)
-    columns = {s.key: _merged([_columns(f) for f in s.files]) for s in groups}
+    done = precount.done if precount is not None else {}
+    ready = {s.key: done[s.files[0].path] for s in groups if len(s.files) == 1 and s.files[0].path in done}
+    columns = {s.key: _merged([_columns(f) for f in s.files]) for s in groups if s.key not in ready}
     models = {m for cols in columns.values() for m in cols[_MODEL] if m is not None}
-    table = prices(sorted(models))
+    table = prices(sorted(models | (precount.models if precount is not None else set())))
     sessions: list[Session] = []
     warnings = _Warnings()
     for s in groups:
         p = s.primary
         kind = "subagent" if refs[s.key] is not None or p.kind == "subagent" else p.kind
-        sessions.append(
-            _session(s.key, parents.get(s.key), kind, s.files, columns.pop(s.key), table, warnings)
-        )
+        if s.key in ready:
+            made, heard = ready[s.key]
+            made.key, made.parent_key = s.key, parents.get(s.key)
+            made.row.update(session_key=s.key, kind=kind)
+            warnings.merge(heard)
+        else:
+            made = _session(s.key, parents.get(s.key), kind, s.files, columns.pop(s.key), table, warnings)
+        sessions.append(made)
     _count_subagents(sessions)
     problems = [Problem(r.path, r.error) for r in results if r.error]
     if found is not None:
@@ -226,6 +266,12 @@ class _Warnings:
         self.models: set[str] = set()
         self.nameless = 0
         self.impossible: dict[str, int] = {}
+
+    def merge(self, other: _Warnings) -> None:
+        self.models |= other.models
+        self.nameless += other.nameless
+        for name, n in other.impossible.items():
+            self.impossible[name] = self.impossible.get(name, 0) + n
 
     def lines(self, table: PriceTable) -> list[str]:
         names = sorted(self.models)
