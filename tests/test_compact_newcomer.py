@@ -4,20 +4,28 @@ made, and the offline summary never cuts a word in two."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import orjson
+import polars as pl
 import pytest
 
 from ctxtool.cli import run
+from ctxtool.compact import CompactOptions, Destination, compact_session
 from ctxtool.compress.gemini_cli import chat_compression as g
 from ctxtool.compress.summarize.facts import extract_facts, normalize_ws, word_clip
 from ctxtool.compress.summarize.offline import OfflineSummarizer
+from ctxtool.frames.build import load
+from ctxtool.frames.query import live_only
+from ctxtool.frames.turns import turn_count
 from ctxtool.render import tables
+from ctxtool.session.columns import turn_counts
+from ctxtool.session.discover import discover
 from ctxtool.session.read import parse_session_bytes
-from tests.conftest import REAL_SESSIONS
+from tests.conftest import FIXTURES, REAL_SESSIONS
 
 real = pytest.mark.skipif(not REAL_SESSIONS.is_dir(), reason="../shared/real-sessions is not here")
 
@@ -181,3 +189,88 @@ def test_no_word_is_split_in_the_real_sessions_offline_goals() -> None:
             assert parts[-1] in source_words, (src.name, line[:80])
         checked += 1
     assert checked >= 3
+
+
+# ------------------------------------------------------------------- the summary counts as stats does
+
+_HEADER_COUNTS = re.compile(
+    r"generated offline by ctxtool[^:]*: ([\d,]+) turns?, ([\d,]+) requests?, ([\d,]+) prompts?, "
+    r"([\d,]+) tool calls?"
+)
+
+
+def _sessions(root: Path) -> list[Path]:
+    return [sp.path for sp in discover([root], subagents=False).files]
+
+
+def _stats_counts(messages: pl.DataFrame) -> tuple[int, int, int, int]:
+    """What ``stats`` counts of these message rows: its own turn rule (``turn_count``), its requests (the
+    rows of ``--by turn`` sum them), the typed prompts and the tool calls of ``--by session``."""
+    request = (pl.col("type") == "gemini") & pl.col("input").is_not_null()
+    row = messages.select(
+        turn_count().alias("turns"),
+        request.sum().alias("requests"),
+        pl.col("is_prompt").sum().alias("prompts"),
+        pl.col("tool_calls").sum(),
+    ).row(0)
+    return (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+
+
+def _check_counts_of_the_span(root: Path, tmp_path: Path) -> int:
+    """Compact each session of ``root`` offline (``--force``) and check that the summary's header counts
+    what ``stats`` counts of the messages it summarised; returns how many summaries were checked."""
+    corpus = live_only(load([root], subagents=False, workers=1))
+    keys = dict(corpus.sessions.select("file", "session_key").iter_rows())
+    checked = []
+    # A legacy .json that Gemini CLI resumed into a .jsonl is one session for stats: the .jsonl's.
+    for n, path in enumerate(p for p in _sessions(root) if str(p) in keys):
+        out = tmp_path / f"{n}{path.suffix}"
+        report = compact_session(
+            path, OfflineSummarizer(), CompactOptions(force=True), Destination(out_file=out)
+        )
+        if report.status != "COMPRESSED":
+            continue
+        summary = next(
+            m for m in parse_session_bytes(out.read_bytes(), out).messages if "<state_snapshot>" in str(m)
+        )
+        found = _HEADER_COUNTS.search(str(summary["content"]))
+        assert found, f"{path.name}: no counts in the summary's header"
+        header = tuple(int(g.replace(",", "")) for g in found.groups())
+        live = parse_session_bytes(path.read_bytes(), path).messages
+        span = [m["id"] for m in live[: report.messages_total - (report.messages_kept or 0)]]
+        rows = corpus.messages.filter(
+            (pl.col("session_key") == keys[str(path)]) & pl.col("message_id").is_in(span)
+        )
+        assert header == _stats_counts(rows), f"{path.name}: header {header}, stats {_stats_counts(rows)}"
+        checked.append(path.name)
+    return len(checked)
+
+
+def test_the_offline_summary_counts_turns_requests_and_prompts_as_stats_does(tmp_path: Path) -> None:
+    assert _check_counts_of_the_span(FIXTURES, tmp_path) >= 8
+
+
+@real
+def test_the_offline_summary_counts_as_stats_does_in_every_real_session(tmp_path: Path) -> None:
+    assert _check_counts_of_the_span(REAL_SESSIONS, tmp_path) >= 25
+
+
+def test_turn_counts_are_the_stats_rule_over_whole_sessions() -> None:
+    """``session.columns.turn_counts`` (no polars: what compact uses) against ``stats`` itself, per session,
+    billed and live, on the fixtures and (when present) the real sessions."""
+    roots = [FIXTURES, *([REAL_SESSIONS] if REAL_SESSIONS.is_dir() else [])]
+    compared = 0
+    for root in roots:
+        billed = load([root], subagents=False, workers=1)
+        for view in (billed, live_only(billed)):
+            for path in _sessions(root):
+                session = parse_session_bytes(path.read_bytes(), path)
+                key = view.sessions.filter(pl.col("file") == str(path)).get_column("session_key")
+                if key.is_empty():
+                    continue
+                rows = view.messages.filter(pl.col("session_key") == key.item())
+                within = None if view is billed else {m["id"] for m in session.messages}
+                c = turn_counts(session.billed, session.copies, within)
+                assert (c.turns, c.requests, c.prompts, c.tool_calls) == _stats_counts(rows), path.name
+                compared += 1
+    assert compared >= 20

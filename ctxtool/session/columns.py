@@ -20,7 +20,7 @@ import codecs
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -154,6 +154,46 @@ def _classify_text(text: str, content: Any) -> tuple[bool, bool, bool]:
     if text.startswith("<state_snapshot>"):
         return False, False, True
     return not text.startswith(_NOT_PROMPT_PREFIXES), False, False
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCounts:
+    """What ``ctxtool stats`` counts of some messages: its turns (the rows ``--by turn`` lists), requests,
+    typed prompts and tool calls."""
+
+    turns: int = 0
+    requests: int = 0
+    prompts: int = 0
+    tool_calls: int = 0
+
+
+def turn_counts(
+    billed: Iterable[Mapping[str, Any]], copies: Container[str] = (), within: Container[str] | None = None
+) -> TurnCounts:
+    """``stats``' counts of the messages of ``billed`` (a session's billed records, in order) whose id is in
+    ``within`` (all when None), without polars: the rule of ``ctxtool.frames.turns.turn_count``.
+
+    Each prompt (``classify_user``; never one of ``copies``, the messages first seen in a ``$set.messages``
+    checkpoint) starts a turn; a message belongs to the turn of the last prompt before it in ``billed``;
+    turn 0 counts when it holds a request (a ``gemini`` message with ``tokens``) or a compression."""
+    turn = 0
+    turns: set[int] = set()
+    requests = prompts = calls = 0
+    for message in billed:
+        mtype, mid = message.get("type"), message.get("id")
+        prompt = mtype == "user" and mid not in copies and classify_user(message.get("content"))[0]
+        turn += prompt
+        if within is not None and mid not in within:
+            continue
+        request = mtype == "gemini" and isinstance(message.get("tokens"), dict)
+        compression = mtype == "info" and _COMPRESSED_INFO.match(message_text(message.get("content")))
+        if turn > 0 or request or compression:
+            turns.add(turn)
+        prompts += prompt
+        requests += request
+        tool_calls = message.get("toolCalls")
+        calls += len(tool_calls) if isinstance(tool_calls, list) else 0
+    return TurnCounts(len(turns), requests, prompts, calls)
 
 
 # Typed fields: the decoder checks them in C, so the hot loop below need not. A record whose fields do not
