@@ -283,6 +283,43 @@ def test_session_is_an_id_or_a_unique_prefix_never_a_substring(capsys: pytest.Ca
     assert "(session-2026-05-25T09-30-c4e5f6a7)" in err
 
 
+def test_a_prefix_of_an_id_several_files_share_lists_the_files_and_how_to_pick_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The a2a server gives every session the id ``a2a-server``: more characters cannot tell them apart, so
+    ``--session a2a`` lists them by file, with start and project, and says how to name one."""
+    import json
+
+    root = FIXTURES / "gemini"
+    chats = root / "tmp" / "ops-box" / "chats"
+    files = [
+        chats / "session-2026-07-22T01-38-a2a-serv.jsonl",
+        chats / "session-2026-07-23T09-12-a2a-serv.jsonl",
+    ]
+    for command in (["stats", str(root), "--no-cache"], ["audit", str(root), "--no-config", "--no-cache"]):
+        assert run([*command, "--session", "a2a"]) == 2
+        err = capsys.readouterr().err
+        first, *candidates = err.splitlines()
+        assert "--session a2a matches 2 sessions that all have the id a2a-server" in first
+        assert "Give more characters" not in err
+        assert "Name one by its file: --session with its path or file name" in first
+        assert "--session a2a-server takes all 2" in first
+        assert candidates == [
+            f"  {files[0]}  (started 2026-07-22 01:38 UTC, project ops-box)",
+            f"  {files[1]}  (started 2026-07-23 09:12 UTC, project ops-box)",
+        ]
+
+    def picked(wanted: str) -> list[str]:
+        assert (
+            run(["stats", str(root), "--no-cache", "--by", "session", "--format", "json", "-s", wanted]) == 0
+        )
+        return [str(r["file"]) for r in json.loads(capsys.readouterr().out)["rows"]]
+
+    # The advice works: the path or the file name names one session.
+    assert picked(str(files[1])) == [str(files[1])]
+    assert picked(files[0].name) == [str(files[0])]
+
+
 def test_audit_lists_failures_and_a_summary_and_all_lists_passes(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["audit", str(FIXTURES / "gemini"), "--no-config", "--max-session-tokens", "40k"]
     assert run(args) == 3

@@ -51,18 +51,24 @@ def describe_problems(n: Mapping[ProblemKind, int]) -> str:
 
 def _session_match(sessions: pl.DataFrame, wanted: str) -> pl.Expr:
     """Sessions that ``--session WANTED`` names: a session id or a unique prefix of one (the short id a table
-    shows is such a prefix), or a file name without its extension, or the file itself. Never a substring
-    found elsewhere in a name. A prefix shared by several sessions is a usage error listing them; a whole
-    id that several files share (the a2a server writes a constant one) names them all."""
+    shows is such a prefix), or a file name with or without its extension, or the file's path. Never a
+    substring found elsewhere in a name. A prefix shared by several sessions is a usage error listing them; a
+    whole id that several files share (the a2a server writes a constant one) names them all."""
     from ctxtool.common.errors import UsageError
 
     exact = (
-        (pl.col("session_id") == wanted) | (pl.col("session") == wanted) | (pl.col("session_key") == wanted)
+        (pl.col("session_id") == wanted)
+        | (pl.col("session") == wanted)
+        | (pl.col("session_key") == wanted)
+        | (pl.col("file") == _as_path(wanted))
+        | (pl.col("file").str.split("/").list.last() == wanted)
     )
     if sessions.filter(exact).height:
         return exact
     prefix = pl.col("session_id").str.starts_with(wanted)
     roots = sessions.filter(prefix & pl.col("parent_session_key").is_null())
+    if roots.height > 1 and roots.get_column("session_id").n_unique() == 1:
+        raise _shared_id(wanted, roots)
     if roots.height > 1:
         names = ", ".join(f"{r['session_id']} ({r['session']})" for r in roots.head(10).iter_rows(named=True))
         raise UsageError(
@@ -70,6 +76,36 @@ def _session_match(sessions: pl.DataFrame, wanted: str) -> pl.Expr:
             "Give more characters of the id",
         )
     return prefix
+
+
+def _as_path(wanted: str) -> str:
+    """``wanted`` as the absolute path a session's ``file`` holds (a name that is no path: one that matches
+    no file)."""
+    import os
+
+    return os.path.abspath(os.path.expanduser(wanted))
+
+
+def _shared_id(wanted: str, roots: pl.DataFrame) -> Exception:
+    """The usage error for a ``--session`` prefix whose sessions all share one whole id (the a2a server gives
+    each session it records ``a2a-server``): more characters of the id cannot tell them apart, their files
+    can. The error's line says so; the candidates follow, one file a line, with when each started and its
+    project."""
+    from ctxtool.common.errors import UsageError
+
+    shared = roots.get_column("session_id")[0]
+    lines = []
+    for r in roots.sort("start", nulls_last=True).head(10).iter_rows(named=True):
+        start = f"started {r['start']:%Y-%m-%d %H:%M} UTC" if r["start"] is not None else "no start recorded"
+        lines.append(f"  {r['file']}  ({start}, project {r['project']})")
+    if roots.height > 10:
+        lines.append(f"  … and {roots.height - 10} more")
+    return UsageError(
+        f"--session {wanted} matches {roots.height} sessions that all have the id {shared}, so more "
+        "characters of it cannot tell them apart",
+        f"Name one by its file: --session with its path or file name (or pass that file as PATH); "
+        f"--session {shared} takes all {roots.height}:\n" + "\n".join(lines),
+    )
 
 
 # --- reports ---------------------------------------------------------------------------------------
