@@ -22,11 +22,38 @@ def test_bare_ctxtool_prints_an_overview_and_exits_0(
     out, err = capsys.readouterr()
     assert err == ""
     # The bundled data root holds 16 session files (subagents and a .json/.jsonl pair included), 3 projects.
-    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}:\n  16 session files in 3 projects.\n" in out
+    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}:\n  16 session files in 3 project folders.\n" in out
+    assert "Their sessions made 33 requests in 3 projects (ctxtool stats --by project)." in out
     assert "ctxtool stats" in out
     assert "ctxtool audit" in out
     assert "Exit status: 0 ok;" in out
     assert max(len(line) for line in out.splitlines() if not line.startswith("Looks in")) <= 80
+
+
+def test_the_overview_counts_the_projects_stats_by_project_lists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A project folder whose only session made no request (the a2a server writes header-only files) is a
+    folder the overview finds, but no row of ``stats --by project``: the overview says both, and its
+    projects and requests are the rows and requests of ``stats --by project``."""
+    import json
+
+    shutil.copytree(FIXTURES / "gemini", tmp_path / ".gemini")
+    idle = tmp_path / ".gemini" / "tmp" / "idle-box" / "chats" / "session-2026-07-24T10-00-a2a-serv.jsonl"
+    idle.parent.mkdir(parents=True)
+    idle.write_text('{"sessionId":"a2a-server","projectHash":"x","startTime":"2026-07-24T10:00:00.000Z"}\n')
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path))
+    assert run(["stats", "--by", "project", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    requests = sum(int(r["requests"]) for r in rows)
+    assert run([]) == 0
+    out = capsys.readouterr().out
+    assert "  17 session files in 4 project folders.\n" in out
+    assert (
+        f"Their sessions made {requests} requests in {len(rows)} projects (ctxtool stats --by project)."
+        in out
+    )
+    assert len(rows) == 3
 
 
 def test_bare_ctxtool_without_sessions_says_where_it_looked(
