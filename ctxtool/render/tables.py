@@ -948,13 +948,17 @@ def top_table(
         title,
         _TOP_COLUMNS,
         cols,
-        headers={"tokens": "~tokens", "share": "ctx %"},
+        # "of ctx", not "ctx %": every other table's "ctx %" is a share of the model's limit (context_share).
+        headers={"tokens": "~tokens", "share": "of ctx"},
         right={"rank", "count", "tokens", "share"},
         width=width,
         wide=wide,
         text_min={"target": 12},
         drop_order=("count", "rank", "tool"),
     )
-    notes = ["Tokens are estimates (Gemini CLI's estimator, scaled to the recorded prompt)."]
+    notes = [
+        "Tokens are estimates (Gemini CLI's estimator, scaled to the recorded prompt).",
+        "of ctx: the share of that request's context (ctx %, elsewhere: of the limit).",
+    ]
     note = dropped_note(dropped)
     return table, [*notes, note] if note else notes
