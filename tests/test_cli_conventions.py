@@ -323,7 +323,10 @@ def test_a_prefix_of_an_id_several_files_share_lists_the_files_and_how_to_pick_o
         chats / "session-2026-07-22T01-38-a2a-serv.jsonl",
         chats / "session-2026-07-23T09-12-a2a-serv.jsonl",
     ]
-    for command in (["stats", str(root), "--no-cache"], ["audit", str(root), "--no-config", "--no-cache"]):
+    for command in (
+        ["stats", str(root), "--no-cache"],
+        ["audit", str(root), "--no-config", "--max-session-tokens", "1M"],
+    ):
         assert run([*command, "--session", "a2a"]) == 2
         err = capsys.readouterr().err
         first, *candidates = err.splitlines()
