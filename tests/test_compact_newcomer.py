@@ -135,6 +135,74 @@ def test_a_compacted_copy_reads_apart_and_adds_no_compression_calls(
         assert "compression calls" not in text
 
 
+def _fixture_home(tmp_path: Path, *names: str) -> Path:
+    """Fixture sessions in a project's chats folder; returns the first."""
+    chats = tmp_path / "home" / "tmp" / "ctxdemo" / "chats"
+    chats.mkdir(parents=True)
+    for name in names:
+        shutil.copy2(FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats" / name, chats / name)
+    return chats / names[0]
+
+
+def _session_labels(capsysbinary: pytest.CaptureFixture[bytes], *args: str) -> list[str]:
+    """The session column of a stats table, rows only (not the totals)."""
+    assert run(["stats", *args, "--no-cache", "--width", "120", "--color", "never"]) == 0
+    text = capsysbinary.readouterr().out.decode()
+    cells = [line.split("│")[1].strip() for line in text.splitlines()[3:] if line.startswith("│ ")]
+    return [c for c in cells if c != "total"]
+
+
+def test_the_turns_and_requests_of_a_compacted_copy_read_apart(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """A copy written with the original's id and name: its turn rows carry ``derived_from`` and are labelled
+    in the table, as its session row is. (It has no request rows: its messages are copies without
+    ``tokens``.)"""
+    session = _fixture_home(tmp_path, "session-2026-04-20T10-00-e1e2e3e4.jsonl")
+    out = tmp_path / "compacted"
+    [row] = _json(capsysbinary, "compact", str(session), "--force", "--out", str(out))["sessions"]
+    assert row["written"]
+    requests = _json(capsysbinary, "stats", str(session), str(out), "--by", "request", "--no-cache")["rows"]
+    assert requests
+    assert {r["derived_from"] for r in requests} == {None}
+    for by in ("turn", "session"):
+        rows = _json(capsysbinary, "stats", str(session), str(out), "--by", by, "--no-cache")["rows"]
+        marks = {r["derived_from"] for r in rows}
+        assert marks == {None, "e1e2e3e4-5f60-4718-9a2b-3c4d5e6f7081"}, by
+        labels = _session_labels(capsysbinary, str(session), str(out), "--by", by)
+        copies = [r["derived_from"] is not None for r in rows]
+        assert labels == ["e1e2e3e4 (compacted)" if c else "e1e2e3e4" for c in copies], by
+
+
+def test_a_session_compacted_in_place_is_marked_and_adds_no_compression_calls(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """After ``compact --in-place`` the file itself is the compacted session: the ``ctxtoolCompaction`` mark
+    of the ``$set`` it appended makes stats label it and leave ctxtool's own summary out of the compression
+    calls Gemini CLI bills unrecorded; ``--undo`` takes the mark away with the compaction."""
+    session = _fixture_home(
+        tmp_path, "session-2026-04-22T16-40-5e7a0b1c.jsonl", "session-2026-04-28T13-05-7f6e5d4c.jsonl"
+    )
+    [before] = _json(capsysbinary, "stats", str(session), "--by", "session", "--no-cache")["rows"]
+    assert before["compacted_at"] is None
+    [row] = _json(capsysbinary, "compact", str(session), "--force", "--in-place")["sessions"]
+    assert row["status"] == "COMPRESSED"
+    [after] = _json(capsysbinary, "stats", str(session), "--by", "session", "--no-cache")["rows"]
+    assert after["compacted_at"] is not None
+    assert after["compressions"] == before["compressions"] + 1  # ctxtool's snapshot
+    assert after["hidden_requests"] == before["hidden_requests"] == 0
+    assert (after["requests"], after["total"]) == (before["requests"], before["total"])  # still billed
+    for by in ("session", "turn", "request"):
+        labels = _session_labels(capsysbinary, str(session.parent), "--by", by)
+        assert "5e7a0b1c (compacted)" in labels, by
+        assert set(labels) == {"5e7a0b1c (compacted)", "7f6e5d4c"}, by
+    assert run(["compact", str(session), "--undo"]) == 0
+    capsysbinary.readouterr()
+    [undone] = _json(capsysbinary, "stats", str(session), "--by", "session", "--no-cache")["rows"]
+    assert undone["compacted_at"] is None
+    assert _session_labels(capsysbinary, str(session), "--by", "session") == ["5e7a0b1c"]
+
+
 # ------------------------------------------------------------------------------- words stay whole
 
 

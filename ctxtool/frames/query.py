@@ -224,6 +224,8 @@ _AGGREGATE_COLUMNS = [
 REPORT_COLUMNS: dict[str, list[str]] = {
     "turn": [
         "session",
+        "derived_from",
+        "compacted_at",
         "turn",
         "prompt",
         "start",
@@ -245,6 +247,8 @@ REPORT_COLUMNS: dict[str, list[str]] = {
     ],
     "request": [
         "session",
+        "derived_from",
+        "compacted_at",
         "turn",
         "message_id",
         "timestamp",
@@ -265,6 +269,7 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "session",
         "session_id",
         "derived_from",
+        "compacted_at",
         "project",
         "kind",
         "subagents",
@@ -300,6 +305,13 @@ REPORT_COLUMNS: dict[str, list[str]] = {
 }
 
 
+def _marked(rows: pl.DataFrame, corpus: Corpus) -> pl.DataFrame:
+    """Turn or request ``rows`` with their session's ctxtool marks (``derived_from``: a compacted copy;
+    ``compacted_at``: compacted in place), so that a copy's rows read apart from its original's."""
+    marks = corpus.sessions.select("session_key", "derived_from", "compacted_at")
+    return rows.join(marks, on="session_key", how="left", maintain_order="left")
+
+
 def report(
     corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True, timezone: str | None = None
 ) -> pl.DataFrame:
@@ -308,9 +320,9 @@ def report(
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
     if by == "turn":
-        df = corpus.turns.sort("session", "session_key", "turn")
+        df = _marked(corpus.turns.sort("session", "session_key", "turn"), corpus)
     elif by == "request":
-        df = corpus.requests.sort("session", "session_key", "position")
+        df = _marked(corpus.requests.sort("session", "session_key", "position"), corpus)
     elif by == "session":
         df = _session_report(corpus, include_subagents_in_parent)
     elif by == "model":

@@ -310,10 +310,10 @@ def stats_table(
         ]
         for col in columns
     }
-    if "session" in full and "derived_from" in rows.columns:
+    if "session" in full:
         full["session"] = [
             compacted_label(t) if copied else t
-            for t, copied in zip(full["session"], rows.get_column("derived_from").is_not_null(), strict=True)
+            for t, copied in zip(full["session"], compacted(rows), strict=True)
         ]
     footers: dict[str, Text] = {}
     for i, col in enumerate(columns):
@@ -354,8 +354,17 @@ def stats_table(
 
 
 # How a table labels a session ctxtool compacted from another (``derivedFrom`` in its metadata), so that a
-# copy written with the original's id reads apart from it.
+# copy written with the original's id reads apart from it, or compacted in place (``ctxtoolCompaction``).
 COMPACTED_MARK = " (compacted)"
+
+
+def compacted(rows: pl.DataFrame) -> list[bool]:
+    """Whether each row is of a session ctxtool compacted: a copy (``derived_from``) or compacted in place
+    (``compacted_at``); rows without those columns are not."""
+    marks = [pl.col(c).is_not_null() for c in ("derived_from", "compacted_at") if c in rows.columns]
+    if not marks:
+        return [False] * rows.height
+    return rows.select(pl.any_horizontal(*marks)).to_series().to_list()
 
 
 def compacted_label(label: Text) -> Text:

@@ -84,6 +84,7 @@ class FileColumns:
     last_updated: str | None = None
     summary: str | None = None
     derived_from: str | None = None  # the sessionId of the session ctxtool compacted into this one
+    compacted_at: str | None = None  # when ctxtool last compacted this file itself (compact --in-place)
     lines: int = 0
     blank_lines: int = 0
     broken_lines: int = 0
@@ -227,6 +228,7 @@ class _Patch(msgspec.Struct, gc=False):
     kind: Any = msgspec.UNSET
     summary: Any = msgspec.UNSET
     derivedFrom: Any = msgspec.UNSET
+    ctxtoolCompaction: Any = msgspec.UNSET
 
 
 class _Record(msgspec.Struct, gc=False):
@@ -247,12 +249,24 @@ class _Record(msgspec.Struct, gc=False):
     kind: Any = msgspec.UNSET
     summary: Any = msgspec.UNSET
     derivedFrom: Any = msgspec.UNSET
+    ctxtoolCompaction: Any = msgspec.UNSET
     set_: Any = msgspec.field(default=msgspec.UNSET, name="$set")
     rewind: Any = msgspec.field(default=msgspec.UNSET, name="$rewindTo")
 
 
-# ``derivedFrom``: ctxtool's mark on a session it wrote from another (the original's id); see compact.py.
-_META_FIELDS = ("sessionId", "projectHash", "startTime", "lastUpdated", "kind", "summary", "derivedFrom")
+# ``derivedFrom``: ctxtool's mark on a session it wrote from another (the original's id);
+# ``ctxtoolCompaction`` its mark on a session it compacted in place (``{"at": …}``, merged from the ``$set``
+# it appends); see compact.py.
+_META_FIELDS = (
+    "sessionId",
+    "projectHash",
+    "startTime",
+    "lastUpdated",
+    "kind",
+    "summary",
+    "derivedFrom",
+    "ctxtoolCompaction",
+)
 _decode_record = msgspec.json.Decoder(_Record).decode
 _decode_patch = msgspec.convert
 _decode_any = msgspec.json.decode
@@ -939,6 +953,7 @@ def _replayed_from(old: FileColumns) -> Replayed[_Row]:
             ("kind", old.kind),
             ("summary", old.summary),
             ("derivedFrom", old.derived_from),
+            ("ctxtoolCompaction", None if old.compacted_at is None else {"at": old.compacted_at}),
         )
         if v is not None
     }
@@ -959,6 +974,8 @@ def _set_meta(out: FileColumns, meta: dict[str, Any], era: str, *, lines: int) -
     out.last_updated = _str(meta.get("lastUpdated"))
     out.summary = _str(meta.get("summary"))
     out.derived_from = _str(meta.get("derivedFrom"))
+    mark = meta.get("ctxtoolCompaction")
+    out.compacted_at = _str(mark.get("at")) if isinstance(mark, dict) else None
 
 
 # A preview is never cut inside a long token (a key, a token, a hash): it would show part of a secret that
