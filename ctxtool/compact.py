@@ -54,8 +54,9 @@ from ctxtool.compress.gemini_cli import chat_compression as g
 from ctxtool.compress.gemini_cli.profiles import DEFAULT_PROFILE, Profile, get_profile
 from ctxtool.compress.gemini_cli.texts import CTXTOOL_TEXTS, CompressionTexts
 from ctxtool.compress.summarize.facts import extract_facts, history_text, retention
-from ctxtool.compress.summarize.offline import OfflineSummarizer
+from ctxtool.compress.summarize.offline import KeepFacts, OfflineSummarizer
 from ctxtool.compress.summarizer import Content, Summarizer
+from ctxtool.session.columns import TurnCounts, turn_counts
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.ids import idless_lines, with_unique_ids
 from ctxtool.session.read import Era, SessionFile, parse_session_bytes
@@ -540,7 +541,7 @@ def _compact_with_port(job: _Job, report: CompactionReport) -> CompactionReport:
     then rebuild the session's messages around the split it chose (see the module docstring)."""
     curated = _curate(job, report)
     original = _threshold_input(job, report)
-    result = _replay(job, curated, original, _plan_summarizer(job, report), report)
+    result = _replay(job, curated, original, _counting(_plan_summarizer(job, report), job, curated), report)
     _report_result(result, len(curated.turns), job.opts.force, report)
     messages = _rebuilt(job, curated, result, report)
     if result.new_history is not None and messages is not None:
@@ -595,6 +596,21 @@ def _plan_summarizer(job: _Job, report: CompactionReport) -> Summarizer:
         report.notes.append("dry run: the new token count is estimated with an offline summary")
         return OfflineSummarizer()
     return job.summarizer
+
+
+def _counting(summarizer: Summarizer, job: _Job, curated: g.CuratedSession) -> Summarizer:
+    """``summarizer``, an offline summary's header counting what ``ctxtool stats`` counts of the messages it
+    summarises (``turn_counts``): the history it is shown is curated turns ``[0, split)``."""
+    if not isinstance(summarizer, OfflineSummarizer | KeepFacts):
+        return summarizer
+    session = job.session
+
+    def counts(history: Sequence[Mapping[str, Any]]) -> TurnCounts:
+        keep_from = _message_index(curated.turns, len(history), job.messages, job.path)
+        within = {mid for m in job.messages[:keep_from] if isinstance(mid := m.get("id"), str)}
+        return turn_counts(session.billed, session.copies, within)
+
+    return summarizer.counting(counts)
 
 
 def _replay(

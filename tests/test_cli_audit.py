@@ -153,6 +153,31 @@ def test_github_annotations(capsysbinary: pytest.CaptureFixture[bytes], tmp_path
     ]
 
 
+def test_github_without_output_keeps_stdout_for_the_annotations(
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    """GitHub reads workflow commands from standard output: with ``--github`` and no ``--output`` it holds
+    the annotations alone, and the table, for the people reading the log, goes to standard error. Another
+    format needs a file, and the usage error says so."""
+    args = (str(ONE), "--max-session-tokens", "200k", "--github", "--no-config", "--width", "100")
+    code, out, err = audit(capsysbinary, *args)
+    assert code == 3
+    assert out.splitlines() == [
+        "::error title=ctxtool audit%3A max-session-tokens::session-2026-05-25T09-30-c4e5f6a7: "
+        "max-session-tokens: 302,100 > 200,000 (worst: turn 1 (156,800 tokens))"
+    ]
+    assert "│ FAIL" in err
+    assert "FAIL: 1 budget exceeded" in err
+    code, out, err = audit(capsysbinary, str(ONE), "--max-session-tokens", "1M", "--github", "--no-config")
+    assert (code, out) == (0, "")
+    assert "PASS: within budget" in err
+    for fmt in ("markdown", "json", "junit"):
+        code, out, err = audit(capsysbinary, *args, "--format", fmt)
+        assert (code, out) == (2, "")
+        assert f"Error: --github writes GitHub's annotations alone to standard output, so the {fmt}" in err
+        assert "Pass --output FILE for it" in err
+
+
 def test_config_file_and_flags_win(
     capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

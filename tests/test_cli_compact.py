@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from pytest_httpserver import HTTPServer
 from ctxtool.cli import run
 from ctxtool.compress.gemini_cli import chat_compression as g
 from ctxtool.session.read import read_session
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, REPO
 
 FIXTURE_CHATS = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats"
 COMPRESSION_FIXTURE = "session-2026-05-25T09-30-c4e5f6a7.jsonl"
@@ -375,6 +377,40 @@ def test_missing_key_fails_that_file_in_one_line(data: Path, capsys: pytest.Capt
     assert len(lines) == 1
     assert lines[0].startswith("Error: no Gemini API key found")
     assert "GEMINI_API_KEY" in lines[0]
+
+
+def test_without_google_genai_the_gemini_summarizer_names_the_extra_to_install(
+    data: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """google-genai is the ``gemini`` extra, not a runtime dependency: a compaction that needs the model
+    fails in one line naming the install command; one that needs no model (a dry run) runs."""
+    monkeypatch.setitem(sys.modules, "google.genai", None)  # what an install without the extra has
+    monkeypatch.setenv("GEMINI_API_KEY", "dummy-key-for-tests")
+    path = data / "ctxdemo" / "chats" / COMPRESSION_FIXTURE
+    code, out, err = compact(capsys, str(path), "--force", "--summarizer", "gemini", "-f", "json")
+    assert (code, out) == (1, "")
+    [line] = err.strip().splitlines()
+    assert line == (
+        "Error: the gemini summarizer needs the google-genai package, which is not installed. "
+        "Install it with pip install 'ctxtool[gemini]' (or use the offline summarizer, the default)"
+    )
+    code, out, err = compact(
+        capsys, str(path), "--force", "--summarizer", "gemini", "--dry-run", "-f", "json"
+    )
+    assert code == 0, err
+    assert "google-genai" not in err
+
+
+def test_google_genai_is_an_extra_not_a_runtime_dependency() -> None:
+    """``make demo`` installs the runtime only: google-genai (43 MB of the demo venv, with what it alone
+    brings) is the ``gemini`` extra; the dev extra keeps it so the tests of the gemini summarizer run."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[<>=\[ ]", d, maxsplit=1)[0] for d in project["dependencies"]]
+    assert "google-genai" not in names
+    assert [d for d in project["optional-dependencies"]["gemini"] if d.startswith("google-genai")]
+    assert [d for d in project["optional-dependencies"]["dev"] if d.startswith("google-genai")]
 
 
 def _messages(n: int) -> list[dict[str, Any]]:

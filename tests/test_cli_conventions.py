@@ -22,11 +22,38 @@ def test_bare_ctxtool_prints_an_overview_and_exits_0(
     out, err = capsys.readouterr()
     assert err == ""
     # The bundled data root holds 16 session files (subagents and a .json/.jsonl pair included), 3 projects.
-    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}:\n  16 session files in 3 projects.\n" in out
+    assert f"Looks in {tmp_path / '.gemini' / 'tmp'}:\n  16 session files in 3 project folders.\n" in out
+    assert "Their sessions made 33 requests in 3 projects (ctxtool stats --by project)." in out
     assert "ctxtool stats" in out
     assert "ctxtool audit" in out
     assert "Exit status: 0 ok;" in out
     assert max(len(line) for line in out.splitlines() if not line.startswith("Looks in")) <= 80
+
+
+def test_the_overview_counts_the_projects_stats_by_project_lists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A project folder whose only session made no request (the a2a server writes header-only files) is a
+    folder the overview finds, but no row of ``stats --by project``: the overview says both, and its
+    projects and requests are the rows and requests of ``stats --by project``."""
+    import json
+
+    shutil.copytree(FIXTURES / "gemini", tmp_path / ".gemini")
+    idle = tmp_path / ".gemini" / "tmp" / "idle-box" / "chats" / "session-2026-07-24T10-00-a2a-serv.jsonl"
+    idle.parent.mkdir(parents=True)
+    idle.write_text('{"sessionId":"a2a-server","projectHash":"x","startTime":"2026-07-24T10:00:00.000Z"}\n')
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path))
+    assert run(["stats", "--by", "project", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    requests = sum(int(r["requests"]) for r in rows)
+    assert run([]) == 0
+    out = capsys.readouterr().out
+    assert "  17 session files in 4 project folders.\n" in out
+    assert (
+        f"Their sessions made {requests} requests in {len(rows)} projects (ctxtool stats --by project)."
+        in out
+    )
+    assert len(rows) == 3
 
 
 def test_bare_ctxtool_without_sessions_says_where_it_looked(
@@ -281,6 +308,46 @@ def test_session_is_an_id_or_a_unique_prefix_never_a_substring(capsys: pytest.Ca
     assert "--session c is ambiguous: 2 sessions have an id starting with it:" in err
     assert "c0ffee01-2a3b-4c5d-8e9f-0a1b2c3d4e5f (session-2026-02-10T09-00-c0ffee01)" in err
     assert "(session-2026-05-25T09-30-c4e5f6a7)" in err
+
+
+def test_a_prefix_of_an_id_several_files_share_lists_the_files_and_how_to_pick_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The a2a server gives every session the id ``a2a-server``: more characters cannot tell them apart, so
+    ``--session a2a`` lists them by file, with start and project, and says how to name one."""
+    import json
+
+    root = FIXTURES / "gemini"
+    chats = root / "tmp" / "ops-box" / "chats"
+    files = [
+        chats / "session-2026-07-22T01-38-a2a-serv.jsonl",
+        chats / "session-2026-07-23T09-12-a2a-serv.jsonl",
+    ]
+    for command in (
+        ["stats", str(root), "--no-cache"],
+        ["audit", str(root), "--no-config", "--max-session-tokens", "1M"],
+    ):
+        assert run([*command, "--session", "a2a"]) == 2
+        err = capsys.readouterr().err
+        first, *candidates = err.splitlines()
+        assert "--session a2a matches 2 sessions that all have the id a2a-server" in first
+        assert "Give more characters" not in err
+        assert "Name one by its file: --session with its path or file name" in first
+        assert "--session a2a-server takes all 2" in first
+        assert candidates == [
+            f"  {files[0]}  (started 2026-07-22 01:38 UTC, project ops-box)",
+            f"  {files[1]}  (started 2026-07-23 09:12 UTC, project ops-box)",
+        ]
+
+    def picked(wanted: str) -> list[str]:
+        assert (
+            run(["stats", str(root), "--no-cache", "--by", "session", "--format", "json", "-s", wanted]) == 0
+        )
+        return [str(r["file"]) for r in json.loads(capsys.readouterr().out)["rows"]]
+
+    # The advice works: the path or the file name names one session.
+    assert picked(str(files[1])) == [str(files[1])]
+    assert picked(files[0].name) == [str(files[0])]
 
 
 def test_audit_lists_failures_and_a_summary_and_all_lists_passes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -97,6 +97,29 @@ def test_stats_top_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "estimates" in out
 
 
+def test_ctx_percent_has_one_meaning_the_share_of_the_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    """``ctx %`` is a share of the model's limit (``context_share``) in every table; ``--top``'s share of the
+    request's context is headed ``of ctx``, and says so under the table."""
+    assert run(["stats", str(FIXTURES), "--top", "2", "--wide", "--no-cache"]) == 0
+    top = capsys.readouterr().out
+    header = next(line for line in top.splitlines() if "~tokens" in line)
+    assert header.split("┃")[-1].strip() == "of ctx"
+    assert "ctx %" not in header
+    assert "of ctx: the share of that request's context (ctx %, elsewhere: of the limit)." in top
+    for by in ("turn", "request", "session"):
+        assert run(["stats", str(FIXTURES), "--by", by, "--wide", "--no-cache", "--width", "400"]) == 0
+        table = capsys.readouterr().out.splitlines()
+        head = [c.strip() for c in next(line for line in table if "┃" in line).split("┃")]
+        assert "of ctx" not in head
+        column = head.index("ctx %")
+        assert run(["stats", str(FIXTURES), "--by", by, "--format", "json", "--no-cache"]) == 0
+        rows = orjson.loads(capsys.readouterr().out)["rows"]
+        shown = [line.split("│")[column].strip() for line in table if line.count("│") >= column][: len(rows)]
+        assert shown == [
+            "–" if r["context_share"] is None else f"{100 * r['context_share']:.1f}%" for r in rows
+        ], by
+
+
 def test_top_and_by_conflict() -> None:
     assert run(["stats", str(FIXTURES), "--top", "2", "--by", "request"]) == 2
 

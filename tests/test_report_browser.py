@@ -1,5 +1,5 @@
 """The HTML report as a person sees it: opened in headless Chromium (Debian's ``chromium``, driven by
-Playwright), it logs no console error, asks the network for nothing, and draws every chart.
+Playwright), it logs no console error or warning, asks the network for nothing, and draws every chart.
 
 Chromium is installed here when missing (``apt-get install -y chromium``); where that cannot be done the
 test skips, except under ``CI=true``, where a failed install fails the run.
@@ -61,7 +61,8 @@ def test_report_renders_in_chromium(tmp_path: Path, chromium: str) -> None:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            # Warnings too: Vega-Lite logs one for a spec it had to change (e.g. 'Dropping "fit-y"').
+            page.on("console", lambda m: errors.append(m.text) if m.type in ("error", "warning") else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("request", lambda r: requests.append(r.url))
             page.goto(page_file.as_uri())

@@ -53,16 +53,20 @@ def overview() -> str:
     from ctxtool.session.discover import default_roots, discover
 
     lines = ["ctxtool: token usage, compaction, diffs and CI budgets of Gemini CLI sessions.", ""]
+    found_any = False
     for root in default_roots():
         if root.is_dir():
             found = discover([str(root)])
-            projects = len({sp.project_dir for sp in found.files})
+            folders = len({sp.project_dir for sp in found.files})
+            found_any = found_any or bool(found.files)
             lines += [
                 f"Looks in {root}:",
-                f"  {plural(len(found.files), 'session file')} in {plural(projects, 'project')}.",
+                f"  {plural(len(found.files), 'session file')} in {plural(folders, 'project folder')}.",
             ]
         else:
             lines += [f"Looks in {root}:", "  not there yet (run Gemini CLI, or set GEMINI_CLI_HOME)."]
+    if found_any:
+        lines += _requests_found()
     lines += ["", "Main commands:"]
     width = max(len(c) for c, _ in _MAIN_COMMANDS)
     lines += [f"  {c:<{width}}  {what}" for c, what in _MAIN_COMMANDS]
@@ -72,6 +76,23 @@ def overview() -> str:
         *textwrap.wrap(EXIT_STATUS_HELP, 80),
     ]
     return "\n".join(lines)
+
+
+def _requests_found() -> list[str]:
+    """The requests those sessions made and the projects they were made in, counted as ``ctxtool stats``
+    counts them (read the way it reads, through its index, so the ``stats`` that follows starts warm): the
+    projects are the rows of ``stats --by project``. A project folder whose sessions made no request (the a2a
+    server's header-only files) is no such row."""
+    from ctxtool.frames.loading import load_corpus
+
+    corpus, _ = load_corpus([], cache=True)
+    requests = corpus.requests
+    projects = requests.get_column("project").n_unique() if requests.height else 0
+    return [
+        "",
+        f"Their sessions made {plural(requests.height, 'request')} in {plural(projects, 'project')}"
+        " (ctxtool stats --by project).",
+    ]
 
 
 def _version(value: bool) -> None:

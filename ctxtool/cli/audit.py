@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -83,7 +84,7 @@ FORMAT = typer.Option(
     help="table, json, junit or markdown.",
 )
 OUTPUT = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to FILE.")
-GITHUB = typer.Option(False, "--github", help="Also print GitHub Actions annotations.")
+GITHUB = typer.Option(False, "--github", help="GitHub annotations on stdout; table to stderr.")
 BASELINE = typer.Option(
     None, "--baseline", metavar="FILE", help="An earlier audit --format json, to compare."
 )
@@ -144,10 +145,12 @@ class AuditRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of s
         fmt = output_format(fmt, output, FORMATS, "audit")
         filters = options.filter_args(since, until, project, session, model)
         options.check_timezone(timezone)
-        if github and fmt in ("json", "junit") and output is None:
+        if github and fmt != "table" and output is None:
+            # GitHub reads workflow commands from standard output: with --github it holds them alone.
             raise UsageError(
-                "--github annotations and a JSON or JUnit report cannot share standard output",
-                "Pass --output FILE for the report",
+                f"--github writes GitHub's annotations alone to standard output, so the {fmt} report needs a "
+                "file",
+                f"Pass --output FILE for it (without --format {fmt}, the table goes to standard error)",
             )
         if config is not None and no_config:
             raise UsageError("--config and --no-config contradict each other", "Pass only one of them")
@@ -239,7 +242,11 @@ def audit(
     if github:
         for line in lib.github_annotations(result):
             print(line, flush=True)
-    _write_report(result, request.fmt, output, width=width, color=color, show_all=show_all)
+    # With --github and no --output, standard output holds the annotations alone; the table goes to stderr.
+    table_to_stderr = github and output is None
+    _write_report(
+        result, request.fmt, output, width=width, color=color, show_all=show_all, to_stderr=table_to_stderr
+    )
     if result.exceeded:
         return ExitStatus.BUDGET_EXCEEDED
     return ExitStatus.ERROR if result.incomplete else ExitStatus.OK
@@ -253,12 +260,13 @@ def _write_report(
     width: int | None,
     color: str | None,
     show_all: bool = False,
+    to_stderr: bool = False,
 ) -> None:
     from ctxtool import audit as lib
     from ctxtool.render import formats as out
 
     if fmt == "table":
-        _print_table(result, output, width=width, color=color, show_all=show_all)
+        _print_table(result, output, width=width, color=color, show_all=show_all, to_stderr=to_stderr)
         return
     if fmt == "json":
         data = out.dumps(result.as_dict()) + b"\n"
@@ -270,7 +278,13 @@ def _write_report(
 
 
 def _print_table(
-    result: AuditReport, output: Path | None, *, width: int | None, color: str | None, show_all: bool = False
+    result: AuditReport,
+    output: Path | None,
+    *,
+    width: int | None,
+    color: str | None,
+    show_all: bool = False,
+    to_stderr: bool = False,
 ) -> None:
     from ctxtool import audit as lib
     from ctxtool.render import tables as render
@@ -290,7 +304,12 @@ def _print_table(
     ]
     passed = sum(1 for c in result.checks if c.status == "pass")
     hidden = 0 if show_all else passed
-    with render.output_console(output, width=width, color=color) as console:
+    console_of = (
+        contextlib.nullcontext(render.make_console(sys.stderr, width=width, color=color))
+        if to_stderr
+        else render.output_console(output, width=width, color=color)
+    )
+    with console_of as console:
         verdict = ("FAIL: " if result.exceeded or result.incomplete else "PASS: ") + lib.verdict(result)
         if hidden and rows:
             verdict += f"; {passed:,} of {plural(len(result.checks), 'check')} passed (--all lists them)."

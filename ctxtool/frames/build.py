@@ -245,6 +245,7 @@ def _layout_of(sessions: list[_Session], refs: dict[str, str | None], rows: Rows
         srow["era"].append("+".join(f.era for f in s.files))
         srow["summary"].append(p.summary)
         srow["derived_from"].append(p.derived_from)
+        srow["compacted_at"].append(max((f.compacted_at for f in s.files if f.compacted_at), default=None))
         srow["start_time"].append(min((f.start_time for f in s.files if f.start_time), default=None))
         srow["last_updated"].append(max((f.last_updated for f in s.files if f.last_updated), default=None))
         srow["broken_lines"].append(sum(f.broken_lines for f in s.files))

@@ -119,6 +119,7 @@ SESSION_META_SCHEMA: dict[str, Any] = {
     "era": pl.String,
     "summary": pl.String,
     "derived_from": pl.String,
+    "compacted_at": pl.String,
     "start_time": pl.String,
     "last_updated": pl.String,
     "broken_lines": pl.Int64,

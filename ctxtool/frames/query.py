@@ -29,18 +29,24 @@ from ctxtool.measure.tokens import TOTAL_PARTS, describe_total_mismatches
 
 def _session_match(sessions: pl.DataFrame, wanted: str) -> pl.Expr:
     """Sessions that ``--session WANTED`` names: a session id or a unique prefix of one (the short id a table
-    shows is such a prefix), or a file name without its extension, or the file itself. Never a substring
-    found elsewhere in a name. A prefix shared by several sessions is a usage error listing them; a whole
-    id that several files share (the a2a server writes a constant one) names them all."""
+    shows is such a prefix), or a file name with or without its extension, or the file's path. Never a
+    substring found elsewhere in a name. A prefix shared by several sessions is a usage error listing them; a
+    whole id that several files share (the a2a server writes a constant one) names them all."""
     from ctxtool.common.errors import UsageError
 
     exact = (
-        (pl.col("session_id") == wanted) | (pl.col("session") == wanted) | (pl.col("session_key") == wanted)
+        (pl.col("session_id") == wanted)
+        | (pl.col("session") == wanted)
+        | (pl.col("session_key") == wanted)
+        | (pl.col("file") == _as_path(wanted))
+        | (pl.col("file").str.split("/").list.last() == wanted)
     )
     if sessions.filter(exact).height:
         return exact
     prefix = pl.col("session_id").str.starts_with(wanted)
     roots = sessions.filter(prefix & pl.col("parent_session_key").is_null())
+    if roots.height > 1 and roots.get_column("session_id").n_unique() == 1:
+        raise _shared_id(wanted, roots)
     if roots.height > 1:
         names = ", ".join(f"{r['session_id']} ({r['session']})" for r in roots.head(10).iter_rows(named=True))
         raise UsageError(
@@ -48,6 +54,36 @@ def _session_match(sessions: pl.DataFrame, wanted: str) -> pl.Expr:
             "Give more characters of the id",
         )
     return prefix
+
+
+def _as_path(wanted: str) -> str:
+    """``wanted`` as the absolute path a session's ``file`` holds (a name that is no path: one that matches
+    no file)."""
+    import os
+
+    return os.path.abspath(os.path.expanduser(wanted))
+
+
+def _shared_id(wanted: str, roots: pl.DataFrame) -> Exception:
+    """The usage error for a ``--session`` prefix whose sessions all share one whole id (the a2a server gives
+    each session it records ``a2a-server``): more characters of the id cannot tell them apart, their files
+    can. The error's line says so; the candidates follow, one file a line, with when each started and its
+    project."""
+    from ctxtool.common.errors import UsageError
+
+    shared = roots.get_column("session_id")[0]
+    lines = []
+    for r in roots.sort("start", nulls_last=True).head(10).iter_rows(named=True):
+        start = f"started {r['start']:%Y-%m-%d %H:%M} UTC" if r["start"] is not None else "no start recorded"
+        lines.append(f"  {r['file']}  ({start}, project {r['project']})")
+    if roots.height > 10:
+        lines.append(f"  … and {roots.height - 10} more")
+    return UsageError(
+        f"--session {wanted} matches {roots.height} sessions that all have the id {shared}, so more "
+        "characters of it cannot tell them apart",
+        f"Name one by its file: --session with its path or file name (or pass that file as PATH); "
+        f"--session {shared} takes all {roots.height}:\n" + "\n".join(lines),
+    )
 
 
 # --- reports ---------------------------------------------------------------------------------------
@@ -151,6 +187,13 @@ def _agg_requests(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     )
 
 
+def _marked(rows: pl.DataFrame, corpus: Corpus) -> pl.DataFrame:
+    """Turn or request ``rows`` with their session's ctxtool marks (``derived_from``: a compacted copy;
+    ``compacted_at``: compacted in place), so that a copy's rows read apart from its original's."""
+    marks = corpus.sessions.select("session_key", "derived_from", "compacted_at")
+    return rows.join(marks, on="session_key", how="left", maintain_order="left")
+
+
 def report(
     corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True, timezone: str | None = None
 ) -> pl.DataFrame:
@@ -159,9 +202,9 @@ def report(
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
     if by == "turn":
-        df = corpus.turns.sort("session", "session_key", "turn")
+        df = _marked(corpus.turns.sort("session", "session_key", "turn"), corpus)
     elif by == "request":
-        df = corpus.requests.sort("session", "session_key", "position")
+        df = _marked(corpus.requests.sort("session", "session_key", "position"), corpus)
     elif by == "session":
         df = _session_report(corpus, include_subagents_in_parent)
     elif by == "model":

@@ -21,7 +21,10 @@ HIDDEN_CALLS_PER_COMPRESSION = 2
 
 
 def _hidden_compression_calls(
-    messages: pl.DataFrame, prices: PriceTable | None = None, written_by_ctxtool: pl.DataFrame | None = None
+    messages: pl.DataFrame,
+    prices: PriceTable | None = None,
+    written_by_ctxtool: pl.DataFrame | None = None,
+    compacted_in_place: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Per session, an estimate of the compression calls the file shows happened but does not record.
 
@@ -32,13 +35,16 @@ def _hidden_compression_calls(
 
     Not for the snapshots of a session ctxtool wrote (``written_by_ctxtool``: the keys of sessions marked
     ``derivedFrom``) before its first recorded request: those are ctxtool's own summary (no Gemini CLI call)
-    and copies of the original's messages (whose calls the original counts).
+    and copies of the original's messages (whose calls the original counts). Nor for the snapshot ctxtool
+    wrote into a session it compacted in place (``compacted_in_place``: session key and ``compacted_at``, the
+    time of its latest ``compact --in-place``, which is the snapshot's timestamp).
     """
     from ctxtool.measure.pricing import add_costs
 
     marked = messages.select(
         "session_key",
         "is_snapshot",
+        "timestamp",
         "text_chars",
         last_input=pl.col("input").forward_fill().over("session_key").fill_null(0),
         model=pl.when(pl.col("input").is_not_null()).then(pl.col("model")).forward_fill().over("session_key"),
@@ -47,6 +53,13 @@ def _hidden_compression_calls(
     if written_by_ctxtool is not None and written_by_ctxtool.height:
         copied = pl.col("session_key").is_in(written_by_ctxtool.get_column("session_key").implode())
         marked = marked.filter(~copied | pl.col("requested"))
+    if compacted_in_place is not None and compacted_in_place.height:
+        marked = marked.join(
+            compacted_in_place,
+            left_on=["session_key", "timestamp"],
+            right_on=["session_key", "compacted_at"],
+            how="anti",
+        )
     summary = pl.col("text_chars") // 4
     calls = marked.with_columns(
         input=HIDDEN_CALLS_PER_COMPRESSION * pl.col("last_input") + summary,
@@ -68,7 +81,10 @@ def sessions_frame(
     meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame, prices: PriceTable | None = None
 ) -> pl.DataFrame:
     hidden = _hidden_compression_calls(
-        messages, prices, meta.filter(pl.col("derived_from").is_not_null()).select("session_key")
+        messages,
+        prices,
+        meta.filter(pl.col("derived_from").is_not_null()).select("session_key"),
+        meta.filter(pl.col("compacted_at").is_not_null()).select("session_key", "compacted_at"),
     )
     msg = messages.group_by("session_key").agg(
         pl.len().alias("billed_messages"),

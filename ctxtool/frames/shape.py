@@ -36,6 +36,8 @@ _AGGREGATE_COLUMNS = [
 REPORT_COLUMNS: dict[str, list[str]] = {
     "turn": [
         "session",
+        "derived_from",
+        "compacted_at",
         "turn",
         "prompt",
         "start",
@@ -57,6 +59,8 @@ REPORT_COLUMNS: dict[str, list[str]] = {
     ],
     "request": [
         "session",
+        "derived_from",
+        "compacted_at",
         "turn",
         "message_id",
         "timestamp",
@@ -77,6 +81,7 @@ REPORT_COLUMNS: dict[str, list[str]] = {
         "session",
         "session_id",
         "derived_from",
+        "compacted_at",
         "project",
         "kind",
         "subagents",

@@ -378,18 +378,22 @@ def _turns(c: list[list[Any]]) -> int:
     return len(counted)
 
 
-def _hidden(c: list[list[Any]], derived: bool) -> list[tuple[int | None, int | None, str | None]]:
-    """(input, output, model) of the compression calls each snapshot shows Gemini CLI made, before a
-    compacted copy's first request none (``frames.sessions._hidden_compression_calls``)."""
+def _hidden(
+    c: list[list[Any]], derived: bool, compacted_at: str | None
+) -> list[tuple[int | None, int | None, str | None]]:
+    """(input, output, model) of the compression calls each snapshot shows Gemini CLI made: none before a
+    compacted copy's first request, nor for the snapshot ``compact --in-place`` wrote at ``compacted_at``
+    (``frames.sessions._hidden_compression_calls``)."""
     calls: list[tuple[int | None, int | None, str | None]] = []
     last_input: int | None = None
     last_model: str | None = None
-    for snap, input, model, chars in zip(c[_SNAP], c[_INPUT], c[_MODEL], c[_CHARS], strict=True):
+    marks = zip(c[_SNAP], c[_INPUT], c[_MODEL], c[_CHARS], c[_TIME], strict=True)
+    for snap, input, model, chars, ts in marks:
         if input is not None:
             last_input = input
             if model is not None:
                 last_model = model
-        if snap and not (derived and last_input is None):
+        if snap and not (derived and last_input is None) and (ts is None or ts != compacted_at):
             if chars is None:
                 calls.append((None, None, last_model))
             else:
@@ -430,9 +434,9 @@ def _session(
     session.row = _session_row(key, kind, files, c, session, live)
     hist = [[c[j][i] for i in at] for j in _HIST]
     session.row.update(zip(COMPOSITION_COLUMNS, _composition(tokens[0], hist), strict=True))
-    session.row.update(
-        _hidden_sums(_hidden(c, files[-1].derived_from is not None) if any(c[_SNAP]) else [], table)
-    )
+    derived, compacted_at = files[-1].derived_from is not None, session.row["compacted_at"]
+    calls = _hidden(c, derived, compacted_at) if any(c[_SNAP]) else []
+    session.row.update(_hidden_sums(calls, table))
     return session
 
 
@@ -452,6 +456,7 @@ def _session_row(
         "session": os.path.basename(p.path).rsplit(".", 1)[0],
         "session_id": p.session_id,
         "derived_from": p.derived_from,
+        "compacted_at": max((f.compacted_at for f in files if f.compacted_at), default=None),
         "project": p.project,
         "kind": kind,
         "subagents": 0,

@@ -364,10 +364,9 @@ def _stats_cells(rows: RowTable, columns: Sequence[str]) -> dict[str, list[Text]
         ]
         for col in columns
     }
-    if "session" in full and "derived_from" in present:
-        copied = [v is not None for v in rows.get_column("derived_from").to_list()]
+    if "session" in full:
         full["session"] = [
-            compacted_label(t) if c else t for t, c in zip(full["session"], copied, strict=True)
+            compacted_label(t) if c else t for t, c in zip(full["session"], compacted(rows), strict=True)
         ]
     return full
 
@@ -387,8 +386,19 @@ def parts_note(totals: Mapping[str, Any]) -> str | None:
 
 
 # How a table labels a session ctxtool compacted from another (``derivedFrom`` in its metadata), so that a
-# copy written with the original's id reads apart from it.
+# copy written with the original's id reads apart from it, or compacted in place (``ctxtoolCompaction``).
 COMPACTED_MARK = " (compacted)"
+
+
+def compacted(rows: RowTable) -> list[bool]:
+    """Whether each row is of a session ctxtool compacted: a copy (``derived_from``) or compacted in place
+    (``compacted_at``); rows without those columns are not."""
+    marks = [rows.get_column(c).to_list() for c in ("derived_from", "compacted_at") if c in rows.columns]
+    return (
+        [any(v is not None for v in row) for row in zip(*marks, strict=True)]
+        if marks
+        else [False] * rows.height
+    )
 
 
 def compacted_label(label: Text) -> Text:
@@ -1199,13 +1209,17 @@ def top_table(
         title,
         _TOP_COLUMNS,
         cols,
-        headers={"tokens": "~tokens", "share": "ctx %"},
+        # "of ctx", not "ctx %": every other table's "ctx %" is a share of the model's limit (context_share).
+        headers={"tokens": "~tokens", "share": "of ctx"},
         right={"rank", "count", "tokens", "share"},
         width=width,
         wide=wide,
         text_min={"target": 12},
         drop_order=("count", "rank", "tool"),
     )
-    notes = ["Tokens are estimates (Gemini CLI's estimator, scaled to the recorded prompt)."]
+    notes = [
+        "Tokens are estimates (Gemini CLI's estimator, scaled to the recorded prompt).",
+        "of ctx: the share of that request's context (ctx %, elsewhere: of the limit).",
+    ]
     note = dropped_note(dropped)
     return table, [*notes, note] if note else notes

@@ -192,9 +192,15 @@ def _per_project(totals: pl.DataFrame) -> dict[str, Any]:
             },
             title="Tokens by project (largest 20)",
             width="container",
-            autosize={"type": "fit-x", "contains": "padding"},  # a bar per project: its height is discrete
+            # A number, not Vega-Lite's discrete (step) height: with a step height any fit autosize makes
+            # Vega-Lite warn 'Dropping "fit-y"' in the browser's console. A bar row per project.
+            height=_BAR_ROW_PX * max(totals.height, 1),
+            autosize={"type": "fit-x", "contains": "padding"},
         )
     )
+
+
+_BAR_ROW_PX = 22  # the height of a project's row in the chart by project (Vega-Lite's default step is 20)
 
 
 _SHORT_LABEL = "length(datum.label) > 28 ? '…' + slice(datum.label, -27) : datum.label"

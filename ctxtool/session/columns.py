@@ -20,7 +20,7 @@ import codecs
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -85,6 +85,7 @@ class FileColumns:
     last_updated: str | None = None
     summary: str | None = None
     derived_from: str | None = None  # the sessionId of the session ctxtool compacted into this one
+    compacted_at: str | None = None  # when ctxtool last compacted this file itself (compact --in-place)
     lines: int = 0
     blank_lines: int = 0
     broken_lines: int = 0
@@ -157,6 +158,46 @@ def _classify_text(text: str, content: Any) -> tuple[bool, bool, bool]:
     return not text.startswith(_NOT_PROMPT_PREFIXES), False, False
 
 
+@dataclass(frozen=True, slots=True)
+class TurnCounts:
+    """What ``ctxtool stats`` counts of some messages: its turns (the rows ``--by turn`` lists), requests,
+    typed prompts and tool calls."""
+
+    turns: int = 0
+    requests: int = 0
+    prompts: int = 0
+    tool_calls: int = 0
+
+
+def turn_counts(
+    billed: Iterable[Mapping[str, Any]], copies: Container[str] = (), within: Container[str] | None = None
+) -> TurnCounts:
+    """``stats``' counts of the messages of ``billed`` (a session's billed records, in order) whose id is in
+    ``within`` (all when None), without polars: the rule of ``ctxtool.frames.turns.turn_count``.
+
+    Each prompt (``classify_user``; never one of ``copies``, the messages first seen in a ``$set.messages``
+    checkpoint) starts a turn; a message belongs to the turn of the last prompt before it in ``billed``;
+    turn 0 counts when it holds a request (a ``gemini`` message with ``tokens``) or a compression."""
+    turn = 0
+    turns: set[int] = set()
+    requests = prompts = calls = 0
+    for message in billed:
+        mtype, mid = message.get("type"), message.get("id")
+        prompt = mtype == "user" and mid not in copies and classify_user(message.get("content"))[0]
+        turn += prompt
+        if within is not None and mid not in within:
+            continue
+        request = mtype == "gemini" and isinstance(message.get("tokens"), dict)
+        compression = mtype == "info" and _COMPRESSED_INFO.match(message_text(message.get("content")))
+        if turn > 0 or request or compression:
+            turns.add(turn)
+        prompts += prompt
+        requests += request
+        tool_calls = message.get("toolCalls")
+        calls += len(tool_calls) if isinstance(tool_calls, list) else 0
+    return TurnCounts(len(turns), requests, prompts, calls)
+
+
 # Typed fields: the decoder checks them in C, so the hot loop below need not. A record whose fields do not
 # fit (a fork's odd types) fails validation and goes through _lenient, which coerces it to these types.
 # gc=False: these structs hold only scalars, raw bytes and each other, never a cycle, so the garbage
@@ -188,6 +229,7 @@ class _Patch(msgspec.Struct, gc=False):
     kind: Any = msgspec.UNSET
     summary: Any = msgspec.UNSET
     derivedFrom: Any = msgspec.UNSET
+    ctxtoolCompaction: Any = msgspec.UNSET
 
 
 class _Record(msgspec.Struct, gc=False):
@@ -208,12 +250,24 @@ class _Record(msgspec.Struct, gc=False):
     kind: Any = msgspec.UNSET
     summary: Any = msgspec.UNSET
     derivedFrom: Any = msgspec.UNSET
+    ctxtoolCompaction: Any = msgspec.UNSET
     set_: Any = msgspec.field(default=msgspec.UNSET, name="$set")
     rewind: Any = msgspec.field(default=msgspec.UNSET, name="$rewindTo")
 
 
-# ``derivedFrom``: ctxtool's mark on a session it wrote from another (the original's id); see compact.py.
-_META_FIELDS = ("sessionId", "projectHash", "startTime", "lastUpdated", "kind", "summary", "derivedFrom")
+# ``derivedFrom``: ctxtool's mark on a session it wrote from another (the original's id);
+# ``ctxtoolCompaction`` its mark on a session it compacted in place (``{"at": …}``, merged from the ``$set``
+# it appends); see compact.py.
+_META_FIELDS = (
+    "sessionId",
+    "projectHash",
+    "startTime",
+    "lastUpdated",
+    "kind",
+    "summary",
+    "derivedFrom",
+    "ctxtoolCompaction",
+)
 _decode_record = msgspec.json.Decoder(_Record).decode
 _decode_patch = msgspec.convert
 _decode_any = msgspec.json.decode
@@ -860,6 +914,7 @@ def _replayed_from(old: FileColumns) -> Replayed[_Row]:
             ("kind", old.kind),
             ("summary", old.summary),
             ("derivedFrom", old.derived_from),
+            ("ctxtoolCompaction", None if old.compacted_at is None else {"at": old.compacted_at}),
         )
         if v is not None
     }
@@ -880,6 +935,8 @@ def _set_meta(out: FileColumns, meta: dict[str, Any], era: str, *, lines: int) -
     out.last_updated = _str(meta.get("lastUpdated"))
     out.summary = _str(meta.get("summary"))
     out.derived_from = _str(meta.get("derivedFrom"))
+    mark = meta.get("ctxtoolCompaction")
+    out.compacted_at = _str(mark.get("at")) if isinstance(mark, dict) else None
 
 
 # A preview is never cut inside a long token (a key, a token, a hash): it would show part of a secret that

@@ -50,6 +50,9 @@ class SessionFile:
     checkpoints: int = 0
     set_records: int = 0
     notes: list[str] = field(default_factory=list)
+    # Ids of the messages first seen inside a ``$set.messages`` checkpoint: copies Gemini CLI made of history
+    # it rebuilt (see ``Replayed.feed``), never a prompt typed then, as ``stats`` counts them.
+    copies: frozenset[str] = frozenset()
 
     @property
     def session_id(self) -> str | None:
@@ -104,7 +107,15 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
         doc, whole_error = parse_document(data, p)
         if whole_error is None:
             return _from_document(p, doc, len(data))
-    replayed = replay(data, p, _classify_dict, _carry_tokens_dict, whole_error)
+    copies: set[str] = set()
+
+    def copied(message: MessageRecord) -> MessageRecord:
+        mid = message.get("id")
+        if isinstance(mid, str):
+            copies.add(mid)
+        return message
+
+    replayed = replay(data, p, _classify_dict, _carry_tokens_dict, whole_error, copied)
     session = SessionFile(
         p,
         "jsonl",
@@ -113,6 +124,7 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
         list(replayed.billed.values()),
         size=len(data),
         set_records=replayed.set_records,
+        copies=frozenset(copies),
     )
     copy_line_counts(replayed, session)
     return session
@@ -390,10 +402,11 @@ def replay(
     classify: Callable[[bytes], Event],
     carry_tokens: Callable[[M, M], M | None],
     whole_error: str | None = None,
+    copied: Callable[[M], M] | None = None,
 ) -> Replayed[M]:
     """Replay a whole JSONL buffer (see ``Replayed.feed``); raises when it holds no session."""
     out: Replayed[M] = Replayed()
-    out.feed(split_lines(data), classify, carry_tokens)
+    out.feed(split_lines(data), classify, carry_tokens, copied)
     out.finish(p, whole_error, data)
     return out
 

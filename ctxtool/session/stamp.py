@@ -47,8 +47,10 @@ TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_
 # derive from them (ctxtool.frames.build.build_corpus): it invalidates every cached index entry and stored
 # corpus. 8: a session's `turns` counts its turn rows; legacy flat subagent files link to their parent. 9: a
 # response recorded with `total: 0` (or none) counts the sum of its parts (tokens.request_total). 10: no
-# hidden compression calls for the snapshots ctxtool wrote into a compacted copy (frames.sessions).
-COLUMNS_VERSION = 10
+# hidden compression calls for the snapshots ctxtool wrote into a compacted copy (frames.sessions). 11: a
+# session ctxtool compacted in place (``ctxtoolCompaction``) is marked (``compacted_at``), and its snapshot
+# adds no hidden calls either.
+COLUMNS_VERSION = 11
 STAMP = f"{__version__}-c{COLUMNS_VERSION}"
 
 

@@ -58,6 +58,26 @@ def get_response_text(response: Any) -> str | None:
     return "".join(p.text for p in parts if p.text and not p.thought)
 
 
+# What installs the gemini summarizer's package: an extra of ctxtool's (most commands never call a model).
+INSTALL_GEMINI = "pip install 'ctxtool[gemini]'"
+
+
+def _check_installed() -> None:
+    """A one-line SummarizerError naming the install command when google-genai is not installed (it is the
+    ``gemini`` extra, not a runtime dependency). Finds the package without importing it."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("google.genai") is not None
+    except ModuleNotFoundError:  # no ``google`` namespace package at all
+        found = False
+    if not found:
+        raise SummarizerError(
+            "the gemini summarizer needs the google-genai package, which is not installed",
+            f"Install it with {INSTALL_GEMINI} (or use the offline summarizer, the default)",
+        )
+
+
 def _env_flag(env: Mapping[str, str], name: str) -> bool:
     # The same test google-genai applies to GOOGLE_GENAI_USE_VERTEXAI.
     return env.get(name, "").strip().lower() in ("true", "1")
@@ -92,6 +112,7 @@ class GeminiSummarizer:
         env: Mapping[str, str] | None = None,
     ) -> None:
         env = os.environ if env is None else env
+        _check_installed()
         if timeout_s <= 0:
             raise SummarizerError(
                 f"timeout must be positive, got {timeout_s}", "Pass a timeout in seconds > 0"

@@ -26,11 +26,12 @@ Same input, same bytes: nothing here depends on time, randomness or hash order.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ctxtool.common.errors import UsageError
+from ctxtool.common.wording import plural
 from ctxtool.compress.summarize.facts import (
     Facts,
     PathFact,
@@ -41,6 +42,10 @@ from ctxtool.compress.summarize.facts import (
     word_clip,
 )
 from ctxtool.compress.summarizer import ModelCall, Summarizer
+from ctxtool.session.columns import TurnCounts
+
+# The session's own counts of the messages a history came from (``ctxtool.compact`` knows them).
+SpanCounter = Callable[[Sequence[Mapping[str, Any]]], TurnCounts]
 
 SECTIONS = (
     "user_requests",
@@ -228,7 +233,9 @@ class OfflineSummarizer:
     name = "offline"
     deterministic = True
 
-    def __init__(self, token_budget: int | None = None, chars_per_token: int = 4) -> None:
+    def __init__(
+        self, token_budget: int | None = None, chars_per_token: int = 4, counts: SpanCounter | None = None
+    ) -> None:
         if token_budget is not None and token_budget < MIN_TOKEN_BUDGET:
             raise UsageError(
                 f"offline summarizer budget {token_budget} tokens is too small",
@@ -238,6 +245,23 @@ class OfflineSummarizer:
             raise UsageError(f"chars_per_token must be at least 1, not {chars_per_token}", "Use 4.")
         self.token_budget = token_budget
         self.chars_per_token = chars_per_token
+        self.counts = counts
+
+    def counting(self, counts: SpanCounter) -> OfflineSummarizer:
+        """This summarizer, its header counting the session messages ``counts`` says a history came from."""
+        return OfflineSummarizer(self.token_budget, self.chars_per_token, counts)
+
+    def header_counts(self, history: Sequence[Mapping[str, Any]], facts: Facts) -> str:
+        """What the snapshot's header says it summarises: ``stats``' turns, requests, prompts and tool calls
+        of the messages behind ``history`` when ``counts`` knows them (``compact`` does), else only the
+        prompts and tool calls ``history`` itself shows."""
+        if self.counts is None:
+            return f"{plural(facts.user_prompts, 'prompt')}, {plural(facts.tool_calls, 'tool call')}"
+        c = self.counts(history)
+        return (
+            f"{plural(c.turns, 'turn')}, {plural(c.requests, 'request')}, {plural(c.prompts, 'prompt')}, "
+            f"{plural(c.tool_calls, 'tool call')}"
+        )
 
     def budget_tokens(self, history: Sequence[Mapping[str, Any]]) -> int:
         """The fixed budget when one was given, else SPAN_SHARE of the span (SMALL_SPAN_BUDGET at least)."""
@@ -260,12 +284,12 @@ class OfflineSummarizer:
         items = _candidate_items(facts, previous, history)
         merged = "; merges the previous snapshot" if previous is not None else ""
         max_chars = self.budget_tokens(history) * self.chars_per_token
+        counted = self.header_counts(history, facts)
 
         def header(left_out: Mapping[str, int]) -> str:
             out = ", ".join(f"{n} {what}" for what, n in left_out.items() if n)
             return (
-                f"<!-- generated offline by ctxtool, no model, {VERBATIM_MARK}: {len(history)} turns, "
-                f"{facts.user_prompts} prompts, {facts.tool_calls} tool calls{merged}"
+                f"<!-- generated offline by ctxtool, no model, {VERBATIM_MARK}: {counted}{merged}"
                 + (f"; left out for the size budget: {out}" if out else "")
                 + " -->"
             )
@@ -548,6 +572,10 @@ class KeepFacts:
         self.offline = offline or OfflineSummarizer()
         self.name = f"{inner.name}+facts"
 
+    def counting(self, counts: SpanCounter) -> KeepFacts:
+        """See ``OfflineSummarizer.counting``: the facts block's header."""
+        return KeepFacts(self.inner, self.offline.counting(counts))
+
     def generate(self, call: ModelCall) -> str | None:
         answer = self.inner.generate(call)
         if answer is None or not answer.strip():
@@ -565,6 +593,7 @@ __all__ = [
     "SECTIONS",
     "KeepFacts",
     "OfflineSummarizer",
+    "SpanCounter",
     "previous_snapshot",
     "snapshot_text",
     "with_facts",
