@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,6 +157,7 @@ class Reply:
     parts: list[dict[str, Any]]
     usage: dict[str, int]
     finish_reason: str = "STOP"
+    delay: float = 0.0  # seconds before answering (a model that takes its time)
 
     def body(self, model: str) -> dict[str, Any]:
         candidate: dict[str, Any] = {"content": {"role": "model", "parts": self.parts}, "index": 0}
@@ -246,6 +248,8 @@ class FakeGeminiAPI:
             else:
                 reply = self.utility(body, model) if self.utility else text("Summary.", usage(10, 2))
         payload = json.dumps(reply.body(model))
+        if reply.delay:
+            time.sleep(reply.delay)
         if kind == "stream":
             return Response(f"data: {payload}\r\n\r\n", content_type="text/event-stream")
         return Response(payload, content_type="application/json")

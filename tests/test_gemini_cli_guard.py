@@ -9,6 +9,7 @@ for byte. A guard that crashes inside ctxtool leaves the session running.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from pathlib import Path
@@ -92,18 +93,23 @@ def test_the_guard_warns_then_stops_a_real_session_and_the_archive_keeps_it(
 
     notes = str(ws.project / "notes.txt")
     api = FakeGeminiAPI()
+    first = call("read_file", {"file_path": notes}, usage(850, 10))  # 860 tokens: past 80% of 1000
     api.chat.extend(
         [
-            call("read_file", {"file_path": notes}, usage(850, 10)),  # 860 tokens: past 80% of 1000
+            # Slow enough that the folder Gemini CLI wrote the new session file into is older than two
+            # seconds when the second call scans it: the third call then reads only the appended records.
+            dataclasses.replace(first, delay=2.5),
             call("read_file", {"file_path": notes}, usage(900, 12)),  # 1,772: past the budget
             text("never sent: the guard stops the agent first", usage(950, 5)),
         ]
     )
+    calls = _log_calls(tmp_path)
     with api.serving() as url:
         done = _gemini(gemini_cli, ws, url,
                        ["-m", CHAT_MODEL, "--approval-mode", "yolo", "-p", "read notes.txt twice",
                         "--output-format", "json"],
-                       {"CTXTOOL_CACHE_DIR": str(cache)})  # fmt: skip
+                       {"CTXTOOL_CACHE_DIR": str(cache),
+                        "PYTHONPATH": f"{calls}{os.pathsep}{REPO}"})  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     sent = api.chat_requests()
     # The first request is under the warn level; the second, past it, goes to the fallback model; the third
@@ -115,6 +121,9 @@ def test_the_guard_warns_then_stops_a_real_session_and_the_archive_keeps_it(
     assert "budget of 1,000 (--max-session-tokens)" in stopped
     assert "ctxtool hooks install --max-session-tokens" in stopped
     assert "Hook system message: ctxtool guard: session tokens 860 of 1,000 (86%" in stopped
+    # The first two calls listed the new session's folder again (it had just changed); the third, which
+    # stopped the agent, added up the records appended since the second and read nothing else.
+    assert (calls / "log").read_text().split() == ["call", "full", "call", "full", "call"]
 
     # The session file stays readable, and ctxtool counts what Gemini CLI counted.
     [session] = ws.session_files()
@@ -132,6 +141,26 @@ def test_the_guard_warns_then_stops_a_real_session_and_the_archive_keeps_it(
     # Uninstall gives the settings back byte for byte.
     assert run(["hooks", "uninstall", "--scope", "user"]) == 0
     assert settings.read_bytes() == original
+
+
+def _log_calls(tmp_path: Path) -> Path:
+    """A sitecustomize (the hook's Python loads it first) that logs each guard call, and each full tally
+    (``ctxtool.hooks.rescan``), to ``<folder>/log``; returns the folder."""
+    folder = tmp_path / "calls"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(
+        "import ctxtool.hooks.ledger as ledger\n"
+        "import ctxtool.hooks.rescan as rescan\n"
+        "def logged(name, real):\n"
+        "    def wrapper(*args, **kwargs):\n"
+        f"        with open({str(folder / 'log')!r}, 'a') as fh:\n"
+        "            fh.write(name + '\\n')\n"
+        "        return real(*args, **kwargs)\n"
+        "    return wrapper\n"
+        "ledger.spend = logged('call', ledger.spend)\n"
+        "rescan.spend = logged('full', rescan.spend)\n"
+    )
+    return folder
 
 
 def test_a_guard_that_crashes_leaves_the_session_running(

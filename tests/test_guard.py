@@ -6,8 +6,11 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import random
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ import pytest
 from ctxtool import frames
 from ctxtool.audit import parse_limit as audit_limit
 from ctxtool.cli import run
-from ctxtool.hooks import guard, ledger, settings
+from ctxtool.hooks import guard, ledger, rescan, settings, tally
 from ctxtool.hooks.ledger import Spend, Tally
 from tests.conftest import FIXTURES, write_jsonl
 
@@ -112,6 +115,334 @@ def test_a_warm_call_reads_only_what_was_appended(tmp_path: Path) -> None:
     ).session.known_cost)  # fmt: skip
 
 
+AT = datetime(2026, 11, 20, 12, tzinfo=UTC)
+
+
+def _aged(root: Path) -> None:
+    """Folders as a session that started a minute ago leaves them (the quick path trusts no folder that
+    changed within two seconds of a scan)."""
+    past = time.time() - 60
+    for folder in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+        os.utime(folder, (past, past))
+
+
+def _rescans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each call that needs the full tally (``rescan.spend``) adds one entry."""
+    calls: list[str] = []
+    full = rescan.spend
+
+    def counted(*args: Any, **kwargs: Any) -> Spend:
+        calls.append("rescan")
+        return full(*args, **kwargs)
+
+    monkeypatch.setattr(rescan, "spend", counted)
+    return calls
+
+
+def _append(path: Path, *records: dict[str, Any] | bytes) -> None:
+    with path.open("ab") as fh:
+        fh.write(b"".join(r if isinstance(r, bytes) else orjson.dumps(r) + b"\n" for r in records))
+
+
+def _user(i: int) -> dict[str, Any]:
+    return {"id": f"u{i}", "timestamp": f"2026-11-20T11:{i // 60:02d}:{i % 60:02d}.000Z", "type": "user",
+            "content": f"q{i}"}  # fmt: skip
+
+
+def _reply(i: int, tokens: Any = 1000, model: str | None = MODEL, **more: Any) -> dict[str, Any]:
+    rec: dict[str, Any] = {"id": f"g{i}", "timestamp": f"2026-11-20T11:{i // 60:02d}:{i % 60:02d}.500Z",
+                           "type": "gemini", "content": "ok", **more}  # fmt: skip
+    if model is not None:
+        rec["model"] = model
+    if isinstance(tokens, int):
+        tokens = {"input": tokens, "output": 10, "cached": tokens // 4, "thoughts": 3, "tool": 0,
+                  "total": tokens + 13}  # fmt: skip
+    if tokens is not None:
+        rec["tokens"] = tokens
+    return rec
+
+
+def _assert_same(got: Spend, root: Path, session: Path) -> None:
+    """``got`` (the spend of ``session``, or of one of its subagents) is what ``ctxtool stats`` says of it."""
+    corpus = frames.load([str(root)])
+    rows = {r["file"]: r for r in frames.report(corpus, "session").iter_rows(named=True)}
+    row = rows[str(session)]
+    s = got.session
+    assert got.session_file is not None
+    assert (s.requests, s.total) == (row["requests"], row["total"])
+    assert _same(s.known_cost, row["cost"])
+    assert _same(s.context_share, row["context_share"])
+    days = {d["day"].isoformat(): d["cost"] for d in frames.report(corpus, "day").iter_rows(named=True)
+            if d["day"] is not None}  # fmt: skip
+    assert _same(got.day_cost, days.get(got.day, 0.0))
+
+
+def _session(root: Path, name: str = "session-2026-11-20T10-00-s1.jsonl", sid: str = "s1") -> Path:
+    meta = {"sessionId": sid, "projectHash": "h", "startTime": "2026-11-20T10:00:00.000Z", "kind": "main"}
+    return write_jsonl(
+        root / "p" / "chats" / name, [meta, _user(0), _reply(0, model=None), _user(1), _reply(1)]
+    )
+
+
+def test_a_warm_call_adds_up_only_the_appended_records_as_stats_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / ".gemini" / "tmp"
+    session = _session(root)
+    _aged(root)
+    cache = tmp_path / "c"
+    _assert_same(ledger.spend(session, cache_dir=cache, now=AT), root, session)
+    rescans = _rescans(monkeypatch)
+    steps: list[list[dict[str, Any] | bytes]] = [
+        # A prompt, its reply recorded first without tokens, then again with them, as Gemini CLI records it.
+        [_user(2), _reply(2, tokens=None), _reply(2, tokens=2000), {"$set": {"lastUpdated": "11:00"}}],
+        # A reply without a model (it takes the one before), a blank line, a record that is no message.
+        [_user(3), _reply(3, model=None), b"  \n", {"note": "no id"}, [1, 2]],  # type: ignore[list-item]
+        # Counts as Gemini CLI never writes them (read as stats reads them), a type that is not a string.
+        [_reply(4, tokens={"input": 900.0, "output": True, "cached": "3", "thoughts": None, "total": 0}),
+         {"id": "x4", "type": 7, "tokens": {"input": 5}}],
+        # An update that names the model only: the reply keeps the tokens it was recorded with.
+        [_reply(4, tokens=None, model="gemini-2.5-pro"), _reply(5, tokens={"input": 300_000, "output": 1})],
+    ]  # fmt: skip
+    for step in steps:
+        _append(session, *(orjson.dumps(r) + b"\n" if isinstance(r, list) else r for r in step))
+        got = ledger.spend(session, cache_dir=cache, now=AT)
+        assert (rescans, got.files_read, got.files_resumed) == ([], 1, 1)
+        _assert_same(got, root, session)
+    unchanged = ledger.spend(session, cache_dir=cache, now=AT)
+    assert (rescans, unchanged.files_read) == ([], 0)
+    _assert_same(unchanged, root, session)
+
+
+def test_a_long_session_freezes_its_older_rows_and_reads_again_when_one_is_updated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / ".gemini" / "tmp"
+    session = _session(root)
+    _aged(root)
+    cache = tmp_path / "c"
+    ledger.spend(session, cache_dir=cache, now=AT)
+    rescans = _rescans(monkeypatch)
+    for start in range(2, 300, 37):  # well past what a running tally keeps whole
+        _append(session, *(r for i in range(start, start + 37) for r in (_user(i), _reply(i, model=None))))
+        _assert_same(ledger.spend(session, cache_dir=cache, now=AT), root, session)
+    assert rescans == []
+    running = tally.Running.from_doc(orjson.loads(next((cache / "guard" / "files").iterdir()).read_bytes()))
+    assert len(running.rows) <= 2 * tally.KEEP_ROWS < len(running.ids)
+    _append(session, _reply(3, tokens=50_000))  # an update of a frozen reply: only a full read can say
+    _assert_same(ledger.spend(session, cache_dir=cache, now=AT), root, session)
+    assert rescans == ["rescan"]
+    _append(session, _user(400), _reply(400))  # the full read kept a running tally: quick again
+    _assert_same(ledger.spend(session, cache_dir=cache, now=AT), root, session)
+    assert rescans == ["rescan"]
+
+
+def _rewrite(session: Path) -> None:
+    """Compacted: the same file written again with another history, longer than before (not an append)."""
+    lines = session.read_bytes().splitlines(keepends=True)
+    changed = orjson.dumps({**_user(0), "content": "changed"}) + b"\n"
+    session.write_bytes(lines[0] + changed + b"".join(lines[2:]) + orjson.dumps(_reply(9)) + b"\n")
+
+
+def _truncate(session: Path) -> None:
+    session.write_bytes(b"".join(session.read_bytes().splitlines(keepends=True)[:3]))
+
+
+FULL_READS: dict[str, Any] = {
+    "rewind": lambda s: _append(s, {"$rewindTo": "u1"}, _user(5), _reply(5)),
+    "checkpoint": lambda s: _append(s, {"$set": {"messages": [_user(6), _reply(6)]}}),
+    "session id": lambda s: _append(s, {"$set": {"sessionId": "s9"}}),
+    "metadata line": lambda s: _append(s, {"sessionId": "s1", "kind": "main", "messages": [_user(7)]}),
+    "unpriced model": lambda s: _append(s, _reply(8, model="gemini-2.5-flash")),
+    "half a line": lambda s: _append(s, orjson.dumps(_reply(8))[:-3]),
+    "not utf-8": lambda s: _append(s, b'{"id": "u8", "type": "user", "content": "\xff"}\n', _reply(8)),
+    "escaped surrogate": lambda s: _append(s, b'{"id": "u8", "type": "user", "content": "\\ud800"}\n'),
+    "repeated key": lambda s: _append(
+        s, b'{"id": "g8", "id": "g1", "type": "gemini", "tokens": {"input": 4}}\n'
+    ),
+    "rewritten": _rewrite,
+    "truncated": _truncate,
+    "a new session": lambda s: _session(s.parents[2], "session-2026-11-20T11-00-s2.jsonl", "s2"),
+}
+
+
+@pytest.mark.parametrize("change", list(FULL_READS))
+def test_what_is_not_a_plain_append_is_read_in_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    root = tmp_path / ".gemini" / "tmp"
+    session = _session(root)
+    _aged(root)
+    cache = tmp_path / "c"
+    ledger.spend(session, cache_dir=cache, now=AT)
+    rescans = _rescans(monkeypatch)
+    FULL_READS[change](session)
+    _assert_same(ledger.spend(session, cache_dir=cache, now=AT), root, session)
+    assert rescans == ["rescan"]
+
+
+def test_a_damaged_state_or_running_tally_is_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / ".gemini" / "tmp"
+    session = _session(root)
+    _aged(root)
+    cache = tmp_path / "c"
+    ledger.spend(session, cache_dir=cache, now=AT)
+    rescans = _rescans(monkeypatch)
+    [state] = (cache / "guard").glob("*.json")
+    [running] = (cache / "guard" / "files").glob("*.json")
+    damages = [
+        lambda: state.write_text("{"),  # not JSON
+        lambda: running.write_text(json.dumps({"path": str(session)})),  # another shape
+        lambda: running.write_text(json.dumps({**json.loads(running.read_text()), "rows": 3})),
+    ]
+    for damage in damages:
+        damage()
+        _append(session, _user(len(rescans) + 2), _reply(len(rescans) + 2))
+        _assert_same(ledger.spend(session, cache_dir=cache, now=AT), root, session)
+    assert rescans == ["rescan"] * 3
+    _append(session, _user(9), _reply(9))
+    _assert_same(ledger.spend(session, cache_dir=cache, now=AT), root, session)
+    assert rescans == ["rescan"] * 3
+
+
+def test_cache_clear_forgets_what_the_guard_kept(tmp_path: Path) -> None:
+    root = tmp_path / ".gemini" / "tmp"
+    session = _session(root)
+    cache = tmp_path / "c"
+    ledger.spend(session, cache_dir=cache, now=AT)
+    assert any((cache / "guard").rglob("*.json"))
+    assert run(["cache", "clear", "--cache-dir", str(cache)]) == 0
+    assert not (cache / "guard").exists()
+
+
+def test_a_resumed_session_and_a_subagent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / ".gemini" / "tmp"
+    chats = root / "p" / "chats"
+    meta = {"sessionId": "s1", "projectHash": "h", "startTime": "2026-11-20T10:00:00.000Z"}
+    legacy = {**meta, "messages": [_user(0), _reply(0), _user(1), _reply(1, model=None)]}
+    chats.mkdir(parents=True)
+    (chats / "session-2026-11-20T10-00-s1.json").write_bytes(orjson.dumps(legacy))
+    # Resumed: Gemini CLI writes the whole history again into a .jsonl beside it and goes on there.
+    resumed = write_jsonl(chats / "session-2026-11-20T10-00-s1.jsonl",
+                          [{**meta, "kind": "main"}, _user(0), _reply(0), _user(1), _reply(1, model=None),
+                           _user(2), _reply(2)])  # fmt: skip
+    sub_meta = {
+        "sessionId": "sub1",
+        "projectHash": "h",
+        "startTime": "2026-11-20T10:30:00Z",
+        "kind": "subagent",
+    }
+    subagent = write_jsonl(chats / "s1" / "sub1.jsonl", [sub_meta, _user(10), _reply(10, tokens=7000)])
+    _aged(root)
+    cache = tmp_path / "c"
+    _assert_same(ledger.spend(subagent, cache_dir=cache, now=AT), root, resumed)
+    rescans = _rescans(monkeypatch)
+    _append(subagent, _user(11), _reply(11, tokens=9000))  # a subagent's own file: quick
+    _assert_same(ledger.spend(resumed, cache_dir=cache, now=AT), root, resumed)
+    assert rescans == []
+    _append(resumed, _user(3), _reply(3))  # a session of two files: the frames sum it again
+    got = ledger.spend(resumed, cache_dir=cache, now=AT)
+    _assert_same(got, root, resumed)
+    assert (rescans, got.from_frames) == (["rescan"], 1)
+
+
+def test_a_legacy_flat_subagent_counts_for_its_parent(tmp_path: Path) -> None:
+    root = tmp_path / ".gemini" / "tmp"
+    parent = _session(root, "session-2026-11-20T10-00-abcdef12.jsonl", "abcdef12-0000-4000-8000-000000000000")
+    # Before nested subagent folders, a subagent's file sat in chats/ named with its parent's short id.
+    flat = {"sessionId": "99999999-0000-4000-8000-000000000000", "projectHash": "h", "kind": "subagent",
+            "startTime": "2026-11-20T10:05:00.000Z"}  # fmt: skip
+    write_jsonl(root / "p" / "chats" / "session-2026-11-20T10-05-abcdef12.jsonl", [flat, _user(5), _reply(5)])
+    got = ledger.spend(parent, cache_dir=tmp_path / "c", now=AT)
+    assert got.session.requests == 3
+    _assert_same(got, root, parent)
+    _assert_equals_stats(root, tmp_path / "c")
+
+
+def test_a_folder_changed_just_before_a_scan_is_listed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file created in the same tick of the file system's clock as the scan would leave the folder's
+    modification time as it was: such a folder is not trusted until it is older than two seconds."""
+    root = tmp_path / ".gemini" / "tmp"
+    session = _session(root)
+    cache = tmp_path / "c"
+    ledger.spend(session, cache_dir=cache, now=AT)
+    rescans = _rescans(monkeypatch)
+    ledger.spend(session, cache_dir=cache, now=AT)
+    assert rescans == ["rescan"]
+    _aged(root)
+    ledger.spend(session, cache_dir=cache, now=AT)
+    _append(session, _user(2), _reply(2))
+    _assert_same(ledger.spend(session, cache_dir=cache, now=AT), root, session)
+    assert rescans == ["rescan", "rescan"]
+
+
+def test_the_tally_prices_as_pricing_does() -> None:
+    from ctxtool.measure.pricing import cost_of, price_table
+
+    table = price_table(["gemini-2.5-pro", "gemini-2.5-flash", "gemini-3.1-pro-preview", "no-such-model"])
+    tiers = tally.rates_of(table)
+    assert tiers["no-such-model"] is None
+    rng = random.Random(29)
+    for model, rates in table.rates.items():
+        edges = [t.above for t in rates.tiers] + [t.above + 1 for t in rates.tiers]
+        for _ in range(500):
+            prompt = rng.choice([*edges, rng.randrange(0, 2_000_000)])
+            cached = rng.choice([None, 0, rng.randrange(0, prompt + 2), -1])
+            output = rng.randrange(-1, 9000)
+            thoughts = rng.choice([None, rng.randrange(0, 5000)])
+            tool = rng.choice([None, 0, rng.randrange(0, 900)])
+            counts = (prompt, cached, output, thoughts, tool)
+            assert tally.cost(tiers[model], *counts) == cost_of(rates, *counts), (model, counts)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the quick answer is Linux's")
+@pytest.mark.parametrize("xdg", [None, "", "relative/cache", "/somewhere/cache"])
+def test_the_cache_folder_is_where_platformdirs_puts_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, xdg: str | None
+) -> None:
+    from platformdirs import user_cache_dir
+
+    from ctxtool.session.stamp import cache_path
+
+    monkeypatch.delenv("CTXTOOL_CACHE_DIR", raising=False)
+    if xdg is None:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    for home in (str(tmp_path), f"{tmp_path}/"):
+        monkeypatch.setenv("HOME", home)
+        assert cache_path() == user_cache_dir("ctxtool", appauthor=False)
+
+
+def test_a_warm_call_imports_nothing_heavy(tmp_path: Path) -> None:
+    """What a warm call imports beyond Python's start (starting Python is most of what it costs)."""
+    root = tmp_path / ".gemini" / "tmp"
+    session = _session(root)
+    _aged(root)
+    cache = tmp_path / "c"
+    ledger.spend(session, cache_dir=cache)
+    _append(session, _user(2), _reply(2))
+    code = (
+        "import sys; before = set(sys.modules); from ctxtool.__main__ import main; import io;"
+        "from ctxtool.hooks import guard;"
+        f"event = io.StringIO({json.dumps(json.dumps({'transcript_path': str(session)}))});"
+        f"args = ['--max-session-cost', '5', '--cache-dir', {str(cache)!r}];"
+        "guard.run(args, event, sys.stdout, sys.stderr);"
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    answer, loaded = done.stdout.splitlines()
+    assert answer == "{}"
+    heavy = {"dataclasses", "pathlib", "typing", "hashlib", "orjson", "msgspec", "sqlite3", "polars",
+             "platformdirs", "ctxtool.hooks.rescan", "ctxtool.session.index",
+             "ctxtool.measure.pricing"}  # fmt: skip
+    assert heavy & set(loaded.split()) == set(), loaded
+
+
 def _spend(total: int = 0, cost: float = 0.0, day_cost: float = 0.0, peak: int | None = None) -> Spend:
     session = Tally(requests=1, total=total, cost=cost, priced=1, peak_live=peak, limit=1_048_576)
     today = Tally(days={"2026-11-20": [day_cost, 1, 0]})
@@ -170,6 +501,24 @@ def test_the_hot_path_takes_the_options_of_the_typer_command() -> None:
     command = typer.main.get_command(app).commands["guard"]  # type: ignore[attr-defined]
     flags = {o for p in command.params for o in p.opts}
     assert flags - {"--help"} == {*guard.VALUE_OPTIONS, *guard.FLAG_OPTIONS}
+
+
+def test_guard_and_hooks_install_share_their_budget_options() -> None:
+    """Declared once (``ctxtool.cli.guard``): the same flags, metavars, defaults and help in both commands."""
+    import typer.main
+
+    from ctxtool.cli import app, register
+
+    register(["guard", "hooks"])
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    install = commands["hooks"].commands["install"]
+
+    def described(command: Any) -> dict[str, tuple[Any, ...]]:
+        return {p.opts[0]: (p.metavar, p.default, p.help) for p in command.params}
+
+    shared = [flag for flag, _, _ in guard.BUDGETS] + ["--warn-at", "--fallback-model", "--fail-closed"]
+    mine, theirs = described(commands["guard"]), described(install)
+    assert {flag: mine[flag] for flag in shared} == {flag: theirs[flag] for flag in shared}
 
 
 def test_errors_fail_open_and_never_exit_2(tmp_path: Path) -> None:

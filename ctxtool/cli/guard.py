@@ -2,7 +2,7 @@
 
 Gemini CLI runs it before every model call, so ``ctxtool.__main__`` answers it without importing typer; this
 command is what ``--help`` (and an in-process ``run``) sees. ``tests/test_guard.py`` keeps both option lists
-equal.
+equal. The budget options are declared here once; ``ctxtool hooks install`` takes the same ones.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 
 import typer
 
+from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 
 HELP = """A Gemini CLI BeforeModel hook: stop a session that reached its budget.
@@ -39,38 +40,70 @@ Examples:
 """
 
 
+# The budgets, shared by `ctxtool guard` and `ctxtool hooks install` (which writes them into the hook's
+# command line): declared once, so both commands read them and explain them alike.
+MAX_SESSION_COST = typer.Option(None, "--max-session-cost", metavar="USD", help="USD per session, e.g. 5.")
+MAX_SESSION_TOKENS = typer.Option(
+    None, "--max-session-tokens", metavar="TOKENS", help="Tokens per session, e.g. 2M."
+)
+MAX_DAILY_COST = typer.Option(None, "--max-daily-cost", metavar="USD", help="USD per UTC day, all sessions.")
+MAX_CONTEXT_SHARE = typer.Option(
+    None,
+    "--max-context-share",
+    metavar="SHARE",
+    help="Largest live prompt over the model's window, e.g. 80%.",
+)
+WARN_AT = typer.Option(
+    "80%",
+    "--warn-at",
+    metavar="SHARE",
+    show_default=False,
+    help="Share of a budget that warns (default 80%).",
+)
+FALLBACK_MODEL = typer.Option(
+    None, "--fallback-model", metavar="MODEL", help="Past --warn-at, send requests to this model."
+)
+FAIL_CLOSED = typer.Option(False, "--fail-closed", help="On an error in the guard, stop the session.")
+
+
+def budgets(
+    max_session_cost: str | None,
+    max_session_tokens: str | None,
+    max_daily_cost: str | None,
+    max_context_share: str | None,
+    warn_at: str | None,
+    fallback_model: str | None,
+) -> list[tuple[str, str | None]]:
+    """The budget options' values by flag, for ``ctxtool.hooks.guard.to_argv``."""
+    return [
+        ("--max-session-cost", max_session_cost),
+        ("--max-session-tokens", max_session_tokens),
+        ("--max-daily-cost", max_daily_cost),
+        ("--max-context-share", max_context_share),
+        ("--warn-at", warn_at),
+        ("--fallback-model", fallback_model),
+    ]
+
+
 def guard(
-    max_session_cost: str = typer.Option(None, "--max-session-cost", help="USD per session, e.g. 5."),
-    max_session_tokens: str = typer.Option(None, "--max-session-tokens", help="Tokens per session, e.g. 2M."),
-    max_daily_cost: str = typer.Option(None, "--max-daily-cost", help="USD per UTC day, all sessions."),
-    max_context_share: str = typer.Option(
-        None, "--max-context-share", help="Largest live prompt over the model's window, e.g. 80%."
+    max_session_cost: str = MAX_SESSION_COST,
+    max_session_tokens: str = MAX_SESSION_TOKENS,
+    max_daily_cost: str = MAX_DAILY_COST,
+    max_context_share: str = MAX_CONTEXT_SHARE,
+    warn_at: str = WARN_AT,
+    fallback_model: str = FALLBACK_MODEL,
+    fail_closed: bool = FAIL_CLOSED,
+    cache_dir: str = options.CACHE_DIR,
+    scope: str = typer.Option(
+        None, "--scope", metavar="WHERE", help="Where the hook is installed (for its advice)."
     ),
-    warn_at: str = typer.Option("80%", "--warn-at", help="Share of a budget that warns (default 80%)."),
-    fallback_model: str = typer.Option(
-        None, "--fallback-model", help="Past --warn-at, send the requests to this model."
-    ),
-    fail_closed: bool = typer.Option(False, "--fail-closed", help="On an error, stop the session."),
-    cache_dir: str = typer.Option(
-        None, "--cache-dir", envvar="CTXTOOL_CACHE_DIR", help="ctxtool's cache directory."
-    ),
-    scope: str = typer.Option(None, "--scope", help="Where the hook is installed (for its advice)."),
 ) -> int:
     from ctxtool.hooks import guard as hook
 
-    argv = hook.to_argv(
-        [
-            ("--max-session-cost", max_session_cost),
-            ("--max-session-tokens", max_session_tokens),
-            ("--max-daily-cost", max_daily_cost),
-            ("--max-context-share", max_context_share),
-            ("--warn-at", warn_at),
-            ("--fallback-model", fallback_model),
-            ("--cache-dir", cache_dir),
-            ("--scope", scope),
-        ],
-        fail_closed=fail_closed,
+    values = budgets(
+        max_session_cost, max_session_tokens, max_daily_cost, max_context_share, warn_at, fallback_model
     )
+    argv = hook.to_argv([*values, ("--cache-dir", cache_dir), ("--scope", scope)], fail_closed=fail_closed)
     hook.run(argv, sys.stdin, sys.stdout, sys.stderr)
     return ExitStatus.OK
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from ctxtool.cli import guard as budget
 from ctxtool.cli.status import ExitStatus
 
 hooks_app = typer.Typer(
@@ -20,6 +21,7 @@ hooks_app = typer.Typer(
 _SCOPE = typer.Option(
     "user",
     "--scope",
+    metavar="WHERE",
     help="user: ~/.gemini/settings.json ($GEMINI_CLI_HOME); project: ./.gemini/settings.json.",
 )
 
@@ -49,36 +51,28 @@ def _default_archive() -> str:
 @hooks_app.command("install", help=INSTALL_HELP)
 def install(
     scope: str = _SCOPE,
-    max_session_cost: str = typer.Option(None, "--max-session-cost", help="USD per session, e.g. 5."),
-    max_session_tokens: str = typer.Option(None, "--max-session-tokens", help="Tokens per session, e.g. 2M."),
-    max_daily_cost: str = typer.Option(None, "--max-daily-cost", help="USD per UTC day, all sessions."),
-    max_context_share: str = typer.Option(
-        None, "--max-context-share", help="Largest live prompt over the model's window, e.g. 80%."
-    ),
-    warn_at: str = typer.Option("80%", "--warn-at", help="Share of a budget that warns (default 80%)."),
-    fallback_model: str = typer.Option(
-        None, "--fallback-model", help="Past --warn-at, send the requests to this model."
-    ),
-    fail_closed: bool = typer.Option(False, "--fail-closed", help="On a guard error, stop the session."),
+    max_session_cost: str = budget.MAX_SESSION_COST,
+    max_session_tokens: str = budget.MAX_SESSION_TOKENS,
+    max_daily_cost: str = budget.MAX_DAILY_COST,
+    max_context_share: str = budget.MAX_CONTEXT_SHARE,
+    warn_at: str = budget.WARN_AT,
+    fallback_model: str = budget.FALLBACK_MODEL,
+    fail_closed: bool = budget.FAIL_CLOSED,
     archive: str = typer.Option(
-        None, "--archive", help="The dataset `ctxtool archive` keeps (default: ctxtool's data dir/history)."
+        None,
+        "--archive",
+        metavar="DIR",
+        help="The dataset `ctxtool archive` keeps (default: ctxtool's data dir/history).",
     ),
     no_archive: bool = typer.Option(False, "--no-archive", help="Install the guard only."),
 ) -> int:
     from ctxtool.common.errors import UsageError
     from ctxtool.hooks import guard, settings
 
-    argv = guard.to_argv(
-        [
-            ("--max-session-cost", max_session_cost),
-            ("--max-session-tokens", max_session_tokens),
-            ("--max-daily-cost", max_daily_cost),
-            ("--max-context-share", max_context_share),
-            ("--warn-at", warn_at),
-            ("--fallback-model", fallback_model),
-        ],
-        fail_closed=fail_closed,
+    values = budget.budgets(
+        max_session_cost, max_session_tokens, max_daily_cost, max_context_share, warn_at, fallback_model
     )
+    argv = guard.to_argv(values, fail_closed=fail_closed)
     opts = guard.parse_args(argv)  # refuses a bad budget here, not before every model call
     if not opts.limits:
         raise UsageError(

@@ -15,19 +15,20 @@ What Gemini CLI 0.61.0 does with the answer (``hookSystem.fireBeforeModelEvent``
   exit 2 would block the call, so the guard never exits 2, whatever happens.
 
 Any failure inside ctxtool allows the call and says so in one line on stderr (fail open), unless
-``--fail-closed``. Imports nothing heavy: the tally is ``ctxtool.hooks.ledger``.
+``--fail-closed``. Imports nothing but ``json`` and the tally (``ctxtool.hooks.ledger``): it runs before
+every model call, and starting Python is most of what a warm call costs (no dataclasses, typing or pathlib,
+each of which costs more to import than reading a grown session; ``UsageError`` is imported when raised).
 """
 
 from __future__ import annotations
 
 import math
-import re
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any
 
-from ctxtool.common.errors import UsageError
+TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import IO, Any
 
 # (flag, kind, what it measures): the budgets, in the order a verdict names them.
 BUDGETS = (
@@ -39,17 +40,24 @@ BUDGETS = (
 VALUE_OPTIONS = (*(flag for flag, _, _ in BUDGETS), "--warn-at", "--fallback-model", "--cache-dir", "--scope")
 FLAG_OPTIONS = ("--fail-closed",)
 DEFAULT_WARN_AT = 0.8
-_TOKENS_RE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([kKmMgG]?)\s*$")
+_TOKENS = r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([kKmMgG]?)\s*$"
 
 
-@dataclass(slots=True)
 class GuardOptions:
-    limits: dict[str, float] = field(default_factory=dict)  # flag -> limit
-    warn_at: float = DEFAULT_WARN_AT
-    fallback_model: str | None = None
-    fail_closed: bool = False
-    cache_dir: str | None = None
-    scope: str | None = None  # where `ctxtool hooks install` put the hook (for the advice in a verdict)
+    __slots__ = ("cache_dir", "fail_closed", "fallback_model", "limits", "scope", "warn_at")
+
+    def __init__(
+        self,
+        limits: dict[str, float] | None = None,  # flag -> limit
+        warn_at: float = DEFAULT_WARN_AT,
+        fallback_model: str | None = None,
+        fail_closed: bool = False,
+        cache_dir: str | None = None,
+        scope: str | None = None,  # where `ctxtool hooks install` put the hook (for the advice in a verdict)
+    ) -> None:
+        self.limits: dict[str, float] = {} if limits is None else limits
+        self.warn_at, self.fallback_model, self.fail_closed = warn_at, fallback_model, fail_closed
+        self.cache_dir, self.scope = cache_dir, scope
 
     def argv(self, *, scope: bool = True) -> list[str]:
         """These options as the command line that gives them (what ``ctxtool hooks install`` writes)."""
@@ -79,12 +87,14 @@ def parse_limit(kind: str, flag: str, text: str) -> float:
         if kind == "share":
             number = float(value[:-1].replace("_", "")) / 100 if value.endswith("%") else float(value)
             if not value.endswith("%") and number > 1:
-                raise UsageError(f"{label} is a share above 1", f"Write it as a percentage, e.g. {number:g}%")
+                raise _usage(f"{label} is a share above 1", f"Write it as a percentage, e.g. {number:g}%")
             if not 0 <= number <= 1:
-                raise UsageError(f"{label} is outside 0-100%", "Write it as e.g. 50% or 0.5")
+                raise _usage(f"{label} is outside 0-100%", "Write it as e.g. 50% or 0.5")
             return number
         if kind == "tokens":
-            match = _TOKENS_RE.match(value)
+            import re
+
+            match = re.match(_TOKENS, value)
             if not match:
                 raise ValueError(value)
             scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[match.group(2).lower()]
@@ -93,9 +103,9 @@ def parse_limit(kind: str, flag: str, text: str) -> float:
             number = float(value.removeprefix("$").replace("_", ""))
     except ValueError:
         example = {"tokens": "2000000 or 2M", "cost": "5 or 2.50 (USD)", "share": "50% or 0.5"}[kind]
-        raise UsageError(f"{label} is not a number", f"Write it as e.g. {example}") from None
+        raise _usage(f"{label} is not a number", f"Write it as e.g. {example}") from None
     if math.isnan(number) or math.isinf(number) or number < 0:
-        raise UsageError(f"{label} is not a usable limit", "Give a positive number")
+        raise _usage(f"{label} is not a usable limit", "Give a positive number")
     return number
 
 
@@ -120,6 +130,13 @@ def to_argv(values: Sequence[tuple[str, str | None]], *, fail_closed: bool) -> l
     return [*argv, "--fail-closed"] if fail_closed else argv
 
 
+def _usage(message: str, fix: str) -> Exception:
+    """A ``UsageError``, imported only when one is raised (``ctxtool.common.errors`` imports pathlib)."""
+    from ctxtool.common.errors import UsageError
+
+    return UsageError(message, fix)
+
+
 def parse_args(argv: Sequence[str]) -> GuardOptions:
     """The guard's options (``--name value`` or ``--name=value``); a UsageError names what is wrong."""
     opts = GuardOptions()
@@ -135,7 +152,7 @@ def parse_args(argv: Sequence[str]) -> GuardOptions:
             continue
         if name not in VALUE_OPTIONS:
             known = ", ".join((*VALUE_OPTIONS, *FLAG_OPTIONS))
-            raise UsageError(f"unknown argument {arg!r}", f"Use one of {known}")
+            raise _usage(f"unknown argument {arg!r}", f"Use one of {known}")
         if eq:
             value = inline
             i += 1
@@ -143,7 +160,7 @@ def parse_args(argv: Sequence[str]) -> GuardOptions:
             value = args[i + 1]
             i += 2
         else:
-            raise UsageError(f"{name} needs a value", "See `ctxtool guard --help`")
+            raise _usage(f"{name} needs a value", "See `ctxtool guard --help`")
         if name in kinds:
             opts.limits[name] = parse_limit(kinds[name], name, value)
         elif name == "--warn-at":
@@ -154,18 +171,16 @@ def parse_args(argv: Sequence[str]) -> GuardOptions:
             opts.cache_dir = value
         elif name == "--scope":
             if value not in ("user", "project"):
-                raise UsageError(f"--scope {value!r}", "Use --scope user or --scope project")
+                raise _usage(f"--scope {value!r}", "Use --scope user or --scope project")
             opts.scope = value
     return opts
 
 
-@dataclass(frozen=True, slots=True)
 class Measured:
-    flag: str
-    kind: str
-    what: str
-    value: float
-    limit: float
+    __slots__ = ("flag", "kind", "limit", "value", "what")
+
+    def __init__(self, flag: str, kind: str, what: str, value: float, limit: float) -> None:
+        self.flag, self.kind, self.what, self.value, self.limit = flag, kind, what, value, limit
 
     @property
     def share(self) -> float:
@@ -275,8 +290,10 @@ def respond(opts: GuardOptions, stdin: IO[str], stdout: IO[str], stderr: IO[str]
         event = _event(stdin.read())
         from ctxtool.hooks import ledger
 
-        spend = ledger.spend(event.get("transcript_path"), cache_dir=opts.cache_dir)
         request = event.get("llm_request")
+        model = request.get("model") if isinstance(request, dict) else None
+        models = [m for m in (model, opts.fallback_model) if isinstance(m, str)]
+        spend = ledger.spend(event.get("transcript_path"), cache_dir=opts.cache_dir, models=models)
         answer = decide(spend, opts, request if isinstance(request, dict) else None)
     except Exception as exc:  # fail open: never break Gemini CLI
         return _failed(exc, opts.fail_closed, stdout, stderr)
@@ -285,6 +302,8 @@ def respond(opts: GuardOptions, stdin: IO[str], stdout: IO[str], stderr: IO[str]
 
 
 def _failed(exc: Exception, fail_closed: bool, stdout: IO[str], stderr: IO[str]) -> int:
+    from ctxtool.common.errors import UsageError
+
     what = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
     what = " ".join(what.split())[:300]
     if fail_closed:

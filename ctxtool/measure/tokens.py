@@ -32,6 +32,9 @@ def token_limit(model: str | None) -> int:
 # served from the cache, and ``total`` is ``totalTokenCount ?? 0``, so a response whose usage lacked
 # ``totalTokenCount`` is recorded with ``total: 0`` beside non-zero parts.
 
+# The counts Gemini CLI records per response (``TokensSummary`` in ctxtool.session.schema), in its order.
+TOKEN_KEYS: tuple[str, ...] = ("input", "output", "cached", "thoughts", "tool", "total")
+
 # The report's token fields, in the order ``stats`` writes them: ``input`` without the cached tokens (as
 # ccusage counts it), ``prompt_tokens`` the whole prompt (Gemini CLI's ``input``), so that input + cached +
 # output + thoughts + tool = total.

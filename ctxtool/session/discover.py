@@ -276,6 +276,38 @@ def _scan_dir(root: str, result: Discovery) -> Iterable[tuple[str, str]]:
             yield from _filter([(folder, n) for n in names], result)
 
 
+def listing_folders(paths: Sequence[str | Path]) -> list[str] | None:
+    """The folders whose entries decide what ``discover(paths)`` finds, each once (as given, not resolved):
+    every folder its walk visits, and the subfolders of each ``chats/`` folder. Creating, removing or renaming
+    an entry of a folder changes its modification time, so while none of theirs changed (and no file's size
+    and modification time did), ``discover`` finds the same files (the ``guard`` hook's quick check). None
+    when an argument is not a folder or a folder could not be listed: then there is no such promise."""
+    out: dict[str, None] = {}
+    for arg in paths:
+        root = os.path.expanduser(str(arg))
+        if not os.path.isdir(root):
+            return None
+        failed: list[OSError] = []
+        chats_dirs = [root] if os.path.basename(root) == "chats" else []
+        if not chats_dirs:
+            for dirpath, dirnames, _ in os.walk(root, onerror=failed.append):
+                out[dirpath] = None
+                dirnames[:] = sorted(d for d in dirnames if d not in _PRUNE_DIRS)
+                if os.path.basename(dirpath) == "chats":
+                    chats_dirs.append(dirpath)
+                    dirnames[:] = []
+        for chats in chats_dirs:
+            out[chats] = None
+            try:
+                with os.scandir(chats) as it:
+                    out.update((e.path, None) for e in it if e.is_dir())
+            except OSError as exc:
+                failed.append(exc)
+        if failed:
+            return None
+    return list(out)
+
+
 def _entries(folder: str, result: Discovery) -> list[os.DirEntry[str]]:
     """A folder's entries by name; a folder that cannot be listed is refused, not fatal."""
     try:

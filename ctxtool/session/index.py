@@ -237,7 +237,12 @@ def entry_bytes(fc: FileColumns, st: os.stat_result | None) -> bytes | None:
 def clear(root: Path) -> int:
     """Delete ctxtool's cache under ``root``; returns the number of bytes freed."""
     freed = 0
-    for sub in ("index", "corpus", "prices"):
+    for sub in (
+        "index",
+        "corpus",
+        "prices",
+        "guard",
+    ):  # guard/: the guard hook's state (ctxtool.hooks.ledger)
         folder = root / sub
         if not folder.exists():
             continue

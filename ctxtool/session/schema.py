@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+# The keys of TokensSummary in Gemini CLI's order, kept beside the accounting (a module that imports nothing).
+from ctxtool.measure.tokens import TOKEN_KEYS as TOKEN_KEYS
+
 MessageType = Literal["user", "gemini", "info", "error", "warning"]
 # The user turn Gemini CLI sends by itself when the model answers a tool result with no visible text
 # ("nudgeMessage" in packages/cli/src/ui/hooks/useGeminiStream.ts and
@@ -72,6 +75,3 @@ class ConversationRecord(TypedDict, total=False):
     directories: list[str]
     kind: Literal["main", "subagent"]
     memoryScratchpad: dict[str, Any]
-
-
-TOKEN_KEYS: tuple[str, ...] = ("input", "output", "cached", "thoughts", "tool", "total")

@@ -1,14 +1,19 @@
-"""Where ctxtool's cache lives and the version stamp of what it holds. Imports nothing heavy: a warm run
-that finds everything in the cache loads only this, discovery and the stored frames."""
+"""Where ctxtool's cache lives and the version stamp of what it holds. Imports nothing but ``os`` and
+``sys``: a warm run that finds everything in the cache loads only this, discovery and the stored frames, and
+the ``guard`` hook, which runs before every model call, loads no more than this of the session layer."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from pathlib import Path
+import sys
 
 from ctxtool import __version__
-from ctxtool.session.schema import TOKEN_KEYS
+from ctxtool.measure.tokens import TOKEN_KEYS
+
+TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
 
 # The columns of the rows ctxtool.session.columns produces (one per billed message, one per tool call).
 MESSAGE_COLUMNS = (
@@ -54,13 +59,39 @@ COLUMNS_VERSION = 11
 STAMP = f"{__version__}-c{COLUMNS_VERSION}"
 
 
-def cache_root(cache_dir: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:
+def cache_root(cache_dir: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Path:
     """``cache_dir`` if given, else ``$CTXTOOL_CACHE_DIR``, else the platform's user cache dir."""
+    from pathlib import Path
+
+    return Path(cache_path(cache_dir, env))
+
+
+def cache_path(cache_dir: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> str:
+    """``cache_root`` as a string, without importing pathlib (or, on Linux, platformdirs)."""
     env = os.environ if env is None else env
     if cache_dir:
-        return Path(cache_dir).expanduser()
+        return os.path.expanduser(cache_dir)
     if env.get("CTXTOOL_CACHE_DIR"):
-        return Path(env["CTXTOOL_CACHE_DIR"]).expanduser()
+        return os.path.expanduser(env["CTXTOOL_CACHE_DIR"])
+    quick = _linux_cache_dir(env)
+    if quick is not None:
+        return quick
     from platformdirs import user_cache_dir
 
-    return Path(user_cache_dir("ctxtool", appauthor=False))
+    return user_cache_dir("ctxtool", appauthor=False)
+
+
+def _linux_cache_dir(env: Mapping[str, str]) -> str | None:
+    """What platformdirs answers on Linux (``$XDG_CACHE_HOME/ctxtool`` when that is an absolute path, else
+    ``$HOME/.cache/ctxtool``), in the common case only: platformdirs costs 15 ms of CPU to import, half of
+    what the guard hook may spend before every model call. None (ask platformdirs) anywhere else, or when
+    ``HOME`` is not an absolute path. ``tests/test_guard.py`` holds both to the same answer."""
+    if not sys.platform.startswith("linux") or env is not os.environ:
+        return None
+    xdg = env.get("XDG_CACHE_HOME", "")
+    if xdg.startswith("/"):
+        return os.path.join(xdg, "ctxtool")
+    home = env.get("HOME", "")
+    if not home.startswith("/"):
+        return None
+    return os.path.join(os.path.expanduser("~/.cache"), "ctxtool")
