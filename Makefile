@@ -13,12 +13,12 @@ DEMO_STAMP := $(DEMO_VENV)/.installed
 $(STAMP): pyproject.toml setup.py ctxtool/_kernels.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 $(DEMO_STAMP): pyproject.toml setup.py ctxtool/_kernels.c
 	$(PYTHON) -m venv $(DEMO_VENV)
-	$(DEMO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e .
+	$(DEMO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e . --config-settings editable_mode=compat
 	touch $(DEMO_STAMP)
 
 ## demo: the main job on the bundled fixtures (no API key, no home directory needed), in .venv-demo

@@ -37,13 +37,14 @@ import orjson
 
 from ctxtool import __version__
 from ctxtool.common.errors import CtxtoolError, UsageError
+from ctxtool.session.discover import DATASET_MANIFEST, is_dataset
 
 if TYPE_CHECKING:
     import polars as pl
 
     from ctxtool.frames.model import Corpus
 
-MANIFEST_NAME = "_ctxtool_manifest.json"
+MANIFEST_NAME = DATASET_MANIFEST  # (ctxtool.session.discover, so that stats tells a dataset cheaply)
 DATASET_FORMAT = "ctxtool-dataset"
 DATASET_SCHEMA_VERSION = 1
 TABLES: tuple[str, ...] = ("sessions", "messages", "requests", "tool_calls", "turns")
@@ -140,12 +141,6 @@ def hive_escape(value: str | None) -> str:
     while len(enc(cut).encode()) > _MAX_DIR_BYTES - 13:
         cut = cut[: len(cut) * 9 // 10]
     return f"{enc(cut)}~{digest}"
-
-
-def is_dataset(path: str | Path) -> bool:
-    """True when ``path`` is a directory ``ctxtool export`` wrote (it holds the manifest)."""
-    p = Path(path)
-    return p.is_dir() and (p / MANIFEST_NAME).is_file()
 
 
 def _now() -> str:

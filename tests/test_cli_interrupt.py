@@ -37,14 +37,14 @@ FINISHED = (0, "")  # a stats run that ended before the signal came: nothing on 
 
 
 def big_corpus(root: Path, copies: int = 60) -> Path:
-    """Enough data (about 22 MB) for the scan to use worker processes."""
+    """Enough data (about 44 MB) for the scan to use worker processes."""
     src = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats" / "session-2026-05-25T09-30-c4e5f6a7.jsonl"
     data = src.read_bytes()
     padding = b'{"id":"pad-%d","type":"info","content":"' + b"x" * 60_000 + b'"}\n'
     for n in range(copies):
         chats = root / f"p{n}" / "chats"
         chats.mkdir(parents=True)
-        body = data + b"".join(padding.replace(b"%d", str(i).encode()) for i in range(6))
+        body = data + b"".join(padding.replace(b"%d", str(i).encode()) for i in range(12))
         (chats / f"session-2026-05-25T09-30-{n:08d}.jsonl").write_bytes(body)
     return root
 

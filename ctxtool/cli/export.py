@@ -54,9 +54,10 @@ def export(
     strict: bool = options.STRICT,
 ) -> int:
     from ctxtool import export as ex
+    from ctxtool.session.discover import is_dataset
 
     for p in paths or []:
-        if ex.is_dataset(p):
+        if is_dataset(p):
             raise UsageError(f"{p} is a ctxtool dataset, not sessions", "Pass session files or directories")
 
     from ctxtool.render.formats import dumps

@@ -152,9 +152,9 @@ class StatsRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of s
             raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
         options.check_timezone(timezone)
         filters = options.filter_args(since, until, project, session, model)
-        from ctxtool import export
+        from ctxtool.session.discover import is_dataset
 
-        datasets = [p for p in paths or () if export.is_dataset(p)]
+        datasets = [p for p in paths or () if is_dataset(p)]
         if datasets and len(paths or ()) > 1:
             raise UsageError(
                 "a ctxtool dataset cannot be combined with other paths",

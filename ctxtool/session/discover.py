@@ -77,6 +77,15 @@ _SPECIAL = (
 )
 
 
+# The file that makes a folder a dataset ``ctxtool export`` wrote (a PATH ``stats`` reads as such).
+DATASET_MANIFEST = "_ctxtool_manifest.json"
+
+
+def is_dataset(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a directory ``ctxtool export`` wrote (it holds the manifest)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, DATASET_MANIFEST))
+
+
 def os_reason(exc: OSError) -> tuple[str, str]:
     """(key, message) for a filesystem error on one entry."""
     found = _OS_REASONS.get(exc.errno or 0)

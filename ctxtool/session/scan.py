@@ -49,12 +49,13 @@ class Errand:
     result: object = None
 
 
-# Below this many bytes, worker processes cost more than they save. Measured by bench/profile.py (2 cores:
-# this process and one worker; each run a new process loading the frames, with the day's price memo; best of
-# 5): 13 MB took 0.169 s in one process and 0.176 s with the worker, 19 MB 0.190 s and 0.192 s, 25 MB 0.206 s
-# and 0.197 s. Without the memo the worker pays at any size (``Errand.repays_a_worker``): the fixtures'
-# 0.1 MB took 0.41 s in one process and 0.31 s with it.
-PARALLEL_MIN_BYTES = 16 * 1024 * 1024
+# Below this many bytes, worker processes cost more than they save. Measured on 2 cores (this process and
+# one worker) with `stats` counting each file as it arrives (frames.tally.Precount), 12 and 8 alternated first
+# runs: the 43 real sessions (25 MB) took 0.285 s of CPU in one process against 0.35 s with the worker, in
+# about the same wall time (0.315 s, 0.33 s); twice that (50 MB) 0.48 s against 0.44 s of wall time. (Before
+# the count moved into the scan, the frames' own measure was 16 MB.) Without a memo of the day's prices the
+# worker pays at any size (``Errand.repays_a_worker``).
+PARALLEL_MIN_BYTES = 40 * 1024 * 1024
 
 
 def read_files(
