@@ -267,21 +267,24 @@ def read_report(
 ) -> tuple[StatsReport | TallyReport, CacheUse]:
     """The report ``query`` asks of the sessions under ``paths``, read for it, without polars when
     ``ctxtool.frames.tally`` can make it (``fast_eligible``), else from frames built of the same reads."""
+    from functools import partial
+
     from ctxtool.frames import tally
     from ctxtool.frames.loading import read_plain
     from ctxtool.measure.pricing import price_table
 
-    precount = tally.Precount(price_table)
+    counted: dict[str, object] = {}
     results, found, use = read_plain(
         paths,
         subagents=query.subagents,
         cache=cache,
         cache_dir=cache_dir,
         progress=progress,
-        arrived=precount.add,
+        then=partial(tally.count_file, prices=price_table),  # in the worker that read the file
+        kept=counted,
     )
     try:
-        made = tally.tally(results, found, price_table, subagents=query.subagents, precount=precount)
+        made = tally.tally(results, found, price_table, subagents=query.subagents, counted=counted)
         report = tally_report(made, query, warn=warn)
     except tally.Unsupported:
         report = None

@@ -192,7 +192,7 @@ from ctxtool.common import interrupt
 interrupt.install()  # as the console script does
 from ctxtool.session import scan
 
-def fail(batch):
+def fail(batch, then=None):
     {body}
 
 scan._extract_batch = fail  # (workers are forked: they run this one)

@@ -61,20 +61,19 @@ def _both(root: Path, by: str, *, subagents: bool = True) -> tuple[T.Tally, Any,
 
 
 def assert_precount_changes_nothing(root: Path, *, subagents: bool = True) -> None:
-    """Counting the files as their batches arrive (``Precount``) makes the same tally as counting them at
-    the end, whatever the batches."""
+    """Counting each file as it is read (``count_file``, in the process that read it) makes the same tally as
+    counting them all at the end."""
     found = discover([str(root)], subagents=subagents)
     results = read_files(found.files, workers=1)
     whole = T.tally(results, found, price_table, subagents=subagents)
-    precount = T.Precount(price_table)
-    for start in range(0, len(results), 3):
-        precount.add(results[start : start + 3])
-    counted = T.tally(results, found, price_table, subagents=subagents, precount=precount)
-    assert T.session_rows(counted) == T.session_rows(whole)
+    counted = {fc.path: T.count_file(fc, price_table) for fc in results}
+    assert any(counted.values()) or not results
+    made = T.tally(results, found, price_table, subagents=subagents, counted=counted)
+    assert T.session_rows(made) == T.session_rows(whole)
     for by in T.BY[1:]:
-        assert T.request_rows(counted, by) == T.request_rows(whole, by)
-    assert T.warnings_of(counted) == T.warnings_of(whole)
-    assert T.summary_of(counted) == T.summary_of(whole)
+        assert T.request_rows(made, by) == T.request_rows(whole, by)
+    assert T.warnings_of(made) == T.warnings_of(whole)
+    assert T.summary_of(made) == T.summary_of(whole)
 
 
 def assert_reports_agree(root: Path, *, subagents: bool = True) -> None:

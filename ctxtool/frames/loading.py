@@ -114,12 +114,13 @@ def read_plain(
     cache: bool = False,
     cache_dir: str | Path | None = None,
     progress: Progress | None = None,
-    arrived: Callable[[list[FileColumns]], object] | None = None,
+    then: Callable[[FileColumns], object] | None = None,
+    kept: dict[str, object] | None = None,
 ) -> tuple[list[FileColumns], Discovery, CacheUse]:
     """The files under ``paths`` read (through the per-file index when ``cache``), without building frames:
-    what ``stats`` counts without polars (``ctxtool.frames.tally``; ``arrived`` hears each batch read, as
-    ``read_files``' does). When the index served every file, the ``CacheUse`` says so as a warm
-    ``load_corpus`` does (``corpus_hit``), for the same caption."""
+    what ``stats`` counts without polars (``ctxtool.frames.tally``; ``then`` and ``kept`` as ``read_files``
+    takes them). When the index served every file, the ``CacheUse`` says so as a warm ``load_corpus`` does
+    (``corpus_hit``), for the same caption."""
     from ctxtool.session.scan import read_files
 
     targets = [str(p) for p in paths] or [str(root) for root in default_roots()]
@@ -131,7 +132,7 @@ def read_plain(
 
         index = FileIndex(cache_root(cache_dir))
     stamps = file_stamps(found)
-    results = read_files(found.files, progress=progress, index=index, arrived=arrived)
+    results = read_files(found.files, progress=progress, index=index, then=then, kept=kept)
     if index is None:
         use.files_parsed = len(results)
         return results, found, use

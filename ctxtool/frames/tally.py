@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from itertools import accumulate
@@ -138,35 +138,25 @@ class Tally:
         return sum(len(s.costs) for s in self.sessions)
 
 
-class Precount:
-    """Sessions counted while the scan still reads: each file as its batch arrives (``read_files``'
-    ``arrived``), as if it were a session of its own, which nearly every file is. ``tally`` takes those
-    whose session is that one file and counts the rest (a resumed legacy pair, files the index served).
-    Counting as files arrive shares the work with the reading: this process reads less while it counts.
-    A file that needs the frames is left for ``tally``, which says so."""
+# What counting one file as a session of its own made (``count_file``): the session, what pricing warned of,
+# and the models of its messages.
+Counted = tuple["Session", "_Warnings", set[str]]
 
-    def __init__(self, prices: Callable[[Iterable[str]], PriceTable]) -> None:
-        self.prices = prices
-        self.done: dict[str, tuple[Session, _Warnings]] = {}
-        self.models: set[str] = set()  # of every message counted (the compression calls are priced too)
 
-    def add(self, batch: list[FileColumns]) -> None:
-        counted = []
-        for fc in batch:
-            if not fc.error:
-                try:
-                    counted.append((fc, _columns(fc)))
-                except Unsupported:
-                    continue
-        models = {m for _, cols in counted for m in cols[_MODEL] if m is not None}
-        self.models |= models
-        table = self.prices(sorted(models))
-        for fc, cols in counted:
-            warnings = _Warnings()
-            try:
-                self.done[fc.path] = (_session("", None, fc.kind, [fc], cols, table, warnings), warnings)
-            except Unsupported:
-                continue
+def count_file(fc: FileColumns, prices: Callable[[Iterable[str]], PriceTable]) -> Counted | None:
+    """One file counted as if it were a session of its own, which nearly every file is, in the process that
+    read it (``read_files``' ``then``): ``tally`` takes it when the file is its session's only one, and counts
+    the rest itself (a resumed legacy pair, files the index served). None when the frames must read it (or
+    it could not be read)."""
+    if fc.error:
+        return None
+    try:
+        cols = _columns(fc)
+        models = {m for m in cols[_MODEL] if m is not None}
+        warnings = _Warnings()
+        return _session("", None, fc.kind, [fc], cols, prices(sorted(models)), warnings), warnings, models
+    except Unsupported:
+        return None
 
 
 def tally(
@@ -175,29 +165,34 @@ def tally(
     prices: Callable[[Iterable[str]], PriceTable],
     *,
     subagents: bool = True,
-    precount: Precount | None = None,
+    counted: Mapping[str, object] | None = None,
 ) -> Tally:
-    """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates; ``precount``
-    holds the sessions counted as the files arrived); Unsupported when the frames must read them. Consumes
-    nothing: the results keep their columns."""
+    """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates; ``counted``: what
+    ``count_file`` made of files, by path); Unsupported when the frames must read them. Consumes nothing:
+    the results keep their columns."""
     good = [r for r in results if not r.error]
     groups = group_sessions(good)
     refs = {s.key: parent_ref_of(s.primary) for s in groups}
     if not subagents:
         groups = [s for s in groups if refs[s.key] is None and s.primary.kind != "subagent"]
     parents = link_parents((s.key, s.primary.project_dir, s.primary.session_id, refs[s.key]) for s in groups)
-    done = precount.done if precount is not None else {}
-    ready = {s.key: done[s.files[0].path] for s in groups if len(s.files) == 1 and s.files[0].path in done}
+    done = counted or {}
+    ready: dict[str, Counted] = {
+        s.key: done[s.files[0].path]  # type: ignore[misc]
+        for s in groups
+        if len(s.files) == 1 and done.get(s.files[0].path) is not None
+    }
     columns = {s.key: _merged([_columns(f) for f in s.files]) for s in groups if s.key not in ready}
     models = {m for cols in columns.values() for m in cols[_MODEL] if m is not None}
-    table = prices(sorted(models | (precount.models if precount is not None else set())))
+    models.update(m for _, _, seen in ready.values() for m in seen)
+    table = prices(sorted(models))
     sessions: list[Session] = []
     warnings = _Warnings()
     for s in groups:
         p = s.primary
         kind = "subagent" if refs[s.key] is not None or p.kind == "subagent" else p.kind
         if s.key in ready:
-            made, heard = ready[s.key]
+            made, heard, _ = ready[s.key]
             made.key, made.parent_key = s.key, parents.get(s.key)
             made.row.update(session_key=s.key, kind=kind)
             warnings.merge(heard)

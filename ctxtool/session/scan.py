@@ -67,6 +67,8 @@ def read_files(
     index: FileIndex | None = None,
     arrived: Callable[[list[FileColumns]], object] | None = None,
     errand: Errand | None = None,
+    then: Callable[[FileColumns], object] | None = None,
+    kept: dict[str, object] | None = None,
 ) -> list[FileColumns]:
     """Flatten every file, in input order. ``while_waiting`` runs in this process while workers parse.
 
@@ -78,8 +80,12 @@ def read_files(
     With an ``index``, unchanged files come from it, grown JSONL files are read from where they ended, and
     the index is updated and saved before returning. ``arrived`` is given each batch of results as they come
     (after ``while_waiting``), and may consume their rows: the index has its copy.
+
+    ``then`` runs on each file read, in the process that read it (a worker's share of the work that follows
+    reading; picklable, as a module-level function is); what it returns goes into ``kept`` by path, except
+    None. Files the index served are not given to it.
     """
-    scan = _Scan(files, index, progress, arrived)
+    scan = _Scan(files, index, progress, arrived, then)
     n_workers = _worker_count(scan.cost, workers, errand)
     if n_workers <= 1:
         if while_waiting:
@@ -90,6 +96,8 @@ def read_files(
     out = [r for r in scan.results if r is not None]
     if index is not None:
         scan.save(index)
+    if kept is not None:
+        kept.update((str(files[i].path), x) for i, x in enumerate(scan.extras) if x is not None)
     return out
 
 
@@ -107,9 +115,12 @@ class _Scan:
         index: FileIndex | None,
         progress: Progress | None,
         arrived: Callable[[list[FileColumns]], object] | None,
+        then: Callable[[FileColumns], object] | None = None,
     ) -> None:
         """Stat the files and, with an ``index``, take the results it holds (then close it: see below)."""
         self.files, self.index, self.progress, self.arrived = files, index, progress, arrived
+        self.then = then
+        self.extras: list[object] = [None] * len(files)  # what ``then`` made of each file read
         self.stats: list[os.stat_result | None] = []
         for sp in files:
             try:
@@ -144,23 +155,24 @@ class _Scan:
     def jobs(self, batch: list[int]) -> list[tuple[SessionPath, FileColumns | None]]:
         return [(self.files[i], self.resume[i]) for i in batch]
 
-    def read(self, batch: list[int]) -> list[FileColumns]:
+    def read(self, batch: list[int]) -> list[tuple[FileColumns, object]]:
         """Read a batch in this process."""
-        return [extract_file(self.files[i], self.resume[i]) for i in batch]
+        return _extract(self.jobs(batch), self.then)
 
     def read_each(self) -> None:
         """Read every file to do in this process, reporting progress after each."""
         for i in self.todo:
-            self.results[i] = extract_file(self.files[i], self.resume[i])
+            ((self.results[i], self.extras[i]),) = _extract(self.jobs([i]), self.then)
             self.done += self.sizes[i]
             if self.progress:
                 self.progress(self.done, self.total)
 
-    def take(self, batch: list[int], batch_results: list[FileColumns]) -> None:
+    def take(self, batch: list[int], read: list[tuple[FileColumns, object]]) -> None:
         """A batch read (by a worker or here): its results are stored, then handed to ``arrived``."""
         index = self.index
-        for i, fc in zip(batch, batch_results, strict=True):
-            self.results[i] = fc
+        batch_results = [fc for fc, _ in read]
+        for i, (fc, extra) in zip(batch, read, strict=True):
+            self.results[i], self.extras[i] = fc, extra
             self.done += self.sizes[i]
             if index is not None:
                 index.store(fc, self.stats[i])  # before ``arrived`` consumes the rows
@@ -254,7 +266,7 @@ class _Pooled:
 
     def __init__(self, scan: _Scan, pool: ProcessPoolExecutor, slots: int, queue: deque[list[int]]) -> None:
         self.scan, self.pool, self.slots, self.queue = scan, pool, slots, queue
-        self.futures: dict[Future[list[FileColumns]], list[int]] = {}
+        self.futures: dict[Future[list[tuple[FileColumns, object]]], list[int]] = {}
         self.broken = False
 
     def submit(self, fn: Callable[..., _T], *args: Any) -> Future[_T]:
@@ -271,7 +283,7 @@ class _Pooled:
         while self.queue and not self.broken and len(self.futures) < self.slots:
             batch = self.queue.popleft()
             try:
-                self.futures[self.submit(_extract_batch, self.scan.jobs(batch))] = batch
+                self.futures[self.submit(_extract_batch, self.scan.jobs(batch), self.scan.then)] = batch
             except BrokenProcessPool:  # a worker died since the last batch came back
                 self.queue.appendleft(batch)
                 self.broken = True
@@ -323,8 +335,18 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
         process.join()
 
 
-def _extract_batch(batch: list[tuple[SessionPath, FileColumns | None]]) -> list[FileColumns]:
-    return [extract_file(sp, earlier) for sp, earlier in batch]
+def _extract_batch(
+    batch: list[tuple[SessionPath, FileColumns | None]], then: Callable[[FileColumns], object] | None
+) -> list[tuple[FileColumns, object]]:
+    """A worker's task."""
+    return _extract(batch, then)
+
+
+def _extract(
+    batch: list[tuple[SessionPath, FileColumns | None]], then: Callable[[FileColumns], object] | None
+) -> list[tuple[FileColumns, object]]:
+    files = [extract_file(sp, earlier) for sp, earlier in batch]
+    return [(fc, None if then is None else then(fc)) for fc in files]
 
 
 # A batch holds at most this many files: each batch's rows are decoded by the parent when it returns, and the
