@@ -9,10 +9,12 @@ process pays it:
   the msgspec decode of the records (the reader's own decoders, nothing else), and the rest of the per-file
   work (the replay of Gemini CLI's rules, the report rows and their estimates, encoding the columns); sending
   the results back (pickle, both ways); starting the worker processes;
-* in the parent: importing polars, the price rates (a new user's come from the rates shipped in the package;
-  beside them, what loading genai-prices' data costs when they cannot answer: with one worker beside the
-  parent, on 2 cores, that worker loads it, see ``ctxtool.session.scan.Errand``), turning the workers' columns
-  into frames, building the corpus (the derived frames, prices), writing the index and the stored frames;
+* counting each file's session where it was read (``frames.tally.count_file``: the workers' share too) and
+  the report made of the counts in the parent (``frames.tally``);
+* in the parent: the price rates (a new user's come from the rates shipped in the package; beside them, what
+  loading genai-prices' data costs when they cannot answer), writing the index; and, shown but not summed,
+  what a first ``stats --by session`` no longer pays but other reports and commands do: importing polars,
+  turning the columns into frames, building the corpus, writing the stored frames;
 * whether the workers pay: the wall time of a ``--no-cache`` load of the first 4 to 64 MB of the corpus (as
   much as it holds) in one process and with all cores (the parent parsing beside a worker per other core),
   each in a new process (``ctxtool.session.scan.PARALLEL_MIN_BYTES``: where a scan starts workers);
@@ -43,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_corpus  # a sibling script, not a package
 
 REPO = Path(__file__).resolve().parents[1]
-IF_ASKED = "if asked"  # a stage a new user's first run does not pay (not summed)
+IF_ASKED = "if asked"  # a stage a new user's first `stats` does not pay (not summed)
 
 
 def cpu_best(repeat: int, work: Callable[[], object]) -> float:
@@ -92,25 +94,25 @@ def pool_start_cpu(repeat: int) -> float:
 
 _CROSSOVER_CHILD = """
 import json, sys, time
-from ctxtool.frames import loading
 from ctxtool.session import scan
 paths, workers = json.loads(sys.argv[1]), int(sys.argv[2])
-scan.PARALLEL_MIN_BYTES = 0
+scan.PARALLEL_MIN_BYTES = 0 if workers > 1 else 1 << 50
 
 if __name__ == "__main__":
+    from ctxtool.stats import StatsQuery, read_report
     start = time.perf_counter()
-    loading.load_corpus(paths, workers=workers)  # a --no-cache run's load: reading, prices and frames
+    # a --no-cache `stats --by session`: reading, counting each file where it is read, the report
+    read_report(paths, StatsQuery(by="session"), cache=False, cache_dir=None, progress=None, warn=print)
     print(time.perf_counter() - start)
 """
 
 
 def crossover(files: list[Any], repeat: int) -> list[str]:
-    """For ``PARALLEL_MIN_BYTES`` (below it a scan stays in one process): the wall time of loading the first
-    N megabytes of the corpus (reading, prices, frames) in one process and with all cores, each in a new
-    process as a run does it: with workers, importing polars overlaps their parsing, in one process it comes
-    first. The price rates come without genai-prices' data (the rates shipped in the package, else the day's
-    memo: the runs share a cache folder); without them a scan starts a worker whatever its size, to load
-    that data beside this process (``scan.Errand``)."""
+    """For ``PARALLEL_MIN_BYTES`` (below it a scan stays in one process): the wall time of a ``--no-cache``
+    ``stats --by session`` report of the first N megabytes of the corpus (reading, counting, the report) in
+    one process and with all cores, each in a new process as a run does it. The price rates come without
+    genai-prices' data (the rates shipped in the package, else the day's memo: the runs share a cache
+    folder)."""
     from ctxtool.session import scan
 
     threshold = scan.PARALLEL_MIN_BYTES / 2**20
@@ -165,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "CTXTOOL_NO_REPLAY": "1"}
     help_wall = min(child_run([exe, "stats", "--help"], env)[0] for _ in range(args.repeat))
     rows.append(("start-up: `ctxtool stats --help` (wall)", "parent", help_wall))
-    imports = [sys.executable, "-c", "import ctxtool.cli.stats, ctxtool.frames.loading, ctxtool.session.scan"]
+    imports = [
+        sys.executable,
+        "-c",
+        "import ctxtool.cli.stats, ctxtool.frames.loading, ctxtool.session.scan, ctxtool.frames.tally",
+    ]
     import_cpu = min(child_run(imports, env)[1] for _ in range(args.repeat))
     rows.append(("imports before the workers start", "parent", import_cpu))
 
@@ -214,6 +220,28 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("msgspec decode of the records", "per file", t_decode))
     rest = t_extract - t_read - t_utf8 - t_decode
     rows.append(("rest: replay, rows, estimates, columns", "per file", rest))
+    from ctxtool.frames import tally
+    from ctxtool.measure.pricing import price_table
+
+    counted: dict[str, object] = {}
+
+    def count_all() -> None:
+        counted.clear()
+        counted.update((fc.path, tally.count_file(fc, price_table)) for fc in results)
+
+    rows.append(
+        ("count each file's session (frames.tally.count_file)", "per file", cpu_best(args.repeat, count_all))
+    )
+    rows.append(
+        (
+            "the report from the counts (frames.tally, --by session)",
+            "parent",
+            cpu_best(
+                args.repeat,
+                lambda: tally.session_rows(tally.tally(results, found, price_table, counted=counted)),
+            ),
+        )
+    )
     blob = pickle.dumps(results)
     rows.append(("worker start-up (fork, one empty task each)", "workers", pool_start_cpu(args.repeat)))
     rows.append(
@@ -229,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     from ctxtool.frames import store
     from ctxtool.session.index import FileIndex
 
-    rows.append(("import polars and the frames module", "parent", time.process_time() - started))
+    # From here on: the frames (polars), which a first `stats --by session|model|project|day|week|month` no
+    # longer builds (ctxtool.frames.tally); other reports and commands do. Shown, not summed.
+    rows.append(("import polars and the frames module", IF_ASKED, time.process_time() - started))
     from ctxtool.measure import pricing
 
     decoded = frames.Rows()
@@ -265,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(
         (
             "columns into frames (as batches arrive)",
-            "parent",
+            IF_ASKED,
             cpu_best(args.repeat, to_frames) - cpu_best(args.repeat, fresh),
         )
     )
@@ -280,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(
         (
             "build the corpus (derived frames, prices)",
-            "parent",
+            IF_ASKED,
             cpu_best(args.repeat, build) - cpu_best(args.repeat, to_frames),
         )
     )
@@ -302,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             store.save(corpus, Path(tmp))
 
     _ = corpus.turns, corpus.tool_calls  # built once, as the first store does; then only the writing is timed
-    rows.append(("stored frames (Arrow IPC)", "parent", cpu_best(args.repeat, store_frames)))
+    rows.append(("stored frames (Arrow IPC)", IF_ASKED, cpu_best(args.repeat, store_frames)))
 
     # ------------------------------------------------------------------ print
     total = sum(t for _, where, t in rows[1:] if where != IF_ASKED)

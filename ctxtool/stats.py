@@ -266,28 +266,42 @@ def read_report(
     warn: Callable[[str], None],
 ) -> tuple[StatsReport | TallyReport, CacheUse]:
     """The report ``query`` asks of the sessions under ``paths``, read for it, without polars when
-    ``ctxtool.frames.tally`` can make it (``fast_eligible``), else from frames built of the same reads."""
-    from functools import partial
+    ``ctxtool.frames.tally`` can make it (``fast_eligible``), else from frames built of the same reads.
 
+    Each file is measured where it is read (a worker's share of the work); with the index, what was measured
+    is kept beside each file, so that a later run measures only the files that changed."""
     from ctxtool.frames import tally
     from ctxtool.frames.loading import read_plain
     from ctxtool.measure.pricing import price_table
 
-    counted: dict[str, object] = {}
+    measured: dict[str, tally.Measured | None] = {}
     results, found, use = read_plain(
         paths,
         subagents=query.subagents,
         cache=cache,
         cache_dir=cache_dir,
         progress=progress,
-        then=partial(tally.count_file, prices=price_table),  # in the worker that read the file
-        kept=counted,
+        then=tally.count_file,  # in the process that read the file
+        kept=measured,  # type: ignore[arg-type]
     )
+    index = None
+    if cache and use.before is not None:
+        from ctxtool.session.index import FileIndex
+        from ctxtool.session.stamp import cache_root
+
+        index = FileIndex(cache_root(cache_dir))
+        fresh = set(measured)
+        measured.update((p, m) for p, m in tally.kept_measures(index, use.before).items() if p not in fresh)
+        kept = set(measured)
     try:
-        made = tally.tally(results, found, price_table, subagents=query.subagents, counted=counted)
+        made = tally.tally(results, found, price_table, subagents=query.subagents, measured=measured)
         report = tally_report(made, query, warn=warn)
     except tally.Unsupported:
         report = None
+    if index is not None and use.before is not None:
+        new = {p: m for p, m in measured.items() if p in fresh or p not in kept}
+        tally.keep_measures(index, use.before, new)
+        index.close()
     if report is not None:
         return report, use
     from ctxtool.frames import build_corpus

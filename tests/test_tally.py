@@ -61,19 +61,21 @@ def _both(root: Path, by: str, *, subagents: bool = True) -> tuple[T.Tally, Any,
 
 
 def assert_precount_changes_nothing(root: Path, *, subagents: bool = True) -> None:
-    """Counting each file as it is read (``count_file``, in the process that read it) makes the same tally as
-    counting them all at the end."""
+    """Measuring each file where it is read (``count_file``), or taking the measure the index kept, makes the
+    same tally as measuring them all at the end."""
     found = discover([str(root)], subagents=subagents)
     results = read_files(found.files, workers=1)
     whole = T.tally(results, found, price_table, subagents=subagents)
-    counted = {fc.path: T.count_file(fc, price_table) for fc in results}
-    assert any(counted.values()) or not results
-    made = T.tally(results, found, price_table, subagents=subagents, counted=counted)
-    assert T.session_rows(made) == T.session_rows(whole)
-    for by in T.BY[1:]:
-        assert T.request_rows(made, by) == T.request_rows(whole, by)
-    assert T.warnings_of(made) == T.warnings_of(whole)
-    assert T.summary_of(made) == T.summary_of(whole)
+    measured = {fc.path: T.count_file(fc) for fc in results}
+    assert any(measured.values()) or not results
+    kept = {p: T._decode_measured(T._encode_measured(m)) for p, m in measured.items() if m is not None}
+    for taken in (measured, kept):
+        made = T.tally(results, found, price_table, subagents=subagents, measured=dict(taken))
+        assert T.session_rows(made) == T.session_rows(whole)
+        for by in T.BY[1:]:
+            assert T.request_rows(made, by) == T.request_rows(whole, by)
+        assert T.warnings_of(made) == T.warnings_of(whole)
+        assert T.summary_of(made) == T.summary_of(whole)
 
 
 def assert_reports_agree(root: Path, *, subagents: bool = True) -> None:
@@ -360,3 +362,51 @@ def test_the_first_run_keeps_what_the_second_prints(tmp_path: Path) -> None:
         + orjson.loads(out)["read"]["index"]["files_parsed"]
         == 1
     )
+
+
+def test_a_run_over_unchanged_files_measures_none_of_them_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index keeps what was measured of each file: a later run measures only the file that changed, and
+    prints what measuring them all prints."""
+    from ctxtool.cli import run
+
+    home = tmp_path / "home"
+    import shutil
+
+    shutil.copytree(FIXTURES / "gemini" / "tmp" / "ops-box", home / "ops-box")
+    monkeypatch.setenv("CTXTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CTXTOOL_NO_REPLAY", "1")
+    args = ["stats", str(home), "--by", "session", "-f", "json"]
+
+    def output(capsys: Any) -> Any:
+        doc = orjson.loads(capsys.readouterr().out)
+        doc["read"].pop("index")
+        return doc
+
+    measured: list[str] = []
+    real = T._measure
+
+    def counting(files: list[Any], c: Any) -> Any:
+        measured.extend(f.path for f in files)
+        return real(files, c)
+
+    monkeypatch.setattr(T, "_measure", counting)
+    runs = []
+    for _ in range(2):
+        measured.clear()
+        assert run(args) == 0
+        runs.append(list(measured))
+    assert runs[0]
+    assert runs[1] == []
+    session = next(home.rglob("*.jsonl"))
+    with session.open("ab") as f:
+        f.write(
+            orjson.dumps(
+                {"id": "late", "timestamp": "2026-05-01T10:00:09.000Z", "type": "user", "content": "x"}
+            )
+            + b"\n"
+        )
+    measured.clear()
+    assert run(args) == 0
+    assert measured == [str(session)]

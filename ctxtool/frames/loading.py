@@ -55,6 +55,8 @@ class CacheUse:
     # Each file's size and mtime before reading, when the index now holds every file read (``read_plain``):
     # what the next run over unchanged files will find, so its output can be foreseen (``frames.replay``).
     stamps: dict[str, Any] | None = None
+    # Each file's size and mtime before reading (``read_plain`` with the index): what was read is of them.
+    before: dict[str, Any] | None = None
 
 
 def load_corpus(
@@ -139,6 +141,7 @@ def read_plain(
     use.files_cached, use.files_resumed, use.files_parsed = index.hits, index.resumed, index.parsed
     use.notice = index.notice()
     use.corpus_hit = bool(results) and index.hits == len(found.files) and use.notice is None
+    use.before = stamps
     if not index.failed and all(not r.error for r in results):
         use.stamps = stamps
     return results, found, use

@@ -25,6 +25,8 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ctxtool.common.wording import plural
 from ctxtool.frames.grouping import group_sessions, link_parents, parent_ref_of
 from ctxtool.frames.reading import Problem, discovery_problems
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     from ctxtool.measure.pricing import PriceTable
     from ctxtool.session.columns import FileColumns
     from ctxtool.session.discover import Discovery
+    from ctxtool.session.index import FileIndex
 
 # The reports this module makes; the others (turn, request, --top, filters, --live) need the frames.
 BY = ("session", "model", "project", "day", "week", "month")
@@ -138,23 +141,15 @@ class Tally:
         return sum(len(s.costs) for s in self.sessions)
 
 
-# What counting one file as a session of its own made (``count_file``): the session, what pricing warned of,
-# and the models of its messages.
-Counted = tuple["Session", "_Warnings", set[str]]
-
-
-def count_file(fc: FileColumns, prices: Callable[[Iterable[str]], PriceTable]) -> Counted | None:
-    """One file counted as if it were a session of its own, which nearly every file is, in the process that
-    read it (``read_files``' ``then``): ``tally`` takes it when the file is its session's only one, and counts
-    the rest itself (a resumed legacy pair, files the index served). None when the frames must read it (or
-    it could not be read)."""
+def count_file(fc: FileColumns) -> Measured | None:
+    """One file measured as if it were a session of its own, which nearly every file is, in the process that
+    read it (``read_files``' ``then``): ``tally`` takes it when the file is its session's only one, and
+    measures the rest itself (a resumed legacy pair). None when the frames must read it (or it could not be
+    read)."""
     if fc.error:
         return None
     try:
-        cols = _columns(fc)
-        models = {m for m in cols[_MODEL] if m is not None}
-        warnings = _Warnings()
-        return _session("", None, fc.kind, [fc], cols, prices(sorted(models)), warnings), warnings, models
+        return _measure([fc], _columns(fc))
     except Unsupported:
         return None
 
@@ -165,40 +160,33 @@ def tally(
     prices: Callable[[Iterable[str]], PriceTable],
     *,
     subagents: bool = True,
-    counted: Mapping[str, object] | None = None,
+    measured: dict[str, Measured | None] | None = None,
 ) -> Tally:
-    """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates; ``counted``: what
-    ``count_file`` made of files, by path); Unsupported when the frames must read them. Consumes nothing:
-    the results keep their columns."""
+    """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates); Unsupported
+    when the frames must read them. ``measured`` holds what ``count_file`` made of files, by path; the files
+    of one-file sessions measured here are added to it. Consumes nothing: the results keep their columns."""
     good = [r for r in results if not r.error]
     groups = group_sessions(good)
     refs = {s.key: parent_ref_of(s.primary) for s in groups}
     if not subagents:
         groups = [s for s in groups if refs[s.key] is None and s.primary.kind != "subagent"]
     parents = link_parents((s.key, s.primary.project_dir, s.primary.session_id, refs[s.key]) for s in groups)
-    done = counted or {}
-    ready: dict[str, Counted] = {
-        s.key: done[s.files[0].path]  # type: ignore[misc]
-        for s in groups
-        if len(s.files) == 1 and done.get(s.files[0].path) is not None
-    }
-    columns = {s.key: _merged([_columns(f) for f in s.files]) for s in groups if s.key not in ready}
-    models = {m for cols in columns.values() for m in cols[_MODEL] if m is not None}
-    models.update(m for _, _, seen in ready.values() for m in seen)
-    table = prices(sorted(models))
-    sessions: list[Session] = []
-    warnings = _Warnings()
+    done = measured if measured is not None else {}
+    measures: list[Measured] = []
     for s in groups:
-        p = s.primary
-        kind = "subagent" if refs[s.key] is not None or p.kind == "subagent" else p.kind
-        if s.key in ready:
-            made, heard, _ = ready[s.key]
-            made.key, made.parent_key = s.key, parents.get(s.key)
-            made.row.update(session_key=s.key, kind=kind)
-            warnings.merge(heard)
-        else:
-            made = _session(s.key, parents.get(s.key), kind, s.files, columns.pop(s.key), table, warnings)
-        sessions.append(made)
+        if len(s.files) > 1:
+            measures.append(_measure(s.files, _merged([_columns(f) for f in s.files])))
+            continue
+        m = done.get(s.files[0].path)
+        if m is None:
+            m = done[s.files[0].path] = _measure(s.files, _columns(s.files[0]))
+        measures.append(m)
+    table = prices(sorted({model for m in measures for model in m.seen}))
+    warnings = _Warnings()
+    sessions = []
+    for s, m in zip(groups, measures, strict=True):
+        kind = "subagent" if refs[s.key] is not None or s.primary.kind == "subagent" else s.primary.kind
+        sessions.append(_priced(s.key, parents.get(s.key), kind, m, table, warnings))
     _count_subagents(sessions)
     problems = [Problem(r.path, r.error) for r in results if r.error]
     if found is not None:
@@ -399,46 +387,65 @@ def _hidden(
     return calls
 
 
-def _session(
-    key: str,
-    parent_key: str | None,
-    kind: str,
-    files: list[FileColumns],
-    c: list[list[Any]],
-    table: PriceTable,
-    warnings: _Warnings,
-) -> Session:
+@dataclass(slots=True)
+class Measured:
+    """What a session's files measure, whatever the prices: its row of ``stats --by session`` but the costs
+    (``cost``, ``unpriced``, ``hidden_*``), its requests as columns, the compression calls its snapshots show,
+    and the models of its messages. Kept in the index beside the file it was measured from, so a later run
+    over unchanged files prices it again instead of reading its columns (``MEASURED``)."""
+
+    row: dict[str, Any]
+    models: list[str | None]
+    times: list[str | None]
+    tokens: list[list[int | None]]
+    mismatches: int
+    hidden: list[tuple[int | None, int | None, str | None]]
+    seen: list[str]
+
+
+def _measure(files: list[FileColumns], c: list[list[Any]]) -> Measured:
     kinds, inputs = c[_TYPE], c[_INPUT]
     at = [i for i, input in enumerate(inputs) if input is not None and kinds[i] == "gemini"]
     tokens = [[c[j][i] for i in at] for j in _TOKENS]
-    models = _filled([c[_MODEL][i] for i in at])
-    session = Session(
-        key,
-        parent_key,
+    m = Measured(
         {},
-        models,
+        _filled([c[_MODEL][i] for i in at]),
         [c[_TIME][i] for i in at],
         tokens,
-        _costs(table, models, tokens, warnings),
-    )
-    session.mismatches = sum(
-        (total or 0) != (i or 0) + (o or 0) + (th or 0) + (tl or 0)
-        for i, o, _, th, tl, total in zip(*tokens, strict=True)
+        sum(
+            (total or 0) != (i or 0) + (o or 0) + (th or 0) + (tl or 0)
+            for i, o, _, th, tl, total in zip(*tokens, strict=True)
+        ),
+        [],
+        sorted({model for model in c[_MODEL] if model is not None}),
     )
     live = [input for input, i in zip(tokens[0], at, strict=True) if c[_LIVE][i]]
-    session.row = _session_row(key, kind, files, c, session, live)
+    m.row = _session_row(files, c, m, live)
     hist = [[c[j][i] for i in at] for j in _HIST]
-    session.row.update(zip(COMPOSITION_COLUMNS, _composition(tokens[0], hist), strict=True))
-    derived, compacted_at = files[-1].derived_from is not None, session.row["compacted_at"]
-    calls = _hidden(c, derived, compacted_at) if any(c[_SNAP]) else []
-    session.row.update(_hidden_sums(calls, table))
-    return session
+    m.row.update(zip(COMPOSITION_COLUMNS, _composition(tokens[0], hist), strict=True))
+    if any(c[_SNAP]):
+        m.hidden = _hidden(c, files[-1].derived_from is not None, m.row["compacted_at"])
+    return m
+
+
+def _priced(
+    key: str, parent_key: str | None, kind: str, m: Measured, table: PriceTable, warnings: _Warnings
+) -> Session:
+    """The session's row with its costs at ``table``'s prices (what pricing warns of goes to ``warnings``)."""
+    costs = _costs(table, m.models, m.tokens, warnings)
+    known = [cost for cost in costs if cost is not None]
+    row = {**m.row, "session_key": key, "kind": kind}
+    row["unpriced"] = unpriced = len(costs) - len(known)
+    row["cost"] = None if not known and unpriced else math.fsum(known)
+    row.update(_hidden_sums(m.hidden, table))
+    return Session(key, parent_key, row, m.models, m.times, m.tokens, costs, m.mismatches)
 
 
 def _session_row(
-    key: str, kind: str, files: list[FileColumns], c: list[list[Any]], s: Session, live: list[int | None]
+    files: list[FileColumns], c: list[list[Any]], m: Measured, live: list[int | None]
 ) -> dict[str, Any]:
-    """The columns of ``sessions_frame`` for one session (its last file names it)."""
+    """The columns of ``sessions_frame`` for one session (its last file names it), but its key, kind and
+    costs (``_priced``)."""
     p = files[-1]
     started = min((f.start_time for f in files if f.start_time), default=None)
     updated = max((f.last_updated for f in files if f.last_updated), default=None)
@@ -447,27 +454,24 @@ def _session_row(
         raise Unsupported(f"{p.path}: a time in another shape")
     first, last = (parse_time(min(times)), parse_time(max(times))) if times else (None, None)
     row: dict[str, Any] = {
-        "session_key": key,
         "session": os.path.basename(p.path).rsplit(".", 1)[0],
         "session_id": p.session_id,
         "derived_from": p.derived_from,
         "compacted_at": max((f.compacted_at for f in files if f.compacted_at), default=None),
         "project": p.project,
-        "kind": kind,
         "subagents": 0,
         "start": _earliest(parse_time(started), first),
         "end": last if last is not None else parse_time(updated),
         "turns": _turns(c),
-        "requests": len(s.costs),
+        "requests": len(m.models),
     }
-    for name, values in zip(TOKEN_COLUMNS, s.tokens, strict=True):
+    for name, values in zip(TOKEN_COLUMNS, m.tokens, strict=True):
         row[name] = sum(filter(None, values))
-    known = [cost for cost in s.costs if cost is not None]
-    unpriced = len(s.costs) - len(known)
     row["context"] = live[-1] if live else None
     row["peak_context"] = max(live) if live else None  # type: ignore[type-var]
     limits = [
-        DEFAULT_TOKEN_LIMIT if m is None else MODEL_LIMITS.get(m, DEFAULT_TOKEN_LIMIT) for m in set(s.models)
+        DEFAULT_TOKEN_LIMIT if model is None else MODEL_LIMITS.get(model, DEFAULT_TOKEN_LIMIT)
+        for model in set(m.models)
     ]
     row["context_limit"] = max(limits, default=DEFAULT_TOKEN_LIMIT)
     row["context_share"] = None if row["peak_context"] is None else row["peak_context"] / row["context_limit"]
@@ -475,9 +479,7 @@ def _session_row(
     row["compressions"] = max(sum(c[_INFO]), sum(c[_SNAP]))
     row["rewinds"] = sum(f.rewinds for f in files)
     row["tool_calls"], row["tool_errors"] = sum(filter(None, c[_CALLS])), sum(filter(None, c[_ERRORS]))
-    row["models"] = ",".join(sorted({m for m in s.models if m is not None})) if s.costs else None
-    row["cost"] = None if not known and unpriced else math.fsum(known)
-    row["unpriced"] = unpriced
+    row["models"] = ",".join(sorted({model for model in m.models if model is not None})) if m.models else None
     row["file"] = p.path
     return row
 
@@ -657,3 +659,34 @@ def hidden_calls(t: Tally) -> tuple[int, float]:
 
 def report_totals(columns: Sequence[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
     return totals_of(columns, lambda col: [row[col] for row in rows])
+
+
+# A ``Measured`` as the index keeps it (``FileIndex.store_sides``); the kind names this version of it.
+MEASURED = "tally-measured-1"
+_encode_measured = msgspec.msgpack.Encoder().encode
+_decode_measured = msgspec.msgpack.Decoder(Measured).decode
+
+
+def kept_measures(index: FileIndex, stamps: Mapping[str, Sequence[int] | None]) -> dict[str, Measured | None]:
+    """The measures the index keeps of files still as they were measured (``stamps``: path: [size, mtime])."""
+    out: dict[str, Measured | None] = {}
+    for path, data in index.sides(MEASURED, stamps).items():
+        try:
+            out[path] = _decode_measured(data)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError):
+            continue  # another version's, or damaged: measured again
+    return out
+
+
+def keep_measures(
+    index: FileIndex, stamps: Mapping[str, Sequence[int] | None], measured: Mapping[str, Measured | None]
+) -> None:
+    """Keep ``measured`` (by path) in the index, each with the stamp its file had when read."""
+    index.store_sides(
+        MEASURED,
+        (
+            (path, stamp_, _encode_measured(m))
+            for path, m in measured.items()
+            if m is not None and (stamp_ := stamps.get(path))
+        ),
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,12 @@ __all__ = ["Entry", "FileIndex", "cache_root", "clear", "entry_bytes"]
 # How long a run waits for another run's write to the index before going on without it.
 _LOCK_TIMEOUT_S = 5.0
 _SCHEMA = "CREATE TABLE IF NOT EXISTS entries (path TEXT PRIMARY KEY, entry BLOB NOT NULL)"
+# What a later stage made of a file (``kind`` names the stage and its version), valid while the file has the
+# size and modification time it had when read: opaque bytes to the index.
+_SIDE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS side (path TEXT NOT NULL, kind TEXT NOT NULL, size INTEGER NOT NULL, "
+    "mtime_ns INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (path, kind))"
+)
 # Errors that mean the file is not a usable database (it is replaced); any other (a lock) leaves it alone.
 _DAMAGED = {"SQLITE_NOTADB", "SQLITE_CORRUPT"}
 
@@ -81,6 +88,7 @@ class FileIndex:
             db = sqlite3.connect(self.path, timeout=_LOCK_TIMEOUT_S, isolation_level=None)
             if create:
                 db.execute(_SCHEMA)
+                db.execute(_SIDE_SCHEMA)
         except sqlite3.Error as exc:
             if not create or getattr(exc, "sqlite_errorname", "") not in _DAMAGED:
                 return None  # locked by another run, unreadable, read-only: go on without the index
@@ -88,6 +96,7 @@ class FileIndex:
                 self.path.unlink(missing_ok=True)
                 db = sqlite3.connect(self.path, timeout=_LOCK_TIMEOUT_S, isolation_level=None)
                 db.execute(_SCHEMA)
+                db.execute(_SIDE_SCHEMA)
             except (OSError, sqlite3.Error):
                 return None
             self.rebuilt = True
@@ -204,6 +213,46 @@ class FileIndex:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
             except OSError:
                 continue
+
+    def sides(self, kind: str, stamps: Mapping[str, Sequence[int] | None]) -> dict[str, bytes]:
+        """What ``store_sides`` kept of ``kind`` for the files of ``stamps`` (path: [size, mtime_ns]) that
+        still have that size and modification time."""
+        db = self._connect(create=False)
+        if db is None:
+            return {}
+        try:
+            rows = db.execute(
+                "SELECT path, size, mtime_ns, data FROM side WHERE kind = ?", (kind,)
+            ).fetchall()
+        except sqlite3.Error:  # an index from before the side table: nothing kept
+            return {}
+        out = {}
+        for path, size, mtime_ns, data in rows:
+            stamp_now = stamps.get(path)
+            if stamp_now is not None and list(stamp_now) == [size, mtime_ns] and isinstance(data, bytes):
+                out[path] = data
+        return out
+
+    def store_sides(self, kind: str, items: Iterable[tuple[str, Sequence[int], bytes]]) -> None:
+        """Keep ``data`` of ``kind`` for each (path, [size, mtime_ns] as read, data), in one transaction."""
+        rows = [(path, kind, stamp_[0], stamp_[1], data) for path, stamp_, data in items]
+        if not rows or self._failed:
+            return
+        db = self._connect(create=True)
+        if db is None:
+            self._failed = True
+            return
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT OR REPLACE INTO side VALUES (?, ?, ?, ?, ?)", rows)
+            db.execute("COMMIT")
+        except sqlite3.Error:  # locked for too long by another run, or read-only: speed, not correctness
+            self._failed = True
+            try:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
     @property
     def failed(self) -> bool:
