@@ -269,20 +269,15 @@ def _foresee(
 ) -> None:
     """When the index holds every file now, the next run over them prints this report served from it:
     keep that output (``frames.replay.foresee``), so the first re-run is already replayed."""
-    if cache_use.stamps is None or cache_use.corpus_hit or cache_use.notice or report.problems:
+    if cache_use.stamps is None or cache_use.inputs is None:
+        return
+    if cache_use.corpus_hit or cache_use.notice or report.problems:
         return
     from ctxtool.frames import replay
     from ctxtool.frames.loading import CacheUse
-    from ctxtool.session.discover import default_roots
 
     served = CacheUse(enabled=True, corpus_hit=True, files_cached=len(cache_use.stamps))
-    replay.foresee(
-        start,
-        lambda: show(report.read_summary(served)),
-        targets=request.paths or [str(root) for root in default_roots()],
-        subagents=request.query.subagents,
-        stamps=cache_use.stamps,
-    )
+    replay.foresee(start, lambda: show(report.read_summary(served)), cache_use.inputs)
 
 
 # What a report made without polars is written as (csv and parquet are written from frames).

@@ -57,6 +57,8 @@ class CacheUse:
     stamps: dict[str, Any] | None = None
     # Each file's size and mtime before reading (``read_plain`` with the index): what was read is of them.
     before: dict[str, Any] | None = None
+    # With ``stamps``: what the report was computed from, as ``frames.replay`` keys a replay (``inputs_of``).
+    inputs: dict[str, Any] | None = None
 
 
 def load_corpus(
@@ -143,7 +145,10 @@ def read_plain(
     use.corpus_hit = bool(results) and index.hits == len(found.files) and use.notice is None
     use.before = stamps
     if not index.failed and all(not r.error for r in results):
+        from ctxtool.frames.replay import inputs_of
+
         use.stamps = stamps
+        use.inputs = inputs_of(targets, subagents, found, stamps)
     return results, found, use
 
 

@@ -21,10 +21,13 @@ import io
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from ctxtool.session.discover import Discovery
 
 _ENV = (
     "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TERM", "CI", "TZ", "HOME", "GEMINI_CLI_HOME",
@@ -103,7 +106,13 @@ def _inputs(targets: Sequence[str], subagents: bool) -> dict[str, Any]:
     from ctxtool.session.discover import discover, file_stamps
 
     found = discover(list(targets), subagents=subagents)
-    stamps = file_stamps(found)
+    return inputs_of(targets, subagents, found, file_stamps(found))
+
+
+def inputs_of(
+    targets: Sequence[str], subagents: bool, found: Discovery, stamps: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``_inputs`` of a discovery made already (``stamps``: its files' sizes and mtimes)."""
     return {
         "targets": list(targets),
         "subagents": subagents,
@@ -216,21 +225,17 @@ def mark() -> int:
     return len(_current.log) if _current is not None else 0
 
 
-def foresee(
-    start: int, render: Callable[[], object], *, targets: Sequence[str], subagents: bool, stamps: object
-) -> None:
+def foresee(start: int, render: Callable[[], object], inputs: dict[str, Any]) -> None:
     """Keep what the next run over unchanged files will print, so that run is replayed at once.
 
     ``render`` writes, in place of what this run wrote since ``start``, the report as that run will print it
-    (served from the index, which now holds every file: ``stamps`` are the files as read). Nothing it writes
-    is shown. Kept only when the files are still as they were read.
+    (served from the index, which now holds every file). Nothing it writes is shown. ``inputs`` are the files
+    as they were before this run read them (``inputs_of``): a file that changes since, even while it was
+    read, makes the next run's inputs differ, and that run reads it again.
     """
     rec = _current
     if rec is None or not eligible(rec.argv) or rec.inputs is not None:
         return
-    inputs = _inputs(targets, subagents)
-    if inputs["files"] != stamps:
-        return  # a file changed while it was read: the next run reads it again
     log: list[list[str]] = []
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Sink(rec._saved[0], "out", log), _Sink(rec._saved[1], "err", log)
