@@ -13,6 +13,7 @@ disagree, compressions and ctxtool's compacted copies, rewinds, broken lines, in
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 import subprocess
@@ -410,3 +411,29 @@ def test_a_run_over_unchanged_files_measures_none_of_them_again(
     measured.clear()
     assert run(args) == 0
     assert measured == [str(session)]
+
+
+def test_a_count_beyond_64_bits_falls_back_to_the_frames(tmp_path: Path) -> None:
+    """The frames leave such a value empty and say so; the tally cannot hold it the same way, so it makes
+    the frames build the report, and the command prints their warning."""
+    chats = tmp_path / "tmp" / "p" / "chats"
+    meta = {"sessionId": "c" * 8 + "-1111-4222-8333-444455556666", "startTime": "2026-05-01T10:00:00.000Z"}
+    request = {
+        "id": "g1",
+        "timestamp": "2026-05-01T10:00:02.000Z",
+        "type": "gemini",
+        "content": "ok",
+        "model": "gemini-2.5-pro",
+        "tokens": {"input": 2**64, "output": 2, "cached": 0, "thoughts": 0, "tool": 0, "total": 12},
+    }
+    chats.mkdir(parents=True)
+    lines = [json.dumps(meta), json.dumps(request)]  # (orjson writes no integer beyond 64 bits)
+    (chats / "session-2026-05-01T10-00-cccccccc.jsonl").write_text("\n".join(lines) + "\n")
+    found = discover([str(chats)])
+    results = read_files(found.files, workers=1)
+    assert T.count_file(results[0]) is None
+    with pytest.raises(T.Unsupported):
+        T.tally(results, found, price_table)
+    code, _, err, polars = _stats(str(chats), "--by", "session", "-f", "json", "--no-cache", cache=tmp_path)
+    assert (code, polars) == (0, True)
+    assert b"does not fit its type" in err

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
@@ -32,7 +32,6 @@ from ctxtool.frames.grouping import group_sessions, link_parents, parent_ref_of
 from ctxtool.frames.reading import Problem, discovery_problems
 from ctxtool.frames.shape import COMPOSITION_COLUMNS, REPORT_COLUMNS, totals_of
 from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS, describe_total_mismatches
-from ctxtool.session.columns import decode_columns
 from ctxtool.session.schema import TOKEN_KEYS as TOKEN_COLUMNS
 from ctxtool.session.stamp import MESSAGE_COLUMNS
 
@@ -84,25 +83,29 @@ def parse_time(text: str | None) -> datetime | None:
         raise Unsupported(f"time {text!r}") from exc
 
 
+# The columns as the frames hold them, checked while they are decoded (in C): a string or nothing, a
+# boolean, a count that fits 64 bits or nothing. A value that is not makes the frames read the file.
+_Int64 = Annotated[int, msgspec.Meta(ge=_LOW, le=_HIGH)]
+_COLUMN_TYPES = tuple(
+    list[str | None] if i in _STRINGS else list[bool] if i in _BOOLS else list[_Int64 | None]
+    for i in range(len(MESSAGE_COLUMNS))
+)
+_decode_typed = msgspec.json.Decoder(tuple[_COLUMN_TYPES]).decode  # type: ignore[valid-type]
+
+
 def _columns(fc: FileColumns) -> list[list[Any]]:
     """A file's message columns (``MESSAGE_COLUMNS``), each value as the frames hold it (no empty string), or
     Unsupported for a value a frame column would not hold as it is."""
     cols: list[list[Any]] = [[] for _ in MESSAGE_COLUMNS]
-    for chunk in fc.messages_cols:
-        for col, values in zip(cols, decode_columns(chunk), strict=True):
-            col.extend(values)
+    try:
+        for chunk in fc.messages_cols:
+            for col, values in zip(cols, _decode_typed(chunk), strict=True):
+                col.extend(values)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise Unsupported(f"{fc.path}: {exc}") from exc
     for i in _STRINGS:
         if "" in cols[i]:
             cols[i] = [None if v == "" else v for v in cols[i]]
-        if not set(map(type, cols[i])) <= _STR_TYPES:
-            raise Unsupported(f"{fc.path}: {MESSAGE_COLUMNS[i]}")
-    for i in _BOOLS:
-        if set(map(type, cols[i])) - {bool}:
-            raise Unsupported(f"{fc.path}: {MESSAGE_COLUMNS[i]}")
-    for i in _INTS:
-        values = [v for v in cols[i] if v is not None]
-        if values and (set(map(type, values)) != {int} or min(values) < _LOW or max(values) > _HIGH):
-            raise Unsupported(f"{fc.path}: {MESSAGE_COLUMNS[i]}")
     return cols
 
 
