@@ -54,14 +54,12 @@ class Unsupported(Exception):
 _I = {name: i for i, name in enumerate(MESSAGE_COLUMNS)}
 _STRINGS = tuple(_I[c] for c in ("message_id", "type", "timestamp", "model", "preview"))
 _BOOLS = tuple(_I[c] for c in ("live", "is_prompt", "is_command", "is_snapshot", "compression_info"))
-_INTS = tuple(i for i, name in enumerate(MESSAGE_COLUMNS) if i not in _STRINGS and i not in _BOOLS)
 _ID, _TYPE, _TIME, _LIVE, _CHARS = _I["message_id"], _I["type"], _I["timestamp"], _I["live"], _I["text_chars"]
 _PROMPT, _SNAP, _INFO, _MODEL = _I["is_prompt"], _I["is_snapshot"], _I["compression_info"], _I["model"]
 _CALLS, _ERRORS, _INPUT = _I["tool_calls"], _I["tool_errors"], _I["input"]
 _TOKENS = tuple(_I[c] for c in TOKEN_COLUMNS)
 _HIST = tuple(_I[c] for c in ("hist_prompts", "hist_model", "hist_tool_io"))
 _LOW, _HIGH = -(2**63), 2**63 - 1
-_STR_TYPES = frozenset((str, type(None)))
 
 # How Gemini CLI writes every time (JavaScript's Date.toISOString()); anything else goes to the frames,
 # whose parser (frames.model.parse_times) also reads offsets and times without a zone. Times of this one
