@@ -292,14 +292,14 @@ def read_report(
         index = FileIndex(cache_root(cache_dir))
         fresh = set(measured)
         measured.update((p, m) for p, m in tally.kept_measures(index, use.before).items() if p not in fresh)
-        kept = set(measured)
+        priced = {p: m.priced_at for p, m in measured.items() if m is not None and p not in fresh}
     try:
         made = tally.tally(results, found, price_table, subagents=query.subagents, measured=measured)
         report = tally_report(made, query, warn=warn)
     except tally.Unsupported:
         report = None
     if index is not None and use.before is not None:
-        new = {p: m for p, m in measured.items() if p in fresh or p not in kept}
+        new = {p: m for p, m in measured.items() if m is not None and m.priced_at != priced.get(p, "")}
         tally.keep_measures(index, use.before, new)
         index.close()
     if report is not None:

@@ -366,7 +366,7 @@ def test_the_first_run_keeps_what_the_second_prints(tmp_path: Path) -> None:
 
 
 def test_a_run_over_unchanged_files_measures_none_of_them_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The index keeps what was measured of each file: a later run measures only the file that changed, and
     prints what measuring them all prints."""
@@ -393,13 +393,26 @@ def test_a_run_over_unchanged_files_measures_none_of_them_again(
         return real(files, c)
 
     monkeypatch.setattr(T, "_measure", counting)
+    priced: list[int] = []
+    real_costs = T._costs
+
+    def pricing(table: Any, models: list[Any], tokens: Any, warnings: Any) -> Any:
+        priced.append(len(models))
+        return real_costs(table, models, tokens, warnings)
+
+    monkeypatch.setattr(T, "_costs", pricing)
     runs = []
+    outputs = []
     for _ in range(2):
         measured.clear()
+        priced.clear()
         assert run(args) == 0
-        runs.append(list(measured))
-    assert runs[0]
-    assert runs[1] == []
+        outputs.append(output(capsys))
+        runs.append((list(measured), len(priced)))
+    assert runs[0][0]
+    assert runs[0][1]
+    assert runs[1] == ([], 0)  # nothing measured nor priced again
+    assert outputs[1] == outputs[0]
     session = next(home.rglob("*.jsonl"))
     with session.open("ab") as f:
         f.write(

@@ -16,11 +16,12 @@ Costs are summed exactly (``math.fsum``), as the totals row is (``frames.shape.t
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from itertools import accumulate
 from typing import TYPE_CHECKING, Annotated, Any
@@ -183,11 +184,12 @@ def tally(
             m = done[s.files[0].path] = _measure(s.files, _columns(s.files[0]))
         measures.append(m)
     table = prices(sorted({model for m in measures for model in m.seen}))
+    rates = _rates_key(table)
     warnings = _Warnings()
     sessions = []
     for s, m in zip(groups, measures, strict=True):
         kind = "subagent" if refs[s.key] is not None or s.primary.kind == "subagent" else s.primary.kind
-        sessions.append(_priced(s.key, parents.get(s.key), kind, m, table, warnings))
+        sessions.append(_priced(s.key, parents.get(s.key), kind, m, table, rates, warnings))
     _count_subagents(sessions)
     problems = [Problem(r.path, r.error) for r in results if r.error]
     if found is not None:
@@ -402,6 +404,13 @@ class Measured:
     mismatches: int
     hidden: list[tuple[int | None, int | None, str | None]]
     seen: list[str]
+    # The requests' costs at the rates ``priced_at`` names (``_rates_key``), and what pricing warned of them
+    # (requests without a model, impossible counts by model): kept too, so that a later run at the same
+    # rates does not price them again.
+    priced_at: str | None = None
+    costs: list[float | None] | None = None
+    nameless: int = 0
+    impossible: dict[str, int] = field(default_factory=dict)
 
 
 def _measure(files: list[FileColumns], c: list[list[Any]]) -> Measured:
@@ -430,10 +439,25 @@ def _measure(files: list[FileColumns], c: list[list[Any]]) -> Measured:
 
 
 def _priced(
-    key: str, parent_key: str | None, kind: str, m: Measured, table: PriceTable, warnings: _Warnings
+    key: str,
+    parent_key: str | None,
+    kind: str,
+    m: Measured,
+    table: PriceTable,
+    rates: str,
+    warnings: _Warnings,
 ) -> Session:
-    """The session's row with its costs at ``table``'s prices (what pricing warns of goes to ``warnings``)."""
-    costs = _costs(table, m.models, m.tokens, warnings)
+    """The session's row with its costs at ``table``'s prices (``rates``: their key; what pricing warns of
+    goes to ``warnings``), taken from ``m`` when it was priced at them already."""
+    if m.costs is None or m.priced_at != rates:
+        heard = _Warnings()
+        m.costs = _costs(table, m.models, m.tokens, heard)
+        m.priced_at, m.nameless, m.impossible = rates, heard.nameless, heard.impossible
+    costs = m.costs
+    warnings.models.update(model for model in m.models if model is not None)
+    warnings.nameless += m.nameless
+    for name, n in m.impossible.items():
+        warnings.impossible[name] = warnings.impossible.get(name, 0) + n
     known = [cost for cost in costs if cost is not None]
     row = {**m.row, "session_key": key, "kind": kind}
     row["unpriced"] = unpriced = len(costs) - len(known)
@@ -662,8 +686,15 @@ def report_totals(columns: Sequence[str], rows: list[dict[str, Any]]) -> dict[st
     return totals_of(columns, lambda col: [row[col] for row in rows])
 
 
+def _rates_key(table: PriceTable) -> str:
+    """What names the rates of ``table``: requests priced at the same key cost the same."""
+    rates = sorted((name, r.model_id, [vars(t) for t in r.tiers]) for name, r in table.rates.items())
+    text = repr((rates, sorted(table.unknown)))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
 # A ``Measured`` as the index keeps it (``FileIndex.store_sides``); the kind names this version of it.
-MEASURED = "tally-measured-1"
+MEASURED = "tally-measured-2"
 _encode_measured = msgspec.msgpack.Encoder().encode
 _decode_measured = msgspec.msgpack.Decoder(Measured).decode
 
