@@ -10,6 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# No property test is a timed test: a busy machine (2 cores shared with other work) must not fail one for
+# slowness (hypothesis's default deadline of 200 ms per example, its too_slow health check). Speed is
+# measured in `make bench`.
+settings.register_profile("ctxtool", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ctxtool")
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
