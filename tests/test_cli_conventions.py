@@ -542,3 +542,45 @@ def test_one_meaning_per_short_flag() -> None:
     assert {next(iter(longs)) for longs in meanings["-n"].values()} == {"--limit"}
     assert all("--output" in longs for longs in meanings["-o"].values())
     assert "--dry-run" not in str(meanings.get("-n"))
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [
+        ([], 0),  # the bare overview
+        (["stats", "--no-cache"], 0),
+        (["stats", "--no-cache", "--format", "json"], 0),
+        (["audit", "--no-config", "--max-session-tokens", "1"], 3),
+        (["compact", "--dry-run", "--list-profiles"], 0),
+        (["--help"], 0),
+    ],
+)
+@pytest.mark.parametrize("stream", ["stdout", "both"])
+def test_a_reader_that_stops_early_ends_the_run_quietly_with_its_status(
+    args: list[str], status: int, stream: str, tmp_path: Path
+) -> None:
+    """``ctxtool … | head -1``: the console script, writing into a pipe whose reader has gone (closed before
+    the run starts, so every write meets it however large the pipe's buffer), prints no traceback and ends
+    with the status it would have ended with (``audit`` over budget: 3), not typer's silent 1."""
+    import os
+    import subprocess
+    import sys
+
+    shutil.copytree(FIXTURES / "gemini", tmp_path / ".gemini")
+    env = {**os.environ, "GEMINI_CLI_HOME": str(tmp_path), "CTXTOOL_CACHE_DIR": str(tmp_path / "cache")}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    errors = tmp_path / "stderr"
+    with errors.open("wb") as err:
+        done = subprocess.run(
+            [sys.executable, "-m", "ctxtool", *args],
+            stdout=write_end,
+            stderr=write_end if stream == "both" else err,
+            env=env,
+            check=False,
+            timeout=120,
+        )
+    os.close(write_end)
+    # only the fixtures' own warning (a broken line), whatever the stream: no traceback, no error
+    assert all(line.startswith("warning: ") for line in errors.read_text().splitlines())
+    assert done.returncode == status

@@ -157,6 +157,16 @@ def _command_in(args: Sequence[str]) -> str | None:
     return None
 
 
+def _invoke(args: list[str], *, overview_only: bool) -> object:
+    """Bare ``ctxtool``: the overview; otherwise the command ``args`` name, loaded alone when known."""
+    if overview_only:
+        print(overview())
+        return ExitStatus.OK
+    command = _command_in(args)
+    register([command] if command in _COMMANDS else None)
+    return app(args=args, prog_name="ctxtool", standalone_mode=False)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit status instead of exiting (used by tests and ``main``)."""
     # polars allocates through jemalloc, which by default keeps freed pages for ten seconds. Giving them back
@@ -168,14 +178,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:10,muzzy_decay_ms:0")
     args = list(sys.argv[1:] if argv is None else argv)
     completing = "_CTXTOOL_COMPLETE" in os.environ  # a shell asking for completions (--install-completion)
-    if not args and not completing:
-        print(overview())
-        return ExitStatus.OK
     want_traceback = "--traceback" in args
-    command = _command_in(args)
-    register([command] if command in _COMMANDS else None)
     try:
-        result = app(args=args, prog_name="ctxtool", standalone_mode=False)
+        result = _invoke(args, overview_only=not args and not completing)
     except typer.Exit as exc:
         if exc.exit_code == ExitStatus.INTERRUPTED:  # typer turns Ctrl-C into Exit(130)
             print("Interrupted.", file=sys.stderr)
@@ -221,7 +226,10 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
+    from ctxtool.common import pipes
     from ctxtool.frames import replay
+
+    pipes.install()  # a reader that stops early (`| head`): the run goes on quietly, ending with its status
 
     if replay.eligible(sys.argv[1:]):
         with replay.Recorder(sys.argv[1:]) as recorder:
