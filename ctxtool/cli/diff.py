@@ -103,6 +103,8 @@ def _print_table(
     color: str | None,
     hide: Callable[[Any], Any],
 ) -> None:
+    from rich.text import Text
+
     from ctxtool import diff as diff_lib
     from ctxtool.render import tables as render
 
@@ -113,11 +115,8 @@ def _print_table(
         before = render.short_path(str(result.before.path), max(20, room // 2))
         after = render.short_path(str(result.after.path), max(20, room - len(before)))
         console.print(f"ctxtool diff {before} → {after}", soft_wrap=True, markup=False, highlight=False)
-        console.print(
-            f"{diff_lib.counts_line(result)}; "
-            + ("the sessions differ." if result.differs else "no differences."),
-            soft_wrap=True,
-        )
+        verdict = "the sessions differ." if result.differs else "no differences."
+        console.print(render.wrap_text(Text(f"{diff_lib.counts_line(result)}; {verdict}"), console.width))
         render.print_table(
             console,
             render.diff_summary_table(
