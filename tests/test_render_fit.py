@@ -55,6 +55,32 @@ def test_paths_are_shortened_from_the_left(width: int, expected: str) -> None:
     assert len(got) <= width
 
 
+BEFORE = "/home/u/.gemini/tmp/proj/chats/session-2026-04-25T01-53-cd7b13fa.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("width", "expected"),
+    [
+        (120, [f"ctxtool diff {BEFORE} → /tmp/out/compacted.jsonl"]),
+        (80, ["ctxtool diff …/proj/chats/session-…-cd7b13fa.jsonl → /tmp/out/compacted.jsonl"]),
+        (
+            60,
+            [
+                "ctxtool diff …/chats/session-2026-04-25T01-53-cd7b13fa.jsonl",
+                "           → /tmp/out/compacted.jsonl",
+            ],
+        ),
+        (40, ["ctxtool diff …/session-…-cd7b13fa.jsonl", "           → /tmp/out/compacted.jsonl"]),
+    ],
+)
+def test_diff_names_both_files_within_the_width(width: int, expected: list[str]) -> None:
+    """The first line of ``ctxtool diff``: one line while each path keeps the name that tells its file apart
+    (no ``…ssion-…`` cut into it), else the second path under the first; never past the width."""
+    lines = render.two_paths("ctxtool diff", BEFORE, "/tmp/out/compacted.jsonl", width).split("\n")
+    assert lines == expected
+    assert all(len(line) <= width for line in lines)
+
+
 def test_narrow_stats_drop_columns_name_them_and_wide_shows_them(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -111,10 +111,10 @@ def _print_table(
     stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
     try:
         console = render.make_console(stream, width=width, color=color)
-        room = console.width - len("ctxtool diff  → ") if console.width else 80
-        before = render.short_path(str(result.before.path), max(20, room // 2))
-        after = render.short_path(str(result.after.path), max(20, room - len(before)))
-        console.print(f"ctxtool diff {before} → {after}", soft_wrap=True, markup=False, highlight=False)
+        title = render.two_paths(
+            "ctxtool diff", str(result.before.path), str(result.after.path), console.width
+        )
+        console.print(title, soft_wrap=True, markup=False, highlight=False)
         verdict = "the sessions differ." if result.differs else "no differences."
         console.print(render.wrap_text(Text(f"{diff_lib.counts_line(result)}; {verdict}"), console.width))
         render.print_table(

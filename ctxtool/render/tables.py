@@ -483,16 +483,40 @@ def short_path(path: str, width: int) -> str:
         return path
     parts = path.split("/")
     name = parts[-1]
-    stem, dot, ext = name.partition(".")
-    short_name = name
-    if stem.startswith("session-") and "-" in stem.removeprefix("session-"):
-        short_name = "session-…-" + stem.rsplit("-", 1)[1] + dot + ext
+    short_name = _short_name(name)
     for last in (name, short_name):
         for k in range(1, len(parts)):
             candidate = "…/" + "/".join([*parts[k:-1], last])
             if cell_len(candidate) <= width:
                 return candidate
     return left_ellipsis(short_name, width)
+
+
+def _short_name(name: str) -> str:
+    """A Gemini CLI session file's name without its time (``session-…-cd7b13fa.jsonl``); else ``name``."""
+    stem, dot, ext = name.partition(".")
+    if stem.startswith("session-") and "-" in stem.removeprefix("session-"):
+        return "session-…-" + stem.rsplit("-", 1)[1] + dot + ext
+    return name
+
+
+def two_paths(lead: str, before: str, after: str, width: int) -> str:
+    """``lead before → after`` in ``width`` cells: on one line while each path keeps at least the name that
+    tells its file apart (:func:`short_path`), else the second path under the first, after an arrow."""
+    from rich.cells import cell_len
+
+    one = f"{lead} {before} → {after}"
+    if cell_len(one) <= width:
+        return one
+    room = width - cell_len(f"{lead}  → ")
+    first = short_path(before, max(room - cell_len(after), room // 2))
+    second = short_path(after, room - cell_len(first))
+    names = [(shown, path.split("/")[-1]) for shown, path in ((first, before), (second, after))]
+    if all(shown.endswith((name, _short_name(name))) for shown, name in names):
+        return f"{lead} {first} → {second}"
+    indent = cell_len(lead) + 1
+    room = max(width - indent, 20)
+    return f"{lead} {short_path(before, room)}\n{'→'.rjust(indent - 1)} {short_path(after, room)}"
 
 
 def dropped_note(dropped: Sequence[str]) -> str | None:
