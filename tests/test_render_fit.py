@@ -45,6 +45,7 @@ def test_session_labels_name_the_extension_only_for_a_json_jsonl_pair() -> None:
         (40, "…/proj/chats/session-…-cd7b13fa.jsonl"),
         (32, "…/chats/session-…-cd7b13fa.jsonl"),
         (26, "…/session-…-cd7b13fa.jsonl"),
+        (20, "…-cd7b13fa.jsonl"),
         (12, "…b13fa.jsonl"),
     ],
 )
@@ -359,3 +360,27 @@ def test_the_stats_table_reads_any_row_table_and_names_what_it_leaves_out() -> N
     shown = sum(_count(row[h]) for h in TOKEN_HEADERS if h in header)
     hidden = sum(_count(item.rpartition(" ")[2]) for item in named.group(1).split(" · "))
     assert shown + hidden == 303_035
+
+
+def _natural_width(table: object) -> int:
+    """How wide ``table`` is when nothing crops it (a console far wider than any terminal)."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = Console(width=1_000)
+    return Measurement.get(console, console.options, table).maximum  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("width", [60, 70])
+def test_the_compact_table_fits_the_width_instead_of_being_cropped(
+    width: int, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """Where the key columns and the output's least width are wider than the terminal, the output path gives
+    way further (to its session id, ``…-4b1e9c2a.json``) rather than the terminal cropping the table's end."""
+    assert run(["compact", str(ROOT), "--dry-run", "--force", "--format", "json"]) == 0
+    rows = json.loads(capsysbinary.readouterr().out)["sessions"]
+    table, _ = render.compact_table(rows, plan=True, width=width)
+    assert _natural_width(table) <= width
+    written = [str(c) for c in table.columns[-1]._cells if "4b1e9c2a" in str(c)]
+    assert written
+    assert all(w.endswith("-4b1e9c2a.json") for w in written)

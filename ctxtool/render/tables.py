@@ -489,6 +489,9 @@ def short_path(path: str, width: int) -> str:
             candidate = "…/" + "/".join([*parts[k:-1], last])
             if cell_len(candidate) <= width:
                 return candidate
+    session_id = "…" + short_name.removeprefix("session-…")  # …-cd7b13fa.jsonl: the id, never cut into
+    if short_name != name and cell_len(session_id) <= width:
+        return session_id
     return left_ellipsis(short_name, width)
 
 
@@ -561,6 +564,8 @@ def fit_columns(
     minimum; columns go in ``drop_order`` until the rest fit, and then the most important of those dropped
     come back where they fit after all. A column of ``wrap`` (its narrowest width) is never cut: when the
     rest is still too wide it narrows, its cells to be wrapped onto more lines (:func:`wrap_text`).
+    Should the table still be too wide, the text columns of ``text_min`` give way past their minimum, down
+    to the width of their header, rather than the terminal cropping the table's right end.
     ``edge``: a table with outer borders and padding (rich's default); else ``show_edge=False,
     pad_edge=False``. With ``wide`` nothing is dropped or cut. The stats report's headers, minimums,
     maximums and drop order are the defaults."""
@@ -603,6 +608,12 @@ def fit_columns(
             spare += give
     for col in cols:
         if col not in text_min:
+            continue
+        if spare < 0:  # still too wide: a text column gives way past its minimum, down to its header's width
+            header_width = max(len(h) for h in headers.get(col, col).split("\n"))
+            give = max(0, min(-spare, least(col) - header_width))
+            text_width[col] = least(col) - give
+            spare += give
             continue
         want = min(natural(col), max_width.get(col, natural(col)))
         give = max(0, min(spare, want - least(col)))
