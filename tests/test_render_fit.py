@@ -362,13 +362,15 @@ def test_the_stats_table_reads_any_row_table_and_names_what_it_leaves_out() -> N
     assert shown + hidden == 303_035
 
 
-def _natural_width(table: object) -> int:
-    """How wide ``table`` is when nothing crops it (a console far wider than any terminal)."""
-    from rich.console import Console
-    from rich.measure import Measurement
+def _uncropped_width(table: object, width: int) -> int:
+    """How wide ``table`` prints on a terminal ``width`` columns wide, lines past the width left whole."""
+    import io
 
-    console = Console(width=1_000)
-    return Measurement.get(console, console.options, table).maximum  # type: ignore[arg-type]
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(table, crop=False)
+    return max(len(line) for line in console.file.getvalue().splitlines())  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("width", [60, 70])
@@ -380,7 +382,22 @@ def test_the_compact_table_fits_the_width_instead_of_being_cropped(
     assert run(["compact", str(ROOT), "--dry-run", "--force", "--format", "json"]) == 0
     rows = json.loads(capsysbinary.readouterr().out)["sessions"]
     table, _ = render.compact_table(rows, plan=True, width=width)
-    assert _natural_width(table) <= width
+    assert _uncropped_width(table, width) <= width
     written = [str(c) for c in table.columns[-1]._cells if "4b1e9c2a" in str(c)]
     assert written
     assert all(w.endswith("-4b1e9c2a.json") for w in written)
+
+
+@pytest.mark.parametrize("width", [46, 50, 60])
+def test_the_diff_message_table_fits_the_width_with_its_numbers_whole(width: int) -> None:
+    """The message list of ``ctxtool diff``: the preview gives way to the positions and the estimates (never
+    cut), down to a few cells, rather than the terminal cropping the table's end."""
+    rows = [
+        {"status": "removed", "before_index": 166, "after_index": None, "type": "gemini",
+         "estimate": "-26,222", "content": "A long preview of a message too wide for a narrow terminal"},
+        {"status": "kept", "before_index": 2, "after_index": 2, "type": "user", "estimate": "1,305",
+         "content": "Short"},
+    ]  # fmt: skip
+    table = render.diff_message_table(rows, title="Messages", width=width)
+    assert _uncropped_width(table, width) <= width
+    assert [str(c) for c in table.columns[4]._cells] == ["-26,222", "1,305"]

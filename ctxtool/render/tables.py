@@ -915,24 +915,32 @@ _LABEL_MIN = 8  # the narrowest a label column of ``diff`` gets, on more lines
 
 
 def diff_message_table(rows: Sequence[Mapping[str, Any]], *, title: str, width: int = 120) -> Table:
-    """One row per message: status, before/after position, type, estimated tokens and an elided preview."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("status", no_wrap=True)
-    table.add_column("#b", justify="right", no_wrap=True)
-    table.add_column("#a", justify="right", no_wrap=True)
-    table.add_column("type", no_wrap=True)
-    table.add_column("est.", justify="right", no_wrap=True)
-    table.add_column("content", overflow="ellipsis", no_wrap=False, min_width=min(20, width // 4))
-    for r in rows:
-        status = str(r["status"])
-        table.add_row(
-            Text(status, style=_STATUS_STYLE.get(status, "")),
+    """One row per message: status, before/after position, type, estimated tokens and an elided preview.
+
+    The preview gives way to the numbers (never cut): it takes what they leave of ``width``, down to
+    ``_LABEL_MIN`` cells, under which the table drops its outer borders for a few cells more."""
+    cells = [
+        [
+            Text(str(r["status"]), style=_STATUS_STYLE.get(str(r["status"]), "")),
             Text("" if r["before_index"] is None else str(r["before_index"])),
             Text("" if r["after_index"] is None else str(r["after_index"])),
             Text(str(r["type"])),
             Text(str(r["estimate"])),
             Text(str(r["content"]), overflow="ellipsis", no_wrap=True),
-        )
+        ]
+        for r in rows
+    ]
+    headers = ("status", "#b", "#a", "type", "est.", "content")
+    fixed = [max([len(h), *(row[i].cell_len for row in cells)]) for i, h in enumerate(headers[:-1])]
+    room = width - sum(w + 3 for w in fixed) - 4  # the preview's room: borders and padding of six columns
+    edge = room >= _LABEL_MIN
+    room = max(1, room if edge else room + 4)
+    table = Table(title=title, title_justify="left", show_edge=edge, pad_edge=edge)
+    for h in headers[:-1]:
+        table.add_column(h, justify="right" if h in ("#b", "#a", "est.") else "left", no_wrap=True)
+    table.add_column("content", overflow="ellipsis", no_wrap=False, min_width=min(20, width // 4, room))
+    for row in cells:
+        table.add_row(*row)
     return table
 
 
