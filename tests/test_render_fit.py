@@ -401,3 +401,24 @@ def test_the_diff_message_table_fits_the_width_with_its_numbers_whole(width: int
     table = render.diff_message_table(rows, title="Messages", width=width)
     assert _uncropped_width(table, width) <= width
     assert [str(c) for c in table.columns[4]._cells] == ["-26,222", "1,305"]
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_a_stats_row_name_cut_to_fit_still_tells_the_rows_apart(width: int) -> None:
+    """``--by model`` on a home that used both ``gemini-3.1-pro-preview`` and its ``-customtools`` variant:
+    the model column, however narrow, is not cut to a start the two names share (``gemini-3.1-pro-…``)."""
+    models = ["gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-3.1-pro-preview",
+              "gemini-3.1-pro-preview-customtools"]  # fmt: skip
+    n = len(models)
+    big = [123_456_789] * n
+    rows = _Rows({"model": models, "sessions": [12] * n, "requests": [1_234] * n, "input": big, "output": big,
+                  "thoughts": big, "cached": big, "tool": [0] * n, "total": big, "cache_ratio": [0.5] * n,
+                  "cost": [12.5] * n, "unpriced": [0] * n})  # fmt: skip
+    sums: dict[str, float] = dict.fromkeys(
+        ("input", "output", "thoughts", "cached", "total"), 4 * 123_456_789
+    )
+    sums |= {"tool": 0, "sessions": 48, "requests": 4_936, "cost": 50.0, "unpriced": 0, "cache_ratio": 0.5}
+    table = render.stats_table(rows, sums, by="model", title="t", width=width)
+    names = [str(c) for c in table.columns[0]._cells]
+    assert len(set(names)) == n
+    assert _uncropped_width(table, width) <= width

@@ -303,11 +303,15 @@ def stats_table(
             footer = cell(col, totals[col]) if col in totals else Text("")
             footers[col] = _partial(footer, col, totals.get("unpriced", 0))
     keys = {columns[0], *_KEY_COLUMNS.get(by, ()), "total", "cost"}
+    text_min = dict(_TEXT_MIN)
+    if columns[0] in text_min:  # the row's name (a model, a project): cut, it still tells the rows apart
+        text_min[columns[0]] = _distinct_width(columns[0], full[columns[0]], text_min[columns[0]])
     kept, text_width, dropped = fit_columns(
         columns,
         {c: [footers[c], *full[c]] for c in columns},
         width=width,
         wide=wide,
+        text_min=text_min,
         drop_order=[c for c in _DROP_ORDER if c not in keys],
     )
     notes = [n for n in (caption, parts_note(totals), *dropped_notes(dropped, totals)) if n]
@@ -336,6 +340,19 @@ def stats_table(
     for i in range(rows.height):
         table.add_row(*(full[col][i] for col in kept))
     return table
+
+
+def _distinct_width(column: str, texts: Sequence[Text], least: int) -> int:
+    """The narrowest width from ``least`` at which the texts, cut as :func:`clip` cuts them, are still as
+    many different ones (``gemini-3.1-pro-preview`` and ``gemini-3.1-pro-preview-customtools`` both cut to
+    ``gemini-3.1-pro-…`` would read as one model)."""
+    plains = [t.plain for t in texts]
+    different = len(set(plains))
+    widest = max([least, *(t.cell_len for t in texts)])
+    for width in range(least, widest):
+        if len({clip(column, t, width).plain for t in texts}) == different:
+            return width
+    return widest
 
 
 def _stats_columns(rows: RowTable, totals: Mapping[str, Any], *, by: str, single_session: bool) -> list[str]:
