@@ -544,6 +544,45 @@ def test_one_meaning_per_short_flag() -> None:
     assert "--dry-run" not in str(meanings.get("-n"))
 
 
+# --output names what a command writes: a file, except where it writes a folder of them.
+_OUTPUT_FOLDERS = {"ctxtool compact": "DIR|FILE", "ctxtool export": "DIR"}
+
+
+def test_one_metavar_per_option() -> None:
+    """Every option that takes a value and every argument names it in capitals, as the README does
+    (``--format FORMAT``, ``--output FILE``, ``PATH...``), never typer's ``<path>`` or ``<int range>``; and an
+    option several commands share names its value the same in each (``--top N``, ``--cache-dir DIR``)."""
+    import typer.main
+
+    from ctxtool.cli import app, register
+
+    register()
+    metavars: dict[str, dict[str, str]] = {}  # long flag -> command -> metavar
+    offenders = []
+
+    def walk(command: object, name: str) -> None:
+        for param in getattr(command, "params", []):
+            if param.param_type_name == "option" and (param.is_flag or param.count or param.hidden):
+                continue
+            shown = param.metavar or ""
+            if not shown or shown[0] in "<[" or not shown.split("|")[0][:1].isalpha():
+                offenders.append(f"{name} {param.opts[0]}: {shown or 'typer default'}")
+            elif param.param_type_name == "argument" and not shown.isupper():
+                offenders.append(f"{name} {param.name}: {shown}")
+            if param.param_type_name == "option":
+                for flag in (o for o in param.opts if o.startswith("--")):
+                    metavars.setdefault(flag, {})[name] = shown
+        for sub_name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{name} {sub_name}")
+
+    walk(typer.main.get_command(app), "ctxtool")
+    assert offenders == []
+    for flag, by_command in metavars.items():
+        if flag == "--output":
+            by_command = {c: m for c, m in by_command.items() if _OUTPUT_FOLDERS.get(c) != m}
+        assert len(set(by_command.values())) <= 1, f"{flag}: {by_command}"
+
+
 @pytest.mark.parametrize(
     ("args", "status"),
     [

@@ -45,10 +45,12 @@ PATHS = typer.Argument(
     help="Session files, folders, globs or ids (default: the data root).",
 )
 MAX_SESSION_TOKENS = typer.Option(
-    None, "--max-session-tokens", metavar="N", help="Tokens of a session, subagents included."
+    None, "--max-session-tokens", metavar="TOKENS", help="Tokens of a session, subagents included."
 )
-MAX_TURN_TOKENS = typer.Option(None, "--max-turn-tokens", metavar="N", help="Tokens of one turn.")
-MAX_REQUEST_TOKENS = typer.Option(None, "--max-request-tokens", metavar="N", help="Tokens of one request.")
+MAX_TURN_TOKENS = typer.Option(None, "--max-turn-tokens", metavar="TOKENS", help="Tokens of one turn.")
+MAX_REQUEST_TOKENS = typer.Option(
+    None, "--max-request-tokens", metavar="TOKENS", help="Tokens of one request."
+)
 MAX_CONTEXT_SHARE = typer.Option(
     None, "--max-context-share", metavar="SHARE", help="A prompt over the model's context window."
 )

@@ -180,9 +180,7 @@ UNDO = typer.Option(
     "--undo",
     help="Drop what the last --in-place appended.",
 )
-FORMAT = typer.Option(
-    "table", "--format", "-f", metavar="table|json", help="Output format.", show_default=False
-)
+FORMAT = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table or json.", show_default=False)
 
 
 @dataclass(frozen=True)

@@ -41,15 +41,25 @@ error (a file cannot be read), 2 usage error.
 
 def diff(
     before: str = typer.Argument(
-        ..., help="The earlier session: a file, or a session id or unique prefix (e.g. the original)."
+        ...,
+        metavar="BEFORE",
+        help="The earlier session: a file, or a session id or unique prefix (e.g. the original).",
     ),
     after: str = typer.Argument(
-        ..., help="The later session: a file, or a session id or unique prefix (e.g. the compacted copy)."
+        ...,
+        metavar="AFTER",
+        help="The later session: a file, or a session id or unique prefix (e.g. the compacted copy).",
     ),
     fmt: str = typer.Option(
-        None, "--format", "-f", help="table, json or markdown (default: --output's suffix, else table)."
+        None,
+        "--format",
+        "-f",
+        metavar="FORMAT",
+        help="table, json or markdown (default: --output's suffix, else table).",
     ),
-    output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
+    output: Path = typer.Option(
+        None, "--output", "-o", metavar="FILE", help="Write to FILE instead of standard output."
+    ),
     exit_code: bool = typer.Option(
         False, "--exit-code", help="Exit 1 when the sessions differ, 0 when they do not (like git diff)."
     ),

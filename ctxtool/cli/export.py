@@ -38,11 +38,15 @@ Exit status: 0 ok, 1 with --strict when a file could not be read in full, 2 usag
 
 
 def export(
-    paths: list[str] = typer.Argument(
-        None, metavar="PATH...", help="Session files, directories or globs (default: the data root)."
-    ),
+    paths: list[str] = options.PATHS,
     to: Path = typer.Option(
-        ..., "--to", "-t", "--output", "-o", help="The dataset directory (created if missing)."
+        ...,
+        "--to",
+        "-t",
+        "--output",
+        "-o",
+        metavar="DIR",
+        help="The dataset directory (created if missing).",
     ),
     prompts: bool = typer.Option(
         True,
