@@ -623,3 +623,26 @@ def test_a_reader_that_stops_early_ends_the_run_quietly_with_its_status(
     # only the fixtures' own warning (a broken line), whatever the stream: no traceback, no error
     assert all(line.startswith("warning: ") for line in errors.read_text().splitlines())
     assert done.returncode == status
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stats", "--format", "json"],
+        ["audit", "--no-config", "--max-session-tokens", "2M"],
+        ["export", "--to", "dataset"],
+        ["report", "--output", "report.html"],
+    ],
+)
+def test_every_command_that_reads_through_the_index_takes_no_cache_and_cache_dir(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--cache-dir DIR`` puts the index in DIR and ``--no-cache`` reads every file again without it, on
+    every command that reads sessions through the index, as ``stats`` documents them."""
+    monkeypatch.chdir(tmp_path)
+    root = str(FIXTURES / "gemini")
+    assert run([command[0], root, *command[1:], "--cache-dir", str(tmp_path / "index")]) == 0
+    assert any(p.is_file() for p in (tmp_path / "index").rglob("*"))
+    assert run([command[0], root, *command[1:], "--no-cache", "--cache-dir", str(tmp_path / "none")]) == 0
+    assert not (tmp_path / "none").exists()
+    capsys.readouterr()
