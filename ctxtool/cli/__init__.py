@@ -46,13 +46,18 @@ _MAIN_COMMANDS = (
 )
 
 
-def overview() -> str:
-    """What bare ``ctxtool`` prints: where it looks, what it found there, and the main commands."""
+def overview(width: int | None = None) -> str:
+    """What bare ``ctxtool`` prints: where it looks, what it found there, and the main commands; wrapped to
+    ``width`` (default: the terminal's, at most 80 columns)."""
+    import functools
+    import shutil
     import textwrap
 
     from ctxtool.session.discover import default_roots, discover
 
-    lines = ["ctxtool: token usage, compaction, diffs and CI budgets of Gemini CLI sessions.", ""]
+    width = max(40, min(80, width or shutil.get_terminal_size((80, 24)).columns))
+    wrap = functools.partial(textwrap.wrap, width=width, break_on_hyphens=False, break_long_words=False)
+    lines = [*wrap("ctxtool: token usage, compaction, diffs and CI budgets of Gemini CLI sessions."), ""]
     found_any = False
     for root in default_roots():
         if root.is_dir():
@@ -66,19 +71,16 @@ def overview() -> str:
         else:
             lines += [f"Looks in {root}:", "  not there yet (run Gemini CLI, or set GEMINI_CLI_HOME)."]
     if found_any:
-        lines += _requests_found()
+        lines += ["", *wrap(_requests_found())]
     lines += ["", "Main commands:"]
-    width = max(len(c) for c, _ in _MAIN_COMMANDS)
-    lines += [f"  {c:<{width}}  {what}" for c, what in _MAIN_COMMANDS]
-    lines += [
-        "",
-        "ctxtool COMMAND --help: its options and examples. ctxtool --help: every command.",
-        *textwrap.wrap(EXIT_STATUS_HELP, 80),
-    ]
-    return "\n".join(lines)
+    left = max(len(c) for c, _ in _MAIN_COMMANDS) + 4
+    for command, what in _MAIN_COMMANDS:
+        lines += wrap(what, initial_indent=f"  {command:<{left - 4}}  ", subsequent_indent=" " * left)
+    lines += ["", *wrap("ctxtool COMMAND --help: its options and examples. ctxtool --help: every command.")]
+    return "\n".join([*lines, *wrap(EXIT_STATUS_HELP)])
 
 
-def _requests_found() -> list[str]:
+def _requests_found() -> str:
     """The requests those sessions made and the projects they were made in, counted as ``ctxtool stats``
     counts them (read the way it reads, through its index, so the ``stats`` that follows starts warm): the
     projects are the rows of ``stats --by project``. A project folder whose sessions made no request (the a2a
@@ -88,11 +90,10 @@ def _requests_found() -> list[str]:
     corpus, _ = load_corpus([], cache=True)
     requests = corpus.requests
     projects = requests.get_column("project").n_unique() if requests.height else 0
-    return [
-        "",
+    return (
         f"Their sessions made {plural(requests.height, 'request')} in {plural(projects, 'project')}"
-        " (ctxtool stats --by project).",
-    ]
+        " (ctxtool stats --by project)."
+    )
 
 
 def _version(value: bool) -> None:
