@@ -142,7 +142,8 @@ def make_console(
     choice = "always" if color is True else "never" if color is False else str(color or "auto")
     target = stream if stream is not None else sys.stdout
     tty = bool(getattr(target, "isatty", lambda: False)())
-    want = wants_color(str(choice), tty=tty, env=os.environ, to_file=stream is not None)
+    to_file = stream is not None and stream not in (sys.stdout, sys.stderr)  # --output, not a pipe
+    want = wants_color(str(choice), tty=tty, env=os.environ, to_file=to_file)
     return Console(
         file=stream,
         width=width,
