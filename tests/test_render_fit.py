@@ -422,3 +422,20 @@ def test_a_stats_row_name_cut_to_fit_still_tells_the_rows_apart(width: int) -> N
     names = [str(c) for c in table.columns[0]._cells]
     assert len(set(names)) == n
     assert _uncropped_width(table, width) <= width
+
+
+@pytest.mark.parametrize("width", [46, 50, 56])
+def test_a_narrow_audit_table_wraps_its_rule_names_not_its_values(width: int) -> None:
+    """Where status, session, rule and value alone are wider than the terminal, the rule names go onto two
+    lines at their hyphens; every value stays whole and the table within the width (it was cropped, values
+    cut to ``26,800,``)."""
+    checks = [
+        {"status": "fail", "subject": "session-2025-09-25T12-32-a025e452", "rule": rule, "value": value,
+         "limit": limit, "offender": "turn 24 (8,378,194 tokens)"}
+        for rule, value, limit in [("max-session-tokens", "26,800,468", "1,000,000"),
+                                   ("max-context-share", "54.3%", "30.0%")]
+    ]  # fmt: skip
+    table = render.audit_table(checks, title="ctxtool audit", width=width)
+    assert _uncropped_width(table, width) <= width
+    values = [str(c) for c in table.columns[3]._cells]
+    assert values == ["26,800,468", "54.3%"]

@@ -774,6 +774,7 @@ def audit_table(
     ):
         headers, fixed, room, rows = headers[:-1], fixed[:-1], wider, [r[:-1] for r in rows]
         notes.append("Limits: " + " · ".join(f"{rule} {limit}" for rule, limit in limits.items()) + ".")
+    room = _narrow_rules(rows, fixed, room)
     show_worst = any(o.plain for o in offenders)
     if show_worst and room < narrowest:
         show_worst = False
@@ -792,6 +793,20 @@ def audit_table(
     for row, offender in zip(rows, offenders, strict=True):
         table.add_row(*row, *([wrap_text(offender, min(widest, room))] if show_worst else []))
     return table
+
+
+def _narrow_rules(rows: list[list[Text]], fixed: list[int], room: int) -> int:
+    """Where the columns are too wide even without a worst column (``room`` under -3), the rule names go onto
+    more lines, broken after their hyphens (``max-session-`` / ``tokens``), so that the values stay whole
+    within the width. Narrows ``fixed`` and the rule cells of ``rows`` in place; returns the room left."""
+    if room >= -3:
+        return room
+    narrow = max(len("rule"), _wrap_min([r[2] for r in rows]), fixed[2] - (-3 - room))
+    for r in rows:
+        r[2] = wrap_text(r[2], narrow)
+    room += fixed[2] - narrow
+    fixed[2] = narrow
+    return room
 
 
 # A ``limit`` column gives way when that saves the tallest worst offender this many lines. Under the
