@@ -75,7 +75,10 @@ def overview(width: int | None = None) -> str:
     lines += ["", "Main commands:"]
     left = max(len(c) for c, _ in _MAIN_COMMANDS) + 4
     for command, what in _MAIN_COMMANDS:
-        lines += wrap(what, initial_indent=f"  {command:<{left - 4}}  ", subsequent_indent=" " * left)
+        if width - left >= 24:
+            lines += wrap(what, initial_indent=f"  {command:<{left - 4}}  ", subsequent_indent=" " * left)
+        else:  # too narrow for two columns: each description under its command
+            lines += [f"  {command}", *wrap(what, initial_indent=" " * 6, subsequent_indent=" " * 6)]
     lines += ["", *wrap("ctxtool COMMAND --help: its options and examples. ctxtool --help: every command.")]
     return "\n".join([*lines, *wrap(EXIT_STATUS_HELP)])
 
