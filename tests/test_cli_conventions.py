@@ -662,3 +662,45 @@ def test_every_command_that_reads_through_the_index_takes_no_cache_and_cache_dir
     assert run([command[0], root, *command[1:], "--no-cache", "--cache-dir", str(tmp_path / "none")]) == 0
     assert not (tmp_path / "none").exists()
     capsys.readouterr()
+
+
+_SESSION = str(FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats" / "session-2026-05-25T09-30-c4e5f6a7.jsonl")
+
+
+_WRITERS = [
+    ["stats", "--output", "{out}.csv"],
+    ["stats", "--output", "{out}.txt"],
+    ["audit", "--no-config", "--max-session-tokens", "2M", "--output", "{out}.xml"],
+    ["diff", _SESSION, "--output", "{out}.md"],
+    ["report", "--output", "{out}.html"],
+    ["export", "--to", "{out}"],
+    ["compact", "--force", "--output", "{out}.jsonl"],
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "where"),
+    [(c, "under a file") for c in _WRITERS]
+    # a folder is what export --to and compact --output DIR write into
+    + [(c, "a folder") for c in _WRITERS if c[0] not in ("export", "compact")],
+)
+def test_an_output_that_cannot_be_written_is_one_line_naming_it(
+    command: list[str], where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output`` (or ``--to``) naming a folder where a file is written, or a path under a file: exit 1 and
+    one line naming the path asked for and the fix, never "unexpected IsADirectoryError" nor the name of a
+    temporary file beside it."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    out = str(tmp_path / "out" if where == "a folder" else blocker / "out")
+    args = [a.replace("{out}", out) for a in command]
+    target = next(a for a in args if a.startswith(out))
+    if where == "a folder":
+        Path(target).mkdir()
+    code = run([args[0], _SESSION, *args[1:]])
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("warning: ")]
+    assert code == 1
+    assert len(err) == 1, err
+    assert err[0].startswith(f"Error: {target}: cannot be written (")
+    fix = "Name a file, not a folder" if where == "a folder" else f"{blocker} is a file, not a folder"
+    assert fix in err[0]

@@ -117,8 +117,9 @@ def _print_table(
 
     from ctxtool import diff as diff_lib
     from ctxtool.render import tables as render
+    from ctxtool.render.formats import open_text
 
-    stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
+    stream = open_text(output) if output else None
     try:
         console = render.make_console(stream, width=width, color=color)
         title = render.two_paths(

@@ -159,7 +159,9 @@ def make_console(
 @contextmanager
 def output_console(output: Path | None, *, width: int | None, color: str | None) -> Iterator[Console]:
     """A console onto the file ``--output`` names (closed on leaving), else onto standard output."""
-    stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
+    from ctxtool.render.formats import open_text
+
+    stream = open_text(output) if output else None
     try:
         yield make_console(stream, width=width, color=color)
     finally:
