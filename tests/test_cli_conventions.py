@@ -675,6 +675,7 @@ _WRITERS = [
     ["report", "--output", "{out}.html"],
     ["export", "--to", "{out}"],
     ["compact", "--force", "--output", "{out}.jsonl"],
+    ["compare", "--chart", "{out}.png"],
 ]
 
 
@@ -704,3 +705,15 @@ def test_an_output_that_cannot_be_written_is_one_line_naming_it(
     assert err[0].startswith(f"Error: {target}: cannot be written (")
     fix = "Name a file, not a folder" if where == "a folder" else f"{blocker} is a file, not a folder"
     assert fix in err[0]
+
+
+def test_settings_that_cannot_be_written_are_an_output_error(tmp_path: Path) -> None:
+    """``hooks install`` where Gemini CLI's settings folder cannot be made: a CtxtoolError naming the file
+    (one line at the CLI's boundary), not an OSError the boundary calls unexpected."""
+    from ctxtool.common.errors import OutputError
+    from ctxtool.hooks import settings
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(OutputError, match=f"{blocker} is a file, not a folder"):
+        settings._write(blocker / ".gemini" / "settings.json", None, "{}")
