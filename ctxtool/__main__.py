@@ -23,6 +23,9 @@ def main() -> None:
         answered = guard(args[1:])
         sys.stdout.flush()
         os._exit(answered)
+    from ctxtool.common import pipes
+
+    pipes.install()  # `ctxtool … | head`: the run ends quietly, with its own status
     from ctxtool.frames import replay
 
     code = replay.try_replay(sys.argv[1:])  # a warm `stats` over unchanged files: no heavy import at all

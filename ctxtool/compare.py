@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxtool.common.errors import CtxtoolError, UsageError
+from ctxtool.common.errors import CtxtoolError, OutputError, UsageError
 from ctxtool.compress.strategies import registry
 from ctxtool.compress.strategies.base import StrategyOptions, wire_history
 from ctxtool.compress.summarize.facts import FACT_KINDS, Facts, extract_facts, history_text, retention
@@ -286,8 +286,11 @@ def write_chart(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         ax2.set_title("fact retention % (paths, commands, errors, directives)")
         ax2.set_xticks(xs, names, rotation=30, ha="right")
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format=suffix[1:], metadata={"Date": None} if suffix == ".svg" else None)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path, format=suffix[1:], metadata={"Date": None} if suffix == ".svg" else None)
+        except OSError as exc:
+            raise OutputError(path, exc) from exc
     finally:
         plt.close(fig)
     return path

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, TypedDict
 import orjson
 
 from ctxtool import __version__
-from ctxtool.common.errors import CtxtoolError, UsageError
+from ctxtool.common.errors import CtxtoolError, OutputError, UsageError
 from ctxtool.session.discover import DATASET_MANIFEST, is_dataset
 
 if TYPE_CHECKING:
@@ -323,7 +323,10 @@ def export_corpus(
     """
     directory = Path(to_dir)
     _check_target(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(directory, exc) from exc
     with _locked(directory):
         manifest = read_manifest(directory) if is_dataset(directory) else _empty_manifest()
         _remove_leftovers(directory, manifest)

@@ -125,7 +125,7 @@ def test_a_command_that_fails_prints_nothing_on_stdout(
     assert run([*command, missing]) == 1
     captured = capsysbinary.readouterr()
     assert captured.out == b""
-    assert b"no-such-session.jsonl: no such file or directory" in captured.err
+    assert b"no-such-session.jsonl: matches no session file. Check the path, or quote a glob" in captured.err
     chats = chats_with_good_session(tmp_path)
     os.mkfifo(chats / "session-x.jsonl")
     assert run([*command, str(chats / "session-x.jsonl")]) == 1

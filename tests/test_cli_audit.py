@@ -153,6 +153,19 @@ def test_github_annotations(capsysbinary: pytest.CaptureFixture[bytes], tmp_path
     ]
 
 
+def test_force_color_colours_the_table_github_sends_to_stderr(
+    capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``FORCE_COLOR`` colours a table in a pipe (a CI log): standard error too, where ``--github`` puts the
+    table; the annotations on standard output stay plain."""
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    code, out, err = audit(capsysbinary, str(ONE), "--max-session-tokens", "200k", "--github", "--no-config")
+    assert code == 3
+    assert "\x1b[" in err
+    assert "\x1b[" not in out
+
+
 def test_github_without_output_keeps_stdout_for_the_annotations(
     capsysbinary: pytest.CaptureFixture[bytes],
 ) -> None:

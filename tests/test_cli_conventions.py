@@ -30,6 +30,22 @@ def test_bare_ctxtool_prints_an_overview_and_exits_0(
     assert max(len(line) for line in out.splitlines() if not line.startswith("Looks in")) <= 80
 
 
+@pytest.mark.parametrize("columns", [40, 60, 120])
+def test_the_overview_wraps_to_the_terminal(
+    columns: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bare ``ctxtool`` on a narrow terminal: every line within its width (a description goes on under its
+    command, an option is never broken at its hyphens); on a wide one, lines of at most 80 columns."""
+    shutil.copytree(FIXTURES / "gemini", tmp_path / ".gemini")
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert run([]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("Looks in")]
+    assert max(len(line) for line in lines) <= min(columns, 80)
+    assert any("(--max-session-tokens 2M)" in line for line in lines)
+    assert any(line.startswith("  ctxtool stats") for line in lines)
+
+
 def test_the_overview_counts_the_projects_stats_by_project_lists(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -542,3 +558,162 @@ def test_one_meaning_per_short_flag() -> None:
     assert {next(iter(longs)) for longs in meanings["-n"].values()} == {"--limit"}
     assert all("--output" in longs for longs in meanings["-o"].values())
     assert "--dry-run" not in str(meanings.get("-n"))
+
+
+# --output names what a command writes: a file, except where it writes a folder of them.
+_OUTPUT_FOLDERS = {"ctxtool compact": "DIR|FILE", "ctxtool export": "DIR"}
+
+
+def test_one_metavar_per_option() -> None:
+    """Every option that takes a value and every argument names it in capitals, as the README does
+    (``--format FORMAT``, ``--output FILE``, ``PATH...``), never typer's ``<path>`` or ``<int range>``; and an
+    option several commands share names its value the same in each (``--top N``, ``--cache-dir DIR``)."""
+    import typer.main
+
+    from ctxtool.cli import app, register
+
+    register()
+    metavars: dict[str, dict[str, str]] = {}  # long flag -> command -> metavar
+    offenders = []
+
+    def walk(command: object, name: str) -> None:
+        for param in getattr(command, "params", []):
+            if param.param_type_name == "option" and (param.is_flag or param.count or param.hidden):
+                continue
+            shown = param.metavar or ""
+            if not shown or shown[0] in "<[" or not shown.split("|")[0][:1].isalpha():
+                offenders.append(f"{name} {param.opts[0]}: {shown or 'typer default'}")
+            elif param.param_type_name == "argument" and not shown.isupper():
+                offenders.append(f"{name} {param.name}: {shown}")
+            if param.param_type_name == "option":
+                for flag in (o for o in param.opts if o.startswith("--")):
+                    metavars.setdefault(flag, {})[name] = shown
+        for sub_name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{name} {sub_name}")
+
+    walk(typer.main.get_command(app), "ctxtool")
+    assert offenders == []
+    for flag, by_command in metavars.items():
+        if flag == "--output":
+            by_command = {c: m for c, m in by_command.items() if _OUTPUT_FOLDERS.get(c) != m}
+        assert len(set(by_command.values())) <= 1, f"{flag}: {by_command}"
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [
+        ([], 0),  # the bare overview
+        (["stats", "--no-cache"], 0),
+        (["stats", "--no-cache", "--format", "json"], 0),
+        (["audit", "--no-config", "--max-session-tokens", "1"], 3),
+        (["compact", "--dry-run", "--list-profiles"], 0),
+        (["--help"], 0),
+    ],
+)
+@pytest.mark.parametrize("stream", ["stdout", "both"])
+def test_a_reader_that_stops_early_ends_the_run_quietly_with_its_status(
+    args: list[str], status: int, stream: str, tmp_path: Path
+) -> None:
+    """``ctxtool … | head -1``: the console script, writing into a pipe whose reader has gone (closed before
+    the run starts, so every write meets it however large the pipe's buffer), prints no traceback and ends
+    with the status it would have ended with (``audit`` over budget: 3), not typer's silent 1."""
+    import os
+    import subprocess
+    import sys
+
+    shutil.copytree(FIXTURES / "gemini", tmp_path / ".gemini")
+    env = {**os.environ, "GEMINI_CLI_HOME": str(tmp_path), "CTXTOOL_CACHE_DIR": str(tmp_path / "cache")}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    errors = tmp_path / "stderr"
+    with errors.open("wb") as err:
+        done = subprocess.run(
+            [sys.executable, "-m", "ctxtool", *args],
+            stdout=write_end,
+            stderr=write_end if stream == "both" else err,
+            env=env,
+            check=False,
+            timeout=120,
+        )
+    os.close(write_end)
+    # only the fixtures' own warning (a broken line), whatever the stream: no traceback, no error
+    assert all(line.startswith("warning: ") for line in errors.read_text().splitlines())
+    assert done.returncode == status
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stats", "--format", "json"],
+        ["audit", "--no-config", "--max-session-tokens", "2M"],
+        ["export", "--to", "dataset"],
+        ["report", "--output", "report.html"],
+    ],
+)
+def test_every_command_that_reads_through_the_index_takes_no_cache_and_cache_dir(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--cache-dir DIR`` puts the index in DIR and ``--no-cache`` reads every file again without it, on
+    every command that reads sessions through the index, as ``stats`` documents them."""
+    monkeypatch.chdir(tmp_path)
+    root = str(FIXTURES / "gemini")
+    assert run([command[0], root, *command[1:], "--cache-dir", str(tmp_path / "index")]) == 0
+    assert any(p.is_file() for p in (tmp_path / "index").rglob("*"))
+    assert run([command[0], root, *command[1:], "--no-cache", "--cache-dir", str(tmp_path / "none")]) == 0
+    assert not (tmp_path / "none").exists()
+    capsys.readouterr()
+
+
+_SESSION = str(FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats" / "session-2026-05-25T09-30-c4e5f6a7.jsonl")
+
+
+_WRITERS = [
+    ["stats", "--output", "{out}.csv"],
+    ["stats", "--output", "{out}.txt"],
+    ["audit", "--no-config", "--max-session-tokens", "2M", "--output", "{out}.xml"],
+    ["diff", _SESSION, "--output", "{out}.md"],
+    ["report", "--output", "{out}.html"],
+    ["export", "--to", "{out}"],
+    ["compact", "--force", "--output", "{out}.jsonl"],
+    ["compare", "--chart", "{out}.png"],
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "where"),
+    [(c, "under a file") for c in _WRITERS]
+    # a folder is what export --to and compact --output DIR write into
+    + [(c, "a folder") for c in _WRITERS if c[0] not in ("export", "compact")],
+)
+def test_an_output_that_cannot_be_written_is_one_line_naming_it(
+    command: list[str], where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output`` (or ``--to``) naming a folder where a file is written, or a path under a file: exit 1 and
+    one line naming the path asked for and the fix, never "unexpected IsADirectoryError" nor the name of a
+    temporary file beside it."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    out = str(tmp_path / "out" if where == "a folder" else blocker / "out")
+    args = [a.replace("{out}", out) for a in command]
+    target = next(a for a in args if a.startswith(out))
+    if where == "a folder":
+        Path(target).mkdir()
+    code = run([args[0], _SESSION, *args[1:]])
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("warning: ")]
+    assert code == 1
+    assert len(err) == 1, err
+    assert err[0].startswith(f"Error: {target}: cannot be written (")
+    fix = "Name a file, not a folder" if where == "a folder" else f"{blocker} is a file, not a folder"
+    assert fix in err[0]
+
+
+def test_settings_that_cannot_be_written_are_an_output_error(tmp_path: Path) -> None:
+    """``hooks install`` where Gemini CLI's settings folder cannot be made: a CtxtoolError naming the file
+    (one line at the CLI's boundary), not an OSError the boundary calls unexpected."""
+    from ctxtool.common.errors import OutputError
+    from ctxtool.hooks import settings
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(OutputError, match=f"{blocker} is a file, not a folder"):
+        settings._write(blocker / ".gemini" / "settings.json", None, "{}")

@@ -89,3 +89,23 @@ def test_errors(capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path) -> N
     assert "--format 'csv' is not supported by diff" in err
     code, _, _ = diff(capsysbinary, str(ONE))
     assert code == 2
+
+
+@pytest.mark.parametrize("width", [40, 60])
+def test_the_counts_line_wraps_to_the_width(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, width: int
+) -> None:
+    """The one-line summary (``226 removed, 53 kept, …``) goes onto more lines where the width is too narrow,
+    breaking after a comma, never inside a count."""
+    original = original_messages()
+    many = [{**m, "id": f"{m['id']}-{i}"} for i in range(30) for m in original]  # counts of three digits
+    before = write_jsonl(tmp_path / "before.jsonl", [HEADER, *many])
+    after = write_jsonl(tmp_path / "after.jsonl", [HEADER, *compacted_messages(many)])
+    code, out, _ = diff(capsysbinary, str(before), str(after), "--width", str(width), "--color", "never")
+    assert code == 0
+    lines = out.splitlines()
+    counts = lines[1 : next(i for i, line in enumerate(lines) if line.startswith("Tokens"))]
+    assert len(counts) == 2
+    assert all(len(line) <= width for line in counts)
+    assert " ".join(counts).endswith("added; the sessions differ.")
+    assert all(line.split()[-1].endswith((",", ".")) for line in counts)

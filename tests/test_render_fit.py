@@ -45,6 +45,7 @@ def test_session_labels_name_the_extension_only_for_a_json_jsonl_pair() -> None:
         (40, "…/proj/chats/session-…-cd7b13fa.jsonl"),
         (32, "…/chats/session-…-cd7b13fa.jsonl"),
         (26, "…/session-…-cd7b13fa.jsonl"),
+        (20, "…-cd7b13fa.jsonl"),
         (12, "…b13fa.jsonl"),
     ],
 )
@@ -53,6 +54,32 @@ def test_paths_are_shortened_from_the_left(width: int, expected: str) -> None:
     got = render.short_path(path, width)
     assert got == expected
     assert len(got) <= width
+
+
+BEFORE = "/home/u/.gemini/tmp/proj/chats/session-2026-04-25T01-53-cd7b13fa.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("width", "expected"),
+    [
+        (120, [f"ctxtool diff {BEFORE} → /tmp/out/compacted.jsonl"]),
+        (80, ["ctxtool diff …/proj/chats/session-…-cd7b13fa.jsonl → /tmp/out/compacted.jsonl"]),
+        (
+            60,
+            [
+                "ctxtool diff …/chats/session-2026-04-25T01-53-cd7b13fa.jsonl",
+                "           → /tmp/out/compacted.jsonl",
+            ],
+        ),
+        (40, ["ctxtool diff …/session-…-cd7b13fa.jsonl", "           → /tmp/out/compacted.jsonl"]),
+    ],
+)
+def test_diff_names_both_files_within_the_width(width: int, expected: list[str]) -> None:
+    """The first line of ``ctxtool diff``: one line while each path keeps the name that tells its file apart
+    (no ``…ssion-…`` cut into it), else the second path under the first; never past the width."""
+    lines = render.two_paths("ctxtool diff", BEFORE, "/tmp/out/compacted.jsonl", width).split("\n")
+    assert lines == expected
+    assert all(len(line) <= width for line in lines)
 
 
 def test_narrow_stats_drop_columns_name_them_and_wide_shows_them(
@@ -333,3 +360,82 @@ def test_the_stats_table_reads_any_row_table_and_names_what_it_leaves_out() -> N
     shown = sum(_count(row[h]) for h in TOKEN_HEADERS if h in header)
     hidden = sum(_count(item.rpartition(" ")[2]) for item in named.group(1).split(" · "))
     assert shown + hidden == 303_035
+
+
+def _uncropped_width(table: object, width: int) -> int:
+    """How wide ``table`` prints on a terminal ``width`` columns wide, lines past the width left whole."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(table, crop=False)
+    return max(len(line) for line in console.file.getvalue().splitlines())  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("width", [60, 70])
+def test_the_compact_table_fits_the_width_instead_of_being_cropped(
+    width: int, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """Where the key columns and the output's least width are wider than the terminal, the output path gives
+    way further (to its session id, ``…-4b1e9c2a.json``) rather than the terminal cropping the table's end."""
+    assert run(["compact", str(ROOT), "--dry-run", "--force", "--format", "json"]) == 0
+    rows = json.loads(capsysbinary.readouterr().out)["sessions"]
+    table, _ = render.compact_table(rows, plan=True, width=width)
+    assert _uncropped_width(table, width) <= width
+    written = [str(c) for c in table.columns[-1]._cells if "4b1e9c2a" in str(c)]
+    assert written
+    assert all(w.endswith("-4b1e9c2a.json") for w in written)
+
+
+@pytest.mark.parametrize("width", [46, 50, 60])
+def test_the_diff_message_table_fits_the_width_with_its_numbers_whole(width: int) -> None:
+    """The message list of ``ctxtool diff``: the preview gives way to the positions and the estimates (never
+    cut), down to a few cells, rather than the terminal cropping the table's end."""
+    rows = [
+        {"status": "removed", "before_index": 166, "after_index": None, "type": "gemini",
+         "estimate": "-26,222", "content": "A long preview of a message too wide for a narrow terminal"},
+        {"status": "kept", "before_index": 2, "after_index": 2, "type": "user", "estimate": "1,305",
+         "content": "Short"},
+    ]  # fmt: skip
+    table = render.diff_message_table(rows, title="Messages", width=width)
+    assert _uncropped_width(table, width) <= width
+    assert [str(c) for c in table.columns[4]._cells] == ["-26,222", "1,305"]
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_a_stats_row_name_cut_to_fit_still_tells_the_rows_apart(width: int) -> None:
+    """``--by model`` on a home that used both ``gemini-3.1-pro-preview`` and its ``-customtools`` variant:
+    the model column, however narrow, is not cut to a start the two names share (``gemini-3.1-pro-…``)."""
+    models = ["gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-3.1-pro-preview",
+              "gemini-3.1-pro-preview-customtools"]  # fmt: skip
+    n = len(models)
+    big = [123_456_789] * n
+    rows = _Rows({"model": models, "sessions": [12] * n, "requests": [1_234] * n, "input": big, "output": big,
+                  "thoughts": big, "cached": big, "tool": [0] * n, "total": big, "cache_ratio": [0.5] * n,
+                  "cost": [12.5] * n, "unpriced": [0] * n})  # fmt: skip
+    sums: dict[str, float] = dict.fromkeys(
+        ("input", "output", "thoughts", "cached", "total"), 4 * 123_456_789
+    )
+    sums |= {"tool": 0, "sessions": 48, "requests": 4_936, "cost": 50.0, "unpriced": 0, "cache_ratio": 0.5}
+    table = render.stats_table(rows, sums, by="model", title="t", width=width)
+    names = [str(c) for c in table.columns[0]._cells]
+    assert len(set(names)) == n
+    assert _uncropped_width(table, width) <= width
+
+
+@pytest.mark.parametrize("width", [46, 50, 56])
+def test_a_narrow_audit_table_wraps_its_rule_names_not_its_values(width: int) -> None:
+    """Where status, session, rule and value alone are wider than the terminal, the rule names go onto two
+    lines at their hyphens; every value stays whole and the table within the width (it was cropped, values
+    cut to ``26,800,``)."""
+    checks = [
+        {"status": "fail", "subject": "session-2025-09-25T12-32-a025e452", "rule": rule, "value": value,
+         "limit": limit, "offender": "turn 24 (8,378,194 tokens)"}
+        for rule, value, limit in [("max-session-tokens", "26,800,468", "1,000,000"),
+                                   ("max-context-share", "54.3%", "30.0%")]
+    ]  # fmt: skip
+    table = render.audit_table(checks, title="ctxtool audit", width=width)
+    assert _uncropped_width(table, width) <= width
+    values = [str(c) for c in table.columns[3]._cells]
+    assert values == ["26,800,468", "54.3%"]

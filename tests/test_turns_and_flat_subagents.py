@@ -280,3 +280,24 @@ def test_a_short_id_names_the_parent_not_its_flat_subagent(chats: Path) -> None:
     root = chats.parent.parent
     assert resolve_session_args([PARENT_ID[:8]], roots=[root]) == [str(parent)]
     assert resolve_session_args([PARENT_ID], roots=[root]) == [str(parent)]
+
+
+@pytest.mark.parametrize("command", [["compact", "--dry-run"], ["compare"], ["diff", "c0c0c0c0"], ["audit"]])
+def test_an_id_cut_too_short_is_said_to_be_one_with_its_fix(
+    tmp_path: Path, command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ctxtool compact 4dd``: three characters name no file and are too few to be taken for a session id;
+    every command that takes ids says both, and what to pass instead (a usage error, as an unknown id)."""
+    chats = tmp_path / ".gemini" / "tmp" / "proj" / "chats"
+    chats.mkdir(parents=True)
+    write_parent_and_flat_subagent(chats)
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path))
+    monkeypatch.chdir(chats)
+    assert resolve_session_args(["c0c0"]) != ["c0c0"]  # four characters: an id
+    budget = ["--max-session-tokens", "1M", "--no-config"] if command == ["audit"] else []
+    assert run([*command, "c0c", *budget]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "Error: c0c names no file, and a session id takes 4 characters or more. Pass a session file, a chats/"
+        " folder, or a longer start of an id from `ctxtool stats`"
+    ]

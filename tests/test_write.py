@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxtool.common.errors import OutputError
 from ctxtool.common.jsvalue import js_number_to_string, js_stringify
 from ctxtool.session.read import parse_session_bytes, read_session
 from ctxtool.session.write import (
@@ -134,7 +135,7 @@ def test_atomic_write_exclusive_refuses_an_existing_file(tmp_path: Path) -> None
     atomic_write(target, b"one")
     atomic_write(target, b"two")
     assert target.read_bytes() == b"two"
-    with pytest.raises(FileExistsError):
+    with pytest.raises(OutputError, match=r"f\.json: cannot be written \(File exists\)\. It exists already"):
         atomic_write(target, b"three", exclusive=True)
     assert target.read_bytes() == b"two"
     assert sorted(p.name for p in target.parent.iterdir()) == ["f.json"]  # no temp file left

@@ -46,13 +46,18 @@ _MAIN_COMMANDS = (
 )
 
 
-def overview() -> str:
-    """What bare ``ctxtool`` prints: where it looks, what it found there, and the main commands."""
+def overview(width: int | None = None) -> str:
+    """What bare ``ctxtool`` prints: where it looks, what it found there, and the main commands; wrapped to
+    ``width`` (default: the terminal's, at most 80 columns)."""
+    import functools
+    import shutil
     import textwrap
 
     from ctxtool.session.discover import default_roots, discover
 
-    lines = ["ctxtool: token usage, compaction, diffs and CI budgets of Gemini CLI sessions.", ""]
+    width = max(40, min(80, width or shutil.get_terminal_size((80, 24)).columns))
+    wrap = functools.partial(textwrap.wrap, width=width, break_on_hyphens=False, break_long_words=False)
+    lines = [*wrap("ctxtool: token usage, compaction, diffs and CI budgets of Gemini CLI sessions."), ""]
     found_any = False
     for root in default_roots():
         if root.is_dir():
@@ -66,19 +71,19 @@ def overview() -> str:
         else:
             lines += [f"Looks in {root}:", "  not there yet (run Gemini CLI, or set GEMINI_CLI_HOME)."]
     if found_any:
-        lines += _requests_found()
+        lines += ["", *wrap(_requests_found())]
     lines += ["", "Main commands:"]
-    width = max(len(c) for c, _ in _MAIN_COMMANDS)
-    lines += [f"  {c:<{width}}  {what}" for c, what in _MAIN_COMMANDS]
-    lines += [
-        "",
-        "ctxtool COMMAND --help: its options and examples. ctxtool --help: every command.",
-        *textwrap.wrap(EXIT_STATUS_HELP, 80),
-    ]
-    return "\n".join(lines)
+    left = max(len(c) for c, _ in _MAIN_COMMANDS) + 4
+    for command, what in _MAIN_COMMANDS:
+        if width - left >= 24:
+            lines += wrap(what, initial_indent=f"  {command:<{left - 4}}  ", subsequent_indent=" " * left)
+        else:  # too narrow for two columns: each description under its command
+            lines += [f"  {command}", *wrap(what, initial_indent=" " * 6, subsequent_indent=" " * 6)]
+    lines += ["", *wrap("ctxtool COMMAND --help: its options and examples. ctxtool --help: every command.")]
+    return "\n".join([*lines, *wrap(EXIT_STATUS_HELP)])
 
 
-def _requests_found() -> list[str]:
+def _requests_found() -> str:
     """The requests those sessions made and the projects they were made in, counted as ``ctxtool stats``
     counts them (read the way it reads, through its index, so the ``stats`` that follows starts warm): the
     projects are the rows of ``stats --by project``. A project folder whose sessions made no request (the a2a
@@ -88,11 +93,10 @@ def _requests_found() -> list[str]:
     corpus, _ = load_corpus([], cache=True)
     requests = corpus.requests
     projects = requests.get_column("project").n_unique() if requests.height else 0
-    return [
-        "",
+    return (
         f"Their sessions made {plural(requests.height, 'request')} in {plural(projects, 'project')}"
-        " (ctxtool stats --by project).",
-    ]
+        " (ctxtool stats --by project)."
+    )
 
 
 def _version(value: bool) -> None:
@@ -157,6 +161,16 @@ def _command_in(args: Sequence[str]) -> str | None:
     return None
 
 
+def _invoke(args: list[str], *, overview_only: bool) -> object:
+    """Bare ``ctxtool``: the overview; otherwise the command ``args`` name, loaded alone when known."""
+    if overview_only:
+        print(overview())
+        return ExitStatus.OK
+    command = _command_in(args)
+    register([command] if command in _COMMANDS else None)
+    return app(args=args, prog_name="ctxtool", standalone_mode=False)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit status instead of exiting (used by tests and ``main``)."""
     # polars allocates through jemalloc, which by default keeps freed pages for ten seconds. Giving them back
@@ -168,14 +182,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:10,muzzy_decay_ms:0")
     args = list(sys.argv[1:] if argv is None else argv)
     completing = "_CTXTOOL_COMPLETE" in os.environ  # a shell asking for completions (--install-completion)
-    if not args and not completing:
-        print(overview())
-        return ExitStatus.OK
     want_traceback = "--traceback" in args
-    command = _command_in(args)
-    register([command] if command in _COMMANDS else None)
     try:
-        result = app(args=args, prog_name="ctxtool", standalone_mode=False)
+        result = _invoke(args, overview_only=not args and not completing)
     except typer.Exit as exc:
         if exc.exit_code == ExitStatus.INTERRUPTED:  # typer turns Ctrl-C into Exit(130)
             print("Interrupted.", file=sys.stderr)
@@ -221,7 +230,10 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
+    from ctxtool.common import pipes
     from ctxtool.frames import replay
+
+    pipes.install()  # a reader that stops early (`| head`): the run goes on quietly, ending with its status
 
     if replay.eligible(sys.argv[1:]):
         with replay.Recorder(sys.argv[1:]) as recorder:

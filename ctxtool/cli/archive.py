@@ -28,7 +28,7 @@ Examples:
 
 
 def archive(
-    to: Path = typer.Option(..., "--to", help="The dataset directory (created if missing)."),
+    to: Path = typer.Option(..., "--to", metavar="DIR", help="The dataset directory (created if missing)."),
 ) -> int:
     try:
         from ctxtool.hooks import archive as hook

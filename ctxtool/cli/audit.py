@@ -17,6 +17,7 @@ from ctxtool.common.wording import plural
 
 if TYPE_CHECKING:
     from ctxtool.audit import AuditQuery, AuditReport
+    from ctxtool.frames.model import Corpus
 
 FORMATS = ("table", "json", "junit", "markdown")
 
@@ -45,10 +46,12 @@ PATHS = typer.Argument(
     help="Session files, folders, globs or ids (default: the data root).",
 )
 MAX_SESSION_TOKENS = typer.Option(
-    None, "--max-session-tokens", metavar="N", help="Tokens of a session, subagents included."
+    None, "--max-session-tokens", metavar="TOKENS", help="Tokens of a session, subagents included."
 )
-MAX_TURN_TOKENS = typer.Option(None, "--max-turn-tokens", metavar="N", help="Tokens of one turn.")
-MAX_REQUEST_TOKENS = typer.Option(None, "--max-request-tokens", metavar="N", help="Tokens of one request.")
+MAX_TURN_TOKENS = typer.Option(None, "--max-turn-tokens", metavar="TOKENS", help="Tokens of one turn.")
+MAX_REQUEST_TOKENS = typer.Option(
+    None, "--max-request-tokens", metavar="TOKENS", help="Tokens of one request."
+)
 MAX_CONTEXT_SHARE = typer.Option(
     None, "--max-context-share", metavar="SHARE", help="A prompt over the model's context window."
 )
@@ -201,6 +204,8 @@ def audit(
     model: list[str] = options.MODEL,
     timezone: str = options.TIMEZONE,
     rule: list[str] = RULE,
+    no_cache: bool = options.NO_CACHE,
+    cache_dir: Path = options.CACHE_DIR,
 ) -> int:
     request = AuditRequest.from_options(
         paths,
@@ -233,12 +238,8 @@ def audit(
         show_secrets=show_secrets,
     )
     from ctxtool import audit as lib
-    from ctxtool.frames.loading import load_corpus
 
-    corpus, use = load_corpus(request.sources, subagents=subagents, cache=True)
-    if use.notice:
-        print(f"notice: {use.notice}", file=sys.stderr)
-    result = lib.audit_corpus(corpus, request.query, warn=_warn)
+    result = lib.audit_corpus(_load(request, subagents, no_cache, cache_dir), request.query, warn=_warn)
     if github:
         for line in lib.github_annotations(result):
             print(line, flush=True)
@@ -250,6 +251,16 @@ def audit(
     if result.exceeded:
         return ExitStatus.BUDGET_EXCEEDED
     return ExitStatus.ERROR if result.incomplete else ExitStatus.OK
+
+
+def _load(request: AuditRequest, subagents: bool, no_cache: bool, cache_dir: Path | None) -> Corpus:
+    """The sessions to audit, read as ``stats`` reads them (through ctxtool's index unless --no-cache)."""
+    from ctxtool.frames.loading import load_corpus
+
+    corpus, use = load_corpus(request.sources, subagents=subagents, cache=not no_cache, cache_dir=cache_dir)
+    if use.notice:
+        print(f"notice: {use.notice}", file=sys.stderr)
+    return corpus
 
 
 def _write_report(

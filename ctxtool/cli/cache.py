@@ -16,6 +16,7 @@ cache_app = typer.Typer(
 _DIR_OPTION = typer.Option(
     None,
     "--cache-dir",
+    metavar="DIR",
     envvar="CTXTOOL_CACHE_DIR",
     help="The cache directory (default: the platform's user cache directory).",
 )

@@ -180,9 +180,7 @@ UNDO = typer.Option(
     "--undo",
     help="Drop what the last --in-place appended.",
 )
-FORMAT = typer.Option(
-    "table", "--format", "-f", metavar="table|json", help="Output format.", show_default=False
-)
+FORMAT = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table or json.", show_default=False)
 
 
 @dataclass(frozen=True)
@@ -454,8 +452,9 @@ def _compact_all(
     """One report per session: FAILED for a PATH that is missing or a session that could not be compacted
     (the batch goes on), NOOP for a legacy file whose resumed .jsonl is compacted instead."""
     from ctxtool import compact as lib
+    from ctxtool.session.discover import matches_nothing
 
-    reports = [lib.CompactionReport.failed(m, f"{m}: no such file or directory") for m in missing]
+    reports = [lib.CompactionReport.failed(m, matches_nothing(m)) for m in missing]
     superseded = lib.superseded_by_resume(sources) if opts.era and destination.mode == "out" else {}
     with compaction.batch(summ, len(sources), "compacting") as advance:
         for sp in sources:
@@ -525,10 +524,10 @@ def _show(
 def _undo(paths: list[str], *, force: bool, fmt: str, width: int, color: object) -> int:
     """``compact --undo``: one row per file, FAILED rows named on stderr."""
     from ctxtool import compact as lib
-    from ctxtool.session.discover import discover, resolve_session_args
+    from ctxtool.session.discover import discover, matches_nothing, resolve_session_args
 
     found = discover(resolve_session_args(paths))
-    reports = [lib.UndoReport(m, lib.FAILED, error=f"{m}: no such file or directory") for m in found.missing]
+    reports = [lib.UndoReport(m, lib.FAILED, error=matches_nothing(m)) for m in found.missing]
     for sp in found.files:
         if lib.is_backup(sp.path):
             continue

@@ -91,8 +91,10 @@ def compare(
     found, sources = compaction.session_files(paths, filters)
     if not sources and not found.missing:
         return ExitStatus.ERROR  # each refused entry was named above, with its fix
+    from ctxtool.session.discover import matches_nothing
+
     for missing in found.missing:
-        print(f"Error: {missing}: no such file or directory", file=sys.stderr)
+        print(f"Error: {matches_nothing(missing)}", file=sys.stderr)
     with compaction.batch(summ, len(sources), "comparing") as advance:
         rows = lib.compare_sessions(
             sources, names, summ, context_window=context_window, keep_dir=keep, advance=advance

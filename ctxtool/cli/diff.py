@@ -41,15 +41,25 @@ error (a file cannot be read), 2 usage error.
 
 def diff(
     before: str = typer.Argument(
-        ..., help="The earlier session: a file, or a session id or unique prefix (e.g. the original)."
+        ...,
+        metavar="BEFORE",
+        help="The earlier session: a file, or a session id or unique prefix (e.g. the original).",
     ),
     after: str = typer.Argument(
-        ..., help="The later session: a file, or a session id or unique prefix (e.g. the compacted copy)."
+        ...,
+        metavar="AFTER",
+        help="The later session: a file, or a session id or unique prefix (e.g. the compacted copy).",
     ),
     fmt: str = typer.Option(
-        None, "--format", "-f", help="table, json or markdown (default: --output's suffix, else table)."
+        None,
+        "--format",
+        "-f",
+        metavar="FORMAT",
+        help="table, json or markdown (default: --output's suffix, else table).",
     ),
-    output: Path = typer.Option(None, "--output", "-o", help="Write to FILE instead of standard output."),
+    output: Path = typer.Option(
+        None, "--output", "-o", metavar="FILE", help="Write to FILE instead of standard output."
+    ),
     exit_code: bool = typer.Option(
         False, "--exit-code", help="Exit 1 when the sessions differ, 0 when they do not (like git diff)."
     ),
@@ -103,21 +113,21 @@ def _print_table(
     color: str | None,
     hide: Callable[[Any], Any],
 ) -> None:
+    from rich.text import Text
+
     from ctxtool import diff as diff_lib
     from ctxtool.render import tables as render
+    from ctxtool.render.formats import open_text
 
-    stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
+    stream = open_text(output) if output else None
     try:
         console = render.make_console(stream, width=width, color=color)
-        room = console.width - len("ctxtool diff  → ") if console.width else 80
-        before = render.short_path(str(result.before.path), max(20, room // 2))
-        after = render.short_path(str(result.after.path), max(20, room - len(before)))
-        console.print(f"ctxtool diff {before} → {after}", soft_wrap=True, markup=False, highlight=False)
-        console.print(
-            f"{diff_lib.counts_line(result)}; "
-            + ("the sessions differ." if result.differs else "no differences."),
-            soft_wrap=True,
+        title = render.two_paths(
+            "ctxtool diff", str(result.before.path), str(result.after.path), console.width
         )
+        console.print(title, soft_wrap=True, markup=False, highlight=False)
+        verdict = "the sessions differ." if result.differs else "no differences."
+        console.print(render.wrap_text(Text(f"{diff_lib.counts_line(result)}; {verdict}"), console.width))
         render.print_table(
             console,
             render.diff_summary_table(

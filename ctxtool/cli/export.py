@@ -38,11 +38,15 @@ Exit status: 0 ok, 1 with --strict when a file could not be read in full, 2 usag
 
 
 def export(
-    paths: list[str] = typer.Argument(
-        None, metavar="PATH...", help="Session files, directories or globs (default: the data root)."
-    ),
+    paths: list[str] = options.PATHS,
     to: Path = typer.Option(
-        ..., "--to", "-t", "--output", "-o", help="The dataset directory (created if missing)."
+        ...,
+        "--to",
+        "-t",
+        "--output",
+        "-o",
+        metavar="DIR",
+        help="The dataset directory (created if missing).",
     ),
     prompts: bool = typer.Option(
         True,
@@ -52,6 +56,8 @@ def export(
     show_secrets: bool = options.SHOW_SECRETS,
     json_out: bool = typer.Option(False, "--json", help="Print what the run did as JSON on standard output."),
     strict: bool = options.STRICT,
+    no_cache: bool = options.NO_CACHE,
+    cache_dir: Path = options.CACHE_DIR,
 ) -> int:
     from ctxtool import export as ex
     from ctxtool.session.discover import is_dataset
@@ -67,7 +73,7 @@ def export(
     sources = [os.path.abspath(p) for p in paths] if paths else [str(root) for root in default_roots()]
     from ctxtool.frames.loading import load_corpus
 
-    corpus, use = load_corpus(sources, cache=True)
+    corpus, use = load_corpus(sources, cache=not no_cache, cache_dir=cache_dir)
     if use.notice:
         print(f"notice: {use.notice}", file=sys.stderr)
     for problem in corpus.problems:

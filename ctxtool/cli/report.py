@@ -40,14 +40,20 @@ Exit status: 0 written; 1 a PATH matched no session or a file could not be read 
 
 
 def report(
-    paths: list[str] = typer.Argument(
-        None, help="Session files, directories or globs (default: the data root)."
+    paths: list[str] = options.PATHS,
+    output: Path = typer.Option(
+        ..., "--output", "-o", metavar="FILE", help="The HTML file to write (*.html)."
     ),
-    output: Path = typer.Option(..., "--output", "-o", help="The HTML file to write (*.html)."),
     sessions: int = typer.Option(
-        5, "--sessions", min=1, help="Chart the context of the N largest sessions (by peak context)."
+        5,
+        "--sessions",
+        min=1,
+        metavar="N",
+        help="Chart the context of the N largest sessions (by peak context).",
     ),
-    top: int = typer.Option(10, "--top", min=1, help="Top context consumers listed per session."),
+    top: int = typer.Option(
+        10, "--top", min=1, metavar="N", help="Top context consumers listed per session."
+    ),
     compare: bool = typer.Option(
         False,
         "--compare",

@@ -419,11 +419,11 @@ def _exit_status(paths: list[str], report: StatsReport | TallyReport, *, strict:
     """1 when a PATH given explicitly names nothing (said on stderr) or could not be read, or with --strict
     when anything could not be read in full."""
     from ctxtool import frames
-    from ctxtool.session.discover import refused_paths
+    from ctxtool.session.discover import matches_nothing, refused_paths
 
     unmatched = _unmatched(paths)
     for path in unmatched:
-        print(f"Error: {path}: matches no session file. Check the path, or quote a glob", file=sys.stderr)
+        print(f"Error: {matches_nothing(path)}", file=sys.stderr)
     if paths and report.sessions_read == 0 and not unmatched:
         print(
             f"Error: no session in {' '.join(paths)}. Pass session files or a chats/ folder", file=sys.stderr

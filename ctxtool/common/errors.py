@@ -47,5 +47,25 @@ class SessionFormatError(CtxtoolError):
         super().__init__(f"{where}: {reason}", fix)
 
 
+class OutputError(CtxtoolError):
+    """A file (or folder) ctxtool was asked to write could not be written: ``--output``, ``--to``, a compacted
+    session. Names the path asked for, never a temporary file beside it."""
+
+    def __init__(self, path: Path | str, exc: OSError) -> None:
+        import errno
+
+        self.path = Path(path)
+        under = next((p for p in self.path.parents if p.exists() and not p.is_dir()), None)
+        if under is not None:  # a file where a folder of the path should be
+            fix = f"{under} is a file, not a folder: name a path under a folder"
+        elif exc.errno == errno.EEXIST:
+            fix = "It exists already: move it away or name another"
+        elif exc.errno == errno.EISDIR or self.path.is_dir():
+            fix = "Name a file, not a folder"
+        else:
+            fix = "Check that its folder can be created and that you may write there"
+        super().__init__(f"{self.path}: cannot be written ({exc.strerror or exc})", fix)
+
+
 class SummarizerError(CtxtoolError):
     """A summarizer back end failed (missing key, quota, network)."""

@@ -414,8 +414,7 @@ def _parsed(path: Path, text: str) -> None:
 def _write(path: Path, old: str | None, new: str) -> Path | None:
     from ctxtool.session.write import atomic_write
 
-    backup = None
-    path.parent.mkdir(parents=True, exist_ok=True)
+    backup = None  # (atomic_write makes the folder, or says in one line why it cannot)
     if old is not None:
         backup = path.with_name(path.name + BACKUP_SUFFIX)
         atomic_write(backup, old.encode("utf-8"))

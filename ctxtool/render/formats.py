@@ -114,6 +114,18 @@ def atomic_write(path: Path, chunks: Iterable[bytes] | bytes) -> None:
     write(Path(path), chunks)
 
 
+def open_text(path: Path) -> IO[str]:
+    """``path`` opened for a table written as text (``--output report.txt``), its folder created as
+    :func:`atomic_write` creates it; what keeps it from being written is an OutputError naming it."""
+    from ctxtool.common.errors import OutputError
+
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(path, exc) from exc
+
+
 def write_stdout(data: bytes, stream: IO[bytes]) -> None:
     stream.write(data)
     stream.flush()

@@ -142,7 +142,8 @@ def make_console(
     choice = "always" if color is True else "never" if color is False else str(color or "auto")
     target = stream if stream is not None else sys.stdout
     tty = bool(getattr(target, "isatty", lambda: False)())
-    want = wants_color(str(choice), tty=tty, env=os.environ, to_file=stream is not None)
+    to_file = stream is not None and stream not in (sys.stdout, sys.stderr)  # --output, not a pipe
+    want = wants_color(str(choice), tty=tty, env=os.environ, to_file=to_file)
     return Console(
         file=stream,
         width=width,
@@ -158,7 +159,9 @@ def make_console(
 @contextmanager
 def output_console(output: Path | None, *, width: int | None, color: str | None) -> Iterator[Console]:
     """A console onto the file ``--output`` names (closed on leaving), else onto standard output."""
-    stream = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
+    from ctxtool.render.formats import open_text
+
+    stream = open_text(output) if output else None
     try:
         yield make_console(stream, width=width, color=color)
     finally:
@@ -303,11 +306,15 @@ def stats_table(
             footer = cell(col, totals[col]) if col in totals else Text("")
             footers[col] = _partial(footer, col, totals.get("unpriced", 0))
     keys = {columns[0], *_KEY_COLUMNS.get(by, ()), "total", "cost"}
+    text_min = dict(_TEXT_MIN)
+    if columns[0] in text_min:  # the row's name (a model, a project): cut, it still tells the rows apart
+        text_min[columns[0]] = _distinct_width(columns[0], full[columns[0]], text_min[columns[0]])
     kept, text_width, dropped = fit_columns(
         columns,
         {c: [footers[c], *full[c]] for c in columns},
         width=width,
         wide=wide,
+        text_min=text_min,
         drop_order=[c for c in _DROP_ORDER if c not in keys],
     )
     notes = [n for n in (caption, parts_note(totals), *dropped_notes(dropped, totals)) if n]
@@ -336,6 +343,19 @@ def stats_table(
     for i in range(rows.height):
         table.add_row(*(full[col][i] for col in kept))
     return table
+
+
+def _distinct_width(column: str, texts: Sequence[Text], least: int) -> int:
+    """The narrowest width from ``least`` at which the texts, cut as :func:`clip` cuts them, are still as
+    many different ones (``gemini-3.1-pro-preview`` and ``gemini-3.1-pro-preview-customtools`` both cut to
+    ``gemini-3.1-pro-…`` would read as one model)."""
+    plains = [t.plain for t in texts]
+    different = len(set(plains))
+    widest = max([least, *(t.cell_len for t in texts)])
+    for width in range(least, widest):
+        if len({clip(column, t, width).plain for t in texts}) == different:
+            return width
+    return widest
 
 
 def _stats_columns(rows: RowTable, totals: Mapping[str, Any], *, by: str, single_session: bool) -> list[str]:
@@ -483,16 +503,43 @@ def short_path(path: str, width: int) -> str:
         return path
     parts = path.split("/")
     name = parts[-1]
-    stem, dot, ext = name.partition(".")
-    short_name = name
-    if stem.startswith("session-") and "-" in stem.removeprefix("session-"):
-        short_name = "session-…-" + stem.rsplit("-", 1)[1] + dot + ext
+    short_name = _short_name(name)
     for last in (name, short_name):
         for k in range(1, len(parts)):
             candidate = "…/" + "/".join([*parts[k:-1], last])
             if cell_len(candidate) <= width:
                 return candidate
+    session_id = "…" + short_name.removeprefix("session-…")  # …-cd7b13fa.jsonl: the id, never cut into
+    if short_name != name and cell_len(session_id) <= width:
+        return session_id
     return left_ellipsis(short_name, width)
+
+
+def _short_name(name: str) -> str:
+    """A Gemini CLI session file's name without its time (``session-…-cd7b13fa.jsonl``); else ``name``."""
+    stem, dot, ext = name.partition(".")
+    if stem.startswith("session-") and "-" in stem.removeprefix("session-"):
+        return "session-…-" + stem.rsplit("-", 1)[1] + dot + ext
+    return name
+
+
+def two_paths(lead: str, before: str, after: str, width: int) -> str:
+    """``lead before → after`` in ``width`` cells: on one line while each path keeps at least the name that
+    tells its file apart (:func:`short_path`), else the second path under the first, after an arrow."""
+    from rich.cells import cell_len
+
+    one = f"{lead} {before} → {after}"
+    if cell_len(one) <= width:
+        return one
+    room = width - cell_len(f"{lead}  → ")
+    first = short_path(before, max(room - cell_len(after), room // 2))
+    second = short_path(after, room - cell_len(first))
+    names = [(shown, path.split("/")[-1]) for shown, path in ((first, before), (second, after))]
+    if all(shown.endswith((name, _short_name(name))) for shown, name in names):
+        return f"{lead} {first} → {second}"
+    indent = cell_len(lead) + 1
+    room = max(width - indent, 20)
+    return f"{lead} {short_path(before, room)}\n{'→'.rjust(indent - 1)} {short_path(after, room)}"
 
 
 def dropped_note(dropped: Sequence[str]) -> str | None:
@@ -537,6 +584,8 @@ def fit_columns(
     minimum; columns go in ``drop_order`` until the rest fit, and then the most important of those dropped
     come back where they fit after all. A column of ``wrap`` (its narrowest width) is never cut: when the
     rest is still too wide it narrows, its cells to be wrapped onto more lines (:func:`wrap_text`).
+    Should the table still be too wide, the text columns of ``text_min`` give way past their minimum, down
+    to the width of their header, rather than the terminal cropping the table's right end.
     ``edge``: a table with outer borders and padding (rich's default); else ``show_edge=False,
     pad_edge=False``. With ``wide`` nothing is dropped or cut. The stats report's headers, minimums,
     maximums and drop order are the defaults."""
@@ -579,6 +628,12 @@ def fit_columns(
             spare += give
     for col in cols:
         if col not in text_min:
+            continue
+        if spare < 0:  # still too wide: a text column gives way past its minimum, down to its header's width
+            header_width = max(len(h) for h in headers.get(col, col).split("\n"))
+            give = max(0, min(-spare, least(col) - header_width))
+            text_width[col] = least(col) - give
+            spare += give
             continue
         want = min(natural(col), max_width.get(col, natural(col)))
         give = max(0, min(spare, want - least(col)))
@@ -721,6 +776,7 @@ def audit_table(
     ):
         headers, fixed, room, rows = headers[:-1], fixed[:-1], wider, [r[:-1] for r in rows]
         notes.append("Limits: " + " · ".join(f"{rule} {limit}" for rule, limit in limits.items()) + ".")
+    room = _narrow_rules(rows, fixed, room)
     show_worst = any(o.plain for o in offenders)
     if show_worst and room < narrowest:
         show_worst = False
@@ -739,6 +795,20 @@ def audit_table(
     for row, offender in zip(rows, offenders, strict=True):
         table.add_row(*row, *([wrap_text(offender, min(widest, room))] if show_worst else []))
     return table
+
+
+def _narrow_rules(rows: list[list[Text]], fixed: list[int], room: int) -> int:
+    """Where the columns are too wide even without a worst column (``room`` under -3), the rule names go onto
+    more lines, broken after their hyphens (``max-session-`` / ``tokens``), so that the values stay whole
+    within the width. Narrows ``fixed`` and the rule cells of ``rows`` in place; returns the room left."""
+    if room >= -3:
+        return room
+    narrow = max(len("rule"), _wrap_min([r[2] for r in rows]), fixed[2] - (-3 - room))
+    for r in rows:
+        r[2] = wrap_text(r[2], narrow)
+    room += fixed[2] - narrow
+    fixed[2] = narrow
+    return room
 
 
 # A ``limit`` column gives way when that saves the tallest worst offender this many lines. Under the
@@ -880,24 +950,32 @@ _LABEL_MIN = 8  # the narrowest a label column of ``diff`` gets, on more lines
 
 
 def diff_message_table(rows: Sequence[Mapping[str, Any]], *, title: str, width: int = 120) -> Table:
-    """One row per message: status, before/after position, type, estimated tokens and an elided preview."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("status", no_wrap=True)
-    table.add_column("#b", justify="right", no_wrap=True)
-    table.add_column("#a", justify="right", no_wrap=True)
-    table.add_column("type", no_wrap=True)
-    table.add_column("est.", justify="right", no_wrap=True)
-    table.add_column("content", overflow="ellipsis", no_wrap=False, min_width=min(20, width // 4))
-    for r in rows:
-        status = str(r["status"])
-        table.add_row(
-            Text(status, style=_STATUS_STYLE.get(status, "")),
+    """One row per message: status, before/after position, type, estimated tokens and an elided preview.
+
+    The preview gives way to the numbers (never cut): it takes what they leave of ``width``, down to
+    ``_LABEL_MIN`` cells, under which the table drops its outer borders for a few cells more."""
+    cells = [
+        [
+            Text(str(r["status"]), style=_STATUS_STYLE.get(str(r["status"]), "")),
             Text("" if r["before_index"] is None else str(r["before_index"])),
             Text("" if r["after_index"] is None else str(r["after_index"])),
             Text(str(r["type"])),
             Text(str(r["estimate"])),
             Text(str(r["content"]), overflow="ellipsis", no_wrap=True),
-        )
+        ]
+        for r in rows
+    ]
+    headers = ("status", "#b", "#a", "type", "est.", "content")
+    fixed = [max([len(h), *(row[i].cell_len for row in cells)]) for i, h in enumerate(headers[:-1])]
+    room = width - sum(w + 3 for w in fixed) - 4  # the preview's room: borders and padding of six columns
+    edge = room >= _LABEL_MIN
+    room = max(1, room if edge else room + 4)
+    table = Table(title=title, title_justify="left", show_edge=edge, pad_edge=edge)
+    for h in headers[:-1]:
+        table.add_column(h, justify="right" if h in ("#b", "#a", "est.") else "left", no_wrap=True)
+    table.add_column("content", overflow="ellipsis", no_wrap=False, min_width=min(20, width // 4, room))
+    for row in cells:
+        table.add_row(*row)
     return table
 
 

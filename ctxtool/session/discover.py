@@ -386,6 +386,12 @@ def _project_name(project_dir: str) -> str:
 # --- session ids as PATH arguments ------------------------------------------------------------------------
 
 _ID_ARG = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{3,}")
+_SHORT_ID_ARG = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,2}")  # too short to be taken for a session id
+
+
+def matches_nothing(path: str) -> str:
+    """What every command says of a PATH that names no file, with its fix (no ``Error:`` prefix)."""
+    return f"{path}: matches no session file. Check the path, or quote a glob"
 
 
 def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = None) -> list[str]:
@@ -394,13 +400,22 @@ def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = Non
     stays as it is. Gemini CLI names a file after the first 8 characters of its session id, so a prefix up
     to 8 characters is matched on names; a longer one is checked against the ``sessionId`` in the file.
     Where a legacy ``.json`` was resumed into a ``.jsonl``, the ``.jsonl`` is the session. Raises
-    UsageError for an id that matches no session or several (listing them)."""
+    UsageError for an id that matches no session or several (listing them), and for a word of 1 to 3
+    characters that names no file (an id cut too short)."""
     from ctxtool.common.errors import UsageError
 
     out: list[str] = []
     candidates: list[SessionPath] | None = None
     for arg in args:
-        if os.path.lexists(os.path.expanduser(arg)) or glob.has_magic(arg) or not _ID_ARG.fullmatch(arg):
+        if os.path.lexists(os.path.expanduser(arg)) or glob.has_magic(arg):
+            out.append(arg)
+            continue
+        if _SHORT_ID_ARG.fullmatch(arg):  # `4dd`: most likely a session id cut too short
+            raise UsageError(
+                f"{arg} names no file, and a session id takes 4 characters or more",
+                "Pass a session file, a chats/ folder, or a longer start of an id from `ctxtool stats`",
+            )
+        if not _ID_ARG.fullmatch(arg):
             out.append(arg)
             continue
         if candidates is None:

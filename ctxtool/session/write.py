@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from ctxtool.common.errors import CtxtoolError
+from ctxtool.common.errors import CtxtoolError, OutputError
 from ctxtool.common.jsvalue import is_array_index, js_number_to_string
 from ctxtool.session.read import Era
 
@@ -235,12 +235,15 @@ def atomic_write(
     """Write ``data`` (bytes, or chunks of them) to ``path`` through a temporary file in the same directory,
     fsync and a rename.
 
-    ``exclusive``: refuse (FileExistsError) when ``path`` already exists, instead of replacing it.
-    ``like``: give the file that file's mode (see temp_beside).
+    ``exclusive``: refuse (OutputError, as for any file that cannot be written) when ``path`` already
+    exists, instead of replacing it. ``like``: give the file that file's mode (see temp_beside).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temp_beside(path.parent, path.name, like=like)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = temp_beside(path.parent, path.name, like=like)
+    except OSError as exc:
+        raise OutputError(path, exc) from exc
     try:
         _write_fd(fd, [data] if isinstance(data, bytes) else data)
         if exclusive:
@@ -248,6 +251,9 @@ def atomic_write(
             tmp.unlink()
         else:
             os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(path, exc) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
