@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -330,3 +331,27 @@ def test_batches_cover_every_file_once_costliest_first_and_end_small(costs: list
     if batches:
         # Shrinking: the last batch costs no more than the first, so no worker is left alone with much.
         assert sum(cost[i] for i in batches[-1]) <= sum(cost[i] for i in batches[0])
+
+
+def test_a_cache_folder_that_cannot_be_written_is_said_once_and_the_run_goes_on(tmp_path: Path) -> None:
+    """Not a passing lock: the index cannot be written at all (here its folder would be under a file). One
+    notice line says so and how to fix it; the report is the one a run without the index prints."""
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    run = [sys.executable, "-m", "ctxtool", "stats", str(FIXTURES), "-f", "json"]
+    env = {**os.environ, "CTXTOOL_CACHE_DIR": str(blocker / "cache")}
+    done = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
+    plain = subprocess.run([*run, "--no-cache"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0
+    notices = [line for line in done.stderr.splitlines() if line.startswith("notice:")]
+    assert len(notices) == 1
+    assert "cannot be written" in notices[0]
+    assert "--cache-dir" in notices[0]
+    assert str(blocker) in notices[0]
+    assert done.stderr.replace(notices[0] + "\n", "") == plain.stderr
+    got, want = orjson.loads(done.stdout), orjson.loads(plain.stdout)
+    got["read"].pop("index"), want["read"].pop("index")
+    assert got == want

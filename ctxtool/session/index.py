@@ -48,6 +48,8 @@ _SIDE_SCHEMA = (
 )
 # Errors that mean the file is not a usable database (it is replaced); any other (a lock) leaves it alone.
 _DAMAGED = {"SQLITE_NOTADB", "SQLITE_CORRUPT"}
+# Errors of another run holding the database for longer than the timeout: passing, said nothing of.
+_LOCKED = {"SQLITE_BUSY", "SQLITE_LOCKED"}
 
 
 @dataclass(slots=True)
@@ -72,6 +74,7 @@ class FileIndex:
         self._db: sqlite3.Connection | None = None
         self._opened = False
         self._failed = False  # a write failed: this run writes nothing more
+        self._unwritable: str | None = None  # why the index cannot be written at all (not a passing lock)
         self._wrote = False  # this run committed entries (then other reader versions' are tidied away)
         self.unusable = 0  # entries that did not decode (another version's, damaged, foreign): read again
         self.rebuilt = False  # the database itself was not one and was replaced
@@ -91,6 +94,8 @@ class FileIndex:
                 db.execute(_SIDE_SCHEMA)
         except sqlite3.Error as exc:
             if not create or getattr(exc, "sqlite_errorname", "") not in _DAMAGED:
+                if create:
+                    self._cannot_write(exc)
                 return None  # locked by another run, unreadable, read-only: go on without the index
             try:  # not a database, or a damaged one: start a new one
                 self.path.unlink(missing_ok=True)
@@ -100,10 +105,20 @@ class FileIndex:
             except (OSError, sqlite3.Error):
                 return None
             self.rebuilt = True
-        except OSError:
+        except OSError as exc:
+            if create:
+                self._cannot_write(exc)
             return None
         self._db = db
         return db
+
+    def _cannot_write(self, exc: OSError | sqlite3.Error) -> None:
+        """Remember why the index cannot be written, unless another run merely holds its lock."""
+        if getattr(exc, "sqlite_errorname", "") in _LOCKED:
+            return
+        self._unwritable = (
+            (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
+        )
 
     def entry(self, path: str) -> Entry | None:
         db = self._connect(create=False)
@@ -128,6 +143,12 @@ class FileIndex:
         """One line for the user when the index held something it could not use (it is rebuilt), else None."""
         if self.rebuilt:
             return f"the index at {self.path} was not a usable database; it was rebuilt"
+        if self._unwritable:
+            return (
+                f"the index at {self.path} cannot be written ({self._unwritable}): nothing read is kept, so "
+                "the next run reads every file again. Point --cache-dir (or CTXTOOL_CACHE_DIR) at a "
+                "folder you can write"
+            )
         if self.unusable:
             return (
                 f"{plural(self.unusable, 'index entry', 'index entries')} in {self.path} could not "
@@ -189,9 +210,10 @@ class FileIndex:
             )
             db.execute("COMMIT")
             self._wrote = True
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
             # Locked by another run for too long, or a read-only cache: speed, not correctness.
             self._failed = True
+            self._cannot_write(exc)
             try:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
