@@ -33,7 +33,7 @@ from ctxtool.measure.pricing import price_table
 from ctxtool.session.discover import discover
 from ctxtool.session.scan import read_files
 from ctxtool.stats import StatsQuery, StatsReport, stats_report, tally_report
-from tests.conftest import FIXTURES, REAL_SESSIONS, write_jsonl
+from tests.conftest import FIXTURES, REAL_SESSIONS
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "tests" / "recorded" / "gemini-cli-0.61.0"
@@ -303,18 +303,26 @@ def test_a_stats_run_imports_no_polars_and_prints_what_the_frames_print(tmp_path
     )
 
 
-def test_a_time_in_another_shape_falls_back_to_the_frames(tmp_path: Path) -> None:
-    chats = tmp_path / "tmp" / "p" / "chats"
-    meta = {"sessionId": "b" * 8 + "-1111-4222-8333-444455556666", "startTime": "2026-05-01T10:00:00+02:00"}
+def _one_request(chats: Path, letter: str, *, start: str, input: int) -> None:
+    """A session of one request in ``chats``, written with the standard library's json (orjson writes no
+    integer beyond 64 bits)."""
+    meta = {"sessionId": letter * 8 + "-1111-4222-8333-444455556666", "startTime": start}
     request = {
         "id": "g1",
         "timestamp": "2026-05-01T10:00:02.000Z",
         "type": "gemini",
         "content": "ok",
         "model": "gemini-2.5-pro",
-        "tokens": {"input": 10, "output": 2, "cached": 0, "thoughts": 0, "tool": 0, "total": 12},
+        "tokens": {"input": input, "output": 2, "cached": 0, "thoughts": 0, "tool": 0, "total": 12},
     }
-    write_jsonl(chats / "session-2026-05-01T10-00-bbbbbbbb.jsonl", [meta, request])
+    chats.mkdir(parents=True)
+    text = json.dumps(meta) + "\n" + json.dumps(request) + "\n"
+    (chats / f"session-2026-05-01T10-00-{letter * 8}.jsonl").write_text(text)
+
+
+def test_a_time_in_another_shape_falls_back_to_the_frames(tmp_path: Path) -> None:
+    chats = tmp_path / "tmp" / "p" / "chats"
+    _one_request(chats, "b", start="2026-05-01T10:00:00+02:00", input=10)
     found = discover([str(chats)])
     with pytest.raises(T.Unsupported):
         T.tally(read_files(found.files, workers=1), found, price_table)
@@ -430,18 +438,7 @@ def test_a_count_beyond_64_bits_falls_back_to_the_frames(tmp_path: Path) -> None
     """The frames leave such a value empty and say so; the tally cannot hold it the same way, so it makes
     the frames build the report, and the command prints their warning."""
     chats = tmp_path / "tmp" / "p" / "chats"
-    meta = {"sessionId": "c" * 8 + "-1111-4222-8333-444455556666", "startTime": "2026-05-01T10:00:00.000Z"}
-    request = {
-        "id": "g1",
-        "timestamp": "2026-05-01T10:00:02.000Z",
-        "type": "gemini",
-        "content": "ok",
-        "model": "gemini-2.5-pro",
-        "tokens": {"input": 2**64, "output": 2, "cached": 0, "thoughts": 0, "tool": 0, "total": 12},
-    }
-    chats.mkdir(parents=True)
-    lines = [json.dumps(meta), json.dumps(request)]  # (orjson writes no integer beyond 64 bits)
-    (chats / "session-2026-05-01T10-00-cccccccc.jsonl").write_text("\n".join(lines) + "\n")
+    _one_request(chats, "c", start="2026-05-01T10:00:00.000Z", input=2**64)
     found = discover([str(chats)])
     results = read_files(found.files, workers=1)
     assert T.count_file(results[0]) is None

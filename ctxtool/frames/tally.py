@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
-from ctxtool.common.wording import plural
 from ctxtool.frames.grouping import group_sessions, link_parents, parent_ref_of
 from ctxtool.frames.reading import Problem, discovery_problems
 from ctxtool.frames.shape import COMPOSITION_COLUMNS, REPORT_COLUMNS, totals_of
@@ -260,20 +259,12 @@ class _Warnings:
             self.impossible[name] = self.impossible.get(name, 0) + n
 
     def lines(self, table: PriceTable) -> list[str]:
-        names = sorted(self.models)
-        out = [table.unknown_model_warning(m) for m in names if m in table.unknown]
+        from ctxtool.measure.pricing import impossible_warning, nameless_warning
+
+        out = [table.unknown_model_warning(m) for m in sorted(self.models) if m in table.unknown]
         if self.nameless:
-            n = self.nameless
-            out.append(
-                f"{plural(n, 'request')} {'has' if n == 1 else 'have'} no model name, so "
-                f"{'its' if n == 1 else 'their'} cost is left empty (check the session file)"
-            )
-        for name, count in sorted(self.impossible.items()):
-            out.append(
-                f"{plural(count, 'request')} of model {name!r} {'has' if count == 1 else 'have'} impossible "
-                "token counts (negative, or cached above input + tool), so "
-                f"{'its' if count == 1 else 'their'} cost is left empty (check the session file)"
-            )
+            out.append(nameless_warning(self.nameless))
+        out.extend(impossible_warning(name, n) for name, n in sorted(self.impossible.items()))
         return out
 
 
@@ -283,6 +274,8 @@ def _costs(
     """Each request's cost as ``pricing.add_costs`` (and ``pricing.cost_of``) computes it: None for a model
     without rates or a missing ``output``, and for impossible counts (negative, or ``cached`` above ``input +
     tool``; a missing ``output`` leaves its own test out, as a null does in the frames)."""
+    from ctxtool.measure.pricing import cost_of
+
     rates = table.rates
     out: list[float | None] = []
     for model, input, output, cached, thoughts, tool in zip(models, *tokens[:5], strict=True):
@@ -297,16 +290,7 @@ def _costs(
         found = rates.get(model)
         if bad and found is not None:
             warnings.impossible[model] = warnings.impossible.get(model, 0) + 1
-        if bad or found is None or output is None:
-            out.append(None)
-            continue
-        tier = found.tier_for(prompt)
-        out.append(
-            tier.per_request
-            + tier.input * (prompt - cache)
-            + tier.cached * cache
-            + tier.output * (output + think)
-        )
+        out.append(None if bad or output is None else cost_of(found, input, cached, output, thoughts, tool))
     return out
 
 
@@ -514,12 +498,14 @@ def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
 
 
 def _hidden_sums(calls: list[tuple[int | None, int | None, str | None]], table: PriceTable) -> dict[str, Any]:
+    from ctxtool.measure.pricing import cost_of
+
     costs = []
     for input, output, model in calls:
         rates = table.rates.get(model) if model is not None else None
-        if rates is not None and input is not None and output is not None:
-            tier = rates.tier_for(input)
-            costs.append(tier.per_request + tier.input * input + tier.cached * 0 + tier.output * output)
+        cost = None if input is None or output is None else cost_of(rates, input, 0, output, 0, 0)
+        if cost is not None:
+            costs.append(cost)
     return {
         "hidden_requests": len(calls) * HIDDEN_CALLS_PER_COMPRESSION,
         "hidden_input": sum(i for i, _, _ in calls if i is not None),

@@ -71,7 +71,9 @@ __all__ = [
     "TierRates",
     "add_costs",
     "cost_of",
+    "impossible_warning",
     "installed_genai_prices",
+    "nameless_warning",
     "price_table",
     "pricing_source",
     "rates_memoised",
@@ -497,10 +499,7 @@ def add_costs(
     warnings = [table.unknown_model_warning(m) for m in names if m in table.unknown]
     if None in present:
         nameless = df.get_column("model").null_count()
-        warnings.append(
-            f"{plural(nameless, 'request')} {'has' if nameless == 1 else 'have'} no model name, so "
-            f"{'its' if nameless == 1 else 'their'} cost is left empty (check the session file)"
-        )
+        warnings.append(nameless_warning(nameless))
 
     prompt = pl.col("input").cast(pl.Int64) + pl.col("tool").cast(pl.Int64).fill_null(0)
     cache = pl.col("cached").cast(pl.Int64).fill_null(0)
@@ -542,10 +541,24 @@ def add_costs(
         .sort("model")
         .collect()
     )
-    for name, count in bad.iter_rows():
-        warnings.append(
-            f"{plural(count, 'request')} of model {name!r} {'has' if count == 1 else 'have'} impossible "
-            "token counts (negative, or cached above input + tool), so "
-            f"{'its' if count == 1 else 'their'} cost is left empty (check the session file)"
-        )
+    warnings.extend(impossible_warning(name, count) for name, count in bad.iter_rows())
     return result, warnings
+
+
+def nameless_warning(requests: int) -> str:
+    """The warning for requests recorded without a model name (their cost is left empty)."""
+    n = requests
+    return (
+        f"{plural(n, 'request')} {'has' if n == 1 else 'have'} no model name, so "
+        f"{'its' if n == 1 else 'their'} cost is left empty (check the session file)"
+    )
+
+
+def impossible_warning(model: str, requests: int) -> str:
+    """The warning for a model's requests with impossible token counts (their cost is left empty)."""
+    n = requests
+    return (
+        f"{plural(n, 'request')} of model {model!r} {'has' if n == 1 else 'have'} impossible "
+        "token counts (negative, or cached above input + tool), so "
+        f"{'its' if n == 1 else 'their'} cost is left empty (check the session file)"
+    )

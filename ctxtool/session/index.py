@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,22 +194,33 @@ class FileIndex:
         """
         if not self._pending or self._failed:
             return
-        db = self._connect(create=True)
-        if db is None:
-            self._failed = True
-            return
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        pending = self._pending
+
+        def write(db: sqlite3.Connection) -> None:
             db.executemany(
                 "INSERT OR REPLACE INTO entries (path, entry) VALUES (?, ?)",
-                [(path, data) for path, data in self._pending.items() if data is not None],
+                [(path, data) for path, data in pending.items() if data is not None],
             )
             db.executemany(
                 "DELETE FROM entries WHERE path = ?",
-                [(path,) for path, data in self._pending.items() if data is None],
+                [(path,) for path, data in pending.items() if data is None],
             )
-            db.execute("COMMIT")
+
+        if self._transaction(write):
             self._wrote = True
+        self._pending = {}
+
+    def _transaction(self, write: Callable[[sqlite3.Connection], object]) -> bool:
+        """Run ``write`` in a transaction of its own; False (and no more writes this run) when it fails."""
+        db = self._connect(create=True)
+        if db is None:
+            self._failed = True
+            return False
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            write(db)
+            db.execute("COMMIT")
+            return True
         except sqlite3.Error as exc:
             # Locked by another run for too long, or a read-only cache: speed, not correctness.
             self._failed = True
@@ -219,7 +230,7 @@ class FileIndex:
                     db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-        self._pending.clear()
+            return False
 
     def save(self) -> None:
         """Write what is still pending; once this run wrote entries, those of other reader versions go."""
@@ -258,23 +269,10 @@ class FileIndex:
     def store_sides(self, kind: str, items: Iterable[tuple[str, Sequence[int], bytes]]) -> None:
         """Keep ``data`` of ``kind`` for each (path, [size, mtime_ns] as read, data), in one transaction."""
         rows = [(path, kind, stamp_[0], stamp_[1], data) for path, stamp_, data in items]
-        if not rows or self._failed:
-            return
-        db = self._connect(create=True)
-        if db is None:
-            self._failed = True
-            return
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany("INSERT OR REPLACE INTO side VALUES (?, ?, ?, ?, ?)", rows)
-            db.execute("COMMIT")
-        except sqlite3.Error:  # locked for too long by another run, or read-only: speed, not correctness
-            self._failed = True
-            try:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+        if rows and not self._failed:
+            self._transaction(
+                lambda db: db.executemany("INSERT OR REPLACE INTO side VALUES (?, ?, ?, ?, ?)", rows)
+            )
 
     @property
     def failed(self) -> bool:
