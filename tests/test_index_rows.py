@@ -255,3 +255,32 @@ def test_an_index_of_another_layout_is_read_as_none(
     assert index_of(capsysbinary, str(home), "--cache-dir", str(cache))["files_from_index"] == 16
     with sqlite3.connect(database(cache)) as db:
         assert db.execute("PRAGMA user_version").fetchone() == (index_module._LAYOUT,)
+
+
+def test_rows_another_run_holds_back_are_read_from_the_files_unsaid(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another run holds the index (an exclusive lock) between the lookups and the rows: the files are read
+    again, as when the lookups themselves find the index held, and nothing is said of damage."""
+    from ctxtool.frames.loading import fill_rows, read_plain
+    from ctxtool.session.scan import read_files
+
+    cache = tmp_path / "cache"
+    read_plain([home], cache=True, cache_dir=cache)
+    index = index_module.FileIndex(cache, rows=False)
+    results, found, use = read_plain([home], cache=True, cache_dir=cache, index=index)
+    assert use.corpus_hit
+    assert all(not fc.messages_cols for fc in results)
+    monkeypatch.setattr(index_module, "_LOCK_TIMEOUT_S", 0.2)
+    other = sqlite3.connect(database(cache), isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        fill_rows(results, found, index, use)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert (use.notice, use.corpus_hit, use.files_parsed) == (None, False, 16)
+    expected = read_files(found.files, workers=1)
+    assert [(fc.path, fc.messages_cols, fc.tools_cols) for fc in results] == [
+        (fc.path, fc.messages_cols, fc.tools_cols) for fc in expected
+    ]

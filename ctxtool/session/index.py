@@ -153,15 +153,15 @@ class FileIndex:
             (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
         )
 
-    def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
-        """The rows of a read, none when the index cannot be read (absent, locked, of another layout)."""
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]] | None:
+        """The rows of a read; None when the index cannot be read (absent, locked, of another layout)."""
         db = self._connect(create=False)
         if db is None:
-            return []
+            return None
         try:
             return db.execute(sql, args).fetchall()
         except sqlite3.Error:
-            return []
+            return None
 
     def entry(self, path: str) -> Entry | None:
         """The entry of ``path`` with its rows (None when there is none, or none usable)."""
@@ -178,6 +178,8 @@ class FileIndex:
             if head is None:
                 return None
             found = self._query("SELECT rows FROM rows WHERE path = ?", (path,))
+            if found is None:
+                return None  # not readable now (held by another run): the file is read again, unsaid
             rows = found[0][0] if found else None
         if head is None:
             return None
@@ -189,7 +191,7 @@ class FileIndex:
     def _head(self, path: str) -> Entry | None:
         """The entry of ``path`` without its rows, from every entry, read at once (``rows=False``)."""
         if self._entries is None:
-            self._entries = dict(self._query("SELECT path, entry FROM entries"))  # type: ignore[arg-type]
+            self._entries = dict(self._query("SELECT path, entry FROM entries") or ())  # type: ignore[arg-type]
         return None if path in self._gone else self._decoded(path, self._entries.get(path))
 
     def _decoded(self, path: str, data: object) -> Entry | None:
@@ -262,19 +264,24 @@ class FileIndex:
 
     def fill(self, files: Iterable[FileColumns]) -> list[FileColumns]:
         """Give the files a lookup served without their rows (``rows=False``) their rows, in one query per
-        few hundred files; returns those whose rows could not be used (counted as unusable entries: the
-        caller reads them again and has ``forget`` them first)."""
+        few hundred files. Returns those it could not give them: the caller reads them again (and has the
+        index ``forget`` them first). Rows that are not usable count as unusable entries (the notice); rows
+        that could not be read (another run holds the index too long) do not."""
         want = [fc for fc in files if fc.path in self._bare]
-        if not want:
-            return []
         found: dict[object, object] = {}
+        unread: set[str] = set()
         for i in range(0, len(want), _QUERY_PATHS):
             paths = [fc.path for fc in want[i : i + _QUERY_PATHS]]
-            marks = ",".join("?" * len(paths))
-            found.update(self._query(f"SELECT path, rows FROM rows WHERE path IN ({marks})", paths))  # type: ignore[arg-type]
-        unusable = [fc for fc in want if not self._with_rows(self._bare.pop(fc.path), found.get(fc.path), fc)]
-        self.unusable += len(unusable)
-        return unusable
+            got = self._query(
+                f"SELECT path, rows FROM rows WHERE path IN ({','.join('?' * len(paths))})", paths
+            )
+            if got is None:
+                unread.update(paths)
+            else:
+                found.update(got)  # type: ignore[arg-type]
+        missed = [fc for fc in want if not self._with_rows(self._bare.pop(fc.path), found.get(fc.path), fc)]
+        self.unusable += sum(fc.path not in unread for fc in missed)
+        return missed
 
     def forget(self, paths: Iterable[str]) -> None:
         """Serve ``paths``, which a lookup served, no more this run, nor count them as served: their files
@@ -364,8 +371,8 @@ class FileIndex:
         """What ``store_sides`` kept of ``kind`` for the files of ``stamps`` (path: [size, mtime_ns]) that
         still have that size and modification time."""
         out = {}
-        for path, size, mtime_ns, data in self._query(
-            "SELECT path, size, mtime_ns, data FROM side WHERE kind = ?", (kind,)
+        for path, size, mtime_ns, data in (
+            self._query("SELECT path, size, mtime_ns, data FROM side WHERE kind = ?", (kind,)) or ()
         ):
             stamp_now = stamps.get(path) if isinstance(path, str) else None
             if stamp_now is not None and list(stamp_now) == [size, mtime_ns] and isinstance(data, bytes):
