@@ -90,7 +90,8 @@ def test_narrow_stats_drop_columns_name_them_and_wide_shows_them(
     assert max(len(line) for line in narrow.splitlines()) <= 80
     # The token columns left out are named with their sums: 226,536 + 6,681 + 242,164 + 2,967 + 100 = 478,448.
     assert "Counted in total, not shown (too narrow): thoughts 2,967 · tool 100." in narrow
-    assert "Not shown (too narrow): start, turns, requests, peak_context," in narrow
+    # Named as the headers of a wider table name them (``--wide`` below), not by their JSON fields.
+    assert "Not shown (too narrow): start, turns, req, peak ctx," in narrow
     assert "--wide shows every column." in narrow
     assert "│ c4e5f6a7 " in narrow  # the short id, whole
     assert "147,000" in narrow  # numbers whole, every digit (input without the 152,000 cached)
@@ -439,3 +440,256 @@ def test_a_narrow_audit_table_wraps_its_rule_names_not_its_values(width: int) ->
     assert _uncropped_width(table, width) <= width
     values = [str(c) for c in table.columns[3]._cells]
     assert values == ["26,800,468", "54.3%"]
+
+
+# --- down to 40 columns: every table within the width it is given, every number shown whole ---------------
+
+NARROW = (40, 46, 52, 60, 80, 100, 120)
+REAL = (40, 60, 80, 120)
+
+
+def _sources() -> list[tuple[str, tuple[int, ...]]]:
+    """The fixtures at every width, and the real sessions (where this machine has them) at a few."""
+    from tests.conftest import REAL_SESSIONS
+
+    cases = [(str(ROOT), NARROW)]
+    if REAL_SESSIONS.is_dir():
+        cases.append((str(REAL_SESSIONS), REAL))
+    return cases
+
+
+_SOURCES = _sources()
+_CASES = [(source, width) for source, widths in _SOURCES for width in widths]
+_IDS = [f"{'real' if 'real-sessions' in s else 'fixtures'}-{w}" for s, w in _CASES]
+
+
+def _at_columns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, width: int, *args: str
+) -> str:
+    """What the command prints to a pipe on a terminal ``width`` columns wide (``COLUMNS``, as a user's
+    shell sets it; no colour), every line checked against the width unless ``--wide`` lets it be wider."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    capsys.readouterr()
+    run(list(args))
+    out = capsys.readouterr().out
+    for line in out.splitlines():
+        assert len(line) <= width or "--wide" in args, f"wider than {width}: {line!r}"
+    return out
+
+
+def _json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+    capsys.readouterr()
+    run([*args, "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert isinstance(data, dict)
+    return data
+
+
+def _split(line: str, bar: str) -> list[str]:
+    """A table line's cells, with or without the table's outer borders."""
+    cells = [c.strip() for c in line.split(bar)]
+    return cells[1:-1] if line.startswith(bar) else cells
+
+
+def _grid(out: str) -> tuple[list[str], list[list[str]], list[str], str]:
+    """A stats table printed with or without its outer borders: header, body rows, totals row, and the
+    caption joined into one line. A bordered row that lost its right border was cropped: it fails here."""
+    lines = out.splitlines()
+    header_at = next(i for i, line in enumerate(lines) if "┃" in line)
+    header = _split(lines[header_at], "┃")
+    rule = next(i for i, line in enumerate(lines) if i > header_at and set(line) <= set("─┼├┤"))
+    body = []
+    for line in lines[header_at + 1 : rule]:
+        if "│" in line:
+            assert not line.startswith("│") or line.endswith("│"), f"cropped: {line!r}"
+            body.append(_split(line, "│"))
+    totals = _split(lines[rule + 1], "│")
+    end = rule + 2 + (1 if lines[rule + 2].startswith("└") else 0)
+    for row in [*body, totals]:
+        assert len(row) == len(header), row
+    return header, body, totals, " ".join(line.strip() for line in lines[end:])
+
+
+def _named(caption: str) -> set[str]:
+    """The columns a caption names as not shown, token columns (with their sums) and the others."""
+    names: set[str] = set()
+    counted = HIDDEN.search(caption)
+    if counted:
+        names |= {item.rpartition(" ")[0] for item in counted.group(1).split(" · ")}
+    others = re.search(r"Not shown \(too narrow\): (.+?) --wide shows every column\.", caption)
+    if others:
+        names |= {name.rstrip(".") for name in others.group(1).split(", ")}
+    return names
+
+
+def _shown(column: str, value: object, unpriced: object = 0) -> str | None:
+    """What a stats table shows for a number (``None``: not a number column), every digit."""
+    if column == "cost":
+        return "?" if value is None else f"${value:,.2f}" + ("+" if unpriced else "")
+    if column in ("context_share", "cache_ratio"):
+        return "–" if value is None else f"{float(str(value)) * 100:.1f}%"
+    if column == "duration_s":
+        return render.duration(value)
+    if isinstance(value, int) and not isinstance(value, bool) and column != "session":
+        return f"{value:,}"
+    return None
+
+
+def _check_numbers(
+    header: list[str], cells: list[str], values: dict[str, object], columns: dict[str, str]
+) -> None:
+    for name, text in zip(header, cells, strict=True):
+        column = columns[name]
+        if column in values:
+            want = _shown(column, values[column], values.get("unpriced"))
+            assert want is None or text == want, f"{column}: {text!r}, not {want!r}"
+
+
+# The fixtures in every table; the real sessions (2,000 requests) in the two the walk-through found too wide.
+_STATS_CASES = [
+    (source, width, by)
+    for source, width in _CASES
+    for by in ("turn", "request", *(() if "real-sessions" in source else ("session", "model", "day")))
+]
+
+
+_KNOWN: dict[tuple[str, ...], tuple[dict[str, object], list[str]]] = {}
+
+
+def _json_and_every_column(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[dict[str, object], list[str]]:
+    """The JSON output of ``args`` and the headers of its ``--wide`` table (the same at every width): worked
+    out once per report, the real sessions being slow to read."""
+    if args not in _KNOWN:
+        every, _, _, _ = _grid(_at_columns(capsys, monkeypatch, 120, *args, "--wide"))
+        _KNOWN[args] = (_json(capsys, *args), every)
+    return _KNOWN[args]
+
+
+@pytest.mark.parametrize(
+    ("source", "width", "by"),
+    _STATS_CASES,
+    ids=[f"{'real' if 'real-sessions' in s else 'fixtures'}-{w}-{by}" for s, w, by in _STATS_CASES],
+)
+def test_stats_fits_down_to_40_columns_with_every_number_whole(
+    source: str, width: int, by: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stats --by …`` on a terminal 40 to 120 columns wide: no line past the width (not even cropped by
+    the terminal); every number shown equals the JSON output's value, every digit, in every row and the
+    totals; and every column ``--wide`` shows is either shown or named under the table, as its header."""
+    data, every = _json_and_every_column(capsys, monkeypatch, "stats", source, "--by", by)
+    header, body, totals, caption = _grid(
+        _at_columns(capsys, monkeypatch, width, "stats", source, "--by", by)
+    )
+    # A header that ends a sentence keeps one full stop (``compr.``).
+    assert {h.rstrip(".") for h in [*header, *_named(caption)]} == {h.rstrip(".") for h in every}
+    assert {"total", "cost"} <= set(header)  # room for the cost, down to 40 columns, in all of these
+    columns = {render.column_header(c): c for c in render.TABLE_COLUMNS[by]}
+    rows = data["rows"]
+    assert isinstance(rows, list)
+    assert len(body) == len(rows)
+    for cells, row in zip(body, rows, strict=True):
+        if "session" in header:  # the short id: the end of the row's session name
+            short = cells[header.index("session")].removesuffix(render.COMPACTED_MARK)
+            assert str(row["session"]).endswith(short), (short, row["session"])
+        _check_numbers(header, cells, row, columns)
+    sums = data["totals"]
+    assert isinstance(sums, dict)
+    _check_numbers(header[1:], totals[1:], sums, columns)
+
+
+AUDIT_BUDGETS = (*AUDIT, "--max-daily-cost", "0.01")
+
+
+def _audit_header(out: str) -> list[str]:
+    """The audit table's header, a header on two lines joined (``session /`` ``day``)."""
+    lines = [line for line in out.splitlines() if "┃" in line]
+    parts = [_split(line, "┃") for line in lines]
+    return [" ".join(p for p in words if p) for words in zip(*parts, strict=True)]
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["failed", "all"])
+@pytest.mark.parametrize(("source", "width"), _CASES, ids=_IDS)
+def test_audit_fits_down_to_40_columns_with_every_value_whole(
+    source: str, width: int, every: bool, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``audit`` on a terminal 40 to 120 columns wide: no line past the width, each check's value as the
+    JSON output has it, and what the table leaves out (the limit, the worst offender, the status) said
+    under it: each rule's limit, each offender, and how many rows have each status."""
+    from ctxtool.audit import format_value
+
+    args = ["audit", source, *AUDIT_BUDGETS, *(["--all"] if every else [])]
+    order = {"fail": 0, "skip": 1, "pass": 2}
+    report = _json(capsys, *args)["checks"]
+    assert isinstance(report, list)
+    checks = sorted((c for c in report if every or c["status"] != "pass"), key=lambda c: order[c["status"]])
+    out = _at_columns(capsys, monkeypatch, width, *args)
+    lines = out.splitlines()
+    for line in lines:
+        assert not line.startswith("│") or line.endswith("│"), f"cropped: {line!r}"
+    header = _audit_header(out)
+    table = "\n".join(line for line in lines if "┃" not in line)
+    rows = [dict(zip(header, r, strict=True)) for r in _rows(table, "│", 0)]
+    caption = " ".join(line.strip() for line in lines if "│" not in line and "┃" not in line)
+    assert len(rows) == len(checks)
+    for row, check in zip(rows, checks, strict=True):
+        assert row["value"] == format_value(check["rule"], check["value"])
+        assert row["rule"] == check["rule"] + (f" [{check['scope']}]" if check["scope"] else "")
+        subject = row.get("session", row.get("session / day"))
+        assert subject
+        assert str(check["subject"]).endswith(subject)
+        if "limit" in row:
+            assert row["limit"] == format_value(check["rule"], check["limit"])
+        else:
+            assert f"{check['rule']} {format_value(check['rule'], check['limit'])}" in caption
+        if "status" in row:
+            assert row["status"] == check["status"].upper()
+        if check["offender"] and "worst" not in row:
+            assert f"{subject} {check['rule']}: {check['offender']}" in caption
+    if "status" not in header:
+        statuses = [c["status"].upper() for c in checks]
+        said = re.search(r"Not shown \(too narrow\): status \((.+?)\)\.", caption)
+        assert said, caption
+        if len(set(statuses)) == 1:
+            assert said.group(1) == f"every row {statuses[0]}"
+        else:
+            first = statuses.count(statuses[0])
+            assert said.group(1).startswith(f"the first {first:,} rows {statuses[0]}, then ")
+
+
+@pytest.mark.parametrize(
+    ("total", "cost", "dropped"),
+    [(298_383_814, 76.01, ""), (1_234_567_890, 12_345.67, "cost")],
+)
+def test_a_turn_table_too_wide_for_its_key_columns_drops_its_borders_then_its_cost(
+    total: int, cost: float, dropped: str
+) -> None:
+    """``--by turn`` at 40 columns, where the short id, the turn, a nine-digit total and the cost are wider
+    than the terminal within the table's borders (42 cells): the outer borders go, every number whole; where
+    even that is too wide (a ten-digit total, a five-digit cost), the cost goes too, named under the table."""
+    from rich.console import Console
+
+    sessions = ["session-2026-01-01T00-00-0beddad7", "session-2026-01-02T00-00-d2c933ca"]
+    rows = _Rows({"session": sessions, "turn": [1, 26], "input": [0, 0], "output": [0, 0], "thoughts": [0, 0],
+                  "cached": [0, 0], "tool": [0, 0], "total": [1, total - 1], "cost": [0.0, cost],
+                  "unpriced": [0, 0]})  # fmt: skip
+    sums = dict.fromkeys(("input", "output", "thoughts", "cached", "tool"), 0)
+    sums |= {"total": total, "cost": cost, "unpriced": 0}
+    table = render.stats_table(rows, sums, by="turn", title="t", width=40)
+    assert _uncropped_width(table, 40) <= 40
+    assert not table.show_edge
+    console = Console(width=40, no_color=True, highlight=False)
+    with console.capture() as capture:
+        console.print(table)
+    header, body, totals, caption = _grid(capture.get())
+    row, sum_row = dict(zip(header, body[1], strict=True)), dict(zip(header, totals, strict=True))
+    assert (row["session"], row["turn"], row["total"]) == ("d2c933ca", "26", f"{total - 1:,}")
+    assert sum_row["total"] == f"{total:,}"
+    if dropped:  # the room the cost leaves takes back a narrower column (the input, here 0)
+        assert "cost" not in header
+        assert "Not shown (too narrow): cost. --wide shows every column." in caption
+    else:
+        assert header == ["session", "turn", "total", "cost"]
+        assert sum_row["cost"] == f"${cost:,.2f}"
+        assert "Not shown" not in caption
