@@ -93,6 +93,8 @@ def diff(
             out.write_stdout(data, sys.stdout.buffer)
     else:
         _print_table(result, output, width=width, color=color, hide=hide)
+    if output is not None:
+        options.say_written(output)
     return ExitStatus.ERROR if exit_code and result.differs else ExitStatus.OK
 
 
