@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from datetime import date
 from pathlib import Path
@@ -783,3 +784,40 @@ def test_an_empty_stats_table_writes_no_file_and_says_none_was_written(
     assert "Nothing to report." in err
     assert "written to" not in err
     assert not target.exists()
+
+
+def _without_times(fmt: str, text: str) -> object:
+    """``compare``'s output less the time each strategy took (which differs from run to run)."""
+    if fmt == "json":
+        doc = json.loads(text)
+        for row in doc["rows"]:
+            row.pop("seconds")
+        return doc
+    if fmt == "csv":
+        import csv
+
+        rows = list(csv.DictReader(io.StringIO(text)))
+        for row in rows:
+            row.pop("seconds")
+        return rows
+    return re.sub(r"\b\d+\.\d\ds\b", "0.00s", text)
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_compare_output_says_where_it_wrote_on_stderr_as_report_does(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``compare --output FILE`` writes to FILE what standard output would have held (the table too, which it
+    used to print to standard output instead), leaves standard output empty and says where on standard
+    error, in ``report``'s words; without ``--output`` nothing of the kind is said."""
+    args = ["compare", str(_CHATS / "session-2026-03-20T11-00-abcd1234.json"), "--format", fmt]
+    code = run(args)
+    stdout, stderr = capsys.readouterr()
+    assert stdout
+    assert "written to" not in stderr
+    target = tmp_path / f"out.{'txt' if fmt == 'table' else fmt}"
+    assert run([*args, "--output", str(target)]) == code
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == stderr + f"report written to {target}\n"
+    assert _without_times(fmt, target.read_text(encoding="utf-8")) == _without_times(fmt, stdout)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.text import Text
 
 from ctxtool.cli import run
 from ctxtool.render import tables as render
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, REAL_SESSIONS
 
 ROOT = FIXTURES / "gemini"
 
@@ -189,15 +191,16 @@ def test_stats_tokens_shown_and_named_add_up_to_the_total(
             assert shown.get(kind, hidden.get(kind)) == sums[kind], kind
 
 
-def _rows(out: str, bar: str, first: int) -> list[list[str]]:
+def _rows(out: str, bar: str, first: int, starts: str = "") -> list[list[str]]:
     """The rows of a table whose cells may take several lines: a row starts where column ``first`` has
-    text; a cell's lines joined as they were broken (a space, or nothing after a ``/`` or ``-``)."""
+    text (``starts`` in it, if given); a cell's lines joined as they were broken (a space, or nothing after
+    a ``/`` or ``-``)."""
     rows: list[list[list[str]]] = []
     for line in out.splitlines():
         if bar not in line or line.lstrip().startswith(("┃", "━", "┏", "┡", "└")):
             continue
         cells = _cells(line, bar) if line.startswith(bar) else [c.strip() for c in line.split(bar)]
-        if cells[first] or not rows:
+        if (starts in cells[first] if starts else cells[first]) or not rows:
             rows.append([[c] if c else [] for c in cells])
         else:
             for kept, more in zip(rows[-1], cells, strict=True):
@@ -693,3 +696,281 @@ def test_a_turn_table_too_wide_for_its_key_columns_drops_its_borders_then_its_co
         assert header == ["session", "turn", "total", "cost"]
         assert sum_row["cost"] == f"${cost:,.2f}"
         assert "Not shown" not in caption
+
+
+# --- stats --top, compact, compare and diff down to 40 columns ----------------------------------------------
+
+
+def _under(out: str) -> str:
+    """What a command prints outside its tables' rows and headers (titles, notes), joined into one line."""
+    return " ".join(line.strip() for line in out.splitlines() if "│" not in line and "┃" not in line)
+
+
+_TOP_HEADERS = {"session": "session", "rank": "rank", "item": "item", "tool": "tool", "target": "target",
+                "count": "count", "~tokens": "tokens", "of ctx": "share"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("source", "width"), _CASES, ids=_IDS)
+def test_stats_top_fits_down_to_40_columns_with_every_number_whole(
+    source: str, width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stats --top`` on a terminal 40 to 120 columns wide: no line past the width; the session, the item
+    (on two lines where it must: ``tool`` / ``output``) and its tokens always shown, every digit as the JSON
+    output has it, and every other column shown whole or named under the table as its header is."""
+    args = ("stats", source, "--top", "3")
+    expected = _json(capsys, *args)["rows"]
+    assert isinstance(expected, list)
+    out = _at_columns(capsys, monkeypatch, width, *args)
+    header = _audit_header(out)
+    assert {"session", "item", "~tokens"} <= set(header)
+    assert set(header) | _named(_under(out)) == set(_TOP_HEADERS)
+    assert not set(header) & _named(_under(out))
+    rows = [dict(zip(header, r, strict=True)) for r in _rows(out, "│", 0)]
+    assert len(rows) == len(expected)
+    for row, want in zip(rows, expected, strict=True):
+        assert str(want["session"]).endswith(row["session"])
+        assert row["item"] == want["item"]
+        shown = {
+            "~tokens": f"{want['tokens']:,}",
+            "of ctx": render.percent(want["share"]),
+            "rank": str(want["rank"]),
+            "count": str(want["count"]),
+            "tool": want["tool"] or "–",
+        }
+        for name, text in shown.items():
+            assert row.get(name, text) == text, name
+
+
+_COMPACT_HEADERS = ("session", "status", "tokens", "msgs sum/kept", "kept facts r/p/c/e/d", "threshold",
+                    "split", "cut outputs", "would write")  # fmt: skip
+_STATUS_CELL = {"COMPRESSION_FAILED_INFLATED_TOKEN_COUNT": "FAILED_INFLATED",
+                "COMPRESSION_FAILED_EMPTY_SUMMARY": "FAILED_EMPTY"}  # fmt: skip
+
+
+def _compact_cells(want: dict[str, Any]) -> dict[str, str]:
+    """What ``compact``'s table shows of a session's JSON report, every number whole."""
+    before, after, limit, share = (
+        want[k] for k in ("tokens_before", "tokens_after", "token_limit", "threshold")
+    )
+    status = want["status"]
+    if status == "COMPRESSED" and before is not None and after is not None and after > before:
+        status = "INFLATED"
+    summarised = want["messages_summarised"]
+    return {
+        "status": _STATUS_CELL.get(status, status),
+        "tokens": "–" if before is None else f"{before:,} → {after:,}",
+        "msgs sum/kept": "–" if summarised is None else f"{summarised}/{want['messages_kept']}",
+        "threshold": "–" if limit is None or share is None else f"{int(share * limit):,}",
+        "split": "–" if want["split_index"] is None else str(want["split_index"]),
+        "cut outputs": str(len(want["tool_outputs_truncated"] or [])),
+    }
+
+
+@pytest.mark.parametrize(("source", "width"), _CASES, ids=_IDS)
+def test_compact_dry_run_fits_down_to_40_columns_with_every_number_whole(
+    source: str, width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compact --dry-run`` on a terminal 40 to 120 columns wide: no line past the width; the session, its
+    status and its tokens always shown (the tokens on two lines where they must), every number as the JSON
+    output has it; the output path, cut from the left, goes last, and each column left out is named."""
+    args = ("compact", source, "--dry-run", "--force")
+    expected = _json(capsys, *args)["sessions"]
+    assert isinstance(expected, list)
+    out = _at_columns(capsys, monkeypatch, width, *args)
+    header = _audit_header(out)
+    assert {"session", "status", "tokens"} <= set(header)
+    assert set(header) | _named(_under(out)) == set(_COMPACT_HEADERS)
+    rows = [dict(zip(header, r, strict=True)) for r in _rows(out, "│", 0)]
+    assert len(rows) == len(expected)
+    for row, want in zip(rows, expected, strict=True):
+        name = str(want["input_path"]).rsplit("/", 1)[-1]
+        assert name.endswith(row["session"]) or name.rsplit(".", 1)[0].endswith(row["session"])
+        for column, text in _compact_cells(want).items():
+            assert row.get(column, text) == text, column
+
+
+def test_a_compact_table_at_40_columns_leaves_out_where_it_wrote_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that writes: at 40 columns the output path is the column that goes (named by its header,
+    ``output``), at 80 it is shown."""
+    chats = ROOT / "tmp" / "ctxdemo" / "chats"
+    args = ("compact", str(chats), "--force", "--output", str(tmp_path / "out"))
+    narrow = _at_columns(capsys, monkeypatch, 40, *args)
+    assert _audit_header(narrow) == ["session", "status", "tokens"]
+    assert "output" in _named(_under(narrow))
+    assert "output" in _audit_header(_at_columns(capsys, monkeypatch, 80, *args))
+
+
+_CHATS = ROOT / "tmp" / "ctxdemo" / "chats"
+_COMPARED = [((str(_CHATS),), width) for width in NARROW]
+if REAL_SESSIONS.is_dir():  # three sessions of the real ones: the widest short ids, and a long session
+    _COMPARED += [
+        (
+            tuple(
+                str(REAL_SESSIONS / name)
+                for name in (
+                    "Deploy-an-Agent-with-Agent-Development-Kit__session-2026-08-17T17-56-a2a-serv.jsonl",
+                    "IDAHO-VAULT__b1f31681-4b57-4337-8bc5-ac73580f752a__xs82vp.json",
+                    "TP-Tutor__session-2026-04-25T01-53-b1b4c413.jsonl",
+                )
+            ),
+            width,
+        )
+        for width in REAL
+    ]
+_COMPARE_HEADERS = {"session", "strategy", "status", "trigger", "tokens", "cut", "kept", "facts r/p/c/e/d",
+                    "time"}  # fmt: skip
+
+
+def _compare_cells(want: dict[str, Any]) -> dict[str, str]:
+    """What ``compare``'s table shows of a row of its JSON output, every number whole (not the time)."""
+    facts = "/".join(
+        "–" if want[f"{k}_retention"] is None else f"{want[f'{k}_retention']:.0f}%"
+        for k in ("requests", "paths", "commands", "errors", "directives")
+    )
+    trigger, before, after = want["would_trigger"], want["tokens_before"], want["tokens_after"]
+    return {
+        "strategy": want["strategy"],
+        "status": want["status"],
+        "trigger": "n/a" if trigger is None else f"turn {want['trigger_turn']}" if trigger else "no",
+        "tokens": "–" if before is None or after is None else f"{before:,} → {after:,}",
+        "cut": "–" if want["reduction"] is None else f"{100 * want['reduction']:.0f}%",
+        "kept": "–" if want["messages_kept"] is None else str(want["messages_kept"]),
+        "facts r/p/c/e/d": facts,
+    }
+
+
+@pytest.mark.parametrize(
+    ("paths", "width"),
+    _COMPARED,
+    ids=[f"{'real' if 'real-sessions' in p[0] else 'fixtures'}-{w}" for p, w in _COMPARED],
+)
+def test_compare_fits_down_to_40_columns_with_every_number_whole(
+    paths: tuple[str, ...], width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compare`` on a terminal 40 to 120 columns wide: no line past the width; the tokens and the facts
+    kept always shown, every number as the JSON output has it (wrapped, never cut); narrowest, the strategy
+    stands under its session in one column (``session`` / ``strategy``), and only then does ``cut`` go.
+    The bar chart under it keeps every strategy's name and numbers whole."""
+    expected = _json(capsys, "compare", *paths)["rows"]
+    assert isinstance(expected, list)
+    out = _at_columns(capsys, monkeypatch, width, "compare", *paths)
+    table, bars = out.split("per strategy (mean over sessions)", 1)
+    assert "…" not in out
+    # A header on more lines joined as it reads (``facts r/p/`` ``c/e/d``).
+    canon = {_words(h): h for h in [*_COMPARE_HEADERS, "session strategy"]}
+    header = [canon[_words(h)] for h in _audit_header(table)]
+    stacked = "session strategy" in header
+    assert {"tokens", "facts r/p/c/e/d", "session strategy" if stacked else "strategy"} <= set(header)
+    assert stacked or "cut" in header or "cut" not in _named(_under(table))  # cut goes only once stacked
+    shown = {name for h in header for name in (h.split() if h == "session strategy" else [h])}
+    assert shown | _named(_under(table)) == _COMPARE_HEADERS
+    # A row starts with its tokens' arrow (which stays with the first number): the session's and the
+    # tokens' next lines go on in the columns of both.
+    rows = [dict(zip(header, r, strict=True)) for r in _rows(table, "│", header.index("tokens"), "→")]
+    assert len(rows) == len(expected)
+    names = render.session_labels([str(r["session"]) for r in expected])
+    for row, want, name in zip(rows, expected, names, strict=True):
+        cells = _compare_cells(want)
+        if stacked:
+            assert row.pop("session strategy") == f"{name} {cells.pop('strategy')}"
+        else:
+            assert row.pop("session") == name
+        for column, text in cells.items():
+            assert row.get(column, text) == text, column
+    for strategy in {str(r["strategy"]) for r in expected}:
+        assert re.search(rf"^ ?{re.escape(strategy)} +█* ?[\d,]+ / [\d,]+ ", bars, re.MULTILINE), strategy
+    for line in bars.splitlines():
+        assert len(line) <= width
+
+
+_PAIR = (
+    str(_CHATS / "session-2026-03-20T11-00-abcd1234.json"),
+    str(_CHATS / "session-2026-03-20T11-00-abcd1234.jsonl"),
+)
+_DIFFED = [(_PAIR, width) for width in NARROW]
+if REAL_SESSIONS.is_dir():  # README's example: two sessions of one project
+    _DIFFED += [
+        (
+            (
+                str(REAL_SESSIONS / "TP-Tutor__session-2026-04-25T01-53-b1b4c413.jsonl"),
+                str(REAL_SESSIONS / "TP-Tutor__session-2026-04-24T23-16-c8b2cbd9.jsonl"),
+            ),
+            width,
+        )
+        for width in REAL
+    ]
+_GROUP_HEADERS = ["group", "rec. before", "rec. after", "est. before", "est. after", "est. delta"]
+EVERY = re.compile(r"Not shown \(too narrow\): (.+?)\. --width (\d+) shows every column\.")
+
+
+def _diff_tables(out: str) -> dict[str, tuple[list[str], list[list[str]], str]]:
+    """``diff``'s two token tables: each one's header, rows (a label on more lines joined) and the lines
+    under it."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "Tokens")
+    groups = next(i for i, line in enumerate(lines) if line.startswith("Tokens by message type"))
+    end = next(i for i, line in enumerate(lines) if i > groups and not line.strip())
+    tables = {}
+    for name, part in (("tokens", lines[start:groups]), ("groups", lines[groups:end])):
+        text = "\n".join(part)
+        header = _audit_header(text)
+        # A row starts with its first estimate (a tool's recorded tokens are blank): a label's next lines
+        # have none.
+        first = next(i for i, h in enumerate(header) if h.endswith("before") and not h.startswith("rec."))
+        tables[name] = (header, _rows(text, "│", first), _under(text))
+    return tables
+
+
+def _words(label: str) -> str:
+    return "".join(label.split())  # a label too long for its column is folded, mid-word
+
+
+@pytest.mark.parametrize(
+    ("paths", "width"),
+    _DIFFED,
+    ids=[f"{'real' if 'real-sessions' in p[0] else 'fixtures'}-{w}" for p, w in _DIFFED],
+)
+def test_diff_token_tables_fit_down_to_40_columns_with_every_number_whole(
+    paths: tuple[str, str], width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``diff``'s "Tokens" and "Tokens by message type" tables on a terminal 40 to 120 columns wide: no
+    line past the width; the label and before and after always shown, every number as the JSON output has
+    it; a column left out (the delta, then the recorded pair by message type) named under its table with the
+    ``--width`` that shows every column, which it does."""
+    data: dict[str, Any] = _json(capsys, "diff", *paths)
+    out = _at_columns(capsys, monkeypatch, width, "diff", *paths)
+    before, after = data["before"], data["after"]
+    b, a = before["recorded"], after["recorded"]
+    expected: dict[str, list[list[Any]]] = {
+        "tokens": [
+            ["live messages", before["live_messages"], after["live_messages"]],
+            ["recorded requests", b["requests"], a["requests"]],
+            ["recorded tokens (total)", b["total"], a["total"]],
+            ["recorded context (last prompt)", b["context"], a["context"]],
+            ["estimated context", before["estimated"], after["estimated"]],
+        ],
+        "groups": [
+            [f"{g['dimension']} {g['key']}", g["recorded_before"], g["recorded_after"], g["estimated_before"],
+             g["estimated_after"]]
+            for g in data["tokens"]["groups"]
+        ],
+    }  # fmt: skip
+    every = {"tokens": ["", "before", "after", "delta"], "groups": _GROUP_HEADERS}
+    for name, (header, rows, under) in _diff_tables(out).items():
+        said = EVERY.search(under)
+        assert sorted([*header, *(said.group(1).split(", ") if said else [])]) == sorted(every[name])
+        assert {"before", "after"} <= {h.removeprefix("est. ") for h in header}
+        assert len(rows) >= len(expected[name])
+        for row, want in zip(rows, expected[name], strict=False):
+            cells = dict(zip(header, row, strict=True))
+            assert _words(cells[header[0]]) == _words(want[0])
+            values = dict(zip(every[name][1:], [*want[1:], want[-1] - want[-2]], strict=True))
+            for column, value in values.items():
+                text = "" if value is None else f"{value:+,}" if "delta" in column else f"{value:,}"
+                assert cells.get(column, text) == text, column
+        if said:  # the width the note names shows every column, and names none
+            wider = _diff_tables(_at_columns(capsys, monkeypatch, int(said.group(2)), "diff", *paths))[name]
+            assert wider[0] == every[name]
+            assert not EVERY.search(wider[2])

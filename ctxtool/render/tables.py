@@ -387,9 +387,18 @@ def _printed_width(
 
 
 def _natural(column: str, cells: Mapping[str, Sequence[Text]], headers: Mapping[str, str]) -> int:
-    """A column's width uncut: its widest cell, or its header (each line of one on more lines)."""
+    """A column's width uncut: its widest cell, or its header (each line of a header or a cell on more
+    lines)."""
     header = headers.get(column, column).split("\n")
-    return max([*(len(h) for h in header), *(t.cell_len for t in cells[column])])
+    return max([*(len(h) for h in header), *(_widest_line(t) for t in cells[column])])
+
+
+def _widest_line(text: Text) -> int:
+    if "\n" not in text.plain:
+        return text.cell_len
+    from rich.cells import cell_len
+
+    return max(cell_len(line) for line in text.plain.split("\n"))
 
 
 def _distinct_width(column: str, texts: Sequence[Text], least: int) -> int:
@@ -1038,23 +1047,47 @@ def _is_day(subject: str) -> bool:
 
 
 def diff_summary_table(
-    rows: Sequence[Sequence[str]], *, title: str, headers: Sequence[str], width: int = 120
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str,
+    headers: Sequence[str],
+    width: int = 120,
+    drop: Sequence[Sequence[int]] = (),
 ) -> Table:
     """A small table of preformatted cells, at most ``width`` columns wide: the first column left-aligned
     (a label, which goes onto more lines when the width is short), the others right-aligned and never cut.
-    Where even that is too wide, the table drops its outer borders."""
+    Where even that is too wide, the table drops its outer borders; narrower still, the columns of ``drop``
+    go, a group (of column indexes) at a time, named under the table with the width that shows them all
+    (``diff`` has no ``--wide``: ``--width N`` does it)."""
     # Numbers are never cut: each column is as wide as its widest cell (a header may take two lines).
     widths = [max([*(len(h) for h in name.split("\n")), *(Text(r[i]).cell_len for r in rows)])
               for i, name in enumerate(headers)]  # fmt: skip
-    room = width - 1 - sum(w + 3 for w in widths[1:]) - 3
-    edge = room >= min(widths[0], _LABEL_MIN)
+    least = min(widths[0], _LABEL_MIN)
+
+    def label_room(kept: Sequence[int]) -> int:  # the label's room within the outer borders
+        return width - 1 - sum(widths[i] + 3 for i in kept[1:]) - 3
+
+    kept = list(range(len(headers)))
+    every = least + sum(widths[i] + 3 for i in kept[1:])  # the least width that shows every column
+    gone: list[int] = []
+    for group in drop:
+        if label_room(kept) + 4 >= least:  # fits without the outer borders
+            break
+        gone.extend(i for i in group if i in kept)
+        kept = [i for i in kept if i not in group]
+    room = label_room(kept)
+    edge = room >= least
     label = max(_LABEL_MIN, min(widths[0], room if edge else room + 4))
-    table = Table(title=title, title_justify="left", show_edge=edge, pad_edge=edge)
-    for i, name in enumerate(headers):
+    named = ", ".join(" ".join(headers[i].split()) for i in sorted(gone))
+    caption = f"Not shown (too narrow): {named}. --width {every} shows every column." if gone else None
+    table = Table(title=title, title_justify="left", show_edge=edge, pad_edge=edge, caption=caption,
+                  caption_justify="left")  # fmt: skip
+    for i in kept:
         w = label if i == 0 else widths[i]
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True, min_width=w, max_width=w)
+        table.add_column(headers[i], justify="left" if i == 0 else "right", no_wrap=True, min_width=w,
+                         max_width=w)  # fmt: skip
     for row in rows:
-        table.add_row(wrap_text(Text(row[0]), label), *row[1:])
+        table.add_row(wrap_text(Text(row[0]), label), *(row[i] for i in kept[1:]))
     return table
 
 
@@ -1173,6 +1206,9 @@ def compact_table(
         text_min={"output": 24},
         drop_order=("threshold", "cut_outputs", "split", "msgs", "facts"),
         wrap=("tokens",),
+        # The output path goes last, once it is cut to its header's width and the table still does not fit
+        # (40 columns): the session, its status and its tokens say what the run did.
+        last=("output",),
     )
     standins = [n for r, n in zip(reports, names, strict=True) if r.get("env_source") == "stand-in"]
     if standins:
@@ -1224,24 +1260,47 @@ def _fitted_table(
     text_min: Mapping[str, int],
     drop_order: Sequence[str],
     wrap: Sequence[str] = (),
+    last: Sequence[str] = (),
 ) -> tuple[Table, str | None]:
     """A borderless table of the ``columns`` that fit ``width`` (see :func:`fit_columns`); the text columns
     of ``text_min`` give way, a path from the left, and those of ``wrap`` (numbers among them) go onto
-    more lines rather than be cut, their headers too. Returns the table and the line that names the
-    columns dropped (as ``headers`` call them), if any."""
+    more lines rather than be cut, their headers too. The columns of ``last`` go only where the table, the
+    others dropped, wrapped and cut as far as they go, is still wider than ``width`` (a ``compact`` table's
+    output path at 40 columns). Returns the table and the line that names the columns dropped (as
+    ``headers`` call them), if any."""
     wrap_min = {c: _wrap_min([Text(headers.get(c, c)), *cells[c]]) for c in wrap}
-    kept, text_width, dropped = fit_columns(
-        columns,
-        cells,
-        width=width,
-        wide=wide,
-        headers=headers,
-        text_min=text_min,
-        max_width={},
-        drop_order=drop_order,
-        wrap=wrap_min,
-        edge=False,
-    )
+    for extra in ((), tuple(last)):
+        kept, text_width, dropped = fit_columns(
+            columns,
+            cells,
+            width=width,
+            wide=wide,
+            headers=headers,
+            text_min=text_min,
+            max_width={},
+            drop_order=[*drop_order, *extra],
+            wrap=wrap_min,
+            edge=False,
+        )
+        table = _column_table(title, kept, cells, headers=headers, right=right, text_width=text_width,
+                              wrapped=set(wrap_min))  # fmt: skip
+        if wide or _borderless_width(table) <= width:
+            break
+    return table, dropped_note(dropped, headers)
+
+
+def _column_table(
+    title: str,
+    kept: Sequence[str],
+    cells: Mapping[str, Sequence[Text]],
+    *,
+    headers: Mapping[str, str],
+    right: set[str],
+    text_width: Mapping[str, int],
+    wrapped: set[str],
+) -> Table:
+    """The borderless table of :func:`_fitted_table`: each of the ``kept`` columns as wide as its widest
+    line, a column of ``text_width`` narrowed to it (wrapped, header too, if in ``wrapped``; else cut)."""
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     shown: list[list[Text]] = []
     for col in kept:
@@ -1249,7 +1308,7 @@ def _fitted_table(
         header = headers.get(col, col)
         if w is None:
             column_cells = list(cells[col])
-        elif col in wrap_min:
+        elif col in wrapped:
             column_cells = [wrap_text(t, w) for t in cells[col]]
             header = wrap_text(Text(header), w).plain
         else:
@@ -1261,7 +1320,13 @@ def _fitted_table(
         shown.append(column_cells)
     for row in zip(*shown, strict=True):
         table.add_row(*row)
-    return table, dropped_note(dropped, headers)
+    return table
+
+
+def _borderless_width(table: Table) -> int:
+    """How wide a table without outer borders prints whose columns all have a fixed width (``max_width``):
+    the columns and the three cells (`` │ ``) between each two."""
+    return sum(c.max_width or 0 for c in table.columns) + 3 * (len(table.columns) - 1)
 
 
 def _short_path(path: str) -> str:
@@ -1285,7 +1350,11 @@ def compare_table(
 ) -> tuple[Table, list[str]]:
     """One row per session and strategy of ``ctxtool compare``: trigger, tokens before → after, reduction,
     messages kept, fact retention per kind and the time taken. Returns the table and the lines to print
-    under it (the columns a narrow terminal left out)."""
+    under it (the columns a narrow terminal left out).
+
+    Narrow, the time, trigger, messages kept and status go, then the tokens and the facts go onto more
+    lines; narrower still (40 columns), the strategy stands under its session in one column, and only
+    then does the reduction go."""
     names = session_labels([str(r.get("session", "")) for r in rows])
     cols: dict[str, list[Text]] = {c: [] for c in _COMPARE_COLUMNS}
     for r, name in zip(rows, names, strict=True):
@@ -1313,19 +1382,31 @@ def compare_table(
         }
         for c in _COMPARE_COLUMNS:
             cols[c].append(values[c])
-    table, note = _fitted_table(
-        title,
-        _COMPARE_COLUMNS,
-        cols,
-        headers={"facts": "facts r/p/c/e/d"},
-        right={"trigger", "tokens", "cut", "kept", "facts", "time"},
-        width=width,
-        wide=wide,
-        text_min={},
-        # The facts kept are the point of the comparison: never dropped; they and the tokens wrap instead.
-        drop_order=("time", "trigger", "kept", "status"),
-        wrap=("tokens", "facts"),
-    )
+    columns: Sequence[str] = _COMPARE_COLUMNS
+    headers = {"facts": "facts r/p/c/e/d"}
+    for stacked in (False, True):
+        if stacked:  # narrower still (40 columns): the strategy under its session, in one column
+            session, strategy = cols.pop("session"), cols.pop("strategy")
+            cols["session"] = [Text(f"{a.plain}\n{b.plain}") for a, b in zip(session, strategy, strict=True)]
+            columns = [c for c in _COMPARE_COLUMNS if c != "strategy"]
+            headers["session"] = "session\nstrategy"
+        table, note = _fitted_table(
+            title,
+            columns,
+            cols,
+            headers=headers,
+            right={"trigger", "tokens", "cut", "kept", "facts", "time"},
+            width=width,
+            wide=wide,
+            text_min={},
+            # The facts kept are the point of the comparison: never dropped; they and the tokens wrap
+            # instead. The reduction restates the tokens: it goes once stacked and still too wide.
+            drop_order=("time", "trigger", "kept", "status"),
+            wrap=("tokens", "facts"),
+            last=("cut",) if stacked else (),
+        )
+        if wide or _borderless_width(table) <= width:
+            break
     return table, [note] if note else []
 
 
@@ -1355,13 +1436,20 @@ def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 80) -> Tabl
     tokens_w = max([0, *(len(r[2]) for r in rows)])
     ret_w = max([0, *(len(r[4]) for r in rows)])
 
-    def table_width(bar: int) -> int:  # box=None: one cell of padding either side of every column
-        return 6 + name_w + max(len(headers[1]), bar + tokens_w) + max(len(headers[2]), bar + ret_w)
+    def table_width(bar: int, heads: Sequence[str], pad: bool) -> int:
+        """box=None: one cell of padding either side of every column (but the outer two without ``pad``)."""
+        head_w = [max(len(line) for line in h.split("\n")) for h in heads]
+        return (6 if pad else 4) + name_w + max(head_w[1], bar + tokens_w) + max(head_w[2], bar + ret_w)
 
+    # Narrower (40 columns), the headers take two lines, then the table's outer padding goes: the names and
+    # the numbers stay whole.
+    layouts = [(headers, True), (_BARS_TWO_LINES, True), (_BARS_TWO_LINES, False)]
+    heads, pad = next(((h, p) for h, p in layouts if table_width(1, h, p) <= width), layouts[-1])
+    table.pad_edge = pad
     bar = _BAR_MAX
-    while bar > 1 and table_width(bar) > width:
+    while bar > 1 and table_width(bar, heads, pad) > width:
         bar -= 1
-    for header in headers:
+    for header in heads:
         table.add_column(header, no_wrap=True)
     for name, share, tokens, ret_share, retention in rows:
         table.add_row(
@@ -1373,6 +1461,7 @@ def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 80) -> Tabl
 
 
 _BAR_MAX = 40  # cells of a full bar on a wide terminal
+_BARS_TWO_LINES = ("strategy", "tokens after /\nbefore", "fact\nretention")
 
 
 _TOP_COLUMNS = ("session", "rank", "item", "tool", "target", "count", "tokens", "share")
@@ -1405,6 +1494,10 @@ def top_table(
         wide=wide,
         text_min={"target": 12},
         drop_order=("count", "rank", "tool"),
+        wrap=("item",),  # ``tool`` / ``output``
+        # The share only restates the tokens (of the request's context): it goes before the item or its
+        # target, which say what the tokens are.
+        last=("share",),
     )
     notes = [
         "Tokens are estimates (Gemini CLI's estimator, scaled to the recorded prompt).",
