@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import re
 import shutil
 from datetime import date
 from pathlib import Path
@@ -717,3 +719,105 @@ def test_settings_that_cannot_be_written_are_an_output_error(tmp_path: Path) -> 
     blocker.write_text("x")
     with pytest.raises(OutputError, match=f"{blocker} is a file, not a folder"):
         settings._write(blocker / ".gemini" / "settings.json", None, "{}")
+
+
+_CHATS = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats"
+# The commands whose --output FILE holds what standard output would have, with the same budgets and files
+# each time (--no-cache: a second run would otherwise say it was served from the index).
+_SAYS_WRITTEN = {
+    "stats": ["stats", str(FIXTURES / "gemini"), "--by", "session", "--no-cache"],
+    "stats-top": ["stats", str(FIXTURES / "gemini"), "--top", "2", "--no-cache"],
+    "audit": ["audit", str(FIXTURES / "gemini"), "--no-config", "--max-session-tokens", "40k", "--no-cache"],
+    "diff": [
+        "diff",
+        str(_CHATS / "session-2026-03-20T11-00-abcd1234.json"),
+        str(_CHATS / "session-2026-03-20T11-00-abcd1234.jsonl"),
+    ],
+}
+
+
+@pytest.mark.parametrize("fmt", ["json", "table"])
+@pytest.mark.parametrize("command", list(_SAYS_WRITTEN))
+def test_output_says_where_it_wrote_on_stderr_as_report_does(
+    command: str, fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output FILE`` writes to FILE what standard output would have held, byte for byte, leaves standard
+    output empty and says one line more on standard error, in ``report``'s words, naming the file; without
+    ``--output`` nothing of the kind is said (standard output holds the JSON alone)."""
+    args = [*_SAYS_WRITTEN[command], "--format", fmt]
+    code = run(args)
+    stdout, stderr = capsys.readouterr()
+    assert "written to" not in stderr
+    if fmt == "json":
+        json.loads(stdout)
+    target = tmp_path / ("out.json" if fmt == "json" else "out.txt")
+    assert run([*args, "--output", str(target)]) == code
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == stderr + f"report written to {target}\n"
+    assert target.read_text(encoding="utf-8") == stdout
+
+
+def test_audit_github_annotations_keep_stdout_when_the_report_goes_to_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``audit --github --output FILE``: standard output holds GitHub's workflow commands alone; where the
+    report went is said on standard error."""
+    target = tmp_path / "audit.json"
+    args = _SAYS_WRITTEN["audit"]
+    assert run([*args, "--github", "--output", str(target)]) == 3
+    out, err = capsys.readouterr()
+    assert out
+    assert all(line.startswith("::") for line in out.splitlines()), out
+    assert err.splitlines()[-1] == f"report written to {target}"
+    assert json.loads(target.read_text(encoding="utf-8"))["command"] == "audit"
+
+
+def test_an_empty_stats_table_writes_no_file_and_says_none_was_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A filter that leaves nothing: one line says so, no file is written, so none is said to be."""
+    target = tmp_path / "out.txt"
+    assert run([*_SAYS_WRITTEN["stats"], "--since", "2099-01-01", "--output", str(target)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "Nothing to report." in err
+    assert "written to" not in err
+    assert not target.exists()
+
+
+def _without_times(fmt: str, text: str) -> object:
+    """``compare``'s output less the time each strategy took (which differs from run to run)."""
+    if fmt == "json":
+        doc = json.loads(text)
+        for row in doc["rows"]:
+            row.pop("seconds")
+        return doc
+    if fmt == "csv":
+        import csv
+
+        rows = list(csv.DictReader(io.StringIO(text)))
+        for row in rows:
+            row.pop("seconds")
+        return rows
+    return re.sub(r"\b\d+\.\d\ds\b", "0.00s", text)
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_compare_output_says_where_it_wrote_on_stderr_as_report_does(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``compare --output FILE`` writes to FILE what standard output would have held (the table too, which it
+    used to print to standard output instead), leaves standard output empty and says where on standard
+    error, in ``report``'s words; without ``--output`` nothing of the kind is said."""
+    args = ["compare", str(_CHATS / "session-2026-03-20T11-00-abcd1234.json"), "--format", fmt]
+    code = run(args)
+    stdout, stderr = capsys.readouterr()
+    assert stdout
+    assert "written to" not in stderr
+    target = tmp_path / f"out.{'txt' if fmt == 'table' else fmt}"
+    assert run([*args, "--output", str(target)]) == code
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == stderr + f"report written to {target}\n"
+    assert _without_times(fmt, target.read_text(encoding="utf-8")) == _without_times(fmt, stdout)

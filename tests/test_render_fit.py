@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.text import Text
 
 from ctxtool.cli import run
 from ctxtool.render import tables as render
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, REAL_SESSIONS
 
 ROOT = FIXTURES / "gemini"
 
@@ -90,7 +92,8 @@ def test_narrow_stats_drop_columns_name_them_and_wide_shows_them(
     assert max(len(line) for line in narrow.splitlines()) <= 80
     # The token columns left out are named with their sums: 226,536 + 6,681 + 242,164 + 2,967 + 100 = 478,448.
     assert "Counted in total, not shown (too narrow): thoughts 2,967 · tool 100." in narrow
-    assert "Not shown (too narrow): start, turns, requests, peak_context," in narrow
+    # Named as the headers of a wider table name them (``--wide`` below), not by their JSON fields.
+    assert "Not shown (too narrow): start, turns, req, peak ctx," in narrow
     assert "--wide shows every column." in narrow
     assert "│ c4e5f6a7 " in narrow  # the short id, whole
     assert "147,000" in narrow  # numbers whole, every digit (input without the 152,000 cached)
@@ -188,15 +191,16 @@ def test_stats_tokens_shown_and_named_add_up_to_the_total(
             assert shown.get(kind, hidden.get(kind)) == sums[kind], kind
 
 
-def _rows(out: str, bar: str, first: int) -> list[list[str]]:
+def _rows(out: str, bar: str, first: int, starts: str = "") -> list[list[str]]:
     """The rows of a table whose cells may take several lines: a row starts where column ``first`` has
-    text; a cell's lines joined as they were broken (a space, or nothing after a ``/`` or ``-``)."""
+    text (``starts`` in it, if given); a cell's lines joined as they were broken (a space, or nothing after
+    a ``/`` or ``-``)."""
     rows: list[list[list[str]]] = []
     for line in out.splitlines():
         if bar not in line or line.lstrip().startswith(("┃", "━", "┏", "┡", "└")):
             continue
         cells = _cells(line, bar) if line.startswith(bar) else [c.strip() for c in line.split(bar)]
-        if cells[first] or not rows:
+        if (starts in cells[first] if starts else cells[first]) or not rows:
             rows.append([[c] if c else [] for c in cells])
         else:
             for kept, more in zip(rows[-1], cells, strict=True):
@@ -439,3 +443,534 @@ def test_a_narrow_audit_table_wraps_its_rule_names_not_its_values(width: int) ->
     assert _uncropped_width(table, width) <= width
     values = [str(c) for c in table.columns[3]._cells]
     assert values == ["26,800,468", "54.3%"]
+
+
+# --- down to 40 columns: every table within the width it is given, every number shown whole ---------------
+
+NARROW = (40, 46, 52, 60, 80, 100, 120)
+REAL = (40, 60, 80, 120)
+
+
+def _sources() -> list[tuple[str, tuple[int, ...]]]:
+    """The fixtures at every width, and the real sessions (where this machine has them) at a few."""
+    from tests.conftest import REAL_SESSIONS
+
+    cases = [(str(ROOT), NARROW)]
+    if REAL_SESSIONS.is_dir():
+        cases.append((str(REAL_SESSIONS), REAL))
+    return cases
+
+
+_SOURCES = _sources()
+_CASES = [(source, width) for source, widths in _SOURCES for width in widths]
+_IDS = [f"{'real' if 'real-sessions' in s else 'fixtures'}-{w}" for s, w in _CASES]
+
+
+def _at_columns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, width: int, *args: str
+) -> str:
+    """What the command prints to a pipe on a terminal ``width`` columns wide (``COLUMNS``, as a user's
+    shell sets it; no colour), every line checked against the width unless ``--wide`` lets it be wider."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    capsys.readouterr()
+    run(list(args))
+    out = capsys.readouterr().out
+    for line in out.splitlines():
+        assert len(line) <= width or "--wide" in args, f"wider than {width}: {line!r}"
+    return out
+
+
+def _json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+    capsys.readouterr()
+    run([*args, "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert isinstance(data, dict)
+    return data
+
+
+def _split(line: str, bar: str) -> list[str]:
+    """A table line's cells, with or without the table's outer borders."""
+    cells = [c.strip() for c in line.split(bar)]
+    return cells[1:-1] if line.startswith(bar) else cells
+
+
+def _grid(out: str) -> tuple[list[str], list[list[str]], list[str], str]:
+    """A stats table printed with or without its outer borders: header, body rows, totals row, and the
+    caption joined into one line. A bordered row that lost its right border was cropped: it fails here."""
+    lines = out.splitlines()
+    header_at = next(i for i, line in enumerate(lines) if "┃" in line)
+    header = _split(lines[header_at], "┃")
+    rule = next(i for i, line in enumerate(lines) if i > header_at and set(line) <= set("─┼├┤"))
+    body = []
+    for line in lines[header_at + 1 : rule]:
+        if "│" in line:
+            assert not line.startswith("│") or line.endswith("│"), f"cropped: {line!r}"
+            body.append(_split(line, "│"))
+    totals = _split(lines[rule + 1], "│")
+    end = rule + 2 + (1 if lines[rule + 2].startswith("└") else 0)
+    for row in [*body, totals]:
+        assert len(row) == len(header), row
+    return header, body, totals, " ".join(line.strip() for line in lines[end:])
+
+
+def _named(caption: str) -> set[str]:
+    """The columns a caption names as not shown, token columns (with their sums) and the others."""
+    names: set[str] = set()
+    counted = HIDDEN.search(caption)
+    if counted:
+        names |= {item.rpartition(" ")[0] for item in counted.group(1).split(" · ")}
+    others = re.search(r"Not shown \(too narrow\): (.+?) --wide shows every column\.", caption)
+    if others:
+        names |= {name.rstrip(".") for name in others.group(1).split(", ")}
+    return names
+
+
+def _shown(column: str, value: object, unpriced: object = 0) -> str | None:
+    """What a stats table shows for a number (``None``: not a number column), every digit."""
+    if column == "cost":
+        return "?" if value is None else f"${value:,.2f}" + ("+" if unpriced else "")
+    if column in ("context_share", "cache_ratio"):
+        return "–" if value is None else f"{float(str(value)) * 100:.1f}%"
+    if column == "duration_s":
+        return render.duration(value)
+    if isinstance(value, int) and not isinstance(value, bool) and column != "session":
+        return f"{value:,}"
+    return None
+
+
+def _check_numbers(
+    header: list[str], cells: list[str], values: dict[str, object], columns: dict[str, str]
+) -> None:
+    for name, text in zip(header, cells, strict=True):
+        column = columns[name]
+        if column in values:
+            want = _shown(column, values[column], values.get("unpriced"))
+            assert want is None or text == want, f"{column}: {text!r}, not {want!r}"
+
+
+# The fixtures in every table; the real sessions (2,000 requests) in the two the walk-through found too wide.
+_STATS_CASES = [
+    (source, width, by)
+    for source, width in _CASES
+    for by in ("turn", "request", *(() if "real-sessions" in source else ("session", "model", "day")))
+]
+
+
+_KNOWN: dict[tuple[str, ...], tuple[dict[str, object], list[str]]] = {}
+
+
+def _json_and_every_column(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[dict[str, object], list[str]]:
+    """The JSON output of ``args`` and the headers of its ``--wide`` table (the same at every width): worked
+    out once per report, the real sessions being slow to read."""
+    if args not in _KNOWN:
+        every, _, _, _ = _grid(_at_columns(capsys, monkeypatch, 120, *args, "--wide"))
+        _KNOWN[args] = (_json(capsys, *args), every)
+    return _KNOWN[args]
+
+
+@pytest.mark.parametrize(
+    ("source", "width", "by"),
+    _STATS_CASES,
+    ids=[f"{'real' if 'real-sessions' in s else 'fixtures'}-{w}-{by}" for s, w, by in _STATS_CASES],
+)
+def test_stats_fits_down_to_40_columns_with_every_number_whole(
+    source: str, width: int, by: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stats --by …`` on a terminal 40 to 120 columns wide: no line past the width (not even cropped by
+    the terminal); every number shown equals the JSON output's value, every digit, in every row and the
+    totals; and every column ``--wide`` shows is either shown or named under the table, as its header."""
+    data, every = _json_and_every_column(capsys, monkeypatch, "stats", source, "--by", by)
+    header, body, totals, caption = _grid(
+        _at_columns(capsys, monkeypatch, width, "stats", source, "--by", by)
+    )
+    # A header that ends a sentence keeps one full stop (``compr.``).
+    assert {h.rstrip(".") for h in [*header, *_named(caption)]} == {h.rstrip(".") for h in every}
+    assert {"total", "cost"} <= set(header)  # room for the cost, down to 40 columns, in all of these
+    columns = {render.column_header(c): c for c in render.TABLE_COLUMNS[by]}
+    rows = data["rows"]
+    assert isinstance(rows, list)
+    assert len(body) == len(rows)
+    for cells, row in zip(body, rows, strict=True):
+        if "session" in header:  # the short id: the end of the row's session name
+            short = cells[header.index("session")].removesuffix(render.COMPACTED_MARK)
+            assert str(row["session"]).endswith(short), (short, row["session"])
+        _check_numbers(header, cells, row, columns)
+    sums = data["totals"]
+    assert isinstance(sums, dict)
+    _check_numbers(header[1:], totals[1:], sums, columns)
+
+
+AUDIT_BUDGETS = (*AUDIT, "--max-daily-cost", "0.01")
+
+
+def _audit_header(out: str) -> list[str]:
+    """The audit table's header, a header on two lines joined (``session /`` ``day``)."""
+    lines = [line for line in out.splitlines() if "┃" in line]
+    parts = [_split(line, "┃") for line in lines]
+    return [" ".join(p for p in words if p) for words in zip(*parts, strict=True)]
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["failed", "all"])
+@pytest.mark.parametrize(("source", "width"), _CASES, ids=_IDS)
+def test_audit_fits_down_to_40_columns_with_every_value_whole(
+    source: str, width: int, every: bool, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``audit`` on a terminal 40 to 120 columns wide: no line past the width, each check's value as the
+    JSON output has it, and what the table leaves out (the limit, the worst offender, the status) said
+    under it: each rule's limit, each offender, and how many rows have each status."""
+    from ctxtool.audit import format_value
+
+    args = ["audit", source, *AUDIT_BUDGETS, *(["--all"] if every else [])]
+    order = {"fail": 0, "skip": 1, "pass": 2}
+    report = _json(capsys, *args)["checks"]
+    assert isinstance(report, list)
+    checks = sorted((c for c in report if every or c["status"] != "pass"), key=lambda c: order[c["status"]])
+    out = _at_columns(capsys, monkeypatch, width, *args)
+    lines = out.splitlines()
+    for line in lines:
+        assert not line.startswith("│") or line.endswith("│"), f"cropped: {line!r}"
+    header = _audit_header(out)
+    table = "\n".join(line for line in lines if "┃" not in line)
+    rows = [dict(zip(header, r, strict=True)) for r in _rows(table, "│", 0)]
+    caption = " ".join(line.strip() for line in lines if "│" not in line and "┃" not in line)
+    assert len(rows) == len(checks)
+    for row, check in zip(rows, checks, strict=True):
+        assert row["value"] == format_value(check["rule"], check["value"])
+        assert row["rule"] == check["rule"] + (f" [{check['scope']}]" if check["scope"] else "")
+        subject = row.get("session", row.get("session / day"))
+        assert subject
+        assert str(check["subject"]).endswith(subject)
+        if "limit" in row:
+            assert row["limit"] == format_value(check["rule"], check["limit"])
+        else:
+            assert f"{check['rule']} {format_value(check['rule'], check['limit'])}" in caption
+        if "status" in row:
+            assert row["status"] == check["status"].upper()
+        if check["offender"] and "worst" not in row:
+            assert f"{subject} {check['rule']}: {check['offender']}" in caption
+    if "status" not in header:
+        statuses = [c["status"].upper() for c in checks]
+        said = re.search(r"Not shown \(too narrow\): status \((.+?)\)\.", caption)
+        assert said, caption
+        if len(set(statuses)) == 1:
+            assert said.group(1) == f"every row {statuses[0]}"
+        else:
+            first = statuses.count(statuses[0])
+            assert said.group(1).startswith(f"the first {first:,} rows {statuses[0]}, then ")
+
+
+@pytest.mark.parametrize(
+    ("total", "cost", "dropped"),
+    [(298_383_814, 76.01, ""), (1_234_567_890, 12_345.67, "cost")],
+)
+def test_a_turn_table_too_wide_for_its_key_columns_drops_its_borders_then_its_cost(
+    total: int, cost: float, dropped: str
+) -> None:
+    """``--by turn`` at 40 columns, where the short id, the turn, a nine-digit total and the cost are wider
+    than the terminal within the table's borders (42 cells): the outer borders go, every number whole; where
+    even that is too wide (a ten-digit total, a five-digit cost), the cost goes too, named under the table."""
+    from rich.console import Console
+
+    sessions = ["session-2026-01-01T00-00-0beddad7", "session-2026-01-02T00-00-d2c933ca"]
+    rows = _Rows({"session": sessions, "turn": [1, 26], "input": [0, 0], "output": [0, 0], "thoughts": [0, 0],
+                  "cached": [0, 0], "tool": [0, 0], "total": [1, total - 1], "cost": [0.0, cost],
+                  "unpriced": [0, 0]})  # fmt: skip
+    sums = dict.fromkeys(("input", "output", "thoughts", "cached", "tool"), 0)
+    sums |= {"total": total, "cost": cost, "unpriced": 0}
+    table = render.stats_table(rows, sums, by="turn", title="t", width=40)
+    assert _uncropped_width(table, 40) <= 40
+    assert not table.show_edge
+    console = Console(width=40, no_color=True, highlight=False)
+    with console.capture() as capture:
+        console.print(table)
+    header, body, totals, caption = _grid(capture.get())
+    row, sum_row = dict(zip(header, body[1], strict=True)), dict(zip(header, totals, strict=True))
+    assert (row["session"], row["turn"], row["total"]) == ("d2c933ca", "26", f"{total - 1:,}")
+    assert sum_row["total"] == f"{total:,}"
+    if dropped:  # the room the cost leaves takes back a narrower column (the input, here 0)
+        assert "cost" not in header
+        assert "Not shown (too narrow): cost. --wide shows every column." in caption
+    else:
+        assert header == ["session", "turn", "total", "cost"]
+        assert sum_row["cost"] == f"${cost:,.2f}"
+        assert "Not shown" not in caption
+
+
+# --- stats --top, compact, compare and diff down to 40 columns ----------------------------------------------
+
+
+def _under(out: str) -> str:
+    """What a command prints outside its tables' rows and headers (titles, notes), joined into one line."""
+    return " ".join(line.strip() for line in out.splitlines() if "│" not in line and "┃" not in line)
+
+
+_TOP_HEADERS = {"session": "session", "rank": "rank", "item": "item", "tool": "tool", "target": "target",
+                "count": "count", "~tokens": "tokens", "of ctx": "share"}  # fmt: skip
+
+
+@pytest.mark.parametrize(("source", "width"), _CASES, ids=_IDS)
+def test_stats_top_fits_down_to_40_columns_with_every_number_whole(
+    source: str, width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stats --top`` on a terminal 40 to 120 columns wide: no line past the width; the session, the item
+    (on two lines where it must: ``tool`` / ``output``) and its tokens always shown, every digit as the JSON
+    output has it, and every other column shown whole or named under the table as its header is."""
+    args = ("stats", source, "--top", "3")
+    expected = _json(capsys, *args)["rows"]
+    assert isinstance(expected, list)
+    out = _at_columns(capsys, monkeypatch, width, *args)
+    header = _audit_header(out)
+    assert {"session", "item", "~tokens"} <= set(header)
+    assert set(header) | _named(_under(out)) == set(_TOP_HEADERS)
+    assert not set(header) & _named(_under(out))
+    rows = [dict(zip(header, r, strict=True)) for r in _rows(out, "│", 0)]
+    assert len(rows) == len(expected)
+    for row, want in zip(rows, expected, strict=True):
+        assert str(want["session"]).endswith(row["session"])
+        assert row["item"] == want["item"]
+        shown = {
+            "~tokens": f"{want['tokens']:,}",
+            "of ctx": render.percent(want["share"]),
+            "rank": str(want["rank"]),
+            "count": str(want["count"]),
+            "tool": want["tool"] or "–",
+        }
+        for name, text in shown.items():
+            assert row.get(name, text) == text, name
+
+
+_COMPACT_HEADERS = ("session", "status", "tokens", "msgs sum/kept", "kept facts r/p/c/e/d", "threshold",
+                    "split", "cut outputs", "would write")  # fmt: skip
+_STATUS_CELL = {"COMPRESSION_FAILED_INFLATED_TOKEN_COUNT": "FAILED_INFLATED",
+                "COMPRESSION_FAILED_EMPTY_SUMMARY": "FAILED_EMPTY"}  # fmt: skip
+
+
+def _compact_cells(want: dict[str, Any]) -> dict[str, str]:
+    """What ``compact``'s table shows of a session's JSON report, every number whole."""
+    before, after, limit, share = (
+        want[k] for k in ("tokens_before", "tokens_after", "token_limit", "threshold")
+    )
+    status = want["status"]
+    if status == "COMPRESSED" and before is not None and after is not None and after > before:
+        status = "INFLATED"
+    summarised = want["messages_summarised"]
+    return {
+        "status": _STATUS_CELL.get(status, status),
+        "tokens": "–" if before is None else f"{before:,} → {after:,}",
+        "msgs sum/kept": "–" if summarised is None else f"{summarised}/{want['messages_kept']}",
+        "threshold": "–" if limit is None or share is None else f"{int(share * limit):,}",
+        "split": "–" if want["split_index"] is None else str(want["split_index"]),
+        "cut outputs": str(len(want["tool_outputs_truncated"] or [])),
+    }
+
+
+@pytest.mark.parametrize(("source", "width"), _CASES, ids=_IDS)
+def test_compact_dry_run_fits_down_to_40_columns_with_every_number_whole(
+    source: str, width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compact --dry-run`` on a terminal 40 to 120 columns wide: no line past the width; the session, its
+    status and its tokens always shown (the tokens on two lines where they must), every number as the JSON
+    output has it; the output path, cut from the left, goes last, and each column left out is named."""
+    args = ("compact", source, "--dry-run", "--force")
+    expected = _json(capsys, *args)["sessions"]
+    assert isinstance(expected, list)
+    out = _at_columns(capsys, monkeypatch, width, *args)
+    header = _audit_header(out)
+    assert {"session", "status", "tokens"} <= set(header)
+    assert set(header) | _named(_under(out)) == set(_COMPACT_HEADERS)
+    rows = [dict(zip(header, r, strict=True)) for r in _rows(out, "│", 0)]
+    assert len(rows) == len(expected)
+    for row, want in zip(rows, expected, strict=True):
+        name = str(want["input_path"]).rsplit("/", 1)[-1]
+        assert name.endswith(row["session"]) or name.rsplit(".", 1)[0].endswith(row["session"])
+        for column, text in _compact_cells(want).items():
+            assert row.get(column, text) == text, column
+
+
+def test_a_compact_table_at_40_columns_leaves_out_where_it_wrote_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that writes: at 40 columns the output path is the column that goes (named by its header,
+    ``output``), at 80 it is shown."""
+    chats = ROOT / "tmp" / "ctxdemo" / "chats"
+    args = ("compact", str(chats), "--force", "--output", str(tmp_path / "out"))
+    narrow = _at_columns(capsys, monkeypatch, 40, *args)
+    assert _audit_header(narrow) == ["session", "status", "tokens"]
+    assert "output" in _named(_under(narrow))
+    assert "output" in _audit_header(_at_columns(capsys, monkeypatch, 80, *args))
+
+
+_CHATS = ROOT / "tmp" / "ctxdemo" / "chats"
+_COMPARED = [((str(_CHATS),), width) for width in NARROW]
+if REAL_SESSIONS.is_dir():  # three sessions of the real ones: the widest short ids, and a long session
+    _COMPARED += [
+        (
+            tuple(
+                str(REAL_SESSIONS / name)
+                for name in (
+                    "Deploy-an-Agent-with-Agent-Development-Kit__session-2026-08-17T17-56-a2a-serv.jsonl",
+                    "IDAHO-VAULT__b1f31681-4b57-4337-8bc5-ac73580f752a__xs82vp.json",
+                    "TP-Tutor__session-2026-04-25T01-53-b1b4c413.jsonl",
+                )
+            ),
+            width,
+        )
+        for width in REAL
+    ]
+_COMPARE_HEADERS = {"session", "strategy", "status", "trigger", "tokens", "cut", "kept", "facts r/p/c/e/d",
+                    "time"}  # fmt: skip
+
+
+def _compare_cells(want: dict[str, Any]) -> dict[str, str]:
+    """What ``compare``'s table shows of a row of its JSON output, every number whole (not the time)."""
+    facts = "/".join(
+        "–" if want[f"{k}_retention"] is None else f"{want[f'{k}_retention']:.0f}%"
+        for k in ("requests", "paths", "commands", "errors", "directives")
+    )
+    trigger, before, after = want["would_trigger"], want["tokens_before"], want["tokens_after"]
+    return {
+        "strategy": want["strategy"],
+        "status": want["status"],
+        "trigger": "n/a" if trigger is None else f"turn {want['trigger_turn']}" if trigger else "no",
+        "tokens": "–" if before is None or after is None else f"{before:,} → {after:,}",
+        "cut": "–" if want["reduction"] is None else f"{100 * want['reduction']:.0f}%",
+        "kept": "–" if want["messages_kept"] is None else str(want["messages_kept"]),
+        "facts r/p/c/e/d": facts,
+    }
+
+
+@pytest.mark.parametrize(
+    ("paths", "width"),
+    _COMPARED,
+    ids=[f"{'real' if 'real-sessions' in p[0] else 'fixtures'}-{w}" for p, w in _COMPARED],
+)
+def test_compare_fits_down_to_40_columns_with_every_number_whole(
+    paths: tuple[str, ...], width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compare`` on a terminal 40 to 120 columns wide: no line past the width; the tokens and the facts
+    kept always shown, every number as the JSON output has it (wrapped, never cut); narrowest, the strategy
+    stands under its session in one column (``session`` / ``strategy``), and only then does ``cut`` go.
+    The bar chart under it keeps every strategy's name and numbers whole."""
+    expected = _json(capsys, "compare", *paths)["rows"]
+    assert isinstance(expected, list)
+    out = _at_columns(capsys, monkeypatch, width, "compare", *paths)
+    table, bars = out.split("per strategy (mean over sessions)", 1)
+    assert "…" not in out
+    # A header on more lines joined as it reads (``facts r/p/`` ``c/e/d``).
+    canon = {_words(h): h for h in [*_COMPARE_HEADERS, "session strategy"]}
+    header = [canon[_words(h)] for h in _audit_header(table)]
+    stacked = "session strategy" in header
+    assert {"tokens", "facts r/p/c/e/d", "session strategy" if stacked else "strategy"} <= set(header)
+    assert stacked or "cut" in header or "cut" not in _named(_under(table))  # cut goes only once stacked
+    shown = {name for h in header for name in (h.split() if h == "session strategy" else [h])}
+    assert shown | _named(_under(table)) == _COMPARE_HEADERS
+    # A row starts with its tokens' arrow (which stays with the first number): the session's and the
+    # tokens' next lines go on in the columns of both.
+    rows = [dict(zip(header, r, strict=True)) for r in _rows(table, "│", header.index("tokens"), "→")]
+    assert len(rows) == len(expected)
+    names = render.session_labels([str(r["session"]) for r in expected])
+    for row, want, name in zip(rows, expected, names, strict=True):
+        cells = _compare_cells(want)
+        if stacked:
+            assert row.pop("session strategy") == f"{name} {cells.pop('strategy')}"
+        else:
+            assert row.pop("session") == name
+        for column, text in cells.items():
+            assert row.get(column, text) == text, column
+    for strategy in {str(r["strategy"]) for r in expected}:
+        assert re.search(rf"^ ?{re.escape(strategy)} +█* ?[\d,]+ / [\d,]+ ", bars, re.MULTILINE), strategy
+    for line in bars.splitlines():
+        assert len(line) <= width
+
+
+_PAIR = (
+    str(_CHATS / "session-2026-03-20T11-00-abcd1234.json"),
+    str(_CHATS / "session-2026-03-20T11-00-abcd1234.jsonl"),
+)
+_DIFFED = [(_PAIR, width) for width in NARROW]
+if REAL_SESSIONS.is_dir():  # README's example: two sessions of one project
+    _DIFFED += [
+        (
+            (
+                str(REAL_SESSIONS / "TP-Tutor__session-2026-04-25T01-53-b1b4c413.jsonl"),
+                str(REAL_SESSIONS / "TP-Tutor__session-2026-04-24T23-16-c8b2cbd9.jsonl"),
+            ),
+            width,
+        )
+        for width in REAL
+    ]
+_GROUP_HEADERS = ["group", "rec. before", "rec. after", "est. before", "est. after", "est. delta"]
+EVERY = re.compile(r"Not shown \(too narrow\): (.+?)\. --width (\d+) shows every column\.")
+
+
+def _diff_tables(out: str) -> dict[str, tuple[list[str], list[list[str]], str]]:
+    """``diff``'s two token tables: each one's header, rows (a label on more lines joined) and the lines
+    under it."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "Tokens")
+    groups = next(i for i, line in enumerate(lines) if line.startswith("Tokens by message type"))
+    end = next(i for i, line in enumerate(lines) if i > groups and not line.strip())
+    tables = {}
+    for name, part in (("tokens", lines[start:groups]), ("groups", lines[groups:end])):
+        text = "\n".join(part)
+        header = _audit_header(text)
+        # A row starts with its first estimate (a tool's recorded tokens are blank): a label's next lines
+        # have none.
+        first = next(i for i, h in enumerate(header) if h.endswith("before") and not h.startswith("rec."))
+        tables[name] = (header, _rows(text, "│", first), _under(text))
+    return tables
+
+
+def _words(label: str) -> str:
+    return "".join(label.split())  # a label too long for its column is folded, mid-word
+
+
+@pytest.mark.parametrize(
+    ("paths", "width"),
+    _DIFFED,
+    ids=[f"{'real' if 'real-sessions' in p[0] else 'fixtures'}-{w}" for p, w in _DIFFED],
+)
+def test_diff_token_tables_fit_down_to_40_columns_with_every_number_whole(
+    paths: tuple[str, str], width: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``diff``'s "Tokens" and "Tokens by message type" tables on a terminal 40 to 120 columns wide: no
+    line past the width; the label and before and after always shown, every number as the JSON output has
+    it; a column left out (the delta, then the recorded pair by message type) named under its table with the
+    ``--width`` that shows every column, which it does."""
+    data: dict[str, Any] = _json(capsys, "diff", *paths)
+    out = _at_columns(capsys, monkeypatch, width, "diff", *paths)
+    before, after = data["before"], data["after"]
+    b, a = before["recorded"], after["recorded"]
+    expected: dict[str, list[list[Any]]] = {
+        "tokens": [
+            ["live messages", before["live_messages"], after["live_messages"]],
+            ["recorded requests", b["requests"], a["requests"]],
+            ["recorded tokens (total)", b["total"], a["total"]],
+            ["recorded context (last prompt)", b["context"], a["context"]],
+            ["estimated context", before["estimated"], after["estimated"]],
+        ],
+        "groups": [
+            [f"{g['dimension']} {g['key']}", g["recorded_before"], g["recorded_after"], g["estimated_before"],
+             g["estimated_after"]]
+            for g in data["tokens"]["groups"]
+        ],
+    }  # fmt: skip
+    every = {"tokens": ["", "before", "after", "delta"], "groups": _GROUP_HEADERS}
+    for name, (header, rows, under) in _diff_tables(out).items():
+        said = EVERY.search(under)
+        assert sorted([*header, *(said.group(1).split(", ") if said else [])]) == sorted(every[name])
+        assert {"before", "after"} <= {h.removeprefix("est. ") for h in header}
+        assert len(rows) >= len(expected[name])
+        for row, want in zip(rows, expected[name], strict=False):
+            cells = dict(zip(header, row, strict=True))
+            assert _words(cells[header[0]]) == _words(want[0])
+            values = dict(zip(every[name][1:], [*want[1:], want[-1] - want[-2]], strict=True))
+            for column, value in values.items():
+                text = "" if value is None else f"{value:+,}" if "delta" in column else f"{value:,}"
+                assert cells.get(column, text) == text, column
+        if said:  # the width the note names shows every column, and names none
+            wider = _diff_tables(_at_columns(capsys, monkeypatch, int(said.group(2)), "diff", *paths))[name]
+            assert wider[0] == every[name]
+            assert not EVERY.search(wider[2])

@@ -248,6 +248,8 @@ def audit(
     _write_report(
         result, request.fmt, output, width=width, color=color, show_all=show_all, to_stderr=table_to_stderr
     )
+    if output is not None:
+        options.say_written(output)
     if result.exceeded:
         return ExitStatus.BUDGET_EXCEEDED
     return ExitStatus.ERROR if result.incomplete else ExitStatus.OK

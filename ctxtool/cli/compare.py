@@ -52,7 +52,7 @@ KEEP = typer.Option(None, "--keep", metavar="DIR", help="Keep the results under 
 CHART = typer.Option(None, "--chart", metavar="FILE", help="Also draw a chart (.png or .svg).")
 BARS = typer.Option(True, "--bars/--no-bars", show_default=False, help="Bar chart under the table (default).")
 FORMAT = typer.Option(None, "--format", "-f", metavar="FORMAT", help="table, json or csv (default: suffix).")
-OUTPUT = typer.Option(None, "--output", "-o", metavar="FILE", help="Write json/csv to FILE.")
+OUTPUT = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE, not standard output.")
 
 
 def compare(
@@ -112,28 +112,37 @@ def compare(
     if not rows or all(r.get("status") == "FAILED" for r in rows):
         return ExitStatus.ERROR  # nothing was compared: the errors above say why; stdout stays empty
     if fmt == "table":
-        _print_table(rows, bars=bars, width=width, color=color, wide=wide)
+        _print_table(rows, output_path, bars=bars, width=width, color=color, wide=wide)
     else:
         _write_rows(rows, names, fmt, output_path)
+    if output_path is not None:
+        options.say_written(output_path)
     failed = bool(found.missing) or any(r.get("status") == "FAILED" for r in rows)
     return ExitStatus.ERROR if failed else ExitStatus.OK
 
 
 def _print_table(
-    rows: list[dict[str, Any]], *, bars: bool, width: int | None, color: options.Color, wide: bool
+    rows: list[dict[str, Any]],
+    output_path: Path | None,
+    *,
+    bars: bool,
+    width: int | None,
+    color: options.Color,
+    wide: bool,
 ) -> None:
-    """The comparison table, its notes, and the bar chart of each strategy's means under it (--bars)."""
+    """The comparison table, its notes, and the bar chart of each strategy's means under it (--bars), to
+    --output or stdout."""
     from ctxtool import compare as lib
     from ctxtool.render import tables as render
 
-    console = render.make_console(width=width, color=color)
-    table, notes = render.compare_table(rows, width=console.width, wide=wide)
-    render.print_table(console, table, wide=wide)
-    for note in notes:
-        console.print(note, markup=False, highlight=False)
-    if bars:
-        console.print()
-        render.print_table(console, render.compare_bars(lib.strategy_means(rows), width=console.width))
+    with render.output_console(output_path, width=width, color=color) as console:
+        table, notes = render.compare_table(rows, width=console.width, wide=wide)
+        render.print_table(console, table, wide=wide)
+        for note in notes:
+            console.print(note, markup=False, highlight=False)
+        if bars:
+            console.print()
+            render.print_table(console, render.compare_bars(lib.strategy_means(rows), width=console.width))
 
 
 def _write_rows(rows: list[dict[str, Any]], names: list[str], fmt: str, output_path: Path | None) -> None:

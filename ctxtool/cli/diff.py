@@ -93,6 +93,8 @@ def diff(
             out.write_stdout(data, sys.stdout.buffer)
     else:
         _print_table(result, output, width=width, color=color, hide=hide)
+    if output is not None:
+        options.say_written(output)
     return ExitStatus.ERROR if exit_code and result.differs else ExitStatus.OK
 
 
@@ -135,6 +137,7 @@ def _print_table(
                 title="Tokens",
                 headers=("", "before", "after", "delta"),
                 width=console.width,
+                drop=[(3,)],  # the delta is after less before
             ),
         )
         render.print_table(
@@ -148,6 +151,9 @@ def _print_table(
                     *(f"est.\n{side}" for side in ("before", "after", "delta")),
                 ),
                 width=console.width,
+                # What the compaction changed is in the estimates (a compacted copy records no tokens): the
+                # recorded pair goes first, then the estimated delta (after less before).
+                drop=[(1, 2), (5,)],
             ),
         )
         for i, snapshot in enumerate(result.snapshots, 1):

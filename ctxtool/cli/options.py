@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import date
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -53,6 +54,15 @@ BASE_URL = typer.Option(
 )
 SHOW_SECRETS = typer.Option(False, "--show-secrets", help="Show secrets, not [REDACTED:kind].")
 WIDE = typer.Option(False, "--wide", help="Every column, even past the width.")
+
+
+def say_written(output: Path) -> None:
+    """The line a command says on standard error once ``--output`` FILE is written, the same for every
+    command (``report``, ``stats``, ``audit``, ``diff``), so standard output holds only the data."""
+    import sys
+
+    print(f"report written to {output}", file=sys.stderr)
+
 
 SESSION_PATHS = typer.Argument(..., metavar="SESSION...", help="Session files, folders, globs or ids.")
 

@@ -165,7 +165,7 @@ def _write(
     )
     out.atomic_write(output, page.encode("utf-8"))
     status.close()
-    print(f"report written to {output}", file=sys.stderr)
+    options.say_written(output)
     counts = frames.problem_counts(corpus.problems)
     if paths and (counts["missing"] or counts["no_sessions"]):
         # A PATH given explicitly matched no session (warned above): an error, though the rest is written.

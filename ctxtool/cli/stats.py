@@ -242,6 +242,8 @@ def stats(
 
     if isinstance(report, StatsReport) and report.by == "top":
         _write_top(report, request, color=color, width=width, wide=wide)
+        if request.output is not None:
+            options.say_written(request.output)
         return ExitStatus.OK
     from ctxtool.frames import replay
 
@@ -257,6 +259,8 @@ def stats(
     start = replay.mark()
     show(report.read_summary(cache_use))
     _foresee(start, show, report, request, cache_use)
+    if request.output is not None and not (request.fmt == "table" and report.rows.height == 0):
+        options.say_written(request.output)  # an empty table writes nothing: _nothing_to_report says so
     return _exit_status(request.paths, report, strict=strict)
 
 

@@ -294,8 +294,9 @@ def stats_table(
 
     Numbers and the short session id are never cut; text columns give way (a path from the left); the
     least important columns are dropped and named in the last caption lines (see :func:`dropped_notes`).
-    The row's key, ``total`` and ``cost`` always stay, and the token columns shown add up to ``total``: a
-    token column left out is named with its sum."""
+    The row's key and ``total`` always stay, ``cost`` unless even the table's borders gone leave it no room
+    (:func:`_fit_stats`), and the token columns shown add up to ``total``: a token column left out is named
+    with its sum."""
     columns = _stats_columns(rows, totals, by=by, single_session=single_session)
     full = _stats_cells(rows, columns)
     footers: dict[str, Text] = {}
@@ -309,7 +310,7 @@ def stats_table(
     text_min = dict(_TEXT_MIN)
     if columns[0] in text_min:  # the row's name (a model, a project): cut, it still tells the rows apart
         text_min[columns[0]] = _distinct_width(columns[0], full[columns[0]], text_min[columns[0]])
-    kept, text_width, dropped = fit_columns(
+    kept, text_width, dropped, edge = _fit_stats(
         columns,
         {c: [footers[c], *full[c]] for c in columns},
         width=width,
@@ -317,13 +318,15 @@ def stats_table(
         text_min=text_min,
         drop_order=[c for c in _DROP_ORDER if c not in keys],
     )
-    notes = [n for n in (caption, parts_note(totals), *dropped_notes(dropped, totals)) if n]
+    notes = [n for n in (caption, parts_note(totals), *dropped_notes(dropped, totals, _HEADERS)) if n]
     table = Table(
         title=title,
         title_justify="left",
         caption="\n".join(notes) or None,
         caption_justify="left",
         show_footer=True,
+        show_edge=edge,
+        pad_edge=edge,
     )
     for col in kept:
         header = _HEADERS.get(col, col)
@@ -343,6 +346,59 @@ def stats_table(
     for i in range(rows.height):
         table.add_row(*(full[col][i] for col in kept))
     return table
+
+
+def _fit_stats(
+    columns: Sequence[str],
+    cells: Mapping[str, Sequence[Text]],
+    *,
+    width: int,
+    wide: bool,
+    text_min: Mapping[str, int],
+    drop_order: Sequence[str],
+) -> tuple[list[str], dict[str, int], list[str], bool]:
+    """:func:`fit_columns` for the stats table, and whether it keeps its outer borders. Where the columns
+    never dropped (the row's key, ``total``, ``cost``) are too wide even alone within borders (a ``--by turn``
+    at 40 columns: a short id, the turn, a nine-digit total and the cost), the table drops its outer borders
+    (four cells), as ``diff``'s tables do; should that still not do, ``cost`` goes last, named with the
+    others. Nothing is ever cut to make room."""
+    kept, text_width, dropped = fit_columns(
+        columns, cells, width=width, wide=wide, text_min=text_min, drop_order=drop_order
+    )
+    if wide or _printed_width(kept, cells, text_width) <= width:
+        return kept, text_width, dropped, True
+    kept, text_width, dropped = fit_columns(
+        columns,
+        cells,
+        width=width,
+        text_min=text_min,
+        drop_order=[*drop_order, "cost"],
+        edge=False,
+    )
+    return kept, text_width, dropped, False
+
+
+def _printed_width(
+    kept: Sequence[str], cells: Mapping[str, Sequence[Text]], text_width: Mapping[str, int]
+) -> int:
+    """How wide the stats table of the ``kept`` columns prints within its borders (``fit_columns``' result):
+    each column as wide as its widest cell or header, or as ``text_width`` says, with rich's padding."""
+    return sum(text_width.get(c, _natural(c, cells, _HEADERS)) + 3 for c in kept) + 1
+
+
+def _natural(column: str, cells: Mapping[str, Sequence[Text]], headers: Mapping[str, str]) -> int:
+    """A column's width uncut: its widest cell, or its header (each line of a header or a cell on more
+    lines)."""
+    header = headers.get(column, column).split("\n")
+    return max([*(len(h) for h in header), *(_widest_line(t) for t in cells[column])])
+
+
+def _widest_line(text: Text) -> int:
+    if "\n" not in text.plain:
+        return text.cell_len
+    from rich.cells import cell_len
+
+    return max(cell_len(line) for line in text.plain.split("\n"))
 
 
 def _distinct_width(column: str, texts: Sequence[Text], least: int) -> int:
@@ -542,26 +598,37 @@ def two_paths(lead: str, before: str, after: str, width: int) -> str:
     return f"{lead} {short_path(before, room)}\n{'→'.rjust(indent - 1)} {short_path(after, room)}"
 
 
-def dropped_note(dropped: Sequence[str]) -> str | None:
+def dropped_note(dropped: Sequence[str], headers: Mapping[str, str] | None = None) -> str | None:
     """The caption line that names the columns a narrow terminal left out, and how to see them."""
-    return "\n".join(dropped_notes(dropped)) or None
+    return "\n".join(dropped_notes(dropped, headers=headers)) or None
 
 
-def dropped_notes(dropped: Sequence[str], sums: Mapping[str, Any] | None = None) -> list[str]:
-    """The caption lines that name the columns a narrow terminal left out: a token column with its sum
-    (from ``sums``, the totals row), so that the columns shown and the sums named add up to ``total``;
-    then the others; then how to see them all."""
+def dropped_notes(
+    dropped: Sequence[str], sums: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None
+) -> list[str]:
+    """The caption lines that name the columns a narrow terminal left out, as their ``headers`` call them
+    (what the reader sees in a wider table; the column's own name where it has no other): a token column
+    with its sum (from ``sums``, the totals row), so that the columns shown and the sums named add up to
+    ``total``; then the others; then how to see them all."""
     tokens = [c for c in dropped if sums is not None and c in TOKEN_PARTS and c in sums]
     others = [c for c in dropped if c not in tokens]
     lines = []
     if tokens and sums is not None:
-        named = " · ".join(f"{c} {human_int(sums[c])}" for c in tokens)
+        named = " · ".join(f"{column_header(c, headers)} {human_int(sums[c])}" for c in tokens)
         lines.append(f"Counted in total, not shown (too narrow): {named}.")
     if others:
-        lines.append(f"Not shown (too narrow): {', '.join(others)}.")
+        named = ", ".join(column_header(c, headers) for c in others)
+        lines.append(f"Not shown (too narrow): {named}" + ("" if named.endswith(".") else "."))  # compr.
     if lines:
         lines[-1] += " --wide shows every column."
     return lines
+
+
+def column_header(column: str, headers: Mapping[str, str] | None = None) -> str:
+    """What a table's header calls ``column``, on one line: its entry in ``headers`` (the stats table's
+    by default), else the column's own name (its JSON field)."""
+    header = (_HEADERS if headers is None else headers).get(column, column)
+    return " ".join(header.split())
 
 
 def fit_columns(
@@ -596,8 +663,7 @@ def fit_columns(
     wrap = {} if wrap is None else wrap
 
     def natural(col: str) -> int:
-        header = headers.get(col, col).split("\n")
-        return max([*(len(h) for h in header), *(t.cell_len for t in cells[col])])
+        return _natural(col, cells, headers)
 
     def least(col: str) -> int:
         return min(natural(col), text_min[col]) if col in text_min else natural(col)
@@ -743,7 +809,8 @@ def audit_table(
 
     Nothing is cut: the worst offender (where the problem is) takes the rest of the width, on more lines
     where it needs them; when that is too little, a ``limit`` column that only repeats each rule's limit
-    gives way to a caption line naming them; narrower still, the offenders are listed under the table."""
+    gives way to a caption line naming them; narrower still, the offenders are listed under the table, the
+    rule names go onto more lines, and then :func:`_make_room` takes the table's borders and columns."""
     names = [str(c["subject"]) for c in checks]
     every = subjects if subjects is not None else names
     shorts = short_session_ids([s for s in every if not _is_day(s)])
@@ -757,6 +824,7 @@ def audit_table(
         ]
         for c, subject in zip(checks, names, strict=True)
     ]
+    labels = [f"{r[1].plain} {r[2].plain}" for r in rows]  # a row named under the table, its rule whole
     days = any(_is_day(n) for n in names)
     headers = ["status", "session / day" if days else "session", "rule", "value", "limit"]
     offenders = [Text(str(c.get("offender") or "")) for c in checks]
@@ -776,19 +844,20 @@ def audit_table(
     ):
         headers, fixed, room, rows = headers[:-1], fixed[:-1], wider, [r[:-1] for r in rows]
         notes.append("Limits: " + " · ".join(f"{rule} {limit}" for rule, limit in limits.items()) + ".")
-    room = _narrow_rules(rows, fixed, room)
+    edge, room, dropped = _make_room(rows, headers, fixed, room)
+    notes.extend([dropped] if dropped else [])
+    room = _narrow_rules(rows, headers, fixed, room)
     show_worst = any(o.plain for o in offenders)
     if show_worst and room < narrowest:
         show_worst = False
         notes.append("Worst offenders (too narrow for a column):")
-        notes.extend(
-            f"- {r[1].plain} {r[2].plain}: {o.plain}" for r, o in zip(rows, offenders, strict=True) if o.plain
-        )
+        notes.extend(f"- {n}: {o.plain}" for n, o in zip(labels, offenders, strict=True) if o.plain)
     notes.extend([caption] if caption else [])  # the verdict stays the last line
-    table = Table(title=title, title_justify="left", caption="\n".join(notes) or None, caption_justify="left")
-    for i, h in enumerate(headers):
-        table.add_column(h, justify="right" if i >= 3 else "left", no_wrap=True,
-                         min_width=fixed[i], max_width=fixed[i])  # fmt: skip
+    table = Table(title=title, title_justify="left", caption="\n".join(notes) or None, caption_justify="left",
+                  show_edge=edge, pad_edge=edge)  # fmt: skip
+    for h, w in zip(headers, fixed, strict=True):
+        justify: Literal["right", "left"] = "right" if h in ("value", "limit") else "left"
+        table.add_column(h, justify=justify, no_wrap=True, min_width=w, max_width=w)
     if show_worst:
         w = min(widest, room)
         table.add_column("worst", no_wrap=True, min_width=w, max_width=w)
@@ -797,17 +866,69 @@ def audit_table(
     return table
 
 
-def _narrow_rules(rows: list[list[Text]], fixed: list[int], room: int) -> int:
+def _make_room(
+    rows: list[list[Text]], headers: list[str], fixed: list[int], room: int
+) -> tuple[bool, int, str | None]:
+    """Where the columns are too wide even without a worst column and with the rule names at their narrowest
+    (a short id, ``session-`` and a ten-digit value at 40 columns), in this order until they fit: the
+    table's outer borders go (four cells), the ``session / day`` header takes two lines, the status column
+    goes, named under the table with how many rows have each status (the rows come sorted by status), and
+    last a ``limit`` column that differs from row to row. Values are never cut. Narrows ``rows``,
+    ``headers`` and ``fixed`` in place; returns whether the borders stay, the room then left for a worst
+    column (as ``audit_table`` counts it) and the line naming the columns dropped."""
+    at = headers.index("rule")
+    rules_least = max(len("rule"), _wrap_min([r[at] for r in rows]))
+
+    def too_wide() -> bool:
+        return room + fixed[headers.index("rule")] - rules_least < -3
+
+    edge = True
+    if too_wide():
+        edge, room = False, room + 4
+    if too_wide() and headers[1] == "session / day":
+        narrow = max(len("session /"), *(r[1].cell_len for r in rows))
+        headers[1], room, fixed[1] = "session /\nday", room + fixed[1] - narrow, narrow
+    dropped = []
+    for name in ("status", "limit"):
+        if too_wide() and name in headers:
+            i = headers.index(name)
+            what = f" ({_status_runs([r[i].plain for r in rows])})" if name == "status" else ""
+            dropped.append(name + what)
+            room += fixed[i] + 3
+            del headers[i], fixed[i]
+            for r in rows:
+                del r[i]
+    return edge, room, f"Not shown (too narrow): {', '.join(dropped)}." if dropped else None
+
+
+def _status_runs(statuses: Sequence[str]) -> str:
+    """What a dropped status column said, row by row: ``every row FAIL``, or ``the first 17 rows FAIL,
+    then 1 SKIP``."""
+    runs: list[list[Any]] = []
+    for status in statuses:
+        if runs and runs[-1][0] == status:
+            runs[-1][1] += 1
+        else:
+            runs.append([status, 1])
+    if len(runs) == 1:
+        return f"every row {runs[0][0]}"
+    first, n = runs[0]
+    head = f"the first row {first}" if n == 1 else f"the first {n:,} rows {first}"
+    return ", then ".join([head, *(f"{n:,} {status}" for status, n in runs[1:])])
+
+
+def _narrow_rules(rows: list[list[Text]], headers: Sequence[str], fixed: list[int], room: int) -> int:
     """Where the columns are too wide even without a worst column (``room`` under -3), the rule names go onto
     more lines, broken after their hyphens (``max-session-`` / ``tokens``), so that the values stay whole
     within the width. Narrows ``fixed`` and the rule cells of ``rows`` in place; returns the room left."""
     if room >= -3:
         return room
-    narrow = max(len("rule"), _wrap_min([r[2] for r in rows]), fixed[2] - (-3 - room))
+    at = headers.index("rule")
+    narrow = max(len("rule"), _wrap_min([r[at] for r in rows]), fixed[at] - (-3 - room))
     for r in rows:
-        r[2] = wrap_text(r[2], narrow)
-    room += fixed[2] - narrow
-    fixed[2] = narrow
+        r[at] = wrap_text(r[at], narrow)
+    room += fixed[at] - narrow
+    fixed[at] = narrow
     return room
 
 
@@ -926,23 +1047,47 @@ def _is_day(subject: str) -> bool:
 
 
 def diff_summary_table(
-    rows: Sequence[Sequence[str]], *, title: str, headers: Sequence[str], width: int = 120
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str,
+    headers: Sequence[str],
+    width: int = 120,
+    drop: Sequence[Sequence[int]] = (),
 ) -> Table:
     """A small table of preformatted cells, at most ``width`` columns wide: the first column left-aligned
     (a label, which goes onto more lines when the width is short), the others right-aligned and never cut.
-    Where even that is too wide, the table drops its outer borders."""
+    Where even that is too wide, the table drops its outer borders; narrower still, the columns of ``drop``
+    go, a group (of column indexes) at a time, named under the table with the width that shows them all
+    (``diff`` has no ``--wide``: ``--width N`` does it)."""
     # Numbers are never cut: each column is as wide as its widest cell (a header may take two lines).
     widths = [max([*(len(h) for h in name.split("\n")), *(Text(r[i]).cell_len for r in rows)])
               for i, name in enumerate(headers)]  # fmt: skip
-    room = width - 1 - sum(w + 3 for w in widths[1:]) - 3
-    edge = room >= min(widths[0], _LABEL_MIN)
+    least = min(widths[0], _LABEL_MIN)
+
+    def label_room(kept: Sequence[int]) -> int:  # the label's room within the outer borders
+        return width - 1 - sum(widths[i] + 3 for i in kept[1:]) - 3
+
+    kept = list(range(len(headers)))
+    every = least + sum(widths[i] + 3 for i in kept[1:])  # the least width that shows every column
+    gone: list[int] = []
+    for group in drop:
+        if label_room(kept) + 4 >= least:  # fits without the outer borders
+            break
+        gone.extend(i for i in group if i in kept)
+        kept = [i for i in kept if i not in group]
+    room = label_room(kept)
+    edge = room >= least
     label = max(_LABEL_MIN, min(widths[0], room if edge else room + 4))
-    table = Table(title=title, title_justify="left", show_edge=edge, pad_edge=edge)
-    for i, name in enumerate(headers):
+    named = ", ".join(" ".join(headers[i].split()) for i in sorted(gone))
+    caption = f"Not shown (too narrow): {named}. --width {every} shows every column." if gone else None
+    table = Table(title=title, title_justify="left", show_edge=edge, pad_edge=edge, caption=caption,
+                  caption_justify="left")  # fmt: skip
+    for i in kept:
         w = label if i == 0 else widths[i]
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True, min_width=w, max_width=w)
+        table.add_column(headers[i], justify="left" if i == 0 else "right", no_wrap=True, min_width=w,
+                         max_width=w)  # fmt: skip
     for row in rows:
-        table.add_row(wrap_text(Text(row[0]), label), *row[1:])
+        table.add_row(wrap_text(Text(row[0]), label), *(row[i] for i in kept[1:]))
     return table
 
 
@@ -1050,7 +1195,7 @@ def compact_table(
             cols[c].append(values[c])
     columns = [c for c in _COMPACT_COLUMNS if plan or c not in ("threshold", "split", "cut_outputs")]
     headers = dict(_COMPACT_HEADERS, output="would write" if plan else "output")
-    table, dropped = _fitted_table(
+    table, note = _fitted_table(
         title,
         columns,
         cols,
@@ -1061,6 +1206,9 @@ def compact_table(
         text_min={"output": 24},
         drop_order=("threshold", "cut_outputs", "split", "msgs", "facts"),
         wrap=("tokens",),
+        # The output path goes last, once it is cut to its header's width and the table still does not fit
+        # (40 columns): the session, its status and its tokens say what the run did.
+        last=("output",),
     )
     standins = [n for r, n in zip(reports, names, strict=True) if r.get("env_source") == "stand-in"]
     if standins:
@@ -1069,7 +1217,6 @@ def compact_table(
             f"No <session_context> stored in {which}: a stand-in was assumed in the token counts; "
             "--workspace DIR builds Gemini CLI's own."
         )
-    note = dropped_note(dropped)
     return table, notes + ([note] if note else [])
 
 
@@ -1113,23 +1260,47 @@ def _fitted_table(
     text_min: Mapping[str, int],
     drop_order: Sequence[str],
     wrap: Sequence[str] = (),
-) -> tuple[Table, list[str]]:
+    last: Sequence[str] = (),
+) -> tuple[Table, str | None]:
     """A borderless table of the ``columns`` that fit ``width`` (see :func:`fit_columns`); the text columns
     of ``text_min`` give way, a path from the left, and those of ``wrap`` (numbers among them) go onto
-    more lines rather than be cut, their headers too. Returns the table and the dropped columns."""
+    more lines rather than be cut, their headers too. The columns of ``last`` go only where the table, the
+    others dropped, wrapped and cut as far as they go, is still wider than ``width`` (a ``compact`` table's
+    output path at 40 columns). Returns the table and the line that names the columns dropped (as
+    ``headers`` call them), if any."""
     wrap_min = {c: _wrap_min([Text(headers.get(c, c)), *cells[c]]) for c in wrap}
-    kept, text_width, dropped = fit_columns(
-        columns,
-        cells,
-        width=width,
-        wide=wide,
-        headers=headers,
-        text_min=text_min,
-        max_width={},
-        drop_order=drop_order,
-        wrap=wrap_min,
-        edge=False,
-    )
+    for extra in ((), tuple(last)):
+        kept, text_width, dropped = fit_columns(
+            columns,
+            cells,
+            width=width,
+            wide=wide,
+            headers=headers,
+            text_min=text_min,
+            max_width={},
+            drop_order=[*drop_order, *extra],
+            wrap=wrap_min,
+            edge=False,
+        )
+        table = _column_table(title, kept, cells, headers=headers, right=right, text_width=text_width,
+                              wrapped=set(wrap_min))  # fmt: skip
+        if wide or _borderless_width(table) <= width:
+            break
+    return table, dropped_note(dropped, headers)
+
+
+def _column_table(
+    title: str,
+    kept: Sequence[str],
+    cells: Mapping[str, Sequence[Text]],
+    *,
+    headers: Mapping[str, str],
+    right: set[str],
+    text_width: Mapping[str, int],
+    wrapped: set[str],
+) -> Table:
+    """The borderless table of :func:`_fitted_table`: each of the ``kept`` columns as wide as its widest
+    line, a column of ``text_width`` narrowed to it (wrapped, header too, if in ``wrapped``; else cut)."""
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     shown: list[list[Text]] = []
     for col in kept:
@@ -1137,7 +1308,7 @@ def _fitted_table(
         header = headers.get(col, col)
         if w is None:
             column_cells = list(cells[col])
-        elif col in wrap_min:
+        elif col in wrapped:
             column_cells = [wrap_text(t, w) for t in cells[col]]
             header = wrap_text(Text(header), w).plain
         else:
@@ -1149,7 +1320,13 @@ def _fitted_table(
         shown.append(column_cells)
     for row in zip(*shown, strict=True):
         table.add_row(*row)
-    return table, dropped
+    return table
+
+
+def _borderless_width(table: Table) -> int:
+    """How wide a table without outer borders prints whose columns all have a fixed width (``max_width``):
+    the columns and the three cells (`` │ ``) between each two."""
+    return sum(c.max_width or 0 for c in table.columns) + 3 * (len(table.columns) - 1)
 
 
 def _short_path(path: str) -> str:
@@ -1173,7 +1350,11 @@ def compare_table(
 ) -> tuple[Table, list[str]]:
     """One row per session and strategy of ``ctxtool compare``: trigger, tokens before → after, reduction,
     messages kept, fact retention per kind and the time taken. Returns the table and the lines to print
-    under it (the columns a narrow terminal left out)."""
+    under it (the columns a narrow terminal left out).
+
+    Narrow, the time, trigger, messages kept and status go, then the tokens and the facts go onto more
+    lines; narrower still (40 columns), the strategy stands under its session in one column, and only
+    then does the reduction go."""
     names = session_labels([str(r.get("session", "")) for r in rows])
     cols: dict[str, list[Text]] = {c: [] for c in _COMPARE_COLUMNS}
     for r, name in zip(rows, names, strict=True):
@@ -1201,20 +1382,31 @@ def compare_table(
         }
         for c in _COMPARE_COLUMNS:
             cols[c].append(values[c])
-    table, dropped = _fitted_table(
-        title,
-        _COMPARE_COLUMNS,
-        cols,
-        headers={"facts": "facts r/p/c/e/d"},
-        right={"trigger", "tokens", "cut", "kept", "facts", "time"},
-        width=width,
-        wide=wide,
-        text_min={},
-        # The facts kept are the point of the comparison: never dropped; they and the tokens wrap instead.
-        drop_order=("time", "trigger", "kept", "status"),
-        wrap=("tokens", "facts"),
-    )
-    note = dropped_note(dropped)
+    columns: Sequence[str] = _COMPARE_COLUMNS
+    headers = {"facts": "facts r/p/c/e/d"}
+    for stacked in (False, True):
+        if stacked:  # narrower still (40 columns): the strategy under its session, in one column
+            session, strategy = cols.pop("session"), cols.pop("strategy")
+            cols["session"] = [Text(f"{a.plain}\n{b.plain}") for a, b in zip(session, strategy, strict=True)]
+            columns = [c for c in _COMPARE_COLUMNS if c != "strategy"]
+            headers["session"] = "session\nstrategy"
+        table, note = _fitted_table(
+            title,
+            columns,
+            cols,
+            headers=headers,
+            right={"trigger", "tokens", "cut", "kept", "facts", "time"},
+            width=width,
+            wide=wide,
+            text_min={},
+            # The facts kept are the point of the comparison: never dropped; they and the tokens wrap
+            # instead. The reduction restates the tokens: it goes once stacked and still too wide.
+            drop_order=("time", "trigger", "kept", "status"),
+            wrap=("tokens", "facts"),
+            last=("cut",) if stacked else (),
+        )
+        if wide or _borderless_width(table) <= width:
+            break
     return table, [note] if note else []
 
 
@@ -1244,13 +1436,20 @@ def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 80) -> Tabl
     tokens_w = max([0, *(len(r[2]) for r in rows)])
     ret_w = max([0, *(len(r[4]) for r in rows)])
 
-    def table_width(bar: int) -> int:  # box=None: one cell of padding either side of every column
-        return 6 + name_w + max(len(headers[1]), bar + tokens_w) + max(len(headers[2]), bar + ret_w)
+    def table_width(bar: int, heads: Sequence[str], pad: bool) -> int:
+        """box=None: one cell of padding either side of every column (but the outer two without ``pad``)."""
+        head_w = [max(len(line) for line in h.split("\n")) for h in heads]
+        return (6 if pad else 4) + name_w + max(head_w[1], bar + tokens_w) + max(head_w[2], bar + ret_w)
 
+    # Narrower (40 columns), the headers take two lines, then the table's outer padding goes: the names and
+    # the numbers stay whole.
+    layouts = [(headers, True), (_BARS_TWO_LINES, True), (_BARS_TWO_LINES, False)]
+    heads, pad = next(((h, p) for h, p in layouts if table_width(1, h, p) <= width), layouts[-1])
+    table.pad_edge = pad
     bar = _BAR_MAX
-    while bar > 1 and table_width(bar) > width:
+    while bar > 1 and table_width(bar, heads, pad) > width:
         bar -= 1
-    for header in headers:
+    for header in heads:
         table.add_column(header, no_wrap=True)
     for name, share, tokens, ret_share, retention in rows:
         table.add_row(
@@ -1262,6 +1461,7 @@ def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 80) -> Tabl
 
 
 _BAR_MAX = 40  # cells of a full bar on a wide terminal
+_BARS_TWO_LINES = ("strategy", "tokens after /\nbefore", "fact\nretention")
 
 
 _TOP_COLUMNS = ("session", "rank", "item", "tool", "target", "count", "tokens", "share")
@@ -1283,7 +1483,7 @@ def top_table(
         cols["count"].append(Text(str(r["count"])))
         cols["tokens"].append(Text(human_int(r["tokens"])))
         cols["share"].append(Text(percent(r["share"])))
-    table, dropped = _fitted_table(
+    table, note = _fitted_table(
         title,
         _TOP_COLUMNS,
         cols,
@@ -1294,10 +1494,13 @@ def top_table(
         wide=wide,
         text_min={"target": 12},
         drop_order=("count", "rank", "tool"),
+        wrap=("item",),  # ``tool`` / ``output``
+        # The share only restates the tokens (of the request's context): it goes before the item or its
+        # target, which say what the tokens are.
+        last=("share",),
     )
     notes = [
         "Tokens are estimates (Gemini CLI's estimator, scaled to the recorded prompt).",
         "of ctx: the share of that request's context (ctx %, elsewhere: of the limit).",
     ]
-    note = dropped_note(dropped)
     return table, [*notes, note] if note else notes
