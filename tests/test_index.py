@@ -333,6 +333,38 @@ def test_batches_cover_every_file_once_costliest_first_and_end_small(costs: list
         assert sum(cost[i] for i in batches[-1]) <= sum(cost[i] for i in batches[0])
 
 
+@given(
+    st.lists(st.integers(min_value=0, max_value=10**7), max_size=400),
+    st.integers(min_value=1, max_value=8),
+    st.lists(st.booleans(), max_size=400),
+)
+def test_batches_cut_from_both_ends_cover_every_file_once_and_end_small(
+    costs: list[int], workers: int, ends: list[bool]
+) -> None:
+    """The workers cut from the costly end, this process from the cheap one, in any order: every file is
+    read once, and the batches cut near the meeting point are small (a floor plus one file), not cut for
+    what was left at the start."""
+    from ctxtool.session.scan import _BATCH_FILES, _Carver
+
+    cost = dict(enumerate(costs))
+    carver = _Carver(list(cost), cost, workers)
+    seen: list[int] = []
+    turn = 0
+    while carver:
+        costly = ends[turn % len(ends)] if ends else True
+        turn += 1
+        left = carver.left
+        batch = carver.cut(costly=costly)
+        assert 0 < len(batch) <= _BATCH_FILES
+        weights = [cost[i] for i in batch]
+        assert weights == sorted(weights, reverse=costly)  # costliest first from that end, cheapest from this
+        if left <= carver.floor * workers * 4:
+            assert sum(weights) < carver.floor + max(weights) or len(batch) == _BATCH_FILES
+        seen.extend(batch)
+    assert sorted(seen) == list(cost)
+    assert carver.left == 0
+
+
 def test_a_cache_folder_that_cannot_be_written_is_said_once_and_the_run_goes_on(tmp_path: Path) -> None:
     """Not a passing lock: the index cannot be written at all (here its folder would be under a file). One
     notice line says so and how to fix it; the report is the one a run without the index prints."""

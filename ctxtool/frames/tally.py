@@ -273,24 +273,30 @@ def _costs(
 ) -> list[float | None]:
     """Each request's cost as ``pricing.add_costs`` (and ``pricing.cost_of``) computes it: None for a model
     without rates or a missing ``output``, and for impossible counts (negative, or ``cached`` above ``input +
-    tool``; a missing ``output`` leaves its own test out, as a null does in the frames)."""
-    from ctxtool.measure.pricing import cost_of
-
+    tool``; a missing ``output`` leaves its own test out, as a null does in the frames). The counts are
+    checked here, where the warnings are counted, and priced by ``ModelRates.price``, as ``cost_of`` does."""
     rates = table.rates
     out: list[float | None] = []
+    add = out.append
+    seen = warnings.models
+    impossible = warnings.impossible
     for model, input, output, cached, thoughts, tool in zip(models, *tokens[:5], strict=True):
-        cache, think, used = cached or 0, thoughts or 0, tool or 0
-        prompt = input + used  # requests have an input
-        bad = input < 0 or cache < 0 or think < 0 or used < 0 or cache > prompt or (output or 0) < 0
         if model is None:
             warnings.nameless += 1
-            out.append(None)
+            add(None)
             continue
-        warnings.models.add(model)
+        seen.add(model)
         found = rates.get(model)
-        if bad and found is not None:
-            warnings.impossible[model] = warnings.impossible.get(model, 0) + 1
-        out.append(None if bad or output is None else cost_of(found, input, cached, output, thoughts, tool))
+        cache, think, used = cached or 0, thoughts or 0, tool or 0
+        prompt = input + used  # requests have an input
+        if input < 0 or cache < 0 or think < 0 or used < 0 or cache > prompt or (output or 0) < 0:
+            if found is not None:
+                impossible[model] = impossible.get(model, 0) + 1
+            add(None)
+        elif found is None or output is None:
+            add(None)
+        else:
+            add(found.price(prompt, cache, output + think))
     return out
 
 
@@ -395,6 +401,12 @@ class Measured:
     costs: list[float | None] | None = None
     nameless: int = 0
     impossible: dict[str, int] = field(default_factory=dict)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its MessagePack (``MEASURED``): a worker sends each file's measure back to the parent,
+        and pickling the lists of counts of the bench corpus' 860 files cost 0.04 s of CPU there and 0.028 s
+        to unpickle, against 0.004 s and 0.018 s this way."""
+        return (_unpack_measured, (_encode_measured(self),))
 
 
 def _measure(files: list[FileColumns], c: list[list[Any]]) -> Measured:
@@ -683,6 +695,10 @@ def _rates_key(table: PriceTable) -> str:
 MEASURED = "tally-measured-2"
 _encode_measured = msgspec.msgpack.Encoder().encode
 _decode_measured = msgspec.msgpack.Decoder(Measured).decode
+
+
+def _unpack_measured(data: bytes) -> Measured:
+    return _decode_measured(data)
 
 
 def kept_measures(index: FileIndex, stamps: Mapping[str, Sequence[int] | None]) -> dict[str, Measured | None]:
