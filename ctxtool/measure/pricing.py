@@ -114,7 +114,12 @@ class ModelRates:
         """The cost of a request whose counts were checked (``cost_of``): ``prompt`` tokens (input and tool
         results) of which ``cache`` were cached, and ``billed_output`` (output and thoughts)."""
         tier = self.tiers[0] if len(self.tiers) == 1 else self.tier_for(prompt)
-        return tier.per_request + tier.input * (prompt - cache) + tier.cached * cache + tier.output * billed_output
+        return (
+            tier.per_request
+            + tier.input * (prompt - cache)
+            + tier.cached * cache
+            + tier.output * billed_output
+        )
 
 
 @dataclass(frozen=True)
