@@ -23,7 +23,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from itertools import accumulate
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -331,27 +330,31 @@ def _composition(inputs: list[int], hist: list[list[Any]]) -> list[int]:
     floor = max(
         min((i - h for i, h in zip(inputs, histories, strict=True) if i > 0 and i >= h), default=0), 0
     )
-    sums = [0, 0, 0, 0]
+    floor_of = math.floor
+    overhead = in_prompts = in_model = in_tools = 0
     for i, h, a, b, c in zip(inputs, histories, prompts, model, tool_io, strict=True):
-        scale = (i - min(floor, i)) / h if h > 0 else 0.0
-        pa, pb, pc = math.floor(a * scale), math.floor(b * scale), math.floor(c * scale)
-        sums[0] += i - (pa + pb + pc)
-        sums[1] += pa
-        sums[2] += pb
-        sums[3] += pc
-    return sums
+        if h > 0:
+            scale = (i - (floor if floor < i else i)) / h
+            pa, pb, pc = floor_of(a * scale), floor_of(b * scale), floor_of(c * scale)
+        else:  # a scale of 0: nothing of the prompt is history
+            pa = pb = pc = 0
+        overhead += i - (pa + pb + pc)
+        in_prompts += pa
+        in_model += pb
+        in_tools += pc
+    return [overhead, in_prompts, in_model, in_tools]
 
 
 def _turns(c: list[list[Any]]) -> int:
     """``frames.turns.turn_count``: each prompt starts a turn; turn 0 counts when it holds a request or a
-    compression."""
-    counted = set()
-    for turn, kind, input, info, snap in zip(
-        accumulate(map(int, c[_PROMPT])), c[_TYPE], c[_INPUT], c[_INFO], c[_SNAP], strict=True
-    ):
-        if turn > 0 or info or snap or (input is not None and kind == "gemini"):
-            counted.add(turn)
-    return len(counted)
+    compression. A turn after a prompt holds that prompt, so it counts: the turns are the prompts, and turn 0
+    when a message before the first prompt is a request or a compression."""
+    prompts = c[_PROMPT]
+    n = sum(prompts)
+    before = prompts.index(True) if n else len(prompts)
+    rows = zip(c[_TYPE][:before], c[_INPUT][:before], c[_INFO][:before], c[_SNAP][:before], strict=True)
+    opens = any(info or snap or (input is not None and kind == "gemini") for kind, input, info, snap in rows)
+    return n + opens
 
 
 def _hidden(
