@@ -12,7 +12,7 @@ polars and the frames are imported inside the functions that need them: the comm
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ctxtool.frames.reading import Problem
     from ctxtool.frames.shape import RowTable
     from ctxtool.frames.tally import Tally
+    from ctxtool.session.columns import FileColumns
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,12 +270,20 @@ def read_report(
     ``ctxtool.frames.tally`` can make it (``fast_eligible``), else from frames built of the same reads.
 
     Each file is measured where it is read (a worker's share of the work); with the index, what was measured
-    is kept beside each file, so that a later run measures only the files that changed."""
+    is kept beside each file, so that a later run measures only the files that changed. That run reads no
+    rows of the files the index serves (``FileIndex(rows=False)``) but those the tally measures again (a
+    session of several files, a file without a kept measure) and, when the frames make the report, all."""
     from ctxtool.frames import tally
-    from ctxtool.frames.loading import read_plain
+    from ctxtool.frames.loading import fill_rows, read_plain
     from ctxtool.measure.pricing import price_table
 
     measured: dict[str, tally.Measured | None] = {}
+    index = None
+    if cache:
+        from ctxtool.session.index import FileIndex
+        from ctxtool.session.stamp import cache_root
+
+        index = FileIndex(cache_root(cache_dir), rows=False)
     results, found, use = read_plain(
         paths,
         subagents=query.subagents,
@@ -283,24 +292,41 @@ def read_report(
         progress=progress,
         then=tally.count_file,  # in the process that read the file
         kept=measured,  # type: ignore[arg-type]
+        index=index,
     )
-    index = None
-    if cache and use.before is not None:
-        from ctxtool.session.index import FileIndex
-        from ctxtool.session.stamp import cache_root
+    kept: dict[str, tally.Measured | None] = {}
+    if index is not None and use.before is not None:
+        kept = {p: m for p, m in tally.kept_measures(index, use.before).items() if p not in measured}
+        measured.update(kept)
+    priced = {p: m.priced_at for p, m in kept.items() if m is not None}
 
-        index = FileIndex(cache_root(cache_dir))
-        fresh = set(measured)
-        measured.update((p, m) for p, m in tally.kept_measures(index, use.before).items() if p not in fresh)
-        priced = {p: m.priced_at for p, m in measured.items() if m is not None and p not in fresh}
+    def rows(files: Sequence[FileColumns]) -> None:
+        if index is not None:
+            fill_rows(files, found, index, use, then=tally.count_file, kept=measured)  # type: ignore[arg-type]
+
     try:
-        made = tally.tally(results, found, price_table, subagents=query.subagents, measured=measured)
+        made = tally.tally(
+            results,
+            found,
+            price_table,
+            subagents=query.subagents,
+            measured=measured,
+            rows=rows,
+            requests=query.by not in (None, "session"),  # (the default for one session is --by turn)
+        )
         report = tally_report(made, query, warn=warn)
     except tally.Unsupported:
         report = None
     if index is not None and use.before is not None:
-        new = {p: m for p, m in measured.items() if m is not None and m.priced_at != priced.get(p, "")}
+        new = {
+            p: m
+            for p, m in measured.items()
+            if m is not None and (m is not kept.get(p) or m.priced_at != priced.get(p))
+        }
         tally.keep_measures(index, use.before, new)
+    if report is None:
+        rows(results)  # the frames read every file's rows
+    if index is not None:
         index.close()
     if report is not None:
         return report, use

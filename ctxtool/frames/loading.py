@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ctxtool.frames.model import Corpus
     from ctxtool.frames.store import Stored
     from ctxtool.session.columns import FileColumns
+    from ctxtool.session.index import FileIndex
 
 Progress = Callable[[int, int], None]
 
@@ -120,18 +121,21 @@ def read_plain(
     progress: Progress | None = None,
     then: Callable[[FileColumns], object] | None = None,
     kept: dict[str, object] | None = None,
+    index: FileIndex | None = None,
 ) -> tuple[list[FileColumns], Discovery, CacheUse]:
-    """The files under ``paths`` read (through the per-file index when ``cache``), without building frames:
-    what ``stats`` counts without polars (``ctxtool.frames.tally``; ``then`` and ``kept`` as ``read_files``
-    takes them). When the index served every file, the ``CacheUse`` says so as a warm ``load_corpus`` does
-    (``corpus_hit``), for the same caption."""
+    """The files under ``paths`` read (through the per-file index when ``cache``: ``index``, by default
+    ``cache_dir``'s), without building frames: what ``stats`` counts without polars (``ctxtool.frames.tally``;
+    ``then`` and ``kept`` as ``read_files`` takes them). When the index served every file, the ``CacheUse``
+    says so as a warm ``load_corpus`` does (``corpus_hit``), for the same caption. An index opened with
+    ``rows=False`` serves files without their rows: ``fill_rows`` adds them to those that need them."""
     from ctxtool.session.scan import read_files
 
     targets = [str(p) for p in paths] or [str(root) for root in default_roots()]
     found = discover(targets, subagents=subagents)
     use = CacheUse(enabled=cache)
-    index = None
-    if cache:
+    if not cache:
+        index = None
+    elif index is None:
         from ctxtool.session.index import FileIndex
 
         index = FileIndex(cache_root(cache_dir))
@@ -150,6 +154,38 @@ def read_plain(
         use.stamps = stamps
         use.inputs = inputs_of(targets, subagents, found, stamps)
     return results, found, use
+
+
+def fill_rows(
+    files: Sequence[FileColumns],
+    found: Discovery,
+    index: FileIndex,
+    use: CacheUse,
+    *,
+    then: Callable[[FileColumns], object] | None = None,
+    kept: dict[str, object] | None = None,
+) -> None:
+    """Give ``files``, of a ``read_plain`` through ``index`` (``rows=False``), the rows that index served
+    them without. A file whose rows it cannot give (damaged, not its own) is read again, into the same
+    ``FileColumns`` (``then`` and ``kept`` as ``read_plain`` took them), and ``use`` counts and says so as it
+    does an entry the lookup could not use."""
+    unusable = index.fill(files)
+    if not unusable:
+        return
+    from ctxtool.session.columns import FileColumns
+    from ctxtool.session.scan import read_files
+
+    by_path = {str(sp.path): sp for sp in found.files}
+    index.forget(fc.path for fc in unusable)
+    again = read_files([by_path[fc.path] for fc in unusable], workers=1, index=index, then=then, kept=kept)
+    for old, new in zip(unusable, again, strict=True):
+        for name in FileColumns.__slots__:
+            setattr(old, name, getattr(new, name))
+    use.files_cached, use.files_resumed, use.files_parsed = index.hits, index.resumed, index.parsed
+    use.notice = index.notice()
+    use.corpus_hit = False
+    if index.failed or any(fc.error for fc in again):
+        use.stamps = use.inputs = None  # as read_plain leaves them when the index misses a file read
 
 
 def _scan_key(targets: Sequence[str], subagents: bool) -> str:
