@@ -223,11 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     from ctxtool.frames import tally
     from ctxtool.measure.pricing import price_table
 
-    counted: dict[str, object] = {}
+    counted: dict[str, tally.Measured | None] = {}
 
     def count_all() -> None:
         counted.clear()
-        counted.update((fc.path, tally.count_file(fc, price_table)) for fc in results)
+        counted.update((fc.path, tally.count_file(fc)) for fc in results)
 
     rows.append(
         ("count each file's session (frames.tally.count_file)", "per file", cpu_best(args.repeat, count_all))
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             "parent",
             cpu_best(
                 args.repeat,
-                lambda: tally.session_rows(tally.tally(results, found, price_table, counted=counted)),
+                lambda: tally.session_rows(tally.tally(results, found, price_table, measured=dict(counted))),
             ),
         )
     )

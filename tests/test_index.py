@@ -96,6 +96,31 @@ def test_a_damaged_index_is_rebuilt(
     assert third["read"]["index"]["files_from_index"] == 16  # type: ignore[index]
 
 
+def test_index_commits_do_not_wait_on_the_disk_and_a_torn_index_is_not_trusted(
+    capsysbinary: pytest.CaptureFixture[bytes], data: Path, tmp_path: Path
+) -> None:
+    """The index is a cache whose commits are not synced (a first run's parent waited 0.1-0.2 s on them).
+    What that risks, a database torn by a power loss, costs a re-read, never a wrong report: here the file is
+    cut in half, and the next run reads what it cannot trust again and reports the same rows."""
+    from ctxtool.session.index import FileIndex
+
+    cache = tmp_path / "cache"
+    first = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
+    index = FileIndex(cache)
+    db = index._connect(create=True)
+    assert db is not None
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 0  # OFF
+    index.close()
+    (database,) = (cache / "index").glob("*.sqlite")
+    whole = database.read_bytes()
+    database.write_bytes(whole[: len(whole) // 2])
+    shutil.rmtree(cache / "corpus", ignore_errors=True)
+    shutil.rmtree(cache / "replay", ignore_errors=True)
+    again = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
+    assert again["rows"] == first["rows"]
+    assert again["read"]["index"]["files_parsed"] > 0  # type: ignore[index]
+
+
 def test_no_cache_writes_nothing_and_clear_empties(
     capsys: pytest.CaptureFixture[str], data: Path, tmp_path: Path
 ) -> None:
@@ -331,6 +356,38 @@ def test_batches_cover_every_file_once_costliest_first_and_end_small(costs: list
     if batches:
         # Shrinking: the last batch costs no more than the first, so no worker is left alone with much.
         assert sum(cost[i] for i in batches[-1]) <= sum(cost[i] for i in batches[0])
+
+
+@given(
+    st.lists(st.integers(min_value=0, max_value=10**7), max_size=400),
+    st.integers(min_value=1, max_value=8),
+    st.lists(st.booleans(), max_size=400),
+)
+def test_batches_cut_from_both_ends_cover_every_file_once_and_end_small(
+    costs: list[int], workers: int, ends: list[bool]
+) -> None:
+    """The workers cut from the costly end, this process from the cheap one, in any order: every file is
+    read once, and the batches cut near the meeting point are small (a floor plus one file), not cut for
+    what was left at the start."""
+    from ctxtool.session.scan import _BATCH_FILES, _Carver
+
+    cost = dict(enumerate(costs))
+    carver = _Carver(list(cost), cost, workers)
+    seen: list[int] = []
+    turn = 0
+    while carver:
+        costly = ends[turn % len(ends)] if ends else True
+        turn += 1
+        left = carver.left
+        batch = carver.cut(costly=costly)
+        assert 0 < len(batch) <= _BATCH_FILES
+        weights = [cost[i] for i in batch]
+        assert weights == sorted(weights, reverse=costly)  # costliest first from that end, cheapest from this
+        if left <= carver.floor * workers * 4:
+            assert sum(weights) < carver.floor + max(weights) or len(batch) == _BATCH_FILES
+        seen.extend(batch)
+    assert sorted(seen) == list(cost)
+    assert carver.left == 0
 
 
 def test_a_cache_folder_that_cannot_be_written_is_said_once_and_the_run_goes_on(tmp_path: Path) -> None:

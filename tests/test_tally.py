@@ -447,3 +447,18 @@ def test_a_count_beyond_64_bits_falls_back_to_the_frames(tmp_path: Path) -> None
     code, _, err, polars = _stats(str(chats), "--by", "session", "-f", "json", "--no-cache", cache=tmp_path)
     assert (code, polars) == (0, True)
     assert b"does not fit its type" in err
+
+
+def test_a_measure_crosses_between_processes_unchanged() -> None:
+    """A worker sends each file's measure back pickled (as MessagePack, ``Measured.__reduce__``): what the
+    parent gets equals what was measured, also when a count is beyond what MessagePack holds."""
+    import pickle
+
+    found = discover([str(FIXTURES)])
+    results = read_files(found.files, workers=1)
+    measures = [m for m in (T.count_file(fc) for fc in results) if m is not None]
+    assert measures
+    assert pickle.loads(pickle.dumps(measures)) == measures
+    huge = copy.deepcopy(measures[0])
+    huge.row["input"] = 2**70  # a hand-edited file's sum: pickled as it is
+    assert pickle.loads(pickle.dumps(huge)) == huge

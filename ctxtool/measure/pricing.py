@@ -110,6 +110,17 @@ class ModelRates:
                 chosen = tier
         return chosen
 
+    def price(self, prompt: int, cache: int, billed_output: int) -> float:
+        """The cost of a request whose counts were checked (``cost_of``): ``prompt`` tokens (input and tool
+        results) of which ``cache`` were cached, and ``billed_output`` (output and thoughts)."""
+        tier = self.tiers[0] if len(self.tiers) == 1 else self.tier_for(prompt)
+        return (
+            tier.per_request
+            + tier.input * (prompt - cache)
+            + tier.cached * cache
+            + tier.output * billed_output
+        )
+
 
 @dataclass(frozen=True)
 class PriceTable:
@@ -463,13 +474,7 @@ def cost_of(
     prompt = input + used
     if min(input, output, cache, think, used) < 0 or cache > prompt:
         return None
-    tier = rates.tier_for(prompt)
-    return (
-        tier.per_request
-        + tier.input * (prompt - cache)
-        + tier.cached * cache
-        + tier.output * (output + think)
-    )
+    return rates.price(prompt, cache, output + think)
 
 
 def add_costs(

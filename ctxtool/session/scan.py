@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,7 +20,6 @@ from ctxtool.session.discover import SessionPath
 
 if TYPE_CHECKING:
     import multiprocessing.context
-    from collections import deque
     from concurrent.futures import Future, ProcessPoolExecutor
 
     from ctxtool.session.index import FileIndex
@@ -217,14 +217,13 @@ def _read_in_pool(
     """Read ``scan.todo`` with ``n_workers - 1`` worker processes and this one; whatever ends the scan,
     no worker outlives it."""
     # The pool's modules are imported here: a run that reads a few files (a grown session) skips them.
-    from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
     from ctxtool.common import interrupt
 
     # Batches of files (a task per file costs more in the pool's bookkeeping than small files take to
     # parse), largest first, shrinking so that no worker is left alone at the end.
-    batches = _batches(scan.todo, scan.cost, n_workers)
+    carver = _Carver(scan.todo, scan.cost, n_workers)
     context = _mp_context()
     # A forkserver's workers are its children, not this process's (see interrupt.worker_init).
     parent = None if context.get_start_method() == "forkserver" else os.getpid()
@@ -237,7 +236,7 @@ def _read_in_pool(
     lone = errand if n_workers == 2 else None  # the errand, when one worker will do it
     if lone is not None:
         lone.taken = True
-    run = _Pooled(scan, pool, 2 * (n_workers - 1), deque(batches))
+    run = _Pooled(scan, pool, 2 * (n_workers - 1), carver)
     try:
         if lone is not None:
             run.submit(lone.start)  # the worker's first task, ahead of every file
@@ -264,7 +263,7 @@ class _Pooled:
     """The pool's part of a scan: the batches not sent yet, those out (``slots`` at most) and whether a
     worker died (then the pool takes no more work and this process reads the rest)."""
 
-    def __init__(self, scan: _Scan, pool: ProcessPoolExecutor, slots: int, queue: deque[list[int]]) -> None:
+    def __init__(self, scan: _Scan, pool: ProcessPoolExecutor, slots: int, queue: _Carver) -> None:
         self.scan, self.pool, self.slots, self.queue = scan, pool, slots, queue
         self.futures: dict[Future[list[tuple[FileColumns, object]]], list[int]] = {}
         self.broken = False
@@ -281,11 +280,11 @@ class _Pooled:
         from concurrent.futures.process import BrokenProcessPool
 
         while self.queue and not self.broken and len(self.futures) < self.slots:
-            batch = self.queue.popleft()
+            batch = self.queue.cut(costly=True)
             try:
                 self.futures[self.submit(_extract_batch, self.scan.jobs(batch), self.scan.then)] = batch
             except BrokenProcessPool:  # a worker died since the last batch came back
-                self.queue.appendleft(batch)
+                self.queue.put_back(batch)
                 self.broken = True
 
     def drain(self) -> None:
@@ -298,7 +297,7 @@ class _Pooled:
             finished = [f for f in futures if f.done()]
             if not finished and queue:
                 # This process parses too: the smallest batch, between the workers' returns.
-                batch = queue.pop()
+                batch = queue.cut(costly=False)
                 scan.take(batch, scan.read(batch))
                 continue
             if not finished:
@@ -354,29 +353,56 @@ def _extract(
 # trips and the per-batch decoding repay: with 128, the median cold run on the bench corpus was 8-21 ms
 # quicker.)
 _BATCH_FILES = 128
+# The smallest batch, as a share of the whole scan's bytes per process: 1/64 of each process's share.
+_FLOOR_SHARE = 64
+
+
+class _Carver:
+    """The files still to read, costliest first, from which each batch is cut when it is handed out: the
+    workers take theirs from the costly end, this process from the cheap end.
+
+    A batch is a quarter of what is left per process when it is cut, down to a floor (``_FLOOR_SHARE``), so
+    batches shrink as the two ends meet, and what a worker still holds when this process runs out of files
+    is small. (Cut all at once up front, the batches shrank only along the costly end: the two ends met
+    among batches cut for what was left at the start, 25-36 MB of the bench corpus each, and this process
+    then waited 0.08-0.13 s for the lone worker's queued one.)"""
+
+    def __init__(self, todo: list[int], cost: dict[int, int], workers: int) -> None:
+        self.order = deque(sorted(todo, key=lambda i: -cost[i]))
+        self.cost, self.workers = cost, workers
+        self.left = sum(cost[i] for i in todo)
+        self.floor = max(1, self.left // (workers * _FLOOR_SHARE))
+
+    def __bool__(self) -> bool:
+        return bool(self.order)
+
+    def cut(self, *, costly: bool) -> list[int]:
+        """The next batch from the costly end (``costly``) or the cheap one."""
+        order, cost = self.order, self.cost
+        take = order.popleft if costly else order.pop
+        target = max(self.floor, self.left // (self.workers * 4))
+        batch: list[int] = []
+        weight = 0
+        while order and weight < target and len(batch) < _BATCH_FILES:
+            i = take()
+            batch.append(i)
+            weight += cost[i]
+        self.left -= weight
+        return batch
+
+    def put_back(self, batch: list[int]) -> None:
+        """A batch cut from the costly end that could not be handed out."""
+        self.order.extendleft(reversed(batch))
+        self.left += sum(self.cost[i] for i in batch)
 
 
 def _batches(todo: list[int], cost: dict[int, int], workers: int) -> list[list[int]]:
-    """Split ``todo`` into batches, the costliest files first and the batches shrinking as work runs out
-    (a quarter of what is left per worker, down to a floor), so that the workers finish together and the
-    last batch is small. (With half, on 2 cores, this process waited at the end for the lone worker's last
-    batch 11-25% of a scan of the bench corpus, 4 runs; with a quarter 1-6%: it reads from the other end of
-    the queue meanwhile, so what is left shrinks faster than the worker's share of it.)"""
-    total = sum(cost[i] for i in todo)
-    floor = max(1, total // (workers * 16))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    weight = 0
-    left = total
-    for i in sorted(todo, key=lambda i: -cost[i]):
-        current.append(i)
-        weight += cost[i]
-        if weight >= max(floor, left // (workers * 4)) or len(current) >= _BATCH_FILES:
-            batches.append(current)
-            left -= weight
-            current, weight = [], 0
-    if current:
-        batches.append(current)
+    """Every batch ``_Carver`` cuts from the costly end, in order (what a scan without this process would
+    hand out)."""
+    carver = _Carver(todo, cost, workers)
+    batches = []
+    while carver:
+        batches.append(carver.cut(costly=True))
     return batches
 
 
