@@ -217,3 +217,87 @@ def test_a_small_first_run_priced_by_the_snapshot_stays_in_one_process(data: Pat
     assert (asked["pool"], asked["prices_here"]) == (True, False)
     assert shipped["costs"] == asked["costs"]
     assert any(cost is not None for _, cost in shipped["costs"])
+
+
+_DIES_MID_SEND = """
+import gc, json, os, struct, sys
+from concurrent.futures import ProcessPoolExecutor
+from ctxtool.session import scan
+from ctxtool.session.discover import discover
+
+scan.PARALLEL_MIN_BYTES = 0
+scan._LIVENESS_S = 0.2
+if __name__ == "__main__":
+    files = discover([sys.argv[1]]).files
+    expected = [(fc.path, fc.messages_cols) for fc in scan.read_files(files, workers=1)]
+    here, extract = os.getpid(), scan.extract_file
+
+    def dying(sp, resume=None):
+        if os.getpid() != here:  # the forked worker begins to send a batch's results and is killed
+            (pool,) = [o for o in gc.get_objects() if isinstance(o, ProcessPoolExecutor)]
+            os.write(pool._result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"\\x80\\x04")
+            os._exit(9)
+        return extract(sp, resume)
+
+    scan.extract_file = dying
+    got = scan.read_files(files, workers=2)
+    print(json.dumps([len(files), [(fc.path, fc.messages_cols) for fc in got] == expected]))
+"""
+
+
+def test_a_worker_killed_while_sending_its_results_loses_no_file(data: Path, tmp_path: Path) -> None:
+    """A worker killed (for memory, say) in the middle of sending a batch's results: the pool's reader would
+    wait for the rest for ever; the scan sees no worker alive, ends the pool as broken and reads the batch
+    here."""
+    script = tmp_path / "dies_mid_send.py"
+    script.write_text(_DIES_MID_SEND)
+    done = subprocess.run(
+        [sys.executable, str(script), str(data)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(scan.__file__).parents[2])},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    n, same_rows = json.loads(done.stdout)
+    assert n > 1
+    assert same_rows
+
+
+_KILLED_MID_SEND = """
+import os, struct, sys, threading, time
+from concurrent.futures import ProcessPoolExecutor
+from ctxtool.session import scan
+
+POOL = None
+
+
+def die_in_the_middle_of_sending():
+    # In the worker: a message on the pool's result pipe begun (a 1 MB message's header and first bytes), as
+    # a worker begins one to send a batch's results, and not finished, as by a worker killed mid-send.
+    os.write(POOL._result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"\\x80\\x04")
+    time.sleep(600)
+
+
+if __name__ == "__main__":
+    assert scan._mp_context().get_start_method() == "fork"  # as a scan forks its workers (no polars here)
+    POOL = ProcessPoolExecutor(max_workers=1, mp_context=scan._mp_context())
+    POOL.submit(die_in_the_middle_of_sending)
+    time.sleep(0.5)  # the message is begun: the pool's reader waits for the rest of it
+    ended = threading.Event()
+    threading.Thread(target=lambda: (scan._kill_pool(POOL), ended.set()), daemon=True).start()
+    print("ended" if ended.wait(20) else "hung", flush=True)
+    os._exit(0)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork, as the scan uses it on Linux")
+def test_workers_killed_while_sending_results_leave_nothing_waiting(tmp_path: Path) -> None:
+    """Ctrl-C without ctxtool's handlers kills the pool's workers (``_kill_pool``). One killed in the middle
+    of sending a batch's results left the pool's reader (the thread ``shutdown`` joins) waiting for the rest
+    for ever, and the run hung (1 in 80 runs with Ctrl-C at random). Here the worker begins a message and is
+    killed: the pool still ends."""
+    script = tmp_path / "killed_mid_send.py"
+    script.write_text(_KILLED_MID_SEND)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(scan.__file__).parents[2])},
+    )  # fmt: skip
+    assert done.stdout.strip() == "ended", done.stderr[-2000:]

@@ -289,7 +289,6 @@ class _Pooled:
 
     def drain(self) -> None:
         """Take the workers' batches as they return, and read the smallest batch here while none has."""
-        from concurrent.futures import as_completed
         from concurrent.futures.process import BrokenProcessPool
 
         scan, queue, futures = self.scan, self.queue, self.futures
@@ -301,7 +300,7 @@ class _Pooled:
                 scan.take(batch, scan.read(batch))
                 continue
             if not finished:
-                finished = [next(as_completed(futures))]
+                finished = self._next_finished()
             for fut in finished:
                 batch = futures.pop(fut)
                 try:
@@ -313,6 +312,19 @@ class _Pooled:
                     batch_results = scan.read(batch)
                 scan.take(batch, batch_results)
             self.feed()
+
+    def _next_finished(self) -> list[Future[list[tuple[FileColumns, object]]]]:
+        """The batches that come back next. While none does, every few seconds: when no worker is alive any
+        more, the pool's reader is given an end of file (``_unblock``), so that a worker killed in the
+        middle of sending its results (for memory, say) breaks the pool instead of leaving it waiting."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        while True:
+            done, _ = wait(self.futures, timeout=_LIVENESS_S, return_when=FIRST_COMPLETED)
+            if done:
+                return list(done)
+            if not any(p.is_alive() for p in list((self.pool._processes or {}).values())):
+                _unblock(self.pool)
 
     def finish(self, lone: Errand) -> None:
         """The errand's end, in the worker that started it, once every file is read."""
@@ -328,10 +340,24 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
     processes = list((pool._processes or {}).values())
     for process in processes:
         process.kill()
-    with contextlib.suppress(RuntimeError):  # "cannot join thread before it is started"
-        pool.shutdown(wait=True, cancel_futures=True)
     for process in processes:
         process.join()
+    _unblock(pool)  # one may have been killed in the middle of sending (1 run in 80 hung so on Ctrl-C)
+    with contextlib.suppress(RuntimeError):  # "cannot join thread before it is started"
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+# How often a scan waiting for its workers checks that one is still alive (``_Pooled._next_finished``).
+_LIVENESS_S = 2.0
+
+
+def _unblock(pool: ProcessPoolExecutor) -> None:
+    """Once no worker is left: close this process's end of the pipe the workers send results on. A worker
+    that died in the middle of sending leaves the pool's reader (the thread ``shutdown`` joins) waiting for
+    the rest of its message for ever, as this process holds that end too; closed, the reader gets an end of
+    file and the pool ends as broken (the batches still out are read here)."""
+    with contextlib.suppress(AttributeError, OSError):
+        pool._result_queue._writer.close()  # type: ignore[attr-defined]
 
 
 def _extract_batch(
