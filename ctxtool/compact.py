@@ -41,10 +41,12 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
+
+import msgspec
 
 from ctxtool.common import interrupt
 from ctxtool.common.errors import CtxtoolError, UsageError
@@ -1101,7 +1103,7 @@ def _with_message_ids(session: SessionFile, data: bytes) -> tuple[SessionFile, s
     fix = with_unique_ids(session.messages, session.session_id)
     if not fix.changed:
         return session, None
-    return replace(session, messages=fix.messages, billed=list(fix.messages)), fix.describe()
+    return msgspec.structs.replace(session, messages=fix.messages, billed=list(fix.messages)), fix.describe()
 
 
 def _describe(path: Path) -> SessionPath:

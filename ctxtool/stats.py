@@ -13,9 +13,10 @@ polars and the frames are imported inside the functions that need them: the comm
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ctxtool.common.errors import UsageError, use_one_of
 
@@ -30,14 +31,13 @@ if TYPE_CHECKING:
     from ctxtool.session.columns import FileColumns
 
 
-@dataclass(frozen=True, slots=True)
-class StatsQuery:
+class StatsQuery(msgspec.Struct, frozen=True):
     """The report asked for: ``by`` (None: the default) or ``top`` N items, of the sessions ``filters``
     (``frames.filter_corpus`` keywords) keep."""
 
     by: str | None = None
     top: int | None = None
-    filters: Mapping[str, Any] = field(default_factory=dict)
+    filters: Mapping[str, Any] = msgspec.field(default_factory=dict)
     live: bool = False
     subagents: bool = True
     timezone: str | None = None
@@ -47,8 +47,7 @@ class StatsQuery:
     show_secrets: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class StatsReport:
+class StatsReport(msgspec.Struct, frozen=True):
     """A report's rows. ``by`` is the ``--by`` report, or ``"top"``; ``corpus`` is what it counts (filtered,
     live history only with ``--live``); ``sessions_read`` is the number of sessions before the filters."""
 
@@ -104,8 +103,7 @@ def with_index(summary: dict[str, Any], use: CacheUse) -> dict[str, Any]:
     return summary
 
 
-@dataclass(frozen=True, slots=True)
-class TallyReport:
+class TallyReport(msgspec.Struct, frozen=True):
     """A ``--by`` report made without polars (``ctxtool.frames.tally``): what :class:`StatsReport` offers the
     command, over plain rows."""
 

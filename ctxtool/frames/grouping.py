@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     from ctxtool.session.columns import FileColumns
@@ -57,8 +58,7 @@ def link_parents(sessions: Iterable[tuple[str, str, str | None, str | None]]) ->
     return out
 
 
-@dataclass(slots=True)
-class _Session:
+class _Session(msgspec.Struct):
     key: str
     files: list[FileColumns]
 

@@ -21,10 +21,11 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ctxtool.session import stamp
 from ctxtool.session.discover import Discovery, default_roots, discover, file_stamps
@@ -43,8 +44,7 @@ Progress = Callable[[int, int], None]
 _SPLICE_MAX_FILES = 16
 
 
-@dataclass(slots=True)
-class CacheUse:
+class CacheUse(msgspec.Struct):
     """How much of a load came from the cache (for the report header)."""
 
     enabled: bool = False
@@ -179,7 +179,7 @@ def fill_rows(
     index.forget(fc.path for fc in unusable)
     again = read_files([by_path[fc.path] for fc in unusable], workers=1, index=index, then=then, kept=kept)
     for old, new in zip(unusable, again, strict=True):
-        for name in FileColumns.__slots__:
+        for name in FileColumns.__struct_fields__:
             setattr(old, name, getattr(new, name))
     use.files_cached, use.files_resumed, use.files_parsed = index.hits, index.resumed, index.parsed
     use.notice = index.notice()

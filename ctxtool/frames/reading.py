@@ -5,8 +5,9 @@ frames and the polars-free ``stats`` path (``ctxtool.frames.tally``) share them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 from ctxtool.common.wording import plural
 from ctxtool.session.discover import Discovery
@@ -18,8 +19,7 @@ ProblemKind = Literal["unreadable", "no_sessions", "missing"]
 PROBLEM_KINDS: tuple[ProblemKind, ...] = ("unreadable", "no_sessions", "missing")
 
 
-@dataclass(slots=True)
-class Problem:
+class Problem(msgspec.Struct):
     path: str
     message: str
     kind: ProblemKind = "unreadable"

@@ -21,7 +21,6 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -106,8 +105,7 @@ def _columns(fc: FileColumns) -> list[list[Any]]:
     return cols
 
 
-@dataclass(slots=True)
-class Session:
+class Session(msgspec.Struct):
     """One session's row of ``stats --by session`` before subagents are added to their parents, and its
     requests as columns (what the reports that sum requests by one key read; None in a tally made without
     them, ``tally(requests=False)``)."""
@@ -145,8 +143,7 @@ class Session:
         return costs
 
 
-@dataclass
-class Tally:
+class Tally(msgspec.Struct):
     """What ``stats`` reads of a set of sessions, as plain rows: the sessions (subagents apart), the
     problems met, the warnings of pricing, and the account of the files."""
 
@@ -786,7 +783,9 @@ def report_totals(columns: Sequence[str], rows: list[dict[str, Any]]) -> dict[st
 
 def _rates_key(table: PriceTable) -> str:
     """What names the rates of ``table``: requests priced at the same key cost the same."""
-    rates = sorted((name, r.model_id, [vars(t) for t in r.tiers]) for name, r in table.rates.items())
+    rates = sorted(
+        (name, r.model_id, [msgspec.structs.asdict(t) for t in r.tiers]) for name, r in table.rates.items()
+    )
     text = repr((rates, sorted(table.unknown)))
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 

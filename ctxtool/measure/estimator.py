@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ctxtool.common.jsvalue import js_truthy, json_length, normalize_surrogates, utf16_len, utf16_units
 
@@ -21,8 +22,7 @@ IMAGE_TOKEN_ESTIMATE = 3000  # utils/tokenCalculation.ts
 PDF_TOKEN_ESTIMATE = 25_800  # utils/tokenCalculation.ts
 
 
-@dataclass(frozen=True)
-class EstimatorSpec:
+class EstimatorSpec(msgspec.Struct, frozen=True):
     """Which ``estimateTokenCountSync`` (packages/core/src/utils/tokenCalculation.ts) an era used."""
 
     ascii_rate: float | None  # None: 1/charsPerToken (07792f98cd, HEAD)

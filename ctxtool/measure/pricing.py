@@ -50,11 +50,12 @@ import functools
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from ctxtool.common.wording import plural
 
@@ -84,8 +85,7 @@ PROVIDER_ID = "google"
 TOKEN_COLUMNS = ("input", "cached", "output", "thoughts", "tool")
 
 
-@dataclass(frozen=True)
-class TierRates:
+class TierRates(msgspec.Struct, frozen=True):
     """USD rates of one price tier, used when ``input + tool > above`` (``above=-1``: the base tier)."""
 
     above: int
@@ -95,8 +95,7 @@ class TierRates:
     output: float
 
 
-@dataclass(frozen=True)
-class ModelRates:
+class ModelRates(msgspec.Struct, frozen=True):
     """Rates of one model as recorded in a session (``model``), resolved to the library's ``model_id``."""
 
     model: str
@@ -122,14 +121,13 @@ class ModelRates:
         )
 
 
-@dataclass(frozen=True)
-class PriceTable:
+class PriceTable(msgspec.Struct, frozen=True):
     """Resolved rates for a set of model names, priced as of ``at``; ``unknown`` models have no price."""
 
     rates: Mapping[str, ModelRates]
     unknown: tuple[str, ...]
     at: datetime
-    source: str = field(default_factory=lambda: pricing_source())
+    source: str = msgspec.field(default_factory=lambda: pricing_source())
 
     def covers(self, model: str) -> bool:
         return model in self.rates or model in self.unknown
@@ -306,8 +304,7 @@ def installed_genai_prices(version: str) -> dict[str, Any] | None:
     return {"version": version, "data_size": len(data), "data_sha256": hashlib.sha256(data).hexdigest()}
 
 
-@dataclass(frozen=True)
-class _Snapshot:
+class _Snapshot(msgspec.Struct, frozen=True):
     source: str
     windows: tuple[Mapping[str, Any], ...]  # {"from", "until" (ISO days or None), "unknown", "rates"}
 
@@ -360,7 +357,10 @@ def _from_snapshot(wanted: list[str], when: datetime) -> PriceTable | None:
 
 def rates_to_doc(rates: Mapping[str, ModelRates]) -> dict[str, Any]:
     """Rates as JSON-ready data (the day's memo and the shipped snapshot keep them so)."""
-    return {name: {"model_id": r.model_id, "tiers": [vars(t) for t in r.tiers]} for name, r in rates.items()}
+    return {
+        name: {"model_id": r.model_id, "tiers": [msgspec.structs.asdict(t) for t in r.tiers]}
+        for name, r in rates.items()
+    }
 
 
 def rates_from_doc(doc: Mapping[str, Any]) -> dict[str, ModelRates]:

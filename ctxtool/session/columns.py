@@ -21,7 +21,6 @@ import hashlib
 import os
 import re
 from collections.abc import Container, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -66,8 +65,7 @@ _NOT_PROMPT_PREFIXES = (
 )
 
 
-@dataclass(slots=True)
-class FileColumns:
+class FileColumns(msgspec.Struct):
     """Everything the frames need from one file. ``error`` set means the file could not be read."""
 
     path: str
@@ -99,8 +97,8 @@ class FileColumns:
     live_messages: int = 0
     # One row per billed message (MESSAGE_COLUMNS) and per tool call (TOOL_COLUMNS), as JSON documents of
     # columns, a chunk of at most CHUNK_ROWS rows each (see _assemble).
-    messages_cols: list[bytes] = field(default_factory=list)
-    tools_cols: list[bytes] = field(default_factory=list)
+    messages_cols: list[bytes] = msgspec.field(default_factory=list)
+    tools_cols: list[bytes] = msgspec.field(default_factory=list)
     n_messages: int = 0
     n_tools: int = 0
     # For a JSONL file that ended on a complete line: where reading can resume when it grows, the live
@@ -158,8 +156,7 @@ def _classify_text(text: str, content: Any) -> tuple[bool, bool, bool]:
     return not text.startswith(_NOT_PROMPT_PREFIXES), False, False
 
 
-@dataclass(frozen=True, slots=True)
-class TurnCounts:
+class TurnCounts(msgspec.Struct, frozen=True):
     """What ``ctxtool stats`` counts of some messages: its turns (the rows ``--by turn`` lists), requests,
     typed prompts and tool calls."""
 

@@ -30,7 +30,6 @@ and the run says so once (``FileIndex.notices``).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import sqlite3
@@ -422,7 +421,7 @@ def _blobs(fc: FileColumns, st: os.stat_result | None) -> tuple[bytes, bytes] | 
     entry)."""
     if st is None or fc.error:
         return None
-    head = dataclasses.replace(fc, messages_cols=[], tools_cols=[])
+    head = msgspec.structs.replace(fc, messages_cols=[], tools_cols=[])
     return (
         _encode(Entry(st.st_size, st.st_mtime_ns, head)),
         _encode(_Rows(st.st_size, st.st_mtime_ns, fc.messages_cols, fc.tools_cols)),

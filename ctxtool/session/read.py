@@ -17,10 +17,10 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Generic, Literal, TypeVar, cast
 
+import msgspec
 import orjson
 
 from ctxtool.common.errors import SessionFormatError
@@ -31,8 +31,7 @@ Era = Literal["json", "jsonl"]
 _NOT_A_SESSION_FIX = "Pass only Gemini CLI session files (~/.gemini/tmp/<project>/chats/session-*.json[l])"
 
 
-@dataclass(slots=True)
-class SessionFile:
+class SessionFile(msgspec.Struct):
     """One file read. ``messages`` is the live view, ``billed`` the billed view (see module docstring)."""
 
     path: Path
@@ -49,7 +48,7 @@ class SessionFile:
     rewinds: int = 0
     checkpoints: int = 0
     set_records: int = 0
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
     # Ids of the messages first seen inside a ``$set.messages`` checkpoint: copies Gemini CLI made of history
     # it rebuilt (see ``Replayed.feed``), never a prompt typed then, as ``stats`` counts them.
     copies: frozenset[str] = frozenset()
@@ -240,13 +239,12 @@ Line = TypeVar("Line", bytes, memoryview)  # a line of a JSONL file, copied or v
 _SPACE = frozenset(b" \t\n\r\x0b\x0c")
 
 
-@dataclass(slots=True)
-class Replayed(Generic[M]):
+class Replayed(msgspec.Struct, Generic[M]):
     """The state of a JSONL replay; more lines can be fed later (a file Gemini CLI appended to)."""
 
-    metadata: dict[str, Any] = field(default_factory=dict)
-    live: dict[str, M] = field(default_factory=dict)
-    billed: dict[str, M] = field(default_factory=dict)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    live: dict[str, M] = msgspec.field(default_factory=dict)
+    billed: dict[str, M] = msgspec.field(default_factory=dict)
     lines: int = 0
     blank_lines: int = 0
     broken_lines: int = 0

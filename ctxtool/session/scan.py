@@ -12,8 +12,9 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
 
 from ctxtool.session.columns import FileColumns, extract_file
 from ctxtool.session.discover import SessionPath
@@ -28,8 +29,7 @@ Progress = Callable[[int, int], None]
 _T = TypeVar("_T")
 
 
-@dataclass(slots=True)
-class Errand:
+class Errand(msgspec.Struct):
     """Work beside the files that a lone worker process can do so that this one need not hold what it loads.
 
     On a machine where the scan starts one worker (this process parses too; see ``read_files``), ``start()``
