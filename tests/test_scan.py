@@ -51,18 +51,24 @@ def test_this_process_parses_beside_its_workers(data: Path, monkeypatch: pytest.
 
 
 _KILLED = """
-import json, os, sys
+import gc, json, os, struct, sys
+from concurrent.futures import ProcessPoolExecutor
 from ctxtool.session import scan
 from ctxtool.session.discover import discover
 
 scan.PARALLEL_MIN_BYTES = 0
+scan._LIVENESS_S = 0.2
 if __name__ == "__main__":
     files = discover([sys.argv[1]]).files
+    mid_send = sys.argv[2:] == ["mid-send"]
     expected = [(fc.path, fc.messages_cols) for fc in scan.read_files(files, workers=1)]
     here, extract = os.getpid(), scan.extract_file
 
     def dying(sp, resume=None):
         if os.getpid() != here:  # the forked worker: it dies, as the kernel's OOM killer would end it
+            if mid_send:  # ... after it began to send a batch's results (a 1 MB message's first bytes)
+                (pool,) = [o for o in gc.get_objects() if isinstance(o, ProcessPoolExecutor)]
+                os.write(pool._result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"\\x80\\x04")
             os._exit(9)
         return extract(sp, resume)
 
@@ -72,19 +78,26 @@ if __name__ == "__main__":
 """
 
 
+def _killed(tmp_path: Path, folder: Path, *mode: str) -> tuple[int, bool]:
+    """(files, whether every file's rows equal a run without workers) of ``_KILLED`` run on ``folder``."""
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script), str(folder), *mode], env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    n_files, same_rows = json.loads(done.stdout)
+    return n_files, same_rows
+
+
 def test_a_real_worker_killed_mid_scan_loses_no_file(data: Path, tmp_path: Path) -> None:
     """The worker process dies on its first file: the pool breaks and refuses more work, and this process
     reads every file the worker had or would have had. (In a process of its own: without polars loaded,
     workers are forked and inherit the patch that kills them.)"""
     for copy in range(6):  # enough files for many batches: work is still queued when the pool breaks
         shutil.copytree(FIXTURES / "gemini" / "tmp", data.parent / f"copy-{copy}")
-    script = tmp_path / "killed.py"
-    script.write_text(_KILLED, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, str(script), str(data.parent)], env=env, capture_output=True, text=True, check=True
-    )
-    n_files, same_rows = json.loads(done.stdout)
+    n_files, same_rows = _killed(tmp_path, data.parent)
     assert n_files > 100
     assert same_rows is True
 
@@ -219,44 +232,11 @@ def test_a_small_first_run_priced_by_the_snapshot_stays_in_one_process(data: Pat
     assert any(cost is not None for _, cost in shipped["costs"])
 
 
-_DIES_MID_SEND = """
-import gc, json, os, struct, sys
-from concurrent.futures import ProcessPoolExecutor
-from ctxtool.session import scan
-from ctxtool.session.discover import discover
-
-scan.PARALLEL_MIN_BYTES = 0
-scan._LIVENESS_S = 0.2
-if __name__ == "__main__":
-    files = discover([sys.argv[1]]).files
-    expected = [(fc.path, fc.messages_cols) for fc in scan.read_files(files, workers=1)]
-    here, extract = os.getpid(), scan.extract_file
-
-    def dying(sp, resume=None):
-        if os.getpid() != here:  # the forked worker begins to send a batch's results and is killed
-            (pool,) = [o for o in gc.get_objects() if isinstance(o, ProcessPoolExecutor)]
-            os.write(pool._result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"\\x80\\x04")
-            os._exit(9)
-        return extract(sp, resume)
-
-    scan.extract_file = dying
-    got = scan.read_files(files, workers=2)
-    print(json.dumps([len(files), [(fc.path, fc.messages_cols) for fc in got] == expected]))
-"""
-
-
 def test_a_worker_killed_while_sending_its_results_loses_no_file(data: Path, tmp_path: Path) -> None:
     """A worker killed (for memory, say) in the middle of sending a batch's results: the pool's reader would
     wait for the rest for ever; the scan sees no worker alive, ends the pool as broken and reads the batch
     here."""
-    script = tmp_path / "dies_mid_send.py"
-    script.write_text(_DIES_MID_SEND)
-    done = subprocess.run(
-        [sys.executable, str(script), str(data)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(scan.__file__).parents[2])},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    n, same_rows = json.loads(done.stdout)
+    n, same_rows = _killed(tmp_path, data, "mid-send")
     assert n > 1
     assert same_rows
 
@@ -298,6 +278,6 @@ def test_workers_killed_while_sending_results_leave_nothing_waiting(tmp_path: Pa
     script.write_text(_KILLED_MID_SEND)
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(scan.__file__).parents[2])},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert done.stdout.strip() == "ended", done.stderr[-2000:]

@@ -332,6 +332,19 @@ def test_a_time_in_another_shape_falls_back_to_the_frames(tmp_path: Path) -> Non
     assert row["start"] == "2026-05-01T08:00:00Z"
 
 
+def _grow(home: Path) -> Path:
+    """Append a prompt to the first ``.jsonl`` under ``home``, as Gemini CLI appends one: that file."""
+    session = next(home.rglob("*.jsonl"))
+    with session.open("ab") as f:
+        f.write(
+            orjson.dumps(
+                {"id": "late", "timestamp": "2026-05-01T10:00:09.000Z", "type": "user", "content": "x"}
+            )
+            + b"\n"
+        )
+    return session
+
+
 def test_the_first_run_keeps_what_the_second_prints(tmp_path: Path) -> None:
     """The second run over unchanged files is replayed (no polars, no reading), and prints exactly what a
     run served from the index computes; a file changed after the first run is read again."""
@@ -356,14 +369,7 @@ def test_the_first_run_keeps_what_the_second_prints(tmp_path: Path) -> None:
         assert second[:3] == (0, computed.stdout, computed.stderr)
         words = b" ".join(second[1].split())
         assert b"served from ctxtool's index" in words or b'"corpus_from_cache": true' in words
-    session = next(home.rglob("*.jsonl"))
-    with session.open("ab") as f:
-        f.write(
-            orjson.dumps(
-                {"id": "late", "timestamp": "2026-05-01T10:00:09.000Z", "type": "user", "content": "x"}
-            )
-            + b"\n"
-        )
+    _grow(home)
     code, out, _, _ = _stats(str(home), "--by", "session", "-f", "json", cache=cache)
     assert code == 0
     assert (
@@ -421,14 +427,7 @@ def test_a_run_over_unchanged_files_measures_none_of_them_again(
     assert runs[0][1]
     assert runs[1] == ([], 0)  # nothing measured nor priced again
     assert outputs[1] == outputs[0]
-    session = next(home.rglob("*.jsonl"))
-    with session.open("ab") as f:
-        f.write(
-            orjson.dumps(
-                {"id": "late", "timestamp": "2026-05-01T10:00:09.000Z", "type": "user", "content": "x"}
-            )
-            + b"\n"
-        )
+    session = _grow(home)
     measured.clear()
     assert run(args) == 0
     assert measured == [str(session)]

@@ -329,33 +329,16 @@ class _Warnings:
 def _costs(
     table: PriceTable, models: list[str | None], tokens: list[list[int | None]], warnings: _Warnings
 ) -> list[float | None]:
-    """Each request's cost as ``pricing.add_costs`` (and ``pricing.cost_of``) computes it: None for a model
-    without rates or a missing ``output``, and for impossible counts (negative, or ``cached`` above ``input +
-    tool``; a missing ``output`` leaves its own test out, as a null does in the frames). The counts are
-    checked here, where the warnings are counted, and priced by ``ModelRates.price``, as ``cost_of`` does."""
-    rates = table.rates
-    out: list[float | None] = []
-    add = out.append
-    seen = warnings.models
-    impossible = warnings.impossible
-    for model, input, output, cached, thoughts, tool in zip(models, *tokens[:5], strict=True):
-        if model is None:
-            warnings.nameless += 1
-            add(None)
-            continue
-        seen.add(model)
-        found = rates.get(model)
-        cache, think, used = cached or 0, thoughts or 0, tool or 0
-        prompt = input + used  # requests have an input
-        if input < 0 or cache < 0 or think < 0 or used < 0 or cache > prompt or (output or 0) < 0:
-            if found is not None:
-                impossible[model] = impossible.get(model, 0) + 1
-            add(None)
-        elif found is None or output is None:
-            add(None)
-        else:
-            add(found.price(prompt, cache, output + think))
-    return out
+    """Each request's cost (``pricing.request_costs``: as ``pricing.add_costs`` and ``cost_of`` compute it),
+    with what pricing warns of them counted in ``warnings``."""
+    from ctxtool.measure.pricing import request_costs
+
+    costs, nameless, impossible = request_costs(table.rates, models, tokens)
+    warnings.models.update(model for model in models if model is not None)
+    warnings.nameless += nameless
+    for model, n in impossible.items():
+        warnings.impossible[model] = warnings.impossible.get(model, 0) + n
+    return costs
 
 
 def _filled(models: list[str | None]) -> list[str | None]:
