@@ -281,3 +281,71 @@ def test_workers_killed_while_sending_results_leave_nothing_waiting(tmp_path: Pa
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert done.stdout.strip() == "ended", done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_SETPIPE_SZ is Linux's")
+def test_the_workers_send_their_results_through_a_wide_pipe() -> None:
+    """The pipe a worker sends a batch's results on holds 1 MiB, not 64 KiB (``scan._widen``), so a worker
+    rarely waits for this process to read before it parses its next batch."""
+    import fcntl
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+    try:
+        reader = pool._result_queue._reader.fileno()  # type: ignore[attr-defined]
+        before = fcntl.fcntl(reader, fcntl.F_GETPIPE_SZ)
+        scan._widen(pool)
+        assert fcntl.fcntl(reader, fcntl.F_GETPIPE_SZ) == scan._PIPE_BYTES > before
+        assert pool.submit(sum, [1, 2]).result() == 3
+    finally:
+        pool.shutdown()
+
+
+def _collecting() -> bool:
+    import gc
+
+    return gc.isenabled()
+
+
+def test_a_scan_pauses_the_garbage_collector_and_restores_it(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cyclic garbage collector is off while files are read, in this process and in the workers
+    (``scan._init_worker``; a scan makes no cycles), and on again after the scan, however it ends."""
+    import gc
+
+    files = discover([data]).files
+    during: list[bool] = []
+    extract = scan.extract_file
+
+    def recording(sp: object, resume: object = None) -> object:
+        during.append(gc.isenabled())
+        return extract(sp, resume)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan, "extract_file", recording)
+    assert gc.isenabled()
+    scan.read_files(files, workers=1)
+    assert during
+    assert not any(during)
+    assert gc.isenabled()
+
+    def failing(sp: object, resume: object = None) -> object:
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(scan, "extract_file", failing)
+    with pytest.raises(RuntimeError):
+        scan.read_files(files, workers=1)
+    assert gc.isenabled()
+    gc.disable()
+    try:  # a caller that had it off finds it off
+        monkeypatch.setattr(scan, "extract_file", extract)
+        scan.read_files(files, workers=1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, initializer=scan._init_worker, initargs=(os.getpid(),)) as pool:
+        assert pool.submit(_collecting).result() is False
