@@ -9,8 +9,8 @@ process pays it:
   the msgspec decode of the records (the reader's own decoders, nothing else), and the rest of the per-file
   work (the replay of Gemini CLI's rules, the report rows and their estimates, encoding the columns); sending
   the results back (pickle, both ways); starting the worker processes;
-* counting each file's session where it was read (``frames.tally.count_file``: the workers' share too) and
-  the report made of the counts in the parent (``frames.tally``);
+* counting and pricing each file's session where it was read (``frames.tally.count_and_price``: the
+  workers' share too) and the report made of the counts in the parent (``frames.tally``);
 * in the parent: the price rates (a new user's come from the rates shipped in the package; beside them, what
   loading genai-prices' data costs when they cannot answer), writing the index; and, shown but not summed,
   what a first ``stats --by session`` no longer pays but other reports and commands do: importing polars,
@@ -227,10 +227,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def count_all() -> None:
         counted.clear()
-        counted.update((fc.path, tally.count_file(fc)) for fc in results)
+        counted.update((fc.path, tally.count_and_price(fc)) for fc in results)
 
     rows.append(
-        ("count each file's session (frames.tally.count_file)", "per file", cpu_best(args.repeat, count_all))
+        (
+            "count and price each file's session (frames.tally.count_and_price)",
+            "per file",
+            cpu_best(args.repeat, count_all),
+        )
     )
     rows.append(
         (

@@ -267,8 +267,9 @@ def read_report(
     """The report ``query`` asks of the sessions under ``paths``, read for it, without polars when
     ``ctxtool.frames.tally`` can make it (``fast_eligible``), else from frames built of the same reads.
 
-    Each file is measured where it is read (a worker's share of the work); with the index, what was measured
-    is kept beside each file, so that a later run measures only the files that changed. That run reads no
+    Each file is measured where it is read (a worker's share of the work), and priced there when the rates
+    come without genai-prices' data (``tally.count_and_price``); with the index, what was measured is kept
+    beside each file, so that a later run measures only the files that changed. That run reads no
     rows of the files the index serves (``FileIndex(rows=False)``) but those the tally measures again (a
     session of several files, a file without a kept measure) and, when the frames make the report, all."""
     from ctxtool.frames import tally
@@ -288,7 +289,7 @@ def read_report(
         cache=cache,
         cache_dir=cache_dir,
         progress=progress,
-        then=tally.count_file,  # in the process that read the file
+        then=tally.count_and_price,  # in the process that read the file
         kept=measured,  # type: ignore[arg-type]
         index=index,
     )
@@ -300,7 +301,7 @@ def read_report(
 
     def rows(files: Sequence[FileColumns]) -> None:
         if index is not None:
-            fill_rows(files, found, index, use, then=tally.count_file, kept=measured)  # type: ignore[arg-type]
+            fill_rows(files, found, index, use, then=tally.count_and_price, kept=measured)  # type: ignore[arg-type]
 
     try:
         made = tally.tally(

@@ -175,6 +175,35 @@ def count_file(fc: FileColumns) -> Measured | None:
         return None
 
 
+def count_and_price(fc: FileColumns) -> Measured | None:
+    """``count_file``, its measure then priced in the process that made it when the rates of its requests'
+    models come without genai-prices (the shipped snapshot or the day's memo: ``pricing.memoised_table``),
+    else left unpriced (``priced_at`` None) for the parent: a worker never loads the library's data. The
+    parent prices again only a session whose rates key its own table does not give (``tally``)."""
+    m = count_file(fc)
+    if m is not None:
+        priced = _table_for(m.used)
+        if priced is not None:
+            _price(m, *priced)
+    return m
+
+
+# The tables ``count_and_price`` priced at in this process, each with its key, by the models of a session's
+# requests (and the day, and whether the memos may answer): a worker resolves each distinct set of models
+# once, not each file's. None: neither the snapshot nor the memo holds them.
+_TABLES: dict[tuple[Any, ...], tuple[PriceTable, str] | None] = {}
+
+
+def _table_for(used: list[str]) -> tuple[PriceTable, str] | None:
+    at = (datetime.now(tz=UTC).date(), bool(os.environ.get("CTXTOOL_NO_PRICE_CACHE")), *used)
+    if at not in _TABLES:
+        from ctxtool.measure.pricing import memoised_table
+
+        table = memoised_table(used)
+        _TABLES[at] = None if table is None else (table, _rates_key(table, used))
+    return _TABLES[at]
+
+
 def tally(
     results: list[FileColumns],
     found: Discovery | None,
@@ -206,10 +235,10 @@ def tally(
         rows([f for s in groups for f in s.files if len(s.files) > 1 or done.get(f.path) is None])
     measures = [_measure_of(s.files, done) for s in groups]
     table = prices(sorted({model for m in measures for model in m.seen}))
-    rates = _rates_key(table)
+    keys = _Keys(table)
     for i, (s, m) in enumerate(zip(groups, measures, strict=True)):
-        if requests or m.priced_at != rates:
-            measures[i] = _with_requests(s.files, m, done, table, rates, rows)
+        if requests or m.priced_at != keys.of(m.used):  # (priced where it was read: count_and_price)
+            measures[i] = _with_requests(s.files, m, done, keys, rows)
     warnings = _Warnings()
     sessions = []
     for s, m in zip(groups, measures, strict=True):
@@ -247,18 +276,20 @@ def _with_requests(
     files: list[FileColumns],
     m: Measured,
     done: dict[str, Measured | None],
-    table: PriceTable,
-    rates: str,
+    keys: _Keys,
     rows: Callable[[list[FileColumns]], object] | None,
 ) -> Measured:
-    """``m`` with its requests (decoded from what the index kept) and priced at ``rates``; measured again
-    when what the index kept of its requests does not decode into them (damaged, or edited by hand)."""
+    """``m`` with its requests (decoded from what the index kept) and priced at ``keys``' table, unless it
+    was at the same rates (its key); measured again when what the index kept of its requests does not decode
+    into them (damaged, or edited by hand)."""
+    table = keys.table
     if requests_of(m) is None:
         if rows is not None:
             rows(files)
         m = done[files[0].path] = _measure(files, _columns(files[0]))  # a kept measure is of one file
         if not all(map(table.covers, m.seen)):
             raise Unsupported(f"{files[0].path}: a model its kept measure did not name")
+    rates = keys.of(m.used)
     if m.priced_at != rates or m.requests is None or m.requests.costs is None:
         _price(m, table, rates)
     return m
@@ -450,9 +481,9 @@ class Measured(msgspec.Struct):
     hidden: list[tuple[int | None, int | None, str | None]]
     seen: list[str]
     used: list[str]
-    # The cost of the row at the rates ``priced_at`` names (``_rates_key``), its requests without a cost,
-    # and what pricing warned of them (requests without a model, impossible counts by model): kept too, so
-    # that a later run at the same rates does not price them again.
+    # The cost of the row at the rates ``priced_at`` names (``_rates_key`` of the models of its requests),
+    # its requests without a cost, and what pricing warned of them (requests without a model, impossible
+    # counts by model): kept too, so that a later run at the same rates does not price them again.
     priced_at: str | None = None
     cost: float | None = None
     unpriced: int = 0
@@ -494,7 +525,8 @@ def _measure(files: list[FileColumns], c: list[list[Any]]) -> Measured:
 
 
 def _price(m: Measured, table: PriceTable, rates: str) -> None:
-    """Price ``m``'s requests (decoded) at ``table``'s prices, whose key is ``rates``."""
+    """Price ``m``'s requests (decoded) at ``table``'s prices, whose key for ``m``'s models
+    (``_rates_key(table, m.used)``) is ``rates``."""
     assert m.requests is not None
     heard = _Warnings()
     m.requests.costs = costs = _costs(table, m.requests.models, m.requests.tokens, heard)
@@ -764,13 +796,39 @@ def report_totals(columns: Sequence[str], rows: list[dict[str, Any]]) -> dict[st
     return totals_of(columns, lambda col: [row[col] for row in rows])
 
 
-def _rates_key(table: PriceTable) -> str:
-    """What names the rates of ``table``: requests priced at the same key cost the same."""
+def _rates_key(table: PriceTable, models: Iterable[str]) -> str:
+    """What names the rates a session's costs depend on: those ``table`` gives ``models`` (the models of its
+    requests, ``Measured.used``: ``_costs`` reads no other), and which of them it does not know. Sessions
+    priced at the same key cost the same, whatever other models the tables held: a worker's table of one
+    session's models (``count_and_price``) and the parent's of every model read give the same key when they
+    agree on that session's.
+
+    (The key named the whole table before: a measure the index kept under such a key no longer matches and
+    is priced again. One that does, a session of every model of the table it was priced at, hashed the same
+    text, so was priced at the same rates.)"""
     rates = sorted(
-        (name, r.model_id, [msgspec.structs.asdict(t) for t in r.tiers]) for name, r in table.rates.items()
+        (name, r.model_id, [msgspec.structs.asdict(t) for t in r.tiers])
+        for name in set(models)
+        if (r := table.rates.get(name)) is not None
     )
-    text = repr((rates, sorted(table.unknown)))
+    text = repr((rates, sorted(name for name in set(models) if name in table.unknown)))
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+class _Keys:
+    """``table``'s rates key (``_rates_key``) for each distinct set of models, hashed once in a tally (most
+    of its sessions share a few)."""
+
+    def __init__(self, table: PriceTable) -> None:
+        self.table = table
+        self.known: dict[tuple[str, ...], str] = {}
+
+    def of(self, used: Sequence[str]) -> str:
+        models = tuple(used)
+        key = self.known.get(models)
+        if key is None:
+            key = self.known[models] = _rates_key(self.table, models)
+        return key
 
 
 # A ``Measured`` as the index keeps it (``FileIndex.store_sides``); the kind names this version of it.
@@ -860,7 +918,9 @@ def _unpack_measured(data: bytes) -> Measured:
 
 
 def kept_measures(index: FileIndex, stamps: Mapping[str, Sequence[int] | None]) -> dict[str, Measured | None]:
-    """The measures the index keeps of files still as they were measured (``stamps``: path: [size, mtime])."""
+    """The measures the index keeps of files still as they were measured (``stamps``: path: [size, mtime]).
+    Each was priced at the rates its ``priced_at`` names (``_rates_key``); one kept by an earlier version,
+    whose key named every rate of the table it was priced at, no longer matches and is priced again."""
     out: dict[str, Measured | None] = {}
     for path, data in index.sides(MEASURED, stamps).items():
         try:
@@ -873,7 +933,8 @@ def kept_measures(index: FileIndex, stamps: Mapping[str, Sequence[int] | None]) 
 def keep_measures(
     index: FileIndex, stamps: Mapping[str, Sequence[int] | None], measured: Mapping[str, Measured | None]
 ) -> None:
-    """Keep ``measured`` (by path) in the index, each with the stamp its file had when read."""
+    """Keep ``measured`` (by path) in the index, each with the stamp its file had when read (and its costs at
+    the rates its ``priced_at`` names: the key of its own models' rates, ``_rates_key``)."""
     index.store_sides(
         MEASURED,
         (

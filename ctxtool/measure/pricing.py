@@ -74,6 +74,7 @@ __all__ = [
     "cost_of",
     "impossible_warning",
     "installed_genai_prices",
+    "memoised_table",
     "nameless_warning",
     "price_table",
     "pricing_source",
@@ -246,6 +247,31 @@ def price_table(models: Iterable[str | None], at: datetime | None = None, *, mem
     the day's memo when it holds every model (see the module docstring); otherwise the library does.
     """
     wanted = sorted({m for m in models if m is not None})
+    memoised = memoised_table(wanted, at, memo=memo)
+    if memoised is not None:
+        return memoised
+    when = at or datetime.now(tz=UTC)
+    rates: dict[str, ModelRates] = {}
+    unknown: list[str] = []
+    for model in wanted:
+        try:
+            rates[model] = _model_rates(model, when)
+        except LookupError:
+            unknown.append(model)
+    table = PriceTable(rates=rates, unknown=tuple(unknown), at=when)
+    if at is None and memo:
+        _save_rate_cache(table)
+    return table
+
+
+def memoised_table(
+    models: Iterable[str | None], at: datetime | None = None, *, memo: bool = True
+) -> PriceTable | None:
+    """What :func:`price_table` answers without genai-prices: the shipped snapshot's table, or (for
+    ``at=None``) the day's memo's, when one of them holds every model; None when only the library can. A
+    worker process prices what it read at this table (``frames.tally.count_and_price``), and leaves the rest
+    to the parent: it never loads the library's data."""
+    wanted = sorted({m for m in models if m is not None})
     if _memo_allowed(memo):
         shipped = _from_snapshot(wanted, at or datetime.now(tz=UTC))
         if shipped is not None:
@@ -259,18 +285,7 @@ def price_table(models: Iterable[str | None], at: datetime | None = None, *, mem
                 at=cached.at,
                 source=cached.source,
             )
-    when = at or datetime.now(tz=UTC)
-    rates: dict[str, ModelRates] = {}
-    unknown: list[str] = []
-    for model in wanted:
-        try:
-            rates[model] = _model_rates(model, when)
-        except LookupError:
-            unknown.append(model)
-    table = PriceTable(rates=rates, unknown=tuple(unknown), at=when)
-    if at is None and memo:
-        _save_rate_cache(table)
-    return table
+    return None
 
 
 # The snapshot of rates shipped in the package: written by ``make rates`` (ctxtool.measure.rates_snapshot),
