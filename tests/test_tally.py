@@ -449,15 +449,26 @@ def test_a_count_beyond_64_bits_falls_back_to_the_frames(tmp_path: Path) -> None
 
 
 def test_a_measure_crosses_between_processes_unchanged() -> None:
-    """A worker sends each file's measure back pickled (as MessagePack, ``Measured.__reduce__``): what the
-    parent gets equals what was measured, also when a count is beyond what MessagePack holds."""
+    """A worker sends each file's measure back pickled (as MessagePack, ``Measured.__reduce__``), its requests
+    encoded as the index keeps them: what the parent gets equals what was measured once they are decoded
+    (``requests_of``), and the index keeps those very bytes; a count beyond what MessagePack holds crosses
+    too."""
     import pickle
 
     found = discover([str(FIXTURES)])
     results = read_files(found.files, workers=1)
-    measures = [m for m in (T.count_file(fc) for fc in results) if m is not None]
+    measures = [m for m in (T.count_and_price(fc) for fc in results) if m is not None]
     assert measures
-    assert pickle.loads(pickle.dumps(measures)) == measures
+    assert any(m.requests is not None and m.requests.costs for m in measures)
+    got = pickle.loads(pickle.dumps(measures))
+    assert all(m.requests is None and m.kept is not None for m in got)
+    assert [T._encode_measured(m) for m in got] == [T._encode_measured(m) for m in measures]
+    again = pickle.loads(pickle.dumps(got))  # undecoded, they cross again as they are
+    assert [T._encode_measured(m) for m in again] == [T._encode_measured(m) for m in measures]
+    for m in [*got, *again]:
+        T.requests_of(m)
+    assert got == measures
+    assert again == measures
     huge = copy.deepcopy(measures[0])
     huge.row["input"] = 2**70  # a hand-edited file's sum: pickled as it is
     assert pickle.loads(pickle.dumps(huge)) == huge

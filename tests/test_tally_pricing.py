@@ -322,6 +322,7 @@ def test_a_measure_kept_under_the_whole_tables_key_is_priced_again(
     old = _copy(fresh)
     for m in old.values():
         assert m is not None
+        T.requests_of(m)  # (they crossed encoded, as a worker sends them)
         then = price_table([*m.seen, "gemini-2.5-flash"])  # it held other models
         then = PriceTable(
             {
