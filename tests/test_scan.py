@@ -302,6 +302,31 @@ def test_the_workers_send_their_results_through_a_wide_pipe() -> None:
         pool.shutdown()
 
 
+def test_elsewhere_than_linux_the_pipe_stays_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where there is no F_SETPIPE_SZ (macOS) or no fcntl module at all (Windows), ``_widen`` leaves the pool
+    as it is, and never fails."""
+    import builtins
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    real_import = builtins.__import__
+
+    def no_fcntl(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "fcntl":
+            raise ImportError("No module named 'fcntl'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_fcntl)
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        for platform in ("win32", "darwin"):
+            monkeypatch.setattr(sys, "platform", platform)
+            scan._widen(pool)
+    finally:
+        monkeypatch.undo()
+        pool.shutdown()
+
+
 def _collecting() -> bool:
     import gc
 
