@@ -371,8 +371,8 @@ def _init_worker(parent: int | None) -> None:
     interrupt.worker_init(parent)
 
 
-# Linux's F_SETPIPE_SZ (``fcntl.F_SETPIPE_SZ`` from Python 3.10) and the largest pipe a process may ask for
-# without privileges (``/proc/sys/fs/pipe-max-size``, 1 MiB by default).
+# The size ``_widen`` asks for: the largest pipe a process may have without privileges on Linux
+# (``/proc/sys/fs/pipe-max-size``, 1 MiB by default).
 _PIPE_BYTES = 1 << 20
 
 
