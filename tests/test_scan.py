@@ -374,3 +374,26 @@ def test_a_scan_pauses_the_garbage_collector_and_restores_it(
 
     with ProcessPoolExecutor(1, initializer=scan._init_worker, initargs=(os.getpid(),)) as pool:
         assert pool.submit(_collecting).result() is False
+
+
+_COLLECTOR_IN_RUN = """
+import gc, sys
+import ctxtool.cli
+seen = []
+ctxtool.cli.main = lambda: seen.append(gc.isenabled())
+sys.argv = ["ctxtool", *sys.argv[1:]]
+from ctxtool.__main__ import main
+main()
+print(seen)
+"""
+
+
+@pytest.mark.parametrize(("command", "collecting"), [("stats", False), ("diff", True), ("audit", True)])
+def test_a_stats_run_goes_without_the_garbage_collector(command: str, collecting: bool, tmp_path: Path) -> None:
+    """The console script turns the cyclic collector off for the whole of a ``stats`` run (start-up, the scan,
+    the report), and for no other command."""
+    env = {**os.environ, "CTXTOOL_NO_REPLAY": "1", "CTXTOOL_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", _COLLECTOR_IN_RUN, command], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == f"[{collecting}]"
