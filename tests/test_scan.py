@@ -389,11 +389,17 @@ print(seen)
 
 
 @pytest.mark.parametrize(("command", "collecting"), [("stats", False), ("diff", True), ("audit", True)])
-def test_a_stats_run_goes_without_the_garbage_collector(command: str, collecting: bool, tmp_path: Path) -> None:
+def test_a_stats_run_goes_without_the_garbage_collector(
+    command: str, collecting: bool, tmp_path: Path
+) -> None:
     """The console script turns the cyclic collector off for the whole of a ``stats`` run (start-up, the scan,
     the report), and for no other command."""
     env = {**os.environ, "CTXTOOL_NO_REPLAY": "1", "CTXTOOL_CACHE_DIR": str(tmp_path)}
     out = subprocess.run(
-        [sys.executable, "-c", _COLLECTOR_IN_RUN, command], capture_output=True, text=True, check=True, env=env
+        [sys.executable, "-c", _COLLECTOR_IN_RUN, command],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     assert out.stdout.strip() == f"[{collecting}]"
