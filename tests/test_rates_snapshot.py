@@ -8,6 +8,8 @@ an expected failure, that ``make rates`` is due.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 import json
 import os
@@ -213,7 +215,66 @@ def test_installed_library_is_told_apart_without_importing_it() -> None:
     assert found["version"] == genai_prices.__version__
     data = Path(genai_prices.__file__).with_name("data.py")
     assert found["data_size"] == data.stat().st_size
+    assert found["data_sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
     assert (other, imported) == (None, [])
+
+
+def test_the_data_file_is_told_apart_by_what_its_installer_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The data file's SHA-256 and size come from the dist-info's ``RECORD`` when it lists them and the file
+    still has that size; otherwise the file is hashed, as it is when the record names another algorithm or
+    cannot be read."""
+    site = tmp_path / "site"
+    package = site / "genai_prices"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    content = b"prices = {}\n"
+    (package / "data.py").write_bytes(content)
+    info = site / "genai_prices-9.9.9.dist-info"
+    info.mkdir()
+    real = hashlib.sha256(content).hexdigest()
+    recorded = "ab" * 32  # not the file's: the record is what is read
+    encoded = base64.urlsafe_b64encode(bytes.fromhex(recorded)).decode().rstrip("=")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "genai_prices")  # found again, under ``site``
+    cases = [
+        (f"genai_prices/data.py,sha256={encoded},{len(content)}\n", recorded),
+        (f"genai_prices/data.py,sha256={encoded},{len(content) + 1}\n", real),  # the file changed size
+        (f"genai_prices/data.py,md5={encoded[:22]},{len(content)}\n", real),
+        (f"genai_prices/data.py,sha256=@@@,{len(content)}\n", real),
+        ("genai_prices/__init__.py,,\n", real),
+        (None, real),
+    ]
+    for record, sha256 in cases:
+        (info / "RECORD").unlink(missing_ok=True)
+        if record is not None:
+            (info / "RECORD").write_text(record)
+        found = pricing.installed_genai_prices("9.9.9")
+        assert found == {"version": "9.9.9", "data_size": len(content), "data_sha256": sha256}, record
+    assert pricing.installed_genai_prices("9.9.8") is None
+
+
+@pytest.mark.parametrize("no_cache", [False, True], ids=["first-run", "no-cache"])
+def test_a_stats_run_never_loads_openssl(tmp_path: Path, no_cache: bool) -> None:
+    """``hashlib`` loads OpenSSL (``_hashlib``: 4 ms of start-up) for the algorithms ctxtool does not use: a
+    ``stats`` run, first or ``--no-cache``, imports neither in any of its processes (BLAKE2b comes from
+    ``ctxtool.common.digest``, the rates' check reads the installer's record)."""
+    if not _fits():
+        pytest.xfail(DUE)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CTXTOOL_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-X", "importtime", "-m", "ctxtool", "stats", str(FIXTURES), "--format", "json"]
+    done = subprocess.run(
+        [*cmd, *(["--no-cache"] if no_cache else [])], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imports = [
+        line.rsplit("|", 1)[-1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    ]
+    assert "ctxtool.common.digest" in imports  # the listing is complete
+    assert {"hashlib", "_hashlib"} & set(imports) == set()
 
 
 def test_first_stats_run_imports_no_genai_prices(tmp_path: Path) -> None:

@@ -73,9 +73,9 @@ def session_key(where: str) -> str:
     Short on purpose: it is repeated on every row of every frame, and polars stores strings of up to 12
     bytes inline. 48 bits make a collision unlikely below millions of sessions; ``file`` names the place.
     """
-    import hashlib
+    from ctxtool.common.digest import blake2b
 
-    return hashlib.blake2b(where.encode("utf-8"), digest_size=6).hexdigest()
+    return blake2b(where.encode("utf-8"), digest_size=6).hexdigest()
 
 
 def parent_ref_of(primary: FileColumns) -> str | None:

@@ -17,7 +17,6 @@ Imports nothing heavy at module level.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ctxtool.common.digest import blake2b
 from ctxtool.session import stamp
 from ctxtool.session.discover import Discovery, default_roots, discover, file_stamps
 from ctxtool.session.stamp import cache_root
@@ -190,7 +190,7 @@ def fill_rows(
 
 def _scan_key(targets: Sequence[str], subagents: bool) -> str:
     """One stored corpus per set of PATH arguments (as absolute paths) and options."""
-    h = hashlib.blake2b(digest_size=16)
+    h = blake2b(digest_size=16)
     h.update(
         repr(
             (stamp.STAMP, sorted(os.path.abspath(os.path.expanduser(t)) for t in targets), subagents)

@@ -16,7 +16,6 @@ Standard library only, plus ctxtool's discovery; never imports polars.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -25,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+
+from ctxtool.common.digest import blake2b
 
 if TYPE_CHECKING:
     from ctxtool.session.discover import Discovery
@@ -56,7 +57,7 @@ def _code_key() -> str:
     """The ctxtool code that would run: its files' sizes and modification times, and the reader stamp."""
     from ctxtool.session.stamp import STAMP
 
-    h = hashlib.blake2b(STAMP.encode(), digest_size=16)
+    h = blake2b(STAMP.encode(), digest_size=16)
     root = Path(__file__).resolve().parents[1]  # the whole package, not only ctxtool.frames
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
@@ -87,7 +88,7 @@ def _key(argv: Sequence[str]) -> str:
         "day": datetime.now(tz=UTC).date().isoformat(),
         "python": sys.version,
     }
-    return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
 def _folder(argv: Sequence[str]) -> Path:

@@ -16,7 +16,6 @@ Costs are summed exactly (``math.fsum``), as the totals row is (``frames.shape.t
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
+from ctxtool.common.digest import blake2b
 from ctxtool.frames.grouping import group_sessions, link_parents, parent_ref_of
 from ctxtool.frames.reading import Problem, discovery_problems
 from ctxtool.frames.shape import COMPOSITION_COLUMNS, REPORT_COLUMNS, totals_of
@@ -818,7 +818,7 @@ def _rates_key(table: PriceTable, models: Iterable[str]) -> str:
         if (r := table.rates.get(name)) is not None
     )
     text = repr((rates, sorted(name for name in names if name in table.unknown)))
-    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+    return blake2b(text.encode(), digest_size=12).hexdigest()
 
 
 class _Keys:

@@ -25,11 +25,7 @@ from __future__ import annotations
 import json
 import os
 
-try:  # what hashlib.blake2b is, without the 3 ms of loading OpenSSL that importing hashlib costs first
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover (a Python built without it)
-    from hashlib import blake2b
-
+from ctxtool.common.digest import blake2b
 from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, request_total, token_count, token_limit
 
 TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)

@@ -17,7 +17,6 @@ Must not: import polars (the parent builds the frames).
 from __future__ import annotations
 
 import codecs
-import hashlib
 import os
 import re
 from collections.abc import Container, Iterable, Iterator, Mapping
@@ -27,6 +26,7 @@ from typing import Any, BinaryIO
 import msgspec
 import orjson
 
+from ctxtool.common.digest import blake2b
 from ctxtool.common.errors import SessionFormatError
 from ctxtool.measure.estimator import estimate_text, estimate_token_count
 from ctxtool.measure.tokens import request_total, token_count
@@ -830,7 +830,7 @@ def _resume(fh: BinaryIO, sp: SessionPath, old: FileColumns, size: int) -> FileC
 
 
 def _digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return blake2b(data, digest_size=16).hexdigest()
 
 
 def _check_memory(p: Path, size: int) -> None:
