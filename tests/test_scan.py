@@ -403,3 +403,22 @@ def test_a_stats_run_goes_without_the_garbage_collector(
         env=env,
     )
     assert out.stdout.strip() == f"[{collecting}]"
+
+
+def test_a_scan_gives_the_stamps_it_took(data: Path, tmp_path: Path) -> None:
+    """``stamped`` gets what ``discover.file_stamps`` would say of the files before they are read (a vanished
+    one: None), from the stats the scan takes, with or without the index."""
+    from ctxtool.session.discover import file_stamps
+    from ctxtool.session.index import FileIndex
+
+    found = discover([data])
+    gone = tmp_path / "gone.jsonl"
+    gone.write_text("")
+    files = [*found.files, *discover([gone]).files]
+    gone.unlink()
+    expected = {**file_stamps(found), str(gone): None}
+    for index in (None, FileIndex(tmp_path / "cache")):
+        stamped: dict[str, list[int] | None] = {}
+        scan.read_files(files, workers=1, index=index, stamped=stamped)
+        assert stamped == expected
+        assert list(stamped) == list(expected)

@@ -139,8 +139,8 @@ def read_plain(
         from ctxtool.session.index import FileIndex
 
         index = FileIndex(cache_root(cache_dir))
-    stamps = file_stamps(found)
-    results = read_files(found.files, progress=progress, index=index, then=then, kept=kept)
+    stamps: dict[str, list[int] | None] = {}  # (those the scan takes: file_stamps would stat each file again)
+    results = read_files(found.files, progress=progress, index=index, then=then, kept=kept, stamped=stamps)
     if index is None:
         use.files_parsed = len(results)
         return results, found, use

@@ -70,6 +70,7 @@ def read_files(
     errand: Errand | None = None,
     then: Callable[[FileColumns], object] | None = None,
     kept: dict[str, object] | None = None,
+    stamped: dict[str, list[int] | None] | None = None,
 ) -> list[FileColumns]:
     """Flatten every file, in input order. ``while_waiting`` runs in this process while workers parse.
 
@@ -85,8 +86,16 @@ def read_files(
     ``then`` runs on each file read, in the process that read it (a worker's share of the work that follows
     reading; picklable, as a module-level function is); what it returns goes into ``kept`` by path, except
     None. Files the index served are not given to it.
+
+    ``stamped`` is given each file's size and modification time (ns) as it was before reading, by path (None:
+    it vanished), as ``discover.file_stamps`` gives them, in the same order: the scan stats each file anyway.
     """
     scan = _Scan(files, index, progress, arrived, then)
+    if stamped is not None:
+        stamped.update(
+            (str(sp.path), None if st is None else [st.st_size, st.st_mtime_ns])
+            for sp, st in zip(files, scan.stats, strict=True)
+        )
     n_workers = _worker_count(scan.cost, workers, errand)
     collecting = gc.isenabled()
     gc.disable()  # see _init_worker
