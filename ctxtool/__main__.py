@@ -44,6 +44,10 @@ def main() -> None:
         import os
 
         os._exit(code)
+    if args[:1] == ["stats"]:
+        from ctxtool.frames import headstart
+
+        headstart.begin(args)  # a first run starts reading while the command is imported and parsed
     from ctxtool.cli import main as cli_main
 
     cli_main()

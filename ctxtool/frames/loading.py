@@ -73,6 +73,9 @@ def load_corpus(
 ) -> tuple[Corpus, CacheUse]:
     """Sessions under ``paths`` (default: Gemini CLI's data root) as frames, and how the cache was used."""
     targets = [str(p) for p in paths] or [str(root) for root in default_roots()]
+    from ctxtool.frames import headstart
+
+    headstart.discard()  # the frames read through the pool
     found = discover(targets, subagents=subagents)
     use = CacheUse(enabled=cache)
     if not cache:
@@ -128,8 +131,10 @@ def read_plain(
     ``then`` and ``kept`` as ``read_files`` takes them). When the index served every file, the ``CacheUse``
     says so as a warm ``load_corpus`` does (``corpus_hit``), for the same caption. An index opened with
     ``rows=False`` serves files without their rows: ``fill_rows`` adds them to those that need them."""
+    from ctxtool.frames import headstart
     from ctxtool.session.scan import read_files
 
+    started = headstart.take(then)  # begun before the command was parsed, if it was
     targets = [str(p) for p in paths] or [str(root) for root in default_roots()]
     found = discover(targets, subagents=subagents)
     use = CacheUse(enabled=cache)
@@ -140,7 +145,9 @@ def read_plain(
 
         index = FileIndex(cache_root(cache_dir))
     stamps: dict[str, list[int] | None] = {}  # (those the scan takes: file_stamps would stat each file again)
-    results = read_files(found.files, progress=progress, index=index, then=then, kept=kept, stamped=stamps)
+    results = read_files(
+        found.files, progress=progress, index=index, then=then, kept=kept, stamped=stamps, started=started
+    )
     if index is None:
         use.files_parsed = len(results)
         return results, found, use

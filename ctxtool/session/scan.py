@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import multiprocessing.context
     from concurrent.futures import Future, ProcessPoolExecutor
 
+    from ctxtool.session.headstart import Started
     from ctxtool.session.index import FileIndex
 
 Progress = Callable[[int, int], None]
@@ -71,6 +72,7 @@ def read_files(
     then: Callable[[FileColumns], object] | None = None,
     kept: dict[str, object] | None = None,
     stamped: dict[str, list[int] | None] | None = None,
+    started: Started | None = None,
 ) -> list[FileColumns]:
     """Flatten every file, in input order. ``while_waiting`` runs in this process while workers parse.
 
@@ -89,6 +91,11 @@ def read_files(
 
     ``stamped`` is given each file's size and modification time (ns) as it was before reading, by path (None:
     it vanished), as ``discover.file_stamps`` gives them, in the same order: the scan stats each file anyway.
+
+    ``started``, a second process started before the command was parsed (``ctxtool.session.headstart``), is
+    adopted in place of the pool when it found exactly the files to read, each as it is now, reads with the
+    same ``then`` (the caller's word), and the pool would not have more than it and this process; else it is
+    stopped first. Either way it is gone on return.
     """
     scan = _Scan(files, index, progress, arrived, then)
     if stamped is not None:
@@ -100,13 +107,24 @@ def read_files(
     collecting = gc.isenabled()
     gc.disable()  # see _init_worker
     try:
-        if n_workers <= 1:
+        # (Two processes, this one and it: not where the pool would have more.)
+        order = _adopted(scan, started) if started is not None and n_workers <= 2 else None
+        if order is None and started is not None:
+            started.stop()  # before the pool starts: its core is the pool's
+        if order is not None:
+            assert started is not None
+            if while_waiting:
+                while_waiting()
+            _read_beside(scan, started, order)
+        elif n_workers <= 1:
             if while_waiting:
                 while_waiting()
             scan.read_each()
         else:
             _read_in_pool(scan, n_workers, while_waiting, errand)
     finally:
+        if started is not None:
+            started.stop()
         if collecting:
             gc.enable()
     out = [r for r in scan.results if r is not None]
@@ -213,6 +231,80 @@ class _Scan:
                     index.parsed += 1
         index.save()
         index.close()
+
+
+def _adopted(scan: _Scan, started: Started) -> list[int] | None:
+    """The files of ``scan`` in the order ``started`` reads them, when it found exactly the files the scan
+    reads (none served by the index or resumed), each with the size and modification time the scan saw and
+    described alike; else None."""
+    plan = started.read_plan()
+    if plan is None or len(plan) != len(scan.todo) or len(scan.todo) != len(scan.files):
+        return None
+    if any(earlier is not None for earlier in scan.resume):
+        return None
+    where = {str(sp.path): i for i, sp in enumerate(scan.files)}
+    order = []
+    for sp, size, mtime_ns in plan:
+        i = where.pop(str(sp.path), None)
+        st = scan.stats[i] if i is not None else None
+        if i is None or st is None or (st.st_size, st.st_mtime_ns) != (size, mtime_ns) or sp != scan.files[i]:
+            return None
+        order.append(i)
+    return order
+
+
+def _read_beside(scan: _Scan, started: Started, order: list[int]) -> None:
+    """Read the files of ``order`` with ``started``, which reads from its start (the largest) while this
+    process reads from its end, until they meet; each file is taken once (one both read, from this process).
+
+    Results go to ``scan.take`` in batches (the index commits one transaction per batch), as they come."""
+    n = len(order)
+    got: set[int] = set()  # places in ``order`` whose result is taken, or pending
+    pending: list[tuple[int, tuple[FileColumns, object]]] = []
+    weight = 0
+    target = max(1, scan.total // _BESIDE_SHARE)
+
+    def keep(place: int, result: tuple[FileColumns, object]) -> None:
+        nonlocal weight
+        if place in got:
+            return
+        got.add(place)
+        pending.append((order[place], result))
+        weight += scan.sizes[order[place]]
+
+    def hand_over(*, all_of_it: bool = False) -> None:
+        nonlocal weight
+        if pending and (all_of_it or weight >= target or len(pending) >= _BATCH_FILES):
+            scan.take([i for i, _ in pending], [result for _, result in pending])
+            pending.clear()
+            weight = 0
+
+    low = n  # this process has taken the places from ``low`` on
+    while True:
+        started.poll()
+        for place, result in started.take_done():
+            keep(place, result)
+        hand_over()
+        if low == 0 or low - 1 <= started.started or low - 1 in got or started.ended:
+            break
+        low -= 1
+        started.claim(n - low)
+        keep(low, scan.read([order[low]])[0])
+    while not started.ended and any(place not in got for place in range(low)):
+        started.poll(block=True)  # its last files; the pipe closes if it dies
+        for place, result in started.take_done():
+            keep(place, result)
+        hand_over()
+    for place in range(low):  # what it left (it died): read here
+        if place not in got:
+            keep(place, scan.read([order[place]])[0])
+            hand_over()
+    hand_over(all_of_it=True)
+
+
+# A batch ``_read_beside`` hands to ``_Scan.take``: at least this share of the scan's bytes (or
+# ``_BATCH_FILES`` files), as the pool's are about (``_Carver``).
+_BESIDE_SHARE = 64
 
 
 def _worker_count(cost: dict[int, int], workers: int | None, errand: Errand | None) -> int:

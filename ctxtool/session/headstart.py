@@ -1,0 +1,237 @@
+"""A scan's second process, started before the command line is even parsed.
+
+Owns: forking that process (``start``) while the main one still imports typer and the command (a first run's
+start-up: 0.1-0.2 s of one core, the other idle), what it does (discover the files it was told of, then read
+them largest first, handing each result back at once) and how the two processes share the files once the
+scan begins (``Started``, which ``scan.read_files`` adopts): the main process reads from the small end, this
+one from the large end, until they meet. Nothing it does is trusted blindly: ``scan.read_files`` adopts it
+only when the files it found are the scan's own, with the same sizes and modification times (else it is
+stopped and the scan runs as it would have); a file both read is taken once.
+
+Linux only (``os.fork``, ``os.memfd_create``). The results go into an anonymous in-memory file, one record
+after another; a pipe tells the main process when each is whole and which file this process starts next, and
+a pipe the other way says how many files the main process has taken from its end.
+
+Must not: print, or import anything above ``ctxtool.session`` (the caller passes ``then``, loaded in the
+child).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import struct
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxtool.session.columns import FileColumns
+    from ctxtool.session.discover import SessionPath
+
+# Messages on the progress pipe: a kind and a file's place in the plan.
+_MESSAGE = struct.Struct("<cI")
+_STARTED, _DONE = b"S", b"D"
+_LENGTH = struct.Struct("<Q")  # before each record in the results file
+_CLAIMS = struct.Struct("<I")  # on the claims pipe: how many files the main process has taken, in all
+
+
+class Started:
+    """The running second process of a scan, seen from the main one."""
+
+    def __init__(self, pid: int, results: int, progress: int, claims: int, then_name: str) -> None:
+        self.pid, self.then_name = pid, then_name
+        self._results, self._progress, self._claims = results, progress, claims
+        self._offset = 0  # where the next record starts in the results file
+        self._buffer = b""  # progress messages read but not yet whole
+        self.started = -1  # the last file of the plan it started
+        self.done: list[tuple[int, Any]] = []  # (place, record) read, not yet taken
+        self.ended = False  # its progress pipe closed: it is gone, or finished
+        self.plan: list[tuple[SessionPath, int, int]] | None = None
+        self._stopped = False
+
+    def read_plan(self) -> list[tuple[SessionPath, int, int]] | None:
+        """The files it found, in the order it reads them (largest first): (where, size, mtime_ns). Waits
+        for it (discovery takes tens of milliseconds); None when it ended without one."""
+        while self.plan is None and not self.ended:
+            self._receive(block=True)
+        return self.plan
+
+    def poll(self, *, block: bool = False) -> None:
+        """Take in what it said since (waiting for something when ``block``)."""
+        self._receive(block=block)
+
+    def claim(self, taken: int) -> None:
+        """Tell it that the main process has taken ``taken`` files from the small end, in all."""
+        try:
+            os.write(self._claims, _CLAIMS.pack(taken))
+        except OSError:  # it is gone: what it did not finish, the main process reads
+            self.ended = True
+
+    def take_done(self) -> list[tuple[int, Any]]:
+        done, self.done = self.done, []
+        return done
+
+    def stop(self) -> None:
+        """End it at once (it holds nothing that must be flushed), reap it, close the pipes and the file.
+        Once: the descriptors may be another file's after."""
+        import signal
+
+        if self._stopped:
+            return
+        self._stopped = self.ended = True
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        for fd in (self._results, self._progress, self._claims):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _receive(self, *, block: bool) -> None:
+        while not self._stopped:
+            ready, _, _ = select.select([self._progress], [], [], None if block else 0)
+            if not ready:
+                return
+            try:
+                data = os.read(self._progress, 1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                self.ended = True
+                return
+            self._buffer += data
+            whole = len(self._buffer) - len(self._buffer) % _MESSAGE.size
+            for offset in range(0, whole, _MESSAGE.size):
+                kind, place = _MESSAGE.unpack_from(self._buffer, offset)
+                if kind == _STARTED:
+                    self.started = place
+                else:
+                    self._read_record(place)
+            self._buffer = self._buffer[whole:]
+            block = False  # what came is taken in; more only if it is there already
+
+    def _read_record(self, place: int) -> None:
+        (length,) = _LENGTH.unpack(os.pread(self._results, _LENGTH.size, self._offset))
+        data = os.pread(self._results, length, self._offset + _LENGTH.size)
+        self._offset += _LENGTH.size + length
+        record = pickle.loads(data)
+        if place == _PLAN:
+            self.plan = record
+        else:
+            self.done.append((place, record))
+
+
+_PLAN = 0xFFFFFFFF  # the place of the plan's own record
+
+
+def available() -> bool:
+    """Whether this platform can start one (fork, memfd_create)."""
+    return sys.platform.startswith("linux") and hasattr(os, "memfd_create") and hasattr(os, "fork")
+
+
+def start(
+    targets: Sequence[str], subagents: bool, load_then: Callable[[], Callable[[FileColumns], object]]
+) -> Started | None:
+    """Fork the second process: it discovers ``targets`` (none: the default roots) as ``discover.discover``
+    does, and reads the files largest first, each result with ``load_then()(result)`` beside it. None when it
+    cannot be started."""
+    then_name = f"{getattr(load_then, '__module__', '')}.{getattr(load_then, '__qualname__', '')}"
+    try:
+        results = os.memfd_create("ctxtool-headstart", os.MFD_CLOEXEC)
+        progress_r, progress_w = os.pipe()
+        claims_r, claims_w = os.pipe()
+    except OSError:
+        return None
+    parent = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        for fd in (results, progress_r, progress_w, claims_r, claims_w):
+            os.close(fd)
+        return None
+    if pid == 0:  # the second process
+        status = 1
+        try:
+            os.close(progress_r)
+            os.close(claims_w)
+            _child(list(targets), subagents, load_then, results, progress_w, claims_r, parent)
+            status = 0
+        finally:
+            os._exit(status)  # never the main process's exit path (its buffers, its handlers)
+    os.close(progress_w)
+    os.close(claims_r)
+    os.set_blocking(claims_w, False)
+    return Started(pid, results, progress_r, claims_w, then_name)
+
+
+def _child(
+    targets: list[str],
+    subagents: bool,
+    load_then: Callable[[], Callable[[FileColumns], object]],
+    results: int,
+    progress: int,
+    claims: int,
+    parent: int,
+) -> None:
+    import gc
+    import signal
+
+    gc.disable()  # as in a scan's worker (scan._init_worker)
+    # Ctrl-C reaches the whole process group: the main process ends this one (ctxtool.common.interrupt).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if os.getppid() != parent:
+        return
+    # Discovery first, with only its own imports: the main process waits for the plan, not for the rest.
+    from ctxtool.session.discover import default_roots, discover, is_dataset
+
+    if any(is_dataset(os.path.expanduser(t)) for t in targets):
+        return  # an export dataset: ``stats`` reads it whole, not through a scan
+    found = discover(targets or [str(root) for root in default_roots()], subagents=subagents)
+    plan: list[tuple[SessionPath, int, int]] = []
+    for sp in found.files:
+        try:
+            st = os.stat(sp.path)
+        except OSError:
+            continue
+        plan.append((sp, st.st_size, st.st_mtime_ns))
+    plan.sort(key=lambda entry: -entry[1])
+    _write(results, progress, _PLAN, plan)
+    from ctxtool.session.columns import extract_file
+
+    then = load_then()
+    os.set_blocking(claims, False)
+    taken = 0  # by the main process, from the small end
+    for place, (sp, _, _) in enumerate(plan):
+        taken = _claimed(claims, taken)
+        if taken < 0 or place >= len(plan) - taken:
+            break  # it is gone (its end of the pipe closed), or it has taken the rest
+        os.write(progress, _MESSAGE.pack(_STARTED, place))
+        fc = extract_file(sp)
+        _write(results, progress, place, (fc, then(fc)))
+
+
+def _claimed(claims: int, taken: int) -> int:
+    """The latest count of files the main process has taken (``taken`` when it said nothing new); -1 when it
+    is gone. (Should it die without a word, this process's next message fails: a closed pipe.)"""
+    try:
+        data = os.read(claims, 1 << 12)
+    except BlockingIOError:
+        return taken
+    if not data:
+        return -1
+    whole = len(data) - len(data) % _CLAIMS.size
+    return _CLAIMS.unpack_from(data, whole - _CLAIMS.size)[0] if whole else taken
+
+
+def _write(results: int, progress: int, place: int, record: object) -> None:
+    """Append ``record`` to the results file, then say it is whole."""
+    data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+    for part in (_LENGTH.pack(len(data)), data):
+        view = memoryview(part)
+        while view:
+            view = view[os.write(results, view) :]
+    os.write(progress, _MESSAGE.pack(_DONE, place))

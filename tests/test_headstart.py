@@ -1,0 +1,243 @@
+"""The head start: a first ``stats`` starts reading in a second process before its command line is parsed
+(``ctxtool.session.headstart``, ``ctxtool.frames.headstart``), and the scan adopts that process only when it
+read the scan's own files, as the scan would: the results never depend on it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import typer
+
+from ctxtool.frames import headstart as guessing
+from ctxtool.frames import tally
+from ctxtool.session import headstart, scan
+from ctxtool.session.discover import discover
+from ctxtool.session.index import FileIndex
+from tests.conftest import FIXTURES, REAL_SESSIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(not headstart.available(), reason="the head start needs Linux (fork, memfd)")
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    target = tmp_path / "gemini" / "tmp"
+    shutil.copytree(FIXTURES / "gemini" / "tmp", target)
+    return target
+
+
+def _count_and_price() -> object:
+    return tally.count_and_price
+
+
+def _read(files: list, started: headstart.Started | None = None, index: FileIndex | None = None) -> tuple:
+    kept: dict[str, object] = {}
+    results = scan.read_files(
+        files, workers=1, then=tally.count_and_price, kept=kept, index=index, started=started
+    )
+    return [(fc.path, fc.messages_cols, fc.tools_cols, fc.n_messages) for fc in results], {
+        path: tally._encode_measured(m)
+        for path, m in kept.items()  # type: ignore[arg-type]
+    }
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True  # reaped
+    return False
+
+
+def test_an_adopted_head_start_reads_what_the_scan_alone_reads(data: Path, tmp_path: Path) -> None:
+    """Adopted, it and this process share the files (each taken once) and the results, the measures kept
+    beside them and the index are those of the scan alone; it is gone after."""
+    files = discover([data]).files
+    expected = _read(files)
+    started = headstart.start([str(data)], True, _count_and_price)
+    assert started is not None
+    adopted: list[list[int]] = []
+    beside = scan._read_beside
+
+    def recording(s: scan._Scan, st: headstart.Started, order: list[int]) -> None:
+        adopted.append(order)
+        beside(s, st, order)
+
+    index = FileIndex(tmp_path / "cache")
+    scan._read_beside, saved = recording, scan._read_beside  # type: ignore[assignment]
+    try:
+        got = _read(files, started, index)
+    finally:
+        scan._read_beside = saved  # type: ignore[assignment]
+    assert got == expected
+    assert len(adopted) == 1
+    assert sorted(adopted[0]) == list(range(len(files)))
+    assert _gone(started.pid)
+    assert (index.parsed, len(FileIndex(tmp_path / "cache"))) == (len(files), len(files))
+
+
+def test_a_head_start_that_found_other_files_is_stopped_unused(data: Path, tmp_path: Path) -> None:
+    """Its files are not the scan's (another PATH, or one file changed since it looked): it is stopped, and
+    the scan reads every file itself."""
+    files = discover([data]).files
+    expected = _read(files)
+    other = tmp_path / "other"
+    shutil.copytree(data, other)
+    for targets in ([str(other)], [str(data)]):
+        started = headstart.start(targets, True, _count_and_price)
+        assert started is not None
+        assert started.read_plan() is not None
+        if targets == [str(data)]:  # the largest file grew after it looked
+            biggest = max(files, key=lambda sp: sp.path.stat().st_size).path
+            with biggest.open("ab") as fh:
+                fh.write(b"\n")
+        got = _read(files, started)
+        assert _gone(started.pid)
+        if targets == [str(other)]:
+            assert got == expected
+
+
+def test_a_head_start_that_dies_leaves_its_files_to_the_scan(data: Path) -> None:
+    """Killed after its plan (for memory, say): the scan reads what it did not finish."""
+    files = discover([data]).files
+    expected = _read(files)
+    started = headstart.start([str(data)], True, _count_and_price)
+    assert started is not None
+    assert started.read_plan() is not None
+    os.kill(started.pid, signal.SIGKILL)
+    assert _read(files, started) == expected
+    assert _gone(started.pid)
+
+
+def test_a_head_start_ends_when_its_parent_is_gone(data: Path, tmp_path: Path) -> None:
+    """A parent killed without a word (``kill -9``): the head start stops at its next file."""
+    code = (
+        "import os, sys, time\n"
+        "from ctxtool.session import headstart\n"
+        "from ctxtool.frames import headstart as g\n"
+        f"s = headstart.start([{str(data)!r}], True, g._count_and_price)\n"
+        "print(s.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    ) as proc:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        proc.kill()
+    for _ in range(200):
+        try:  # gone, or a zombie left for init to reap
+            if Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the head start outlived its parent by 10 s")
+
+
+def test_the_head_start_hears_its_parent_go() -> None:
+    """Between files it reads how many files the main process took; the pipe's end closed (the main process
+    is gone) reads as -1, and it stops."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    try:
+        assert headstart._claimed(r, 3) == 3  # nothing new
+        os.write(w, headstart._CLAIMS.pack(5) + headstart._CLAIMS.pack(7))
+        assert headstart._claimed(r, 3) == 7  # the latest
+        os.close(w)
+        assert headstart._claimed(r, 7) == -1
+    finally:
+        os.close(r)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["stats"], ([], True)),
+        (["stats", "a", "b"], (["a", "b"], True)),
+        (["stats", "--by", "day", "a", "--format=json", "--no-subagents"], (["a"], False)),
+        (["stats", "-b", "week", "-n", "5", "--desc", "--", "--odd"], (["--odd"], True)),
+        (["stats", "--no-cache", "--cache-dir", "c", "x"], (["x"], True)),
+        (["stats", "--help"], None),
+        (["stats", "--unknown"], None),
+        (["stats", "--top", "3"], None),
+        (["stats", "--by", "turn"], None),
+        (["stats", "--format", "csv"], None),
+        (["stats", "--live"], None),
+        (["stats", "-s", "abcd"], None),
+        (["stats", "--tz", "UTC"], None),
+        (["stats", "--by"], None),
+        (["compact", "x"], None),
+    ],
+)
+def test_the_guess_of_what_a_stats_run_reads(
+    argv: list[str], expected: tuple[list[str], bool] | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    assert guessing._guess(argv) == expected
+
+
+def test_no_guess_once_the_index_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run after the first reads little (the index serves the files): no head start."""
+    from ctxtool.session.stamp import STAMP
+
+    monkeypatch.setenv("CTXTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "index").mkdir(parents=True)
+    (tmp_path / "cache" / "index" / f"{STAMP}.sqlite").write_bytes(b"")
+    assert guessing._guess(["stats", "x"]) is None
+    assert guessing._guess(["stats", "x", "--no-cache"]) == (["x"], True)
+
+
+def test_the_guess_knows_every_option_of_stats() -> None:
+    """The options that take a value and the flags are those of ``ctxtool stats`` itself: a new option is an
+    unknown word until it is added here (then the guess gives up, which costs speed, never a result)."""
+    import ctxtool.cli as cli
+
+    cli.register(["stats"])
+    command = typer.main.get_command(cli.app).commands["stats"]  # type: ignore[attr-defined]
+    valued, flags = set(), set()
+    for param in command.params:
+        names = {*param.opts, *getattr(param, "secondary_opts", [])}
+        if param.param_type_name == "option":
+            (flags if param.is_flag else valued).update(names)
+    assert (valued, flags) == (set(guessing.VALUED), set(guessing.FLAGS))
+
+
+def _stats(home: Path, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "ctxtool", "stats", str(home), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100", **env},
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("home", [FIXTURES, REAL_SESSIONS], ids=["fixtures", "real-sessions"])
+def test_stats_says_the_same_with_and_without_the_head_start(home: Path, tmp_path: Path) -> None:
+    """First run, the run after it (served by the index the first one wrote) and ``--no-cache``: the same
+    output, status and warnings either way."""
+    if not home.is_dir():
+        pytest.skip(f"{home} is not here")
+    outputs = []
+    for off in ("", "1"):
+        cache = tmp_path / f"cache-{off or 'on'}"
+        env = {"CTXTOOL_NO_HEADSTART": off, "CTXTOOL_CACHE_DIR": str(cache)}
+        outputs.append(
+            [
+                _stats(home, ["--format", "json"], env),
+                _stats(home, ["--format", "json"], env),
+                _stats(home, ["--by", "day", "--no-cache"], env),
+            ]
+        )
+    assert outputs[0] == outputs[1]
