@@ -34,8 +34,12 @@ def data(tmp_path: Path) -> Path:
     return target
 
 
-def _count_and_price() -> object:
-    return tally.count_and_price
+def _start(targets: list[str]) -> headstart.Started:
+    """A head start as ``frames.headstart`` begins it and a scan of ``stats`` takes it."""
+    started = headstart.start(targets, True, guessing._count_and_price)
+    assert started is not None
+    started.unpack = tally.unpack_measure
+    return started
 
 
 def _read(files: list, started: headstart.Started | None = None, index: FileIndex | None = None) -> tuple:
@@ -62,8 +66,7 @@ def test_an_adopted_head_start_reads_what_the_scan_alone_reads(data: Path, tmp_p
     beside them and the index are those of the scan alone; it is gone after."""
     files = discover([data]).files
     expected = _read(files)
-    started = headstart.start([str(data)], True, _count_and_price)
-    assert started is not None
+    started = _start([str(data)])
     adopted: list[list[int]] = []
     beside = scan._read_beside
 
@@ -92,8 +95,7 @@ def test_a_head_start_that_found_other_files_is_stopped_unused(data: Path, tmp_p
     other = tmp_path / "other"
     shutil.copytree(data, other)
     for targets in ([str(other)], [str(data)]):
-        started = headstart.start(targets, True, _count_and_price)
-        assert started is not None
+        started = _start(targets)
         assert started.read_plan() is not None
         if targets == [str(data)]:  # the largest file grew after it looked
             biggest = max(files, key=lambda sp: sp.path.stat().st_size).path
@@ -109,8 +111,7 @@ def test_a_head_start_that_dies_leaves_its_files_to_the_scan(data: Path) -> None
     """Killed after its plan (for memory, say): the scan reads what it did not finish."""
     files = discover([data]).files
     expected = _read(files)
-    started = headstart.start([str(data)], True, _count_and_price)
-    assert started is not None
+    started = _start([str(data)])
     assert started.read_plan() is not None
     os.kill(started.pid, signal.SIGKILL)
     assert _read(files, started) == expected

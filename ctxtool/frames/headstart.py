@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ctxtool.session.columns import FileColumns
-    from ctxtool.session.headstart import Started
+    from ctxtool.session.headstart import Reader, Started
 
 OFF_ENV = "CTXTOOL_NO_HEADSTART"
 
@@ -74,10 +74,12 @@ def begin(argv: Sequence[str]) -> None:
     _running = headstart.start(targets, subagents, _count_and_price)
 
 
-def _count_and_price() -> Callable[[FileColumns], object]:
-    from ctxtool.frames.tally import count_and_price
+def _count_and_price() -> Reader:
+    """In the head start: what it reads with (``tally.count_and_price``, as the scan's ``then``), and how it
+    hands each measure back."""
+    from ctxtool.frames.tally import count_and_price, pack_measure
 
-    return count_and_price
+    return count_and_price, pack_measure  # type: ignore[return-value]
 
 
 def take(then: Callable[[FileColumns], object] | None) -> Started | None:
@@ -90,6 +92,9 @@ def take(then: Callable[[FileColumns], object] | None) -> Started | None:
     if then is None or f"{then.__module__}.{then.__qualname__}" != "ctxtool.frames.tally.count_and_price":
         started.stop()
         return None
+    from ctxtool.frames.tally import unpack_measure
+
+    started.unpack = unpack_measure
     return started
 
 

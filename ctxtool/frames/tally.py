@@ -500,11 +500,34 @@ class Measured(msgspec.Struct):
         first run of the bench corpus, after its scan, took 54-74 ms against 59-84 ms. A count MessagePack
         cannot hold (beyond 64 bits, from a file edited by hand) is pickled as it is."""
         try:
-            requests = self.kept if self.requests is None else _encode(self.requests)
-            alone = msgspec.structs.replace(self, requests=None, kept=None)
-            return (_unpack_measured, (_pack_measured(alone), None if requests is None else bytes(requests)))
+            return (_unpack_measured, _sendable(self))
         except (OverflowError, msgspec.EncodeError):
             return super().__reduce__()  # type: ignore[return-value]
+
+
+def _sendable(m: Measured) -> tuple[bytes, bytes | None]:
+    """``m`` as it crosses to another process: packed without its requests, and those as the index keeps
+    them (``Measured.__reduce__``); OverflowError or msgspec.EncodeError when it cannot be packed."""
+    requests = m.kept if m.requests is None else _encode(m.requests)
+    alone = msgspec.structs.replace(m, requests=None, kept=None)
+    return _pack_measured(alone), None if requests is None else bytes(requests)
+
+
+def pack_measure(m: Measured | None) -> bytes | None:
+    """``m`` as bytes for the head start to hand back (``ctxtool.session.headstart``); None when there is
+    none or it cannot be packed (then the file is measured again where it is counted)."""
+    if m is None:
+        return None
+    try:
+        return _encode(_sendable(m))
+    except (OverflowError, msgspec.EncodeError):
+        return None
+
+
+def unpack_measure(data: bytes) -> Measured:
+    """What ``pack_measure`` made."""
+    packed, requests = _decode_pair(data)
+    return _unpack_measured(packed, requests)
 
 
 def _measure(files: list[FileColumns], c: list[list[Any]]) -> Measured:
@@ -916,6 +939,7 @@ def requests_of(m: Measured) -> Requests | None:
 
 _pack_measured = msgspec.msgpack.Encoder().encode
 _decode_sent = msgspec.msgpack.Decoder(Measured).decode
+_decode_pair = msgspec.msgpack.Decoder(tuple[bytes, bytes | None]).decode
 
 
 def _unpack_measured(data: bytes, requests: bytes | None = None) -> Measured:

@@ -9,8 +9,10 @@ only when the files it found are the scan's own, with the same sizes and modific
 stopped and the scan runs as it would have); a file both read is taken once.
 
 Linux only (``os.fork``, ``os.memfd_create``). The results go into an anonymous in-memory file, one record
-after another; a pipe tells the main process when each is whole and which file this process starts next, and
-a pipe the other way says how many files the main process has taken from its end.
+after another, as MessagePack (data, never code: ``FileColumns`` as msgspec encodes it, and what ``then`` made
+of the file as the bytes the caller's ``pack`` gave); a pipe tells the main process when each is whole and
+which file this process starts next, and a pipe the other way says how many files the main process has taken
+from its end.
 
 Must not: print, or import anything above ``ctxtool.session`` (the caller passes ``then``, loaded in the
 child).
@@ -20,11 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import select
 import struct
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -41,8 +43,10 @@ _CLAIMS = struct.Struct("<I")  # on the claims pipe: how many files the main pro
 class Started:
     """The running second process of a scan, seen from the main one."""
 
-    def __init__(self, pid: int, results: int, progress: int, claims: int, then_name: str) -> None:
-        self.pid, self.then_name = pid, then_name
+    def __init__(self, pid: int, results: int, progress: int, claims: int) -> None:
+        self.pid = pid
+        # What turns the bytes ``pack`` made of ``then``'s result back into it (the adopting caller's).
+        self.unpack: Callable[[bytes], object] | None = None
         self._results, self._progress, self._claims = results, progress, claims
         self._offset = 0  # where the next record starts in the results file
         self._buffer = b""  # progress messages read but not yet whole
@@ -117,11 +121,13 @@ class Started:
         (length,) = _LENGTH.unpack(os.pread(self._results, _LENGTH.size, self._offset))
         data = os.pread(self._results, length, self._offset + _LENGTH.size)
         self._offset += _LENGTH.size + length
-        record = pickle.loads(data)
         if place == _PLAN:
-            self.plan = record
+            self.plan = _plan_of(data)
         else:
-            self.done.append((place, record))
+            fc, extra = _decode_result(data)
+            self.done.append(
+                (place, (fc, None if extra is None or self.unpack is None else self.unpack(extra)))
+            )
 
 
 _PLAN = 0xFFFFFFFF  # the place of the plan's own record
@@ -132,13 +138,15 @@ def available() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "memfd_create") and hasattr(os, "fork")
 
 
-def start(
-    targets: Sequence[str], subagents: bool, load_then: Callable[[], Callable[[FileColumns], object]]
-) -> Started | None:
+# What the child is given to read with: ``then`` (run on each file read) and ``pack`` (its result as bytes,
+# None when it cannot be: the main process then measures that file itself).
+Reader = tuple[Callable[["FileColumns"], object], Callable[[object], "bytes | None"]]
+
+
+def start(targets: Sequence[str], subagents: bool, load: Callable[[], Reader]) -> Started | None:
     """Fork the second process: it discovers ``targets`` (none: the default roots) as ``discover.discover``
-    does, and reads the files largest first, each result with ``load_then()(result)`` beside it. None when it
-    cannot be started."""
-    then_name = f"{getattr(load_then, '__module__', '')}.{getattr(load_then, '__qualname__', '')}"
+    does, and reads the files largest first, each result with ``then(result)`` beside it (``then, pack =
+    load()``, in the child). None when it cannot be started."""
     try:
         results = os.memfd_create("ctxtool-headstart", os.MFD_CLOEXEC)
         progress_r, progress_w = os.pipe()
@@ -155,22 +163,26 @@ def start(
     if pid == 0:  # the second process
         status = 1
         try:
+            # Nothing of this process reaches the user's terminal or pipes (a warning, a hook on exit).
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for stream in (0, 1, 2):
+                os.dup2(devnull, stream)
             os.close(progress_r)
             os.close(claims_w)
-            _child(list(targets), subagents, load_then, results, progress_w, claims_r, parent)
+            _child(list(targets), subagents, load, results, progress_w, claims_r, parent)
             status = 0
         finally:
             os._exit(status)  # never the main process's exit path (its buffers, its handlers)
     os.close(progress_w)
     os.close(claims_r)
     os.set_blocking(claims_w, False)
-    return Started(pid, results, progress_r, claims_w, then_name)
+    return Started(pid, results, progress_r, claims_w)
 
 
 def _child(
     targets: list[str],
     subagents: bool,
-    load_then: Callable[[], Callable[[FileColumns], object]],
+    load: Callable[[], Reader],
     results: int,
     progress: int,
     claims: int,
@@ -199,10 +211,17 @@ def _child(
             continue
         plan.append((sp, st.st_size, st.st_mtime_ns))
     plan.sort(key=lambda entry: -entry[1])
-    _write(results, progress, _PLAN, plan)
+    import msgspec
+
+    encode = msgspec.msgpack.Encoder().encode
+    rows = [
+        (str(sp.path), sp.project, sp.project_dir, sp.parent_ref, sp.group_key, size, mtime_ns)
+        for sp, size, mtime_ns in plan
+    ]
+    _write(results, progress, _PLAN, encode(rows))
     from ctxtool.session.columns import extract_file
 
-    then = load_then()
+    then, pack = load()
     os.set_blocking(claims, False)
     taken = 0  # by the main process, from the small end
     for place, (sp, _, _) in enumerate(plan):
@@ -211,7 +230,7 @@ def _child(
             break  # it is gone (its end of the pipe closed), or it has taken the rest
         os.write(progress, _MESSAGE.pack(_STARTED, place))
         fc = extract_file(sp)
-        _write(results, progress, place, (fc, then(fc)))
+        _write(results, progress, place, encode((fc, pack(then(fc)))))
 
 
 def _claimed(claims: int, taken: int) -> int:
@@ -227,11 +246,31 @@ def _claimed(claims: int, taken: int) -> int:
     return _CLAIMS.unpack_from(data, whole - _CLAIMS.size)[0] if whole else taken
 
 
-def _write(results: int, progress: int, place: int, record: object) -> None:
-    """Append ``record`` to the results file, then say it is whole."""
-    data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+def _write(results: int, progress: int, place: int, data: bytes) -> None:
+    """Append the record ``data`` to the results file, then say it is whole."""
     for part in (_LENGTH.pack(len(data)), data):
         view = memoryview(part)
         while view:
             view = view[os.write(results, view) :]
     os.write(progress, _MESSAGE.pack(_DONE, place))
+
+
+def _plan_of(data: bytes) -> list[tuple[SessionPath, int, int]]:
+    import msgspec
+
+    from ctxtool.session.discover import SessionPath
+
+    rows = msgspec.msgpack.decode(data, type=list[tuple[str, str, str, str | None, str, int, int]])
+    return [
+        (SessionPath(Path(path), project, project_dir, parent_ref, group_key), size, mtime_ns)
+        for path, project, project_dir, parent_ref, group_key, size, mtime_ns in rows
+    ]
+
+
+def _decode_result(data: bytes) -> tuple[FileColumns, bytes | None]:
+    import msgspec
+
+    from ctxtool.session.columns import FileColumns
+
+    fc, extra = msgspec.msgpack.decode(data, type=tuple[FileColumns, bytes | None])
+    return fc, extra
