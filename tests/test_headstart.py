@@ -147,16 +147,16 @@ def test_a_head_start_ends_when_its_parent_is_gone(data: Path, tmp_path: Path) -
 
 
 def test_the_head_start_hears_its_parent_go() -> None:
-    """Between files it reads how many files the main process took; the pipe's end closed (the main process
-    is gone) reads as -1, and it stops."""
+    """Between files it reads how many files the main process took and records it read; the pipe's end closed
+    (the main process is gone) reads as None, and it stops."""
     r, w = os.pipe()
     os.set_blocking(r, False)
     try:
-        assert headstart._claimed(r, 3) == 3  # nothing new
-        os.write(w, headstart._CLAIMS.pack(5) + headstart._CLAIMS.pack(7))
-        assert headstart._claimed(r, 3) == 7  # the latest
+        assert headstart._claimed(r, (3, 1)) == (3, 1)  # nothing new
+        os.write(w, headstart._CLAIMS.pack(5, 2) + headstart._CLAIMS.pack(7, 4))
+        assert headstart._claimed(r, (3, 1)) == (7, 4)  # the latest
         os.close(w)
-        assert headstart._claimed(r, 7) == -1
+        assert headstart._claimed(r, (7, 4)) is None
     finally:
         os.close(r)
 

@@ -34,10 +34,11 @@ if TYPE_CHECKING:
     from ctxtool.session.discover import SessionPath
 
 # Messages on the progress pipe: a kind and a file's place in the plan.
-_MESSAGE = struct.Struct("<cI")
+_MESSAGE = struct.Struct("<cIQ")  # and, for a record, where it starts in the results file
 _STARTED, _DONE = b"S", b"D"
 _LENGTH = struct.Struct("<Q")  # before each record in the results file
-_CLAIMS = struct.Struct("<I")  # on the claims pipe: how many files the main process has taken, in all
+# On the claims pipe: how many files the main process has taken, in all, and how many records it has read.
+_CLAIMS = struct.Struct("<II")
 
 
 class Started:
@@ -48,7 +49,7 @@ class Started:
         # What turns the bytes ``pack`` made of ``then``'s result back into it (the adopting caller's).
         self.unpack: Callable[[bytes], object] | None = None
         self._results, self._progress, self._claims = results, progress, claims
-        self._offset = 0  # where the next record starts in the results file
+        self.taken = self.read = 0  # files taken from the small end, records read (what it was last told)
         self._buffer = b""  # progress messages read but not yet whole
         self.started = -1  # the last file of the plan it started
         self.done: list[tuple[int, Any]] = []  # (place, record) read, not yet taken
@@ -69,8 +70,14 @@ class Started:
 
     def claim(self, taken: int) -> None:
         """Tell it that the main process has taken ``taken`` files from the small end, in all."""
+        self.taken = taken
+        self._say()
+
+    def _say(self) -> None:
+        """Tell it what was taken and read: once every record it wrote is read, it writes the next one at the
+        start of the results file again, which so holds at most what is not read yet, not all it read."""
         try:
-            os.write(self._claims, _CLAIMS.pack(taken))
+            os.write(self._claims, _CLAIMS.pack(self.taken, self.read))
         except OSError:  # it is gone: what it did not finish, the main process reads
             self.ended = True
 
@@ -95,6 +102,12 @@ class Started:
                 os.close(fd)
 
     def _receive(self, *, block: bool) -> None:
+        read = self.read
+        self._take_in(block=block)
+        if self.read != read and not self.ended:
+            self._say()
+
+    def _take_in(self, *, block: bool) -> None:
         while not self._stopped:
             ready, _, _ = select.select([self._progress], [], [], None if block else 0)
             if not ready:
@@ -109,18 +122,18 @@ class Started:
             self._buffer += data
             whole = len(self._buffer) - len(self._buffer) % _MESSAGE.size
             for offset in range(0, whole, _MESSAGE.size):
-                kind, place = _MESSAGE.unpack_from(self._buffer, offset)
+                kind, place, where = _MESSAGE.unpack_from(self._buffer, offset)
                 if kind == _STARTED:
                     self.started = place
                 else:
-                    self._read_record(place)
+                    self._read_record(place, where)
             self._buffer = self._buffer[whole:]
             block = False  # what came is taken in; more only if it is there already
 
-    def _read_record(self, place: int) -> None:
-        (length,) = _LENGTH.unpack(os.pread(self._results, _LENGTH.size, self._offset))
-        data = os.pread(self._results, length, self._offset + _LENGTH.size)
-        self._offset += _LENGTH.size + length
+    def _read_record(self, place: int, where: int) -> None:
+        (length,) = _LENGTH.unpack(os.pread(self._results, _LENGTH.size, where))
+        data = os.pread(self._results, length, where + _LENGTH.size)
+        self.read += 1
         if place == _PLAN:
             self.plan = _plan_of(data)
         else:
@@ -218,41 +231,49 @@ def _child(
         (str(sp.path), sp.project, sp.project_dir, sp.parent_ref, sp.group_key, size, mtime_ns)
         for sp, size, mtime_ns in plan
     ]
-    _write(results, progress, _PLAN, encode(rows))
+    end = _write(results, progress, _PLAN, encode(rows), 0)
+    written = 1  # records
     from ctxtool.session.columns import extract_file
 
     then, pack = load()
     os.set_blocking(claims, False)
-    taken = 0  # by the main process, from the small end
+    said = (0, 0)  # (files taken from the small end, records read) by the main process
     for place, (sp, _, _) in enumerate(plan):
-        taken = _claimed(claims, taken)
-        if taken < 0 or place >= len(plan) - taken:
+        latest = _claimed(claims, said)
+        if latest is None or place >= len(plan) - latest[0]:
             break  # it is gone (its end of the pipe closed), or it has taken the rest
-        os.write(progress, _MESSAGE.pack(_STARTED, place))
+        said = latest
+        os.write(progress, _MESSAGE.pack(_STARTED, place, 0))
         fc = extract_file(sp)
-        _write(results, progress, place, encode((fc, pack(then(fc)))))
+        if said[1] == written:
+            end = 0  # every record is read: start the file again
+        end = _write(results, progress, place, encode((fc, pack(then(fc)))), end)
+        written += 1
 
 
-def _claimed(claims: int, taken: int) -> int:
-    """The latest count of files the main process has taken (``taken`` when it said nothing new); -1 when it
+def _claimed(claims: int, said: tuple[int, int]) -> tuple[int, int] | None:
+    """What the main process said last (files taken, records read; ``said`` when nothing new); None when it
     is gone. (Should it die without a word, this process's next message fails: a closed pipe.)"""
     try:
         data = os.read(claims, 1 << 12)
     except BlockingIOError:
-        return taken
+        return said
     if not data:
-        return -1
-    whole = len(data) - len(data) % _CLAIMS.size
-    return _CLAIMS.unpack_from(data, whole - _CLAIMS.size)[0] if whole else taken
+        return None
+    whole = len(data) - len(data) % _CLAIMS.size  # (4096 holds whole messages: writes of 8 bytes are atomic)
+    return _CLAIMS.unpack_from(data, whole - _CLAIMS.size) if whole else said
 
 
-def _write(results: int, progress: int, place: int, data: bytes) -> None:
-    """Append the record ``data`` to the results file, then say it is whole."""
+def _write(results: int, progress: int, place: int, data: bytes, at: int) -> int:
+    """Write the record ``data`` at ``at`` in the results file, then say where it is; returns its end."""
+    end = at
     for part in (_LENGTH.pack(len(data)), data):
         view = memoryview(part)
         while view:
-            view = view[os.write(results, view) :]
-    os.write(progress, _MESSAGE.pack(_DONE, place))
+            written = os.pwrite(results, view, end)
+            view, end = view[written:], end + written
+    os.write(progress, _MESSAGE.pack(_DONE, place, at))
+    return end
 
 
 def _plan_of(data: bytes) -> list[tuple[SessionPath, int, int]]:
