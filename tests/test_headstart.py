@@ -87,6 +87,21 @@ def test_an_adopted_head_start_reads_what_the_scan_alone_reads(data: Path, tmp_p
     assert (index.parsed, len(FileIndex(tmp_path / "cache"))) == (len(files), len(files))
 
 
+def test_what_a_head_start_found_is_what_discovery_finds(data: Path, tmp_path: Path) -> None:
+    """Its discovery crosses whole (skipped, missing, empty and unreadable entries too), and is given only
+    for the PATHs and ``--subagents`` it was started with."""
+    (data / "proj" / "chats").mkdir(parents=True)  # an empty folder of chats
+    (data / "notes.tmp.json").write_text("{}")  # a temporary file, skipped
+    targets = [str(data), str(tmp_path / "absent")]
+    started = _start(targets)
+    try:
+        assert started.discovery(targets, True) == discover(targets)
+        assert started.discovery(targets, False) is None
+        assert started.discovery([str(data)], True) is None
+    finally:
+        started.stop()
+
+
 def test_a_head_start_that_found_other_files_is_stopped_unused(data: Path, tmp_path: Path) -> None:
     """Its files are not the scan's (another PATH, or one file changed since it looked): it is stopped, and
     the scan reads every file itself."""

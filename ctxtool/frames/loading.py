@@ -136,7 +136,10 @@ def read_plain(
 
     started = headstart.take(then)  # begun before the command was parsed, if it was
     targets = [str(p) for p in paths] or [str(root) for root in default_roots()]
-    found = discover(targets, subagents=subagents)
+    # What it found, when it looked where this run looks: the same discovery, made while this process started.
+    found = (started.discovery(targets, subagents) if started is not None else None) or discover(
+        targets, subagents=subagents
+    )
     use = CacheUse(enabled=cache)
     if not cache:
         index = None

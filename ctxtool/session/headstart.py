@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ctxtool.session.columns import FileColumns
-    from ctxtool.session.discover import SessionPath
+    from ctxtool.session.discover import Discovery, SessionPath
 
 # Messages on the progress pipe: a kind and a file's place in the plan.
 _MESSAGE = struct.Struct("<cIQ")  # and, for a record, where it starts in the results file
@@ -55,6 +55,7 @@ class Started:
         self.done: list[tuple[int, Any]] = []  # (place, record) read, not yet taken
         self.ended = False  # its progress pipe closed: it is gone, or finished
         self.plan: list[tuple[SessionPath, int, int]] | None = None
+        self.found: _Found | None = None
         self._stopped = False
 
     def read_plan(self) -> list[tuple[SessionPath, int, int]] | None:
@@ -63,6 +64,16 @@ class Started:
         while self.plan is None and not self.ended:
             self._receive(block=True)
         return self.plan
+
+    def discovery(self, targets: Sequence[str], subagents: bool) -> Discovery | None:
+        """What it found, when it was asked for ``targets`` (as the scan's caller resolved them: the default
+        roots when none were named) with ``subagents``: then the caller need not look again. None otherwise,
+        or when it ended without saying."""
+        self.read_plan()
+        found = self.found
+        if found is None or (found.targets, found.subagents) != ([str(t) for t in targets], subagents):
+            return None
+        return found.discovery()
 
     def poll(self, *, block: bool = False) -> None:
         """Take in what it said since (waiting for something when ``block``)."""
@@ -135,7 +146,8 @@ class Started:
         data = os.pread(self._results, length, where + _LENGTH.size)
         self.read += 1
         if place == _PLAN:
-            self.plan = _plan_of(data)
+            self.found = _found_of(data)
+            self.plan = self.found.plan()
         else:
             fc, extra = _decode_result(data)
             self.done.append(
@@ -144,6 +156,60 @@ class Started:
 
 
 _PLAN = 0xFFFFFFFF  # the place of the plan's own record
+
+
+class _Found:
+    """What the second process found (``discover``'s ``Discovery``, paths as text) and its plan: the files it
+    reads, as places in ``files``, largest first, with their size and modification time. It crosses as one
+    MessagePack array (``record``); plain Python here, so that the main process imports nothing for it before
+    the second process is started."""
+
+    def __init__(self, record: list[Any]) -> None:
+        (
+            self.targets,
+            self.subagents,
+            self.files,
+            self.skipped,
+            self.missing,
+            self.empty_dirs,
+            self.unreadable,
+            self.refused_args,
+            self.order,
+        ) = record
+
+    @staticmethod
+    def record(
+        targets: list[str], subagents: bool, found: Discovery, order: list[tuple[int, int, int]]
+    ) -> list[Any]:
+        return [
+            targets,
+            subagents,
+            [(str(sp.path), sp.project, sp.project_dir, sp.parent_ref, sp.group_key) for sp in found.files],
+            [(str(path), why) for path, why in found.skipped],
+            list(found.missing),
+            [str(d) for d in found.empty_dirs],
+            [(str(path), key, message) for path, key, message in found.unreadable],
+            list(found.refused_args),
+            order,
+        ]
+
+    def discovery(self) -> Discovery:
+        from ctxtool.session.discover import Discovery, SessionPath
+
+        return Discovery(
+            files=[
+                SessionPath(Path(p), project, pdir, ref, key) for p, project, pdir, ref, key in self.files
+            ],
+            skipped=[(Path(p), why) for p, why in self.skipped],
+            missing=list(self.missing),
+            empty_dirs=[Path(d) for d in self.empty_dirs],
+            unreadable=[(Path(p), key, message) for p, key, message in self.unreadable],
+            refused_args=list(self.refused_args),
+        )
+
+    def plan(self) -> list[tuple[SessionPath, int, int]]:
+        files = self.discovery().files
+        return [(files[i], size, mtime_ns) for i, size, mtime_ns in self.order]
 
 
 def available() -> bool:
@@ -215,23 +281,24 @@ def _child(
 
     if any(is_dataset(os.path.expanduser(t)) for t in targets):
         return  # an export dataset: ``stats`` reads it whole, not through a scan
-    found = discover(targets or [str(root) for root in default_roots()], subagents=subagents)
+    targets = targets or [str(root) for root in default_roots()]  # as ``frames.loading.read_plain`` does
+    found = discover(targets, subagents=subagents)
     plan: list[tuple[SessionPath, int, int]] = []
-    for sp in found.files:
+    order: list[tuple[int, int, int]] = []  # (place in found.files, size, mtime_ns)
+    for i, sp in enumerate(found.files):
         try:
             st = os.stat(sp.path)
         except OSError:
             continue
         plan.append((sp, st.st_size, st.st_mtime_ns))
-    plan.sort(key=lambda entry: -entry[1])
+        order.append((i, st.st_size, st.st_mtime_ns))
+    keys = [-size for _, size, _ in order]
+    plan = [plan[k] for k in sorted(range(len(plan)), key=keys.__getitem__)]
+    order = [order[k] for k in sorted(range(len(order)), key=keys.__getitem__)]
     import msgspec
 
     encode = msgspec.msgpack.Encoder().encode
-    rows = [
-        (str(sp.path), sp.project, sp.project_dir, sp.parent_ref, sp.group_key, size, mtime_ns)
-        for sp, size, mtime_ns in plan
-    ]
-    end = _write(results, progress, _PLAN, encode(rows), 0)
+    end = _write(results, progress, _PLAN, encode(_Found.record(targets, subagents, found, order)), 0)
     written = 1  # records
     from ctxtool.session.columns import extract_file
 
@@ -276,16 +343,10 @@ def _write(results: int, progress: int, place: int, data: bytes, at: int) -> int
     return end
 
 
-def _plan_of(data: bytes) -> list[tuple[SessionPath, int, int]]:
+def _found_of(data: bytes) -> _Found:
     import msgspec
 
-    from ctxtool.session.discover import SessionPath
-
-    rows = msgspec.msgpack.decode(data, type=list[tuple[str, str, str, str | None, str, int, int]])
-    return [
-        (SessionPath(Path(path), project, project_dir, parent_ref, group_key), size, mtime_ns)
-        for path, project, project_dir, parent_ref, group_key, size, mtime_ns in rows
-    ]
+    return _Found(msgspec.msgpack.decode(data))
 
 
 def _decode_result(data: bytes) -> tuple[FileColumns, bytes | None]:
