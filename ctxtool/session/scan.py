@@ -255,7 +255,7 @@ def _adopted(scan: _Scan, started: Started) -> list[int] | None:
 
 def _read_beside(scan: _Scan, started: Started, order: list[int]) -> None:
     """Read the files of ``order`` with ``started``, which reads from its start (the largest) while this
-    process reads from its end, until they meet; each file is taken once (one both read, from this process).
+    process reads from its end, until they meet; each file is taken once (one both read, as it came first).
 
     Results go to ``scan.take`` in batches (the index commits one transaction per batch), as they come."""
     n = len(order)
