@@ -133,6 +133,21 @@ def test_a_head_start_that_dies_leaves_its_files_to_the_scan(data: Path) -> None
     assert _gone(started.pid)
 
 
+def test_a_record_that_does_not_read_back_ends_the_head_start(data: Path) -> None:
+    """A record this process cannot read back counts as the head start's end: what it did not hand over
+    before it, the scan reads itself, and the results are those of the scan alone."""
+    files = discover([data]).files
+    expected = _read(files)
+    started = _start([str(data)])
+
+    def failing(data: bytes) -> object:
+        raise ValueError("not a measure")
+
+    started.unpack = failing
+    assert _read(files, started) == expected
+    assert _gone(started.pid)
+
+
 def test_a_head_start_ends_when_its_parent_is_gone(data: Path, tmp_path: Path) -> None:
     """A parent killed without a word (``kill -9``): the head start stops at its next file."""
     code = (

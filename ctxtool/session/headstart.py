@@ -136,8 +136,14 @@ class Started:
                 kind, place, where = _MESSAGE.unpack_from(self._buffer, offset)
                 if kind == _STARTED:
                     self.started = place
-                else:
+                    continue
+                try:
                     self._read_record(place, where)
+                except (
+                    Exception
+                ):  # a record that does not read back: as if it died there (nothing more taken)
+                    self.ended = True
+                    return
             self._buffer = self._buffer[whole:]
             block = False  # what came is taken in; more only if it is there already
 
