@@ -241,9 +241,9 @@ def main() -> None:
         recorder.store(code)
     else:
         code = run()
-    started = sys.modules.get("ctxtool.frames.headstart")
-    if started is not None:
-        started.discard()  # a head start no scan took (the run ended early, or read a dataset)
+    headstart = sys.modules.get("ctxtool.frames.headstart")
+    if headstart is not None:
+        headstart.discard()  # a head start no scan took (the run ended early, or read a dataset)
     if code == ExitStatus.INTERRUPTED:
         sys.exit(code)  # a normal exit lets interrupted worker processes wind down
     # Every file ctxtool writes is closed (atomic writes) by now and the worker pool has shut down; skip

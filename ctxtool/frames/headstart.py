@@ -49,8 +49,9 @@ FLAGS = frozenset(
     }
 )
 # What makes ``stats`` build frames instead of counting where it reads (``ctxtool.stats.fast_eligible``).
-_FRAMES = frozenset({"--top", "--project", "-p", "--session", "-s", "--model", "-m", "--sort", "--live"})
-_FRAMES_VALUED = frozenset({"--timezone", "--tz"})
+_FRAMES = frozenset(
+    {"--top", "--project", "-p", "--session", "-s", "--model", "-m", "--sort", "--live", "--timezone", "--tz"}
+)
 _TALLY_BY = frozenset({"session", "model", "project", "day", "week", "month"})
 _TALLY_FORMATS = frozenset({"table", "json", "jsonl"})
 
@@ -89,11 +90,11 @@ def take(then: Callable[[FileColumns], object] | None) -> Started | None:
     started, _running = _running, None
     if started is None:
         return None
-    if then is None or f"{then.__module__}.{then.__qualname__}" != "ctxtool.frames.tally.count_and_price":
+    from ctxtool.frames.tally import count_and_price, unpack_measure
+
+    if then is not count_and_price:
         started.stop()
         return None
-    from ctxtool.frames.tally import unpack_measure
-
     started.unpack = unpack_measure
     return started
 
@@ -127,7 +128,7 @@ def _guess(argv: Sequence[str]) -> tuple[list[str], bool] | None:
                     return None
                 i += 1
                 value = args[i]
-            if name in _FRAMES or name in _FRAMES_VALUED:
+            if name in _FRAMES:
                 return None
             if (name in ("--by", "-b") and value not in _TALLY_BY) or (
                 name in ("--format", "-f") and value not in _TALLY_FORMATS

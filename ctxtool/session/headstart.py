@@ -153,7 +153,7 @@ class Started:
         self.read += 1
         if place == _PLAN:
             self.found = _found_of(data)
-            self.plan = self.found.plan()
+            self.plan = self.found.plan
         else:
             fc, extra = _decode_result(data)
             self.done.append(
@@ -182,6 +182,7 @@ class _Found:
             self.refused_args,
             self.order,
         ) = record
+        self._discovery: Discovery | None = None
 
     @staticmethod
     def record(
@@ -200,19 +201,23 @@ class _Found:
         ]
 
     def discovery(self) -> Discovery:
+        """The ``Discovery`` it made (once: the plan holds its files)."""
         from ctxtool.session.discover import Discovery, SessionPath
 
-        return Discovery(
-            files=[
-                SessionPath(Path(p), project, pdir, ref, key) for p, project, pdir, ref, key in self.files
-            ],
-            skipped=[(Path(p), why) for p, why in self.skipped],
-            missing=list(self.missing),
-            empty_dirs=[Path(d) for d in self.empty_dirs],
-            unreadable=[(Path(p), key, message) for p, key, message in self.unreadable],
-            refused_args=list(self.refused_args),
-        )
+        if self._discovery is None:
+            self._discovery = Discovery(
+                files=[
+                    SessionPath(Path(p), project, pdir, ref, key) for p, project, pdir, ref, key in self.files
+                ],
+                skipped=[(Path(p), why) for p, why in self.skipped],
+                missing=list(self.missing),
+                empty_dirs=[Path(d) for d in self.empty_dirs],
+                unreadable=[(Path(p), key, message) for p, key, message in self.unreadable],
+                refused_args=list(self.refused_args),
+            )
+        return self._discovery
 
+    @property
     def plan(self) -> list[tuple[SessionPath, int, int]]:
         files = self.discovery().files
         return [(files[i], size, mtime_ns) for i, size, mtime_ns in self.order]
@@ -289,18 +294,15 @@ def _child(
         return  # an export dataset: ``stats`` reads it whole, not through a scan
     targets = targets or [str(root) for root in default_roots()]  # as ``frames.loading.read_plain`` does
     found = discover(targets, subagents=subagents)
-    plan: list[tuple[SessionPath, int, int]] = []
-    order: list[tuple[int, int, int]] = []  # (place in found.files, size, mtime_ns)
+    order: list[tuple[int, int, int]] = []  # (place in found.files, size, mtime_ns), largest first
     for i, sp in enumerate(found.files):
         try:
             st = os.stat(sp.path)
         except OSError:
             continue
-        plan.append((sp, st.st_size, st.st_mtime_ns))
         order.append((i, st.st_size, st.st_mtime_ns))
-    keys = [-size for _, size, _ in order]
-    plan = [plan[k] for k in sorted(range(len(plan)), key=keys.__getitem__)]
-    order = [order[k] for k in sorted(range(len(order)), key=keys.__getitem__)]
+    order.sort(key=lambda entry: -entry[1])
+    plan = [(found.files[i], size, mtime_ns) for i, size, mtime_ns in order]
     import msgspec
 
     encode = msgspec.msgpack.Encoder().encode

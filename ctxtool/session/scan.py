@@ -279,22 +279,22 @@ def _read_beside(scan: _Scan, started: Started, order: list[int]) -> None:
             pending.clear()
             weight = 0
 
-    low = n  # this process has taken the places from ``low`` on
-    while True:
-        started.poll()
+    def absorb(*, block: bool = False) -> None:
+        started.poll(block=block)
         for place, result in started.take_done():
             keep(place, result)
         hand_over()
+
+    low = n  # this process has taken the places from ``low`` on
+    while True:
+        absorb()
         if low == 0 or low - 1 <= started.started or low - 1 in got or started.ended:
             break
         low -= 1
         started.claim(n - low)
         keep(low, scan.read([order[low]])[0])
-    while not started.ended and any(place not in got for place in range(low)):
-        started.poll(block=True)  # its last files; the pipe closes if it dies
-        for place, result in started.take_done():
-            keep(place, result)
-        hand_over()
+    while not started.ended and len(got) < n:  # (``got`` holds every place from ``low`` on)
+        absorb(block=True)  # its last files; the pipe closes if it dies
     for place in range(low):  # what it left (it died): read here
         if place not in got:
             keep(place, scan.read([order[place]])[0])
