@@ -1019,3 +1019,87 @@ def test_a_long_stats_table_prints_the_same_bytes_with_its_rows_joined(
     assert (joined, n) == printed(10**9)
     assert len(joined.splitlines()) > n
     assert rows_given == (1 if width >= 60 else n)  # (at 40 columns the table is left to rich's measure)
+
+
+@pytest.mark.parametrize("by", ["session", "model", "day"])
+@pytest.mark.parametrize("width", [40, 52, 60, 80, 120, 200])
+@pytest.mark.parametrize("odd", [None, "wide", "tab", "trailing"])
+def test_a_long_table_in_plain_text_writes_its_rows_as_rich_would(
+    width: int, by: str, odd: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In plain text (no colour system) a table of joined rows writes its rows itself, each line made as the
+    first row's (``_PlainRows``): the same bytes as rich printing every row, with or without the table's
+    edge, with a caption of several lines and cut columns. A row's name not one character a cell (a wide
+    character, a tab) leaves the table to rich; a number cell with trailing spaces is justified as rich
+    justifies it."""
+    import io
+
+    from rich.console import Console
+
+    n = 30
+    names = {
+        "session": [f"session-2026-01-{1 + i % 28:02d}T00-00-{i:08x}" for i in range(n)],
+        "model": [f"gemini-{i}.5-pro-preview-with-a-long-name-{i}" for i in range(n)],
+        "day": [f"2026-01-{1 + i % 28:02d}" for i in range(n)],
+    }[by]
+    names[7] = {"wide": "2026-01-08-项目", "tab": "2026\t01-08"}.get(odd or "", names[7])
+    data: dict[str, list[Any]] = {by: names}
+    if by == "session":
+        data["project"] = [
+            "/home/a/project",
+            "p",
+            "/a/very/long/project/path/that/will/not/fit/anywhere",
+        ] * 10
+    data |= {
+        "sessions": list(range(n)),
+        "requests": [i * 3 for i in range(n)],
+        "input": [10**i for i in range(n)],
+        "output": [i * 7 for i in range(n)],
+        "thoughts": [0] * n,
+        "cached": [i * 1_000 for i in range(n)],
+        "tool": [0] * n,
+        "total": [10**i + i * 1_007 for i in range(n)],
+        "cache_ratio": [None, 0.05, 0.6] * 10,
+        "context_share": [None, 0.05, 0.6, 0.9, 0.1] * 6,
+        "cost": [None if i % 5 == 0 else i * 0.37 for i in range(n)],
+        "unpriced": [1 if i % 5 == 0 else 0 for i in range(n)],
+    }
+    sums: dict[str, Any] = {
+        c: sum(data[c]) for c in ("input", "output", "thoughts", "cached", "tool", "total")
+    }
+    sums |= {"cost": 50.0, "unpriced": 5}
+    if odd == "trailing":
+        real_cell = render.cell
+        monkeypatch.setattr(
+            render,
+            "cell",
+            lambda c, v: Text(real_cell(c, v).plain + "  ") if c == "cost" else real_cell(c, v),
+        )
+    made: list[object] = []
+    lines = render._PlainRows.lines
+
+    def spy(self: render._PlainRows, console: Console, options: Any) -> Any:
+        made.append(out := lines(self, console, options))
+        return out
+
+    monkeypatch.setattr(render._PlainRows, "lines", spy)
+    caption = "read 30 files\na caption line long enough to be wrapped at the narrower widths, twice over"
+    joined: list[bool] = []
+
+    def printed(plain: bool) -> str:
+        table = render.stats_table(
+            _Rows(data), sums, by=by, title=f"stats --by {by}", caption=caption, width=width
+        )
+        joined.append(table.plain is not None)
+        if not plain:
+            table.plain = None
+        console = Console(width=width, file=io.StringIO(), color_system=None)
+        console.print(table)
+        return console.file.getvalue()  # type: ignore[attr-defined]
+
+    mine = printed(True)
+    assert mine == printed(False)
+    assert len(mine.splitlines()) > n
+    assert joined[0] or width < 80  # (narrower, a table too wide is left to rich's measure)
+    written = [m for m in made if m is not None]
+    assert len(written) == (1 if joined[0] and odd not in ("wide", "tab") else 0)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime
+from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -229,6 +231,10 @@ def share_style(share: float | None) -> str:
     return "green"
 
 
+# The columns ``cell`` formats by their name before it looks at the value's type.
+_OWN_FORMAT = {"context_share", "cache_ratio", "cost", "duration_s"}
+
+
 def cell(column: str, value: Any) -> Text:
     if column == "context_share":
         return Text(percent(value), style=share_style(value))
@@ -319,26 +325,40 @@ def stats_table(
         drop_order=[c for c in _DROP_ORDER if c not in keys],
     )
     notes = [n for n in (caption, parts_note(totals), *dropped_notes(dropped, totals, _HEADERS)) if n]
-    table = Table(
-        title=title,
-        title_justify="left",
-        caption="\n".join(notes) or None,
-        caption_justify="left",
-        show_footer=True,
-        show_edge=edge,
-        pad_edge=edge,
-    )
     shown: list[tuple[str, str, Text, int]] = []  # (column, header, footer, width)
     for col in kept:
         header = _HEADERS.get(col, col)
         w = text_width.get(col)
         cells = full[col] if w is None else [clip(col, t, w) for t in full[col]]
         footer = footers[col] if w is None else clip(col, footers[col], w)
-        shown.append((col, header, footer, max([len(header), footer.cell_len, *(t.cell_len for t in cells)])))
+        shown.append((col, header, footer, max([len(header), footer.cell_len, *map(_cell_width, cells)])))
         full[col] = cells
     # When the table fits, each column's width is fixed at what rich would measure, so rich does not measure
     # every cell again (0.2 s of printing a table of 800 sessions); a table too wide is left to rich.
     fixed = wide or sum(widest + 3 for *_, widest in shown) + 1 <= width
+    frame = partial(_stats_frame, title, "\n".join(notes) or None, shown, edge=edge, fixed=fixed)
+    table = frame()
+    if _add_rows(table, rows.height, [(col, full[col], widest) for col, *_, widest in shown], joined=fixed):
+        table.plain = _PlainRows(
+            frame, [(col in _RIGHT, full[col], widest) for col, *_, widest in shown], edge
+        )
+    return table
+
+
+def _stats_frame(
+    title: str, caption: str | None, shown: list[tuple[str, str, Text, int]], *, edge: bool, fixed: bool
+) -> _StatsTable:
+    """The stats table without its rows: its ``shown`` columns (name, header, footer, width), each of that
+    width when ``fixed``."""
+    table = _StatsTable(
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        show_footer=True,
+        show_edge=edge,
+        pad_edge=edge,
+    )
     for col, header, footer, widest in shown:
         table.add_column(
             header,
@@ -349,16 +369,15 @@ def stats_table(
             max_width=widest,
             width=widest if fixed else None,
         )
-    _add_rows(table, rows.height, [(col, full[col], widest) for col, *_, widest in shown], joined=fixed)
     return table
 
 
-def _add_rows(table: Table, height: int, columns: list[tuple[str, list[Text], int]], *, joined: bool) -> None:
+def _add_rows(table: Table, height: int, columns: list[tuple[str, list[Text], int]], *, joined: bool) -> bool:
     """The ``height`` rows of ``columns`` (name, cells, width each) added to ``table``. With ``joined`` (the
     widths are fixed and every cell fits) and from ``JOINED_ROWS`` rows, as one row of cells of as many lines,
     each column's cells filled to its width as rich fills them (with the cell's style) and joined, which
     prints the same bytes. rich renders a cell through several layers (padding, wrapping, cropping): a table
-    of 820 sessions, 4,100 cells, took it 0.46-0.48 s to print, joined 0.23-0.27 s."""
+    of 820 sessions, 4,100 cells, took it 0.46-0.48 s to print, joined 0.23-0.27 s. True when joined."""
     if (
         joined
         and height >= JOINED_ROWS
@@ -370,12 +389,100 @@ def _add_rows(table: Table, height: int, columns: list[tuple[str, list[Text], in
                 for col, cells, width in columns
             )
         )
-        return
+        return True
     for i in range(height):
         table.add_row(*(cells[i] for _, cells, _ in columns))
+    return False
 
 
 JOINED_ROWS = 2  # from this many rows a stats table may go to rich as one row of joined cells (``_add_rows``)
+
+
+class _StatsTable(Table):
+    """A stats table; printed as plain text (no colour system: a pipe, a file, a CI log), a table of joined
+    rows (``_add_rows``) writes its rows itself (``_PlainRows``), the same bytes as rich writes."""
+
+    plain: _PlainRows | None = None
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = None if self.plain is None else self.plain.lines(console, options)
+        if lines is None:
+            yield from super().__rich_console__(console, options)
+            return
+        yield from lines
+
+
+class _PlainRows:
+    """The rows of a stats table whose columns have fixed widths that every cell fits on one line, printed
+    as plain text without rich's layers for each cell (padding, wrapping, cropping, joined rows split again):
+    rich lays out the table with its first row only (``frame()`` and that row: the same title, borders,
+    header, footer and caption, as the widths are fixed), and where that row's line is, every row's line
+    goes, each made as that one is: its cells justified to their widths between the borders of that line.
+    The first row's line made so must equal rich's, or rich prints the whole table (as it does with colour,
+    on a recording console, or for a cell not one character a cell: a wide character, a tab). A table of 820
+    sessions took 0.11-0.13 s to print with its rows joined, about 0.01 s so."""
+
+    def __init__(
+        self, frame: Callable[[], Table], columns: list[tuple[bool, list[Text], int]], edge: bool
+    ) -> None:
+        self.frame = frame
+        self.columns = columns  # (right-justified, cells, width) each
+        self.edge = edge
+
+    def lines(self, console: Console, options: ConsoleOptions) -> list[Segment] | None:
+        """The table's segments, or None when rich is to print it."""
+        if console.color_system is not None or console.record or console.legacy_windows:
+            return None
+        if any(t.justify for _, texts, _ in self.columns for t in texts):
+            return None  # a cell justified otherwise than its column
+        cells = [[t.plain for t in texts] for _, texts, _ in self.columns]
+        if not all(
+            _one_cell_each(s) and len(s) <= width
+            for c, (_, _, width) in zip(cells, self.columns, strict=True)
+            for s in c
+        ):
+            return None
+        first = self.frame()
+        first.add_row(*(texts[0] for _, texts, _ in self.columns))
+        printed = "".join(segment.text for segment in console.render(first, options))
+        if not printed.endswith("\n"):
+            return None
+        laid = printed[:-1].split("\n")
+        first_row = [c[0] for c in cells]
+        found = [
+            (i, b) for i, line in enumerate(laid) if line == self._line(first_row, b := self._border(line))
+        ]
+        if len(found) != 1:
+            return None
+        at, border = found[0]
+        out = [Segment(line + "\n") for line in laid[:at]]
+        out.extend(Segment(self._line(row, border) + "\n") for row in zip(*cells, strict=True))
+        out.extend(Segment(line + "\n") for line in laid[at + 1 :])
+        return out
+
+    def _border(self, line: str) -> str:
+        """The character between cells in ``line`` if it is a row's (the left border with the edge)."""
+        at = 0 if self.edge else self.columns[0][2] + 1
+        return line[at : at + 1]
+
+    def _line(self, row: Sequence[str], border: str) -> str:
+        """One row's line, its cells between ``border`` (none without the table's edge), each padded by a
+        space and justified as rich justifies a line of text: on the right without its trailing spaces."""
+        inner = f" {border} ".join(
+            value.rstrip().rjust(width) if right else value.ljust(width)
+            for value, (right, _, width) in zip(row, self.columns, strict=True)
+        )
+        return f"{border} {inner} {border}" if self.edge else inner
+
+
+def _one_cell_each(text: str) -> bool:
+    """Whether each character of ``text`` takes one cell as rich prints it (no wide or zero-width
+    character, no tab or other control)."""
+    if text.isascii():
+        return text.isprintable()
+    from rich.cells import cell_len
+
+    return text.isprintable() and cell_len(text) == len(text)
 
 
 def _filled(text: Text, width: int, *, right: bool) -> Text:
@@ -437,12 +544,19 @@ def _natural(column: str, cells: Mapping[str, Sequence[Text]], headers: Mapping[
     return max([*(len(h) for h in header), *(_widest_line(t) for t in cells[column])])
 
 
+def _cell_width(text: Text) -> int:
+    """``text.cell_len``, quicker for most cells: printable ASCII takes a cell a character."""
+    plain = text.plain
+    return len(plain) if plain.isascii() and plain.isprintable() else text.cell_len
+
+
 def _widest_line(text: Text) -> int:
-    if "\n" not in text.plain:
-        return text.cell_len
+    plain = text.plain
+    if "\n" not in plain:
+        return _cell_width(text)
     from rich.cells import cell_len
 
-    return max(cell_len(line) for line in text.plain.split("\n"))
+    return max(cell_len(line) for line in plain.split("\n"))
 
 
 def _distinct_width(column: str, texts: Sequence[Text], least: int) -> int:
@@ -477,13 +591,19 @@ def _stats_cells(rows: RowTable, columns: Sequence[str]) -> dict[str, list[Text]
     shorts = short_session_ids(rows.get_column("session").to_list()) if "session" in columns else {}
     present = set(rows.columns)
     unpriced = rows.get_column("unpriced").to_list() if "unpriced" in present else [0] * rows.height
-    full = {
-        col: [
-            _partial(_session_cell(col, v, shorts), col, m)
-            for v, m in zip(rows.get_column(col).to_list(), unpriced, strict=True)
-        ]
-        for col in columns
-    }
+    full: dict[str, list[Text]] = {}
+    for col in columns:
+        values = rows.get_column(col).to_list()
+        if col == "session":
+            full[col] = [_session_cell(col, v, shorts) for v in values]
+        elif (
+            col in _RIGHT and col not in _OWN_FORMAT
+        ):  # a count: as ``cell`` prints an int, without its tests
+            full[col] = [Text(f"{v:,}") if v.__class__ is int else cell(col, v) for v in values]
+        else:
+            full[col] = [cell(col, v) for v in values]
+        if col == "cost":
+            full[col] = [_partial(t, col, m) for t, m in zip(full[col], unpriced, strict=True)]
     if "session" in full:
         full["session"] = [
             compacted_label(t) if c else t for t, c in zip(full["session"], compacted(rows), strict=True)
