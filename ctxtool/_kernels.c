@@ -7,7 +7,12 @@
  * Checking a session that way in Python builds no string but still decodes every non-ASCII chunk; here
  * ASCII goes 32 bytes at a time and the rest through the table of Unicode 15 §3.9 (Table 3-7).
  *
- * Plain C against the limited API of Python 3.11 (one abi3 wheel per platform); nothing is allocated.
+ * utf16_counts(text) -> (units, ascii): ctxtool.common.jsvalue.utf16_counts_pure, the counts Gemini CLI's
+ * token estimate takes of a text that is not all ASCII (ctxtool.measure.estimator.estimate_text); Python
+ * takes them with two encodings, one of them through an error handler.
+ *
+ * Plain C against the limited API of Python 3.11 (one abi3 wheel per platform); nothing is allocated but
+ * utf16_counts' UTF-8 copy of its text.
  */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
@@ -146,7 +151,56 @@ invalid_utf8(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nn)", count, first);
 }
 
+/* utf16_counts(text) -> (units, ascii): the UTF-16 code units of a str (JavaScript's ``length``: an astral
+ * character counts 2, a lone surrogate 1) and how many of its characters are ASCII, as
+ * ``ctxtool.common.jsvalue.utf16_counts_pure`` counts them. The str is encoded to UTF-8 (lone surrogates
+ * passed through as three bytes), a copy freed here: each byte below 0x80 is an ASCII character, and each
+ * lead byte from 0xF0 an astral one, which is two units to the one unit of any other character. */
+static PyObject *
+utf16_counts(PyObject *module, PyObject *text)
+{
+    (void)module;
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "utf16_counts(text) takes a str");
+        return NULL;
+    }
+    Py_ssize_t length = PyUnicode_GetLength(text);
+    if (length < 0) {
+        return NULL;
+    }
+    PyObject *encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass");
+    if (encoded == NULL) {
+        return NULL;
+    }
+    char *data;
+    Py_ssize_t size;
+    if (PyBytes_AsStringAndSize(encoded, &data, &size) < 0) {
+        Py_DECREF(encoded);
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)data;
+    Py_ssize_t high = 0, astral = 0, i = 0;
+    /* Eight bytes at a time: the bytes with their high bit set (not ASCII), and those with their four high
+     * bits set (from 0xF0: a lead byte of four), each marked by its high bit and summed by a multiply. */
+    for (; size - i >= 8; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        high += (Py_ssize_t)((((w & HIGH_BITS) >> 7) * 0x0101010101010101ULL) >> 56);
+        astral += (Py_ssize_t)((((w & (w << 1) & (w << 2) & (w << 3) & HIGH_BITS) >> 7) * 0x0101010101010101ULL) >> 56);
+    }
+    for (; i < size; i++) {
+        high += p[i] >= 0x80;
+        astral += p[i] >= 0xF0;
+    }
+    Py_ssize_t ascii = size - high;
+    Py_DECREF(encoded);
+    return Py_BuildValue("(nn)", length + astral, ascii);
+}
+
 static PyMethodDef methods[] = {
+    {"utf16_counts", (PyCFunction)utf16_counts, METH_O,
+     "utf16_counts(text) -> (units, ascii): the UTF-16 code units of text (an astral character counts 2, a "
+     "lone surrogate 1) and how many of its characters are ASCII."},
     {"invalid_utf8", (PyCFunction)(void (*)(void))invalid_utf8, METH_FASTCALL,
      "invalid_utf8(data, first_line=1) -> (lines, first): the lines of data (split on b'\\n') that are not "
      "UTF-8, and the number of the first (None when none); first_line numbers the first line."},
@@ -157,7 +211,7 @@ static int
 exec_module(PyObject *module)
 {
     /* The kernels this build holds, as ``ctxtool --version`` names them. */
-    PyObject *names = Py_BuildValue("(s)", "utf8");
+    PyObject *names = Py_BuildValue("(ss)", "utf8", "utf16");
     if (names == NULL) {
         return -1;
     }

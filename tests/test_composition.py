@@ -124,8 +124,24 @@ def test_top_and_by_conflict() -> None:
     assert run(["stats", str(FIXTURES), "--top", "2", "--by", "request"]) == 2
 
 
-@given(st.text(max_size=300))
+@given(st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()), max_size=300))
 def test_estimate_text_is_the_estimator_on_one_text_part(text: str) -> None:
+    """Lone surrogates included, with the counts of the compiled kernel (when built) and of Python."""
+    from ctxtool.common.jsvalue import utf16_counts, utf16_counts_pure
+    from ctxtool.measure import estimator
+
+    for counts in (utf16_counts, utf16_counts_pure):
+        estimator.utf16_counts = counts
+        try:
+            assert estimate_text(text) == estimate_token_count([{"text": text}])
+        finally:
+            estimator.utf16_counts = utf16_counts
+
+
+@pytest.mark.parametrize(
+    "text", ["é" * 100_000, "é" * 100_001, "a😀" * 33_334, "a😀" * 33_333, "\ud800" * 100_001]
+)
+def test_estimate_text_takes_the_long_text_shortcut_as_the_estimator(text: str) -> None:
     assert estimate_text(text) == estimate_token_count([{"text": text}])
 
 

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxtool.common.jsvalue import utf16_counts_pure
 from ctxtool.session.utf8 import invalid_utf8_pure
 
 REPO = Path(__file__).resolve().parents[1]
@@ -183,7 +184,37 @@ def test_the_kernel_refuses_what_is_not_bytes(kernels: ModuleType) -> None:
         kernels.invalid_utf8()
     with pytest.raises(TypeError):
         kernels.invalid_utf8(b"", 1, 2)
-    assert kernels.KERNELS == ("utf8",)
+    assert kernels.KERNELS == ("utf8", "utf16")
+
+
+# Characters at each boundary of UTF-8's lengths and UTF-16's surrogates, lone surrogates included.
+_CHARACTERS = ["a", "\x00", "\x7f", "\x80", "é", "\u07ff", "\u0800", "中", "\ud7ff", "\ud800", "\udbff"]
+_CHARACTERS += ["\udc00", "\udfff", "\ue000", "\uffff", "\U00010000", "😀", "\U0010ffff", "\n"]
+
+
+def test_the_kernel_counts_utf16_units_at_every_boundary(kernels: ModuleType) -> None:
+    """Each character alone and after every length of ASCII (the eight-byte steps end exactly at the end, or
+    short of it), and every pair."""
+    for character in _CHARACTERS:
+        for n in range(20):
+            text = "a" * n + character + "b" * (n % 3)
+            assert kernels.utf16_counts(text) == utf16_counts_pure(text), (character, n)
+        for other in _CHARACTERS:
+            assert kernels.utf16_counts(character + other) == utf16_counts_pure(character + other)
+    assert kernels.utf16_counts("") == (0, 0)
+    assert kernels.utf16_counts("a😀\ud800é") == (5, 1)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()), max_size=80))
+def test_the_kernel_counts_utf16_units_of_any_text(kernels: ModuleType, text: str) -> None:
+    assert kernels.utf16_counts(text) == utf16_counts_pure(text)
+    assert kernels.utf16_counts(text * 9) == utf16_counts_pure(text * 9)
+
+
+def test_the_kernel_refuses_what_is_not_a_str(kernels: ModuleType) -> None:
+    with pytest.raises(TypeError):
+        kernels.utf16_counts(b"bytes")
 
 
 def _ctxtool(*args: str, pure: bool, cwd: Path = REPO, pythonpath: str | None = None) -> bytes:
@@ -211,7 +242,7 @@ def test_version_says_which_functions_run(kernels: ModuleType) -> None:
     from ctxtool import __version__
 
     assert _ctxtool("--version", pure=False).startswith(
-        f"ctxtool {__version__} (compiled kernels: utf8)\n".encode()
+        f"ctxtool {__version__} (compiled kernels: utf8, utf16)\n".encode()
     )
     assert _ctxtool("--version", pure=True).startswith(f"ctxtool {__version__} (pure Python)\n".encode())
 
@@ -219,7 +250,7 @@ def test_version_says_which_functions_run(kernels: ModuleType) -> None:
 def test_stats_is_byte_identical_with_and_without_the_kernels(kernels: ModuleType, tmp_path: Path) -> None:
     """``stats`` JSON (and its warnings) on the fixtures, on files with invalid UTF-8 in every era and
     place, and on the real sessions: the same bytes whichever function checks the UTF-8."""
-    assert b"(compiled kernels: utf8)" in _ctxtool("--version", pure=False)  # not pure twice
+    assert b"(compiled kernels: utf8, utf16)" in _ctxtool("--version", pure=False)  # not pure twice
     chats = tmp_path / "tmp" / "proj" / "chats"
     chats.mkdir(parents=True)
     good = (
@@ -297,4 +328,4 @@ def test_an_install_with_a_compiler_runs_the_kernels(kernels: ModuleType, tmp_pa
     target = _install(tmp_path, "compiler", _environment())
     assert _built(target) != []
     version = _ctxtool("--version", pure=False, cwd=tmp_path, pythonpath=str(target))
-    assert version.split(b"\n")[0].endswith(b" (compiled kernels: utf8)")
+    assert version.split(b"\n")[0].endswith(b" (compiled kernels: utf8, utf16)")

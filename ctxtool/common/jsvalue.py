@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from ctxtool.common import kernels
+
 # ECMAScript WhiteSpace + LineTerminator code points, the set String.prototype.trim removes. Python's
 # str.strip() also strips U+001C..U+001F and U+0085 and keeps U+FEFF, so it is not the same set.
 JS_WHITESPACE = (
@@ -69,6 +71,15 @@ def utf16_len(s: str) -> int:
     if s.isascii():
         return len(s)
     return len(_utf16(s)) // 2
+
+
+def utf16_counts_pure(s: str, /) -> tuple[int, int]:
+    """(``s.length`` in JS, how many of its characters are ASCII): the counts Gemini CLI's token estimate
+    takes of a text (``ctxtool.measure.estimator``). ``utf16_counts`` is this function, or its compiled
+    kernel (``ctxtool/_kernels.c``) when built."""
+    if s.isascii():
+        return len(s), len(s)
+    return len(_utf16(s)) // 2, len(s.encode("ascii", "ignore"))
 
 
 def utf16_units(s: str) -> list[int]:
@@ -265,3 +276,10 @@ def js_template(value: Any, *, missing: bool = False) -> str:
     if isinstance(value, list):
         return ",".join("" if v is None else js_template(v) for v in value)
     return "[object Object]"
+
+
+# The compiled kernel when there is one: same contract, same answers (tests/test_kernels.py).
+if kernels.compiled() is None:
+    utf16_counts = utf16_counts_pure
+else:
+    from ctxtool._kernels import utf16_counts as utf16_counts

@@ -32,7 +32,7 @@ def compiled() -> ModuleType | None:
 
 
 def describe() -> str:
-    """``compiled kernels: utf8`` or ``pure Python``, as ``ctxtool --version`` says it."""
+    """``compiled kernels: utf8, utf16`` or ``pure Python``, as ``ctxtool --version`` says it."""
     module = compiled()
     if module is None:
         return "pure Python"
