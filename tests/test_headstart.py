@@ -88,10 +88,14 @@ def test_an_adopted_head_start_reads_what_the_scan_alone_reads(data: Path, tmp_p
 
 
 def test_what_a_head_start_found_is_what_discovery_finds(data: Path, tmp_path: Path) -> None:
-    """Its discovery crosses whole (skipped, missing, empty and unreadable entries too), and is given only
-    for the PATHs and ``--subagents`` it was started with."""
+    """Its discovery crosses whole (skipped, missing, empty and unreadable entries too, a project whose name
+    is not UTF-8), and is given only for the PATHs and ``--subagents`` it was started with."""
     (data / "proj" / "chats").mkdir(parents=True)  # an empty folder of chats
     (data / "notes.tmp.json").write_text("{}")  # a temporary file, skipped
+    odd = os.path.join(os.fsencode(data), b"caf\xe9-\xff", b"chats")  # a name os.fsdecode escapes
+    os.makedirs(odd)
+    session = next(sp.path for sp in discover([data]).files if sp.path.suffix == ".jsonl")
+    shutil.copy(session, os.path.join(os.fsdecode(odd), session.name))
     targets = [str(data), str(tmp_path / "absent")]
     started = _start(targets)
     try:

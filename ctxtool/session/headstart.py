@@ -9,10 +9,10 @@ only when the files it found are the scan's own, with the same sizes and modific
 stopped and the scan runs as it would have); a file both read is taken once.
 
 Linux only (``os.fork``, ``os.memfd_create``). The results go into an anonymous in-memory file, one record
-after another, as MessagePack (data, never code: ``FileColumns`` as msgspec encodes it, and what ``then`` made
-of the file as the bytes the caller's ``pack`` gave); a pipe tells the main process when each is whole and
-which file this process starts next, and a pipe the other way says how many files the main process has taken
-from its end.
+after another: first the plan, as JSON, then each file's as MessagePack (data, never code: ``FileColumns`` as
+msgspec encodes it, and what ``then`` made of the file as the bytes the caller's ``pack`` gave); a pipe
+tells the main process when each is whole and which file this process starts next, and a pipe the other way
+says how many files the main process has taken from its end.
 
 Must not: print, or import anything above ``ctxtool.session`` (the caller passes ``then``, loaded in the
 child).
@@ -21,6 +21,7 @@ child).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import struct
@@ -167,8 +168,8 @@ _PLAN = 0xFFFFFFFF  # the place of the plan's own record
 class _Found:
     """What the second process found (``discover``'s ``Discovery``, paths as text) and its plan: the files it
     reads, as places in ``files``, largest first, with their size and modification time. It crosses as one
-    MessagePack array (``record``); plain Python here, so that the main process imports nothing for it before
-    the second process is started."""
+    JSON array (``record``; a path that is not UTF-8 keeps its escapes); plain Python here, so that the main
+    process imports nothing for it before the second process is started."""
 
     def __init__(self, record: list[Any]) -> None:
         (
@@ -303,11 +304,14 @@ def _child(
         order.append((i, st.st_size, st.st_mtime_ns))
     order.sort(key=lambda entry: -entry[1])
     plan = [(found.files[i], size, mtime_ns) for i, size, mtime_ns in order]
+    # The plan as JSON: json is loaded already (``ctxtool.frames.replay`` imported it before the fork),
+    # msgspec is not, and the main process may be waiting for the plan (importing msgspec took 11-13 ms).
+    plan_record = json.dumps(_Found.record(targets, subagents, found, order), separators=(",", ":"))
+    end = _write(results, progress, _PLAN, plan_record.encode("ascii"), 0)
+    written = 1  # records
     import msgspec
 
     encode = msgspec.msgpack.Encoder().encode
-    end = _write(results, progress, _PLAN, encode(_Found.record(targets, subagents, found, order)), 0)
-    written = 1  # records
     from ctxtool.session.columns import extract_file
 
     then, pack = load()
@@ -352,9 +356,7 @@ def _write(results: int, progress: int, place: int, data: bytes, at: int) -> int
 
 
 def _found_of(data: bytes) -> _Found:
-    import msgspec
-
-    return _Found(msgspec.msgpack.decode(data))
+    return _Found(json.loads(data))
 
 
 def _decode_result(data: bytes) -> tuple[FileColumns, bytes | None]:
