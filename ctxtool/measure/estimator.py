@@ -57,13 +57,12 @@ def _exact_rate(rate: float) -> bool:
 
 
 def _add_text(total: float, text: str, cpt: float, spec: EstimatorSpec) -> float:
-    n_units = utf16_len(text)
+    n_units, n_ascii = utf16_counts(text)  # (a compiled kernel where built: ctxtool/_kernels.c)
     if spec.long_text_shortcut and n_units > MAX_CHARS_FOR_FULL_HEURISTIC:
         return total + n_units / cpt
     ascii_rate = 1 / cpt if spec.ascii_rate is None else spec.ascii_rate
     other_rate = spec.non_ascii_rate
     if _exact_rate(ascii_rate) and _exact_rate(other_rate):
-        n_ascii = len(text.encode("ascii", "ignore"))
         n_other = (n_units if spec.per_code_unit else len(normalize_surrogates(text))) - n_ascii
         return total + (n_ascii * ascii_rate + n_other * other_rate)
     # Inexact rates (1.3, 0.33, 1/3): add one increment per character into the running total, in order,
@@ -136,12 +135,7 @@ def _media_tokens(part: Any) -> int | None:
 
 def estimate_text(text: str) -> int:
     """``estimate_token_count([{"text": text}])`` (the HEAD estimator, 4 characters a token), without
-    building the part: the session reader calls it for every message. What ``_add_text`` adds for it, from
-    one count of the text's units and ASCII characters (a compiled kernel where built: a text that is not
-    all ASCII, a model's answer with a dash or a quote mark, took 5 ns a character, the kernel 0.5)."""
+    building the part: the session reader calls it for every message."""
     if text.isascii():  # 1/4 token per character, long or short: floor(n / 4)
         return len(text) // 4
-    units, ascii = utf16_counts(text)
-    if units > MAX_CHARS_FOR_FULL_HEURISTIC:
-        return math.floor(units / 4)
-    return math.floor(ascii * 0.25 + (units - ascii) * 1.5)
+    return math.floor(_add_text(0.0, text, 4, ESTIMATOR_HEAD))
