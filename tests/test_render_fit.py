@@ -194,7 +194,7 @@ def test_stats_tokens_shown_and_named_add_up_to_the_total(
 def _rows(out: str, bar: str, first: int, starts: str = "") -> list[list[str]]:
     """The rows of a table whose cells may take several lines: a row starts where column ``first`` has
     text (``starts`` in it, if given); a cell's lines joined as they were broken (a space, or nothing after
-    a ``/`` or ``-``)."""
+    a ``/``, ``-`` or ``_``)."""
     rows: list[list[list[str]]] = []
     for line in out.splitlines():
         if bar not in line or line.lstrip().startswith(("┃", "━", "┏", "┡", "└")):
@@ -211,7 +211,7 @@ def _rows(out: str, bar: str, first: int, starts: str = "") -> list[list[str]]:
         for parts in row:
             text = ""
             for part in parts:
-                text += part if not text or text.endswith(("/", "-")) else " " + part
+                text += part if not text or text.endswith(("/", "-", "_")) else " " + part
             out_row.append(text)
         joined.append(out_row)
     return joined
@@ -787,6 +787,48 @@ def test_compact_dry_run_fits_down_to_40_columns_with_every_number_whole(
         assert name.endswith(row["session"]) or name.rsplit(".", 1)[0].endswith(row["session"])
         for column, text in _compact_cells(want).items():
             assert row.get(column, text) == text, column
+
+
+@pytest.mark.parametrize("width", [40, 44, 48, 52, 60])
+def test_a_compact_status_beside_a_long_session_label_goes_onto_two_lines_rather_than_cut_a_number(
+    width: int,
+) -> None:
+    """Two sessions whose labels run to 15 characters, one ``FAILED_INFLATED``: no line past the width, the
+    tokens whole (on two lines where they must, before the status breaks after its ``_``)."""
+    import io
+
+    from rich.console import Console
+
+    chats = "/home/u/.gemini/tmp/p/chats/session-2026-01-01T00-00-"
+    reports = [
+        {
+            "input_path": chats + "a0123456789abcd.jsonl",
+            "status": "COMPRESSION_FAILED_INFLATED_TOKEN_COUNT",
+            "tokens_before": 1_234_567,
+            "tokens_after": 2_345_678,
+            "reason": "the summary was larger than what it replaced",
+        },
+        {
+            "input_path": chats + "b0123456789abcd.jsonl",
+            "status": "NOOP",
+            "tokens_before": 1_234_567,
+            "tokens_after": 1_234_567,
+        },
+    ]
+    table, _ = render.compact_table(reports, width=width, plan=True)
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(table)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert max(len(line) for line in out.splitlines()) <= width
+    rows = [dict(zip(_audit_header(out), r, strict=True)) for r in _rows(out, "│", 0)]
+    assert [(r["session"], r["status"], r["tokens"]) for r in rows] == [
+        ("a0123456789abcd", "FAILED_INFLATED", "1,234,567 → 2,345,678"),
+        ("b0123456789abcd", "NOOP", "1,234,567 → 1,234,567"),
+    ]
+    # The tokens go onto two lines before the status does (at 40 columns both must).
+    assert "FAILED_INFLATED" in out or "1,234,567 → 2,345,678" not in out
+    if width in (48, 52):  # room for the status whole once the tokens take two lines
+        assert "FAILED_INFLATED" in out
 
 
 def test_a_compact_table_at_40_columns_leaves_out_where_it_wrote_and_names_it(

@@ -814,7 +814,7 @@ def fit_columns(
     A number column is as wide as its widest value; a text column of ``text_min`` may shrink to that
     minimum; columns go in ``drop_order`` until the rest fit, and then the most important of those dropped
     come back where they fit after all. A column of ``wrap`` (its narrowest width) is never cut: when the
-    rest is still too wide it narrows, its cells to be wrapped onto more lines (:func:`wrap_text`).
+    rest is still too wide it narrows (in ``wrap``'s order), its cells wrapped onto more lines (wrap_text).
     Should the table still be too wide, the text columns of ``text_min`` give way past their minimum, down
     to the width of their header, rather than the terminal cropping the table's right end.
     ``edge``: a table with outer borders and padding (rich's default); else ``show_edge=False,
@@ -856,8 +856,8 @@ def fit_columns(
             cols = trial
     spare = width - need(cols)
     text_width: dict[str, int] = {}
-    for col in cols:
-        if spare < 0 and col in wrap:
+    for col in wrap:  # in its order: the first narrows first
+        if spare < 0 and col in cols:
             give = min(-spare, natural(col) - wrap[col])
             text_width[col] = natural(col) - give
             spare += give
@@ -1126,7 +1126,7 @@ def _one_limit_per_rule(checks: Sequence[Mapping[str, Any]]) -> dict[str, str] |
 def wrap_text(text: Text, width: int) -> Text:
     """``text`` on lines of at most ``width`` cells, nothing left out. A phrase (up to a comma, or a
     bracketed aside) stays on one line where it fits; else the text breaks at spaces (an arrow stays with
-    the number before it), and a word still too long after a ``/`` or a ``-`` (an id); a word wider
+    the number before it), and a word still too long after a ``/``, a ``-`` or a ``_`` (an id); a word wider
     than ``width`` even then is folded. Runs of white space read as one."""
     from rich.cells import cell_len
 
@@ -1194,9 +1194,9 @@ def _pieces(plain: str) -> list[str]:
 
 
 def _hyphen_parts(piece: str) -> list[str]:
-    """A word too long for its line, split after each ``/`` and after each ``-`` that follows a letter or
-    digit (an id; never the sign of a negative number)."""
-    return [p for p in re.split(r"(?<=/)|(?<=[0-9A-Za-z]-)", piece) if p]
+    """A word too long for its line, split after each ``/`` and after each ``-`` or ``_`` that follows a
+    letter or digit (an id, a status such as ``FAILED_INFLATED``; never the sign of a negative number)."""
+    return [p for p in re.split(r"(?<=/)|(?<=[0-9A-Za-z][-_])", piece) if p]
 
 
 def _wrap_min(cells: Sequence[Text]) -> int:
@@ -1374,7 +1374,7 @@ def compact_table(
         wide=wide,
         text_min={"output": 24},
         drop_order=("threshold", "cut_outputs", "split", "msgs", "facts"),
-        wrap=("tokens",),
+        wrap=("tokens", "status"),  # (a status too: FAILED_INFLATED beside a long label at 40 columns)
         # The output path goes last, once it is cut to its header's width and the table still does not fit
         # (40 columns): the session, its status and its tokens say what the run did.
         last=("output",),
