@@ -1018,6 +1018,21 @@ def test_diff_token_tables_fit_down_to_40_columns_with_every_number_whole(
             assert not EVERY.search(wider[2])
 
 
+def _counts(n: int) -> dict[str, list[Any]]:
+    """The token columns, costs and unpriced counts of ``n`` rows of a long stats table: numbers of every
+    width, a missing cost every fifth row."""
+    return {
+        "input": [10**i for i in range(n)],
+        "output": [i * 7 for i in range(n)],
+        "thoughts": [0] * n,
+        "cached": [i * 1_000 for i in range(n)],
+        "tool": [0] * n,
+        "total": [10**i + i * 1_007 for i in range(n)],
+        "cost": [None if i % 5 == 0 else i * 0.37 for i in range(n)],
+        "unpriced": [1 if i % 5 == 0 else 0 for i in range(n)],
+    }
+
+
 @pytest.mark.parametrize("color", [False, True])
 @pytest.mark.parametrize("width", [40, 60, 80, 120])
 def test_a_long_stats_table_prints_the_same_bytes_with_its_rows_joined(
@@ -1036,15 +1051,8 @@ def test_a_long_stats_table_prints_the_same_bytes_with_its_rows_joined(
             "session": [f"session-2026-01-{1 + i % 28:02d}T00-00-{i:08x}" for i in range(n)],
             "project": ["/home/林/项目", "p", "/a/very/long/project/path/that/will/not/fit/anywhere"]
             * (n // 3),
-            "input": [10**i for i in range(n)],
-            "output": [i * 7 for i in range(n)],
-            "thoughts": [0] * n,
-            "cached": [i * 1_000 for i in range(n)],
-            "tool": [0] * n,
-            "total": [10**i + i * 1_007 for i in range(n)],
+            **_counts(n),
             "context_share": [None, 0.05, 0.6, 0.9] * (n // 4),
-            "cost": [None if i % 5 == 0 else i * 0.37 for i in range(n)],
-            "unpriced": [1 if i % 5 == 0 else 0 for i in range(n)],
         }
     )
     sums: dict[str, float] = {c: sum(rows.data[c]) for c in ("input", "output", "thoughts", "cached", "tool")}  # type: ignore[misc]
@@ -1095,16 +1103,9 @@ def test_a_long_table_in_plain_text_writes_its_rows_as_rich_would(
     data |= {
         "sessions": list(range(n)),
         "requests": [i * 3 for i in range(n)],
-        "input": [10**i for i in range(n)],
-        "output": [i * 7 for i in range(n)],
-        "thoughts": [0] * n,
-        "cached": [i * 1_000 for i in range(n)],
-        "tool": [0] * n,
-        "total": [10**i + i * 1_007 for i in range(n)],
+        **_counts(n),
         "cache_ratio": [None, 0.05, 0.6] * 10,
         "context_share": [None, 0.05, 0.6, 0.9, 0.1] * 6,
-        "cost": [None if i % 5 == 0 else i * 0.37 for i in range(n)],
-        "unpriced": [1 if i % 5 == 0 else 0 for i in range(n)],
     }
     sums: dict[str, Any] = {
         c: sum(data[c]) for c in ("input", "output", "thoughts", "cached", "tool", "total")
