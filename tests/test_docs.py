@@ -22,13 +22,16 @@ def test_readme_opens_with_the_two_fresh_machine_commands() -> None:
 
 
 def test_ci_runs_the_readme_test_command() -> None:
-    """``make check``, then the fast tier on the pure-Python functions (``make test-pure``, README)."""
+    """``make check``, then the fast tier on the pure-Python functions (``make test-pure``), then the wheel as
+    a user installs it (``make wheel-check``), as the README says."""
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert [line for line in ci.splitlines() if line and not line.startswith(("#", "set ", "cd "))] == [
         "make check",
         "make test-pure",
+        "make wheel-check",
     ]
     assert "`make test-pure`" in README
+    assert "`make wheel-check`" in README
 
 
 def test_make_demo_runs_stats_on_the_bundled_fixtures(capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,8 +42,8 @@ def test_make_demo_runs_stats_on_the_bundled_fixtures(capsys: pytest.CaptureFixt
     # The demo's venv gets the runtime only: the dev tools are for `make check`.
     install = re.search(r"^\$\(DEMO_STAMP\):.*\n((?:\t.*\n)+)", makefile, re.M)
     assert install is not None
-    assert "pip install" in install.group(1)
-    assert "[dev]" not in install.group(1)
+    assert "sync --quiet --locked --no-editable" in install.group(1)  # the locked runtime, and the wheel
+    assert "--extra" not in install.group(1)
     assert run(["stats", str(FIXTURES), "--width", "120"]) == 0
     out = capsys.readouterr().out
     assert "total" in out

@@ -476,6 +476,9 @@ def _at_columns(
     run(list(args))
     out = capsys.readouterr().out
     for line in out.splitlines():
+        if line.startswith("wrote /"):  # a path to copy, never cut: on a line of its own, whole
+            assert Path(line.removeprefix("wrote ").split(" (backup: ")[0]).is_file(), line
+            continue
         assert len(line) <= width or "--wide" in args, f"wider than {width}: {line!r}"
     return out
 
@@ -841,7 +844,12 @@ def test_a_compact_table_at_40_columns_leaves_out_where_it_wrote_and_names_it(
     narrow = _at_columns(capsys, monkeypatch, 40, *args)
     assert _audit_header(narrow) == ["session", "status", "tokens"]
     assert "output" in _named(_under(narrow))
-    assert "output" in _audit_header(_at_columns(capsys, monkeypatch, 80, *args))
+    wide = _at_columns(capsys, monkeypatch, 80, *args)
+    assert "output" in _audit_header(wide)
+    # Whatever the width, every file written is named in full, on a line of its own, for a user to copy.
+    for out in (narrow, wide):
+        written = sorted(line.removeprefix("wrote ") for line in out.splitlines() if line.startswith("wrote "))
+        assert written == sorted(str(p) for p in (tmp_path / "out").rglob("*.json*"))
 
 
 _CHATS = ROOT / "tmp" / "ctxdemo" / "chats"

@@ -14,7 +14,7 @@ import typer
 
 from ctxtool import __version__
 from ctxtool.cli.status import ExitStatus
-from ctxtool.common.errors import CtxtoolError, UsageError
+from ctxtool.common.errors import CtxtoolError, UsageError, refuse_url
 from ctxtool.common.wording import plural
 
 EXIT_STATUS_HELP = (
@@ -171,6 +171,22 @@ def _invoke(args: list[str], *, overview_only: bool) -> object:
     return app(args=args, prog_name="ctxtool", standalone_mode=False)
 
 
+# The options whose value is a URL (metavar URL); every other argument that looks like one is a path that
+# ctxtool cannot read or write there (``ctxtool.common.errors.refuse_url``).
+_URL_OPTIONS = ("--base-url",)
+
+
+def _refuse_urls(args: Sequence[str]) -> None:
+    after_url_option = False
+    for arg in args:
+        if after_url_option or arg.startswith(tuple(f"{o}=" for o in _URL_OPTIONS)):
+            after_url_option = False
+            continue
+        after_url_option = arg in _URL_OPTIONS
+        name, _, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        refuse_url(value, name)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit status instead of exiting (used by tests and ``main``)."""
     # polars allocates through jemalloc, which by default keeps freed pages for ten seconds. Giving them back
@@ -184,6 +200,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     completing = "_CTXTOOL_COMPLETE" in os.environ  # a shell asking for completions (--install-completion)
     want_traceback = "--traceback" in args
     try:
+        _refuse_urls(args)
         result = _invoke(args, overview_only=not args and not completing)
     except typer.Exit as exc:
         if exc.exit_code == ExitStatus.INTERRUPTED:  # typer turns Ctrl-C into Exit(130)

@@ -518,6 +518,12 @@ def _show(
         render.print_table(console, table, wide=wide)
         for note in notes:
             console.print(note, markup=False, highlight=False)
+        # A path to copy is never shortened: each file written, whole, on a line of its own (not through
+        # rich, which would fold it at the width).
+        for r in rows:
+            if r.get("written") and r.get("output_path"):
+                backup = f" (backup: {r['backup_path']})" if r.get("backup_path") else ""
+                sys.stdout.write(f"wrote {Path(r['output_path']).absolute()}{backup}\n")
     return ExitStatus.ERROR if any(r.status == lib.FAILED for r in reports) else ExitStatus.OK
 
 

@@ -6,6 +6,7 @@ line or an API key.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,6 +35,23 @@ def use_one_of(value: object, choices: Iterable[str]) -> str:
 
 class UsageError(CtxtoolError):
     """The command line asked for something impossible (exit status 2)."""
+
+
+# ``scheme://``: a URL, never a local path (a Windows drive is one letter and one slash: C:/ or C:\\).
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://")
+
+
+def refuse_url(value: str | Path, what: str = "") -> None:
+    """A URL where ctxtool takes a local file or folder is a usage error, named in one line: without this, a
+    path such as ``s3://team/usage`` is taken for the local folder ``s3:/team/usage``."""
+    text = str(value)
+    if _URL.match(text):
+        scheme = text.split("://", 1)[0]
+        named = f"{what} {text}" if what else text
+        raise UsageError(
+            f"{named} is a URL ({scheme}://); ctxtool reads and writes local files and folders only",
+            "Pass a local path (copy the data there first)",
+        )
 
 
 class SessionFormatError(CtxtoolError):

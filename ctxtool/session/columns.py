@@ -6,7 +6,7 @@ the per-file summary, and the worker entry point ``extract_file``.
 Speed: session files are mostly tool output (file contents, diffs, ``resultDisplay``) that a token report
 never looks at. Records are decoded with msgspec into small typed structs that *skip* those fields instead
 of building Python objects for them (about 2.4x faster than a full parse); a tool result is kept only as its
-raw JSON bytes, measured, never decoded. The fold itself is ``ctxtool.session.read.replay``, the same one the
+raw JSON bytes, measured, never decoded. The fold itself is ``ctxtool.session.read.Replayed``, the one the
 full reader uses, so both views obey one statement of Gemini CLI's rules. A record that does not fit the
 structs (a fork's odd types) is decoded generically and converted leniently, never dropped. The rows go
 back as JSON-encoded columns (``_assemble``), which the parent turns into polars series.
@@ -45,7 +45,7 @@ from ctxtool.session.read import (
 )
 from ctxtool.session.schema import EMPTY_RESPONSE_NUDGE_PREFIX, TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
-from ctxtool.session.utf8 import invalid_utf8
+from ctxtool.session.utf8 import invalid_utf8, read_as_node
 
 PREVIEW_CHARS = 80
 from ctxtool.session.stamp import COLUMNS_VERSION  # noqa: E402,F401  (bump it when these rows change)
@@ -313,17 +313,17 @@ def _lenient(obj: Any) -> _Record:
 
 
 def _decode_line(line: bytes | memoryview) -> _Record | None:
-    """A record, or None when the line is JSON but not an object; BrokenLine when it is not JSON."""
+    """A record, or None when the line is JSON but not an object; BrokenLine when it is not JSON.
+
+    The typed decoder is only a faster way to the same record: whenever it refuses a line (odd field types,
+    or anything it calls malformed), ``loads_like_node``, the full reader's decoder, decides, so what counts
+    as a broken line is defined once. Lines reach here as ``read_as_node`` made them: always UTF-8."""
     try:
         return _decode_record(line)
-    except msgspec.ValidationError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # ValidationError included
         pass
-    except UnicodeDecodeError:
-        pass  # invalid UTF-8 in a string: read it as Gemini CLI (Node) does, below
-    except (msgspec.DecodeError, RecursionError):
-        raise BrokenLine from None
     try:
-        obj = loads_like_node(bytes(line))
+        obj = loads_like_node(line)
     except (orjson.JSONDecodeError, RecursionError):
         raise BrokenLine from None
     return _lenient(obj) if isinstance(obj, dict) else None
@@ -331,12 +331,6 @@ def _decode_line(line: bytes | memoryview) -> _Record | None:
 
 def _meta(rec: Any) -> dict[str, Any]:
     return {k: v for k in _META_FIELDS if (v := getattr(rec, k)) is not msgspec.UNSET}
-
-
-def _decode_replacing(raw: msgspec.Raw) -> Any:
-    """A content that ``_decode_any`` refused: skipped fields are not checked for UTF-8; decode it as Node
-    would (U+FFFD for bad bytes)."""
-    return msgspec.json.decode(bytes(raw).decode("utf-8", "replace"))
 
 
 # A field that is JSON null (or absent): ``raw == _NULL`` compares in C, half the cost of a function.
@@ -396,8 +390,8 @@ def _row(rec: _Record, history: tuple[int, int, int, int, int]) -> _Row:
     if raw != _NULL:
         try:
             content = _decode_any(raw)
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            content = _decode_replacing(raw)
+        except (msgspec.DecodeError, RecursionError):  # a number out of range: not JSON to the full reader
+            raise BrokenLine from None
     text = content if content.__class__ is str else message_text(content)
     is_prompt = is_command = is_snapshot = compression = False
     preview = None
@@ -716,12 +710,14 @@ def tool_rows(fc: FileColumns) -> list[dict[str, Any]]:
     return [dict(zip(TOOL_COLUMNS, r, strict=True)) for r in decode_rows(fc.tools_cols)]
 
 
-def _count_invalid(out: FileColumns, data: bytes, first_line: int = 1) -> None:
+def _as_read(out: FileColumns, data: bytes, first_line: int = 1) -> bytes:
+    """``data`` as Gemini CLI reads it (``read_as_node``), its lines that are not UTF-8 counted in ``out``."""
     count, first = invalid_utf8(data, first_line)
     if count:
         out.invalid_utf8_lines += count
         if out.first_invalid_utf8_line is None:
             out.first_invalid_utf8_line = first
+    return read_as_node(data, count)
 
 
 def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
@@ -732,29 +728,29 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
     if bom:
         data = data[len(codecs.BOM_UTF8) :]
     whole_error = None
-    if sniff(data, p) == "document":
+    shape = sniff(data, p)
+    sample, data = data, _as_read(out, data)
+    if shape == "document":
         doc: _Record | None = None
         try:
             doc = _decode_record(data)
-        except (msgspec.ValidationError, UnicodeDecodeError):
-            # Odd field types, or invalid UTF-8 in a string: the generic parse decides, as the full reader.
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # ValidationError included
+            # Odd field types, or what the typed decoder refuses: the full reader's parse decides.
             obj, whole_error = parse_document(data, p)
             if whole_error is None:
                 doc = _lenient(obj)
-        except msgspec.DecodeError as exc:
-            whole_error = str(exc)
         else:
             if doc.messages is msgspec.UNSET and doc.sessionId is msgspec.UNSET:
                 check_document({}, p)
         if doc is not None:
             _from_document(out, doc, p)
-            _count_invalid(out, data)
             return out
     r: Replayed[_Row] = Replayed(live=_LiveSums())
     r.feed(line_views(data), _history_classifier(r), _carry_tokens, _as_copy)
-    r.finish(p, whole_error, data)
-    _from_replay(out, r, data if data.endswith(b"\n") and not bom else None)
-    _count_invalid(out, data)
+    r.finish(p, whole_error, sample)
+    # Resumable when it ended on a complete line and was read as its bytes are (offsets then hold).
+    whole = data if data is sample and data.endswith(b"\n") and not bom else None
+    _from_replay(out, r, whole)
     return out
 
 
@@ -792,9 +788,7 @@ def columns_from_file(sp: SessionPath, resume: FileColumns | None = None) -> Fil
 
         def counted(lines: Iterator[bytes]) -> Iterator[bytes]:
             for number, line in enumerate(lines, 1):
-                if not line.isascii():
-                    _count_invalid(out, line, number)
-                yield line
+                yield line if line.isascii() else _as_read(out, line, number)
 
         r.feed(counted(iter_file_lines(fh)), _history_classifier(r), _carry_tokens, _as_copy)
         r.finish(p, None, head)
@@ -813,11 +807,9 @@ def _resume(fh: BinaryIO, sp: SessionPath, old: FileColumns, size: int) -> FileC
     r = _replayed_from(old)
     fh.seek(offset)
     rest = fh.read()
-    first_new_line = r.next_line
-    r.feed(line_views(rest), _history_classifier(r), _carry_tokens, _as_copy)
     out = _empty(sp, size)
     out.invalid_utf8_lines, out.first_invalid_utf8_line = old.invalid_utf8_lines, old.first_invalid_utf8_line
-    _count_invalid(out, rest, first_new_line)
+    r.feed(line_views(_as_read(out, rest, r.next_line)), _history_classifier(r), _carry_tokens, _as_copy)
     if rest.endswith(b"\n"):
         out.resume_offset = size
         fh.seek(0)

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ctxtool.common.errors import refuse_url
+
 SESSION_SUFFIXES = (".json", ".jsonl")
 _PRUNE_DIRS = {".git", "node_modules", "tool-outputs", "__pycache__"}
 
@@ -198,6 +200,7 @@ def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discover
         result.files.append(sp)
 
     for arg in paths:
+        refuse_url(arg)
         for target in _expand(arg, result):
             try:
                 mode = os.stat(target).st_mode

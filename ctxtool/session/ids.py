@@ -25,8 +25,9 @@ from typing import Any, cast
 
 import orjson
 
-from ctxtool.session.read import loads_like_node, split_lines
+from ctxtool.session.read import BrokenLine, Event, Replayed, classify_record, loads_like_node, split_lines
 from ctxtool.session.schema import MessageRecord
+from ctxtool.session.utf8 import read_as_node
 
 # The namespace of the ids ctxtool derives (uuid5): a fixed value, so an id depends only on its inputs.
 _NAMESPACE = uuid.UUID("2811bad0-d3e2-4358-8ba9-b140a1401c19")
@@ -109,45 +110,38 @@ def _is_idless_message(record: Any) -> bool:
 
 def idless_lines(data: bytes) -> list[int]:
     """The line numbers (1-based, one per record) of the message records of a ``.jsonl`` session that have
-    no string ``id`` and would stand in the history Gemini CLI resumes if they had one: replayed with the
-    rules of ``ctxtool.session.read`` (a checkpoint replaces what came before it, a rewind drops what
+    no string ``id`` and would stand in the history Gemini CLI resumes if they had one: replayed by
+    ``ctxtool.session.read.Replayed`` itself (a checkpoint replaces what came before it, a rewind drops what
     follows its target), so a record a later checkpoint or rewind removed does not count. An entry of a
     ``$set.messages`` checkpoint is reported by the line of that checkpoint."""
-    live: dict[object, int | None] = {}  # message id, or a marker per id-less record -> its line, or None
-    for number, line in enumerate(split_lines(data), 1):
-        if not line.strip():
-            continue
+    lines = split_lines(read_as_node(data))
+    # The replay hands its classifier every line that is not blank, in order: their numbers, in that order.
+    numbers = iter([n for n, line in enumerate(lines, 1) if line and not line.isspace()])
+
+    def classify(line: bytes) -> Event:
+        number = next(numbers)
         try:
             record = loads_like_node(line)
         except orjson.JSONDecodeError:
-            continue
-        if not isinstance(record, dict):
-            continue
-        entries: Any = None
-        if "$rewindTo" in record:
-            keys = list(live)
-            if record["$rewindTo"] in keys:
-                for key in keys[keys.index(record["$rewindTo"]) :]:
-                    del live[key]
-            else:
-                live.clear()
-            continue
-        if "$set" in record:
-            patch = record["$set"]
-            entries = patch.get("messages") if isinstance(patch, dict) else None
-        elif isinstance(record.get("id"), str):
-            live[record["id"]] = None  # an upsert keeps the first position
-            continue
-        elif "sessionId" in record:
-            entries = record.get("messages")
-        elif _is_idless_message(record):
-            live[object()] = number
-            continue
-        if isinstance(entries, list):
-            live.clear()
-            for entry in entries:
-                if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-                    live[entry["id"]] = None
-                elif _is_idless_message(entry):
-                    live[object()] = number
-    return [n for n in live.values() if n is not None]
+            raise BrokenLine from None
+        kind, a, b = classify_record(record)
+        if kind == "unknown" and _is_idless_message(record):
+            return "message", _IdLess(), number  # a key of its own: never upserted, dropped like a message
+        if isinstance(b, list):  # a checkpoint's (or metadata line's) history: its id-less entries too
+            entries = record["$set"]["messages"] if kind == "set" else record["messages"]
+            b = [
+                (entry["id"], None) if isinstance(entry.get("id"), str) else (_IdLess(), number)
+                for entry in entries
+                if isinstance(entry, dict) and (isinstance(entry.get("id"), str) or _is_idless_message(entry))
+            ]
+        elif kind == "message":
+            b = None
+        return kind, a, b
+
+    replayed: Replayed[int | None] = Replayed()
+    replayed.feed(lines, classify, lambda _old, _new: None)
+    return [n for n in replayed.live.values() if n is not None]
+
+
+class _IdLess:
+    """The key of one id-less message in the replay: equal only to itself."""

@@ -25,6 +25,7 @@ import orjson
 
 from ctxtool.common.errors import SessionFormatError
 from ctxtool.session.schema import MessageRecord
+from ctxtool.session.utf8 import read_as_node
 
 Era = Literal["json", "jsonl"]
 
@@ -64,20 +65,22 @@ class SessionFile(msgspec.Struct):
         return value if isinstance(value, str) else "main"
 
 
-def loads_like_node(data: bytes) -> Any:
-    """``JSON.parse`` of a file Node read as UTF-8: invalid byte sequences become U+FFFD, not an error.
+def loads_like_node(data: bytes | memoryview) -> Any:
+    """``JSON.parse`` of bytes Node read as UTF-8: what decides whether a record is JSON, for every reader.
 
     Gemini CLI reads session files with ``fs.readFile(path, 'utf8')``, which replaces undecodable bytes;
-    orjson rejects them, so a failed parse is retried on the decoded text. Raises orjson.JSONDecodeError.
+    orjson rejects them, so a failed parse is retried on the bytes as Node reads them
+    (``ctxtool.session.utf8.read_as_node``). Raises orjson.JSONDecodeError (RecursionError past 1024 levels
+    of nesting is turned into it).
     """
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            return orjson.loads(data.decode("utf-8", "replace"))
-        raise
+        whole = bytes(data)
+        as_read = read_as_node(whole)
+        if as_read is whole:
+            raise
+        return orjson.loads(as_read)
 
 
 def read_session(path: Path | str) -> SessionFile:
@@ -101,11 +104,13 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
     p = Path(path)
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8) :]
+    shape = sniff(data, p)
+    sample, data = data, read_as_node(data)
     whole_error = None
-    if sniff(data, p) == "document":
+    if shape == "document":
         doc, whole_error = parse_document(data, p)
         if whole_error is None:
-            return _from_document(p, doc, len(data))
+            return _from_document(p, doc, len(sample))
     copies: set[str] = set()
 
     def copied(message: MessageRecord) -> MessageRecord:
@@ -114,14 +119,16 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
             copies.add(mid)
         return message
 
-    replayed = replay(data, p, _classify_dict, _carry_tokens_dict, whole_error, copied)
+    replayed: Replayed[MessageRecord] = Replayed()
+    replayed.feed(split_lines(data), _classify_dict, _carry_tokens_dict, copied)
+    replayed.finish(p, whole_error, sample)
     session = SessionFile(
         p,
         "jsonl",
         replayed.metadata,
         list(replayed.live.values()),
         list(replayed.billed.values()),
-        size=len(data),
+        size=len(sample),
         set_records=replayed.set_records,
         copies=frozenset(copies),
     )
@@ -270,7 +277,7 @@ class Replayed(msgspec.Struct, Generic[M]):
         * ``$rewindTo`` drops that message and everything after it; an id that is not there drops all;
         * ``$set`` merges metadata, and ``$set.messages`` clears the list and rebuilds it (a checkpoint);
         * any other object with ``sessionId`` is a metadata line (merged; it may repeat);
-        * blank and unparseable lines are skipped and counted.
+        * blank and unparseable lines are skipped and counted, as is a line over ``MAX_RECORD_BYTES``.
 
         ``carry_tokens(previous, new)`` returns ``new`` with what the first record of that id said of the
         request (its tokens, model, tool calls, timestamp) when ``new`` lacks it (else None): the billed view
@@ -303,6 +310,8 @@ class Replayed(msgspec.Struct, Generic[M]):
                 continue
             self.lines += 1
             try:
+                if line.__class__ is _Overlong or len(line) > MAX_RECORD_BYTES:
+                    raise BrokenLine
                 kind, a, b = classify(line)
             except BrokenLine:
                 self.broken_lines += 1
@@ -380,33 +389,55 @@ def line_views(data: bytes) -> Iterator[memoryview]:
         yield view[start:]
 
 
-def iter_file_lines(fh: BinaryIO, chunk_size: int = 16 * 1024 * 1024) -> Iterator[bytes]:
-    """The lines of a file read ``chunk_size`` bytes at a time (memory stays bounded by the longest line)."""
-    rest = b""
-    while True:
-        chunk = fh.read(chunk_size)
-        if not chunk:
-            break
-        parts = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
-        rest = parts.pop()
-        yield from parts
-    if rest:
-        yield rest
+# A record longer than this is counted as a broken line, and its bytes are not held: Gemini CLI writes no
+# line near it (its largest are tool outputs of a few MB), and holding one would bound nothing.
+MAX_RECORD_BYTES = 256 * 1024 * 1024
 
 
-def replay(
-    data: bytes,
-    p: Path,
-    classify: Callable[[bytes], Event],
-    carry_tokens: Callable[[M, M], M | None],
-    whole_error: str | None = None,
-    copied: Callable[[M], M] | None = None,
-) -> Replayed[M]:
-    """Replay a whole JSONL buffer (see ``Replayed.feed``); raises when it holds no session."""
-    out: Replayed[M] = Replayed()
-    out.feed(split_lines(data), classify, carry_tokens, copied)
-    out.finish(p, whole_error, data)
-    return out
+class _Overlong(bytes):
+    """What ``iter_file_lines`` yields for a line over ``MAX_RECORD_BYTES``: not its bytes, a mark that
+    ``Replayed.feed`` counts as a broken line (as it counts a longer line handed to it whole)."""
+
+
+OVERLONG = _Overlong(b"\x00")
+
+
+def iter_file_lines(
+    fh: BinaryIO, chunk_size: int = 16 * 1024 * 1024, max_line: int = MAX_RECORD_BYTES
+) -> Iterator[bytes]:
+    """The lines of a file read ``chunk_size`` bytes at a time, as ``split_lines`` splits them.
+
+    Time is linear in the file's length, however long a line is: the start of a line cut by a chunk's end is
+    kept as a list of pieces, joined once when its newline comes. Memory stays bounded by ``max_line`` plus
+    a chunk: a line longer than ``max_line`` comes back as ``OVERLONG``, its bytes dropped as they are read.
+    """
+    pieces: list[bytes] = []  # the line being read, in the pieces read so far
+    held = 0  # their length
+    overlong = False
+    while chunk := fh.read(chunk_size):
+        start = 0
+        end = chunk.find(b"\n")
+        while end >= 0:
+            if overlong or held + end - start > max_line:
+                yield OVERLONG
+            elif pieces:
+                pieces.append(chunk[start:end])
+                yield b"".join(pieces)
+            else:
+                yield chunk[start:end]
+            pieces, held, overlong = [], 0, False
+            start = end + 1
+            end = chunk.find(b"\n", start)
+        if start < len(chunk) and not overlong:
+            held += len(chunk) - start
+            if held > max_line:
+                pieces, overlong = [], True
+            else:
+                pieces.append(chunk[start:] if start else chunk)
+    if overlong:
+        yield OVERLONG
+    elif pieces:
+        yield b"".join(pieces)
 
 
 def _classify_dict(line: bytes) -> Event:
@@ -414,6 +445,11 @@ def _classify_dict(line: bytes) -> Event:
         record = loads_like_node(line)
     except orjson.JSONDecodeError:
         raise BrokenLine from None
+    return classify_record(record)
+
+
+def classify_record(record: Any) -> Event:
+    """What one decoded line says (see ``Event``): the one statement of which record is which."""
     if not isinstance(record, dict):
         return "unknown", None, None
     if "$rewindTo" in record:

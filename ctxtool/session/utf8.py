@@ -20,7 +20,7 @@ import codecs
 
 from ctxtool.common import kernels
 
-__all__ = ["invalid_utf8", "invalid_utf8_pure"]
+__all__ = ["invalid_utf8", "invalid_utf8_pure", "read_as_node"]
 
 
 def invalid_utf8_pure(data: bytes, first_line: int = 1, /) -> tuple[int, int | None]:
@@ -69,3 +69,20 @@ if kernels.compiled() is None:
     invalid_utf8 = invalid_utf8_pure
 else:
     from ctxtool._kernels import invalid_utf8
+
+
+def read_as_node(data: bytes, invalid_lines: int | None = None) -> bytes:
+    """``data`` as Gemini CLI (Node) reads it: valid UTF-8 is returned as it is (the same object); otherwise
+    every ill-formed sequence becomes U+FFFD, one for each maximal subpart, as Node's UTF-8 decoder
+    (``fs.readFile(path, 'utf8')``) and Python's ``"replace"`` handler both do (tests/test_utf8_node.py holds
+    the two to each other with the installed Node).
+
+    This is the only place where ctxtool decides what bytes that are not UTF-8 hold, so no JSON library's
+    release can change it: every reader hands its decoder the result, which is always UTF-8. A newline is
+    never part of an ill-formed sequence, so lines split before or after this are the same lines.
+    ``invalid_lines``: what ``invalid_utf8(data)`` counted, when the caller has it already."""
+    if invalid_lines is None:
+        invalid_lines = invalid_utf8(data)[0]
+    if not invalid_lines:
+        return data
+    return data.decode("utf-8", "replace").encode("utf-8")

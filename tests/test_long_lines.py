@@ -1,0 +1,74 @@
+"""Reading a line costs time linear in its length and memory bounded by ``MAX_RECORD_BYTES``: a longer
+record is counted as a broken line by every reader, and named as one (its line number)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxtool.session import columns, read
+from ctxtool.session.columns import columns_from_file
+from ctxtool.session.discover import SessionPath
+from ctxtool.session.read import OVERLONG, iter_file_lines, parse_session_bytes, split_lines
+
+
+class _Chunks(io.RawIOBase):
+    """A file that hands out at most ``size`` bytes a read, and counts the bytes handed out."""
+
+    def __init__(self, data: bytes, size: int) -> None:
+        self.data, self.size, self.at = data, size, 0
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.size if n < 0 else min(n, self.size)
+        out = self.data[self.at : self.at + n]
+        self.at += len(out)
+        return out
+
+
+@given(st.binary(max_size=300).map(lambda b: b.replace(b"\x01", b"\n")), st.integers(1, 40))
+def test_lines_are_split_lines_whatever_the_chunks(data: bytes, chunk: int) -> None:
+    assert list(iter_file_lines(io.BytesIO(data), chunk_size=chunk)) == split_lines(data)
+
+
+@given(st.lists(st.integers(0, 60), max_size=12), st.integers(1, 25))
+def test_a_line_over_the_limit_is_overlong_and_the_rest_are_kept(lengths: list[int], chunk: int) -> None:
+    data = b"\n".join(b"x" * n for n in lengths)
+    got = list(iter_file_lines(_Chunks(data, chunk), chunk_size=chunk, max_line=30))  # type: ignore[arg-type]
+    want = [OVERLONG if len(line) > 30 else line for line in split_lines(data)]
+    assert got == want
+    assert [g is OVERLONG for g in got] == [len(line) > 30 for line in split_lines(data)]
+
+
+def _session(tmp_path: Path, long_line: bytes) -> Path:
+    meta = orjson.dumps({"sessionId": "s1", "projectHash": "h", "startTime": "2026-08-01T10:00:00Z"})
+    first = orjson.dumps({"id": "u1", "type": "user", "content": "hi", "timestamp": "2026-08-01T10:00:01Z"})
+    answer = {"id": "g1", "type": "gemini", "content": "ok", "timestamp": "2026-08-01T10:00:02Z"}
+    answer["tokens"] = {"input": 10, "output": 2, "cached": 0, "thoughts": 0, "tool": 0, "total": 12}
+    path = tmp_path / "chats" / "session-2026-08-01T10-00-s1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"\n".join([meta, first, long_line, orjson.dumps(answer)]) + b"\n")
+    return path
+
+
+def test_both_readers_count_an_overlong_record_as_broken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over the limit (lowered here to 1 KB), a record is a broken line for ``stats``' columns (streamed, as a
+    file over STREAM_MIN_BYTES is) and for the full reader alike; the records around it are kept."""
+    monkeypatch.setattr(read, "MAX_RECORD_BYTES", 1024)
+    monkeypatch.setattr(columns, "STREAM_MIN_BYTES", 0)
+    real = read.iter_file_lines
+    monkeypatch.setattr(columns, "iter_file_lines", lambda fh: real(fh, chunk_size=100, max_line=1024))
+    long_line = orjson.dumps({"id": "big", "type": "info", "content": "y" * 5000})
+    path = _session(tmp_path, long_line)
+    sp = SessionPath(path, "p", "p", None, str(path))
+    fast = columns_from_file(sp)
+    full = parse_session_bytes(path.read_bytes(), path)
+    assert (fast.broken_lines, fast.first_broken_line) == (full.broken_lines, full.first_broken_line) == (1, 3)
+    assert [m["id"] for m in full.billed] == ["u1", "g1"]
+    assert [r["message_id"] for r in columns.message_rows(fast)] == ["u1", "g1"]
