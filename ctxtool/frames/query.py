@@ -22,6 +22,7 @@ from ctxtool.frames.model import (
     known_cost,
 )
 from ctxtool.frames.reading import broken_lines_warning, invalid_utf8_warning, summary
+from ctxtool.frames.sessions import REQUEST_COLUMNS, derived_from_sums, request_aggs, request_fills
 from ctxtool.frames.shape import REPORT_COLUMNS, totals_of
 from ctxtool.frames.turns import turns_frame, with_turn_counts
 from ctxtool.measure.tokens import TOTAL_PARTS, describe_total_mismatches
@@ -248,32 +249,36 @@ _ROLLED_UP = (*TOKEN_COLUMNS, "requests", "turns", "tool_calls", "tool_errors", 
 def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
     s = corpus.sessions
     if corpus.requests.height != _request_count(s):
-        # Filtered by date: recompute token sums from the requests that remain.
-        sums = _agg_requests(corpus.requests, ["session_key"]).select(
-            "session_key", "requests", *TOKEN_COLUMNS, "cost", "unpriced"
-        )
-        s = s.drop("requests", *TOKEN_COLUMNS, "cost", "unpriced").join(
-            sums, on="session_key", how="left", maintain_order="left"
-        )
-        s = s.with_columns(
-            pl.col("requests").fill_null(0),
-            *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
-            pl.col("cost").fill_null(0.0),
-            pl.col("unpriced").fill_null(0),
+        # Filtered: every column a session row takes of its requests, and the ratios of them, again from the
+        # requests the filter kept (``sessions.request_aggs``), never the whole history's.
+        sums = corpus.requests.group_by("session_key").agg(*request_aggs())
+        s = (
+            s.drop(*(c for c in REQUEST_COLUMNS if c in s.columns), "context_share", "cache_ratio")
+            .join(sums, on="session_key", how="left", maintain_order="left")
+            .with_columns(*request_fills())
+            .with_columns(*known_cost(), **derived_from_sums())
+            .drop("_priced")
         )
     if not roll_up:
         return s.sort("start", "session", "session_key", nulls_last=True)
     # Subagent sessions are attributed to their parent: their tokens and cost are added to the parent's row.
-    child = s.filter(pl.col("parent_session_key").is_not_null())
+    # A subagent whose parent the filters left out keeps a row of its own: its requests still count.
+    child = s.filter(
+        pl.col("parent_session_key").is_not_null()
+        & pl.col("parent_session_key").is_in(s.get_column("session_key").implode())
+    )
     if child.height == 0:
         return s.sort("start", "session", "session_key", nulls_last=True)
+    child_keys = child.get_column("session_key").implode()
     add = child.group_by("parent_session_key").agg(
         *[pl.col(k).sum().alias(f"_sub_{k}") for k in _ROLLED_UP],
         pl.col("cost").sum().alias("_sub_cost"),
         pl.col("cost").is_not_null().any().alias("_sub_priced"),
     )
     parents = (
-        s.filter(pl.col("parent_session_key").is_null())
+        s.filter(
+            pl.col("parent_session_key").is_not_null().and_(pl.col("session_key").is_in(child_keys)).not_()
+        )
         .join(add, left_on="session_key", right_on="parent_session_key", how="left", maintain_order="left")
         .with_columns(
             *[(pl.col(k) + pl.col(f"_sub_{k}").fill_null(0)).alias(k) for k in _ROLLED_UP],
@@ -282,7 +287,7 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
             .then(pl.col("cost"))
             .otherwise(pl.col("cost").fill_null(0.0) + pl.col("_sub_cost").fill_null(0.0)),
         )
-        .with_columns(cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")))
+        .with_columns(cache_ratio=derived_from_sums()["cache_ratio"])
         .drop([c for c in add.columns if c != "parent_session_key"])
     )
     return parents.sort("start", "session", "session_key", nulls_last=True)

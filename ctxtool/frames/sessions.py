@@ -77,6 +77,58 @@ def _hidden_compression_calls(
     )
 
 
+def request_aggs() -> list[pl.Expr]:
+    """What a session's row sums and takes of its requests (grouped by ``session_key``): every such column of
+    a session row comes from here, for the whole history and for what a filter keeps alike."""
+    return [
+        pl.len().alias("requests"),
+        *[pl.col(k).sum() for k in TOKEN_COLUMNS],
+        *cost_aggs(),
+        pl.col("input").filter(pl.col("live")).last().alias("context"),
+        pl.col("input").filter(pl.col("live")).max().alias("peak_context"),
+        pl.col("context_limit").max(),
+        pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
+        pl.col("live").sum().alias("live_requests"),
+        *[pl.col(c).sum() for c in COMPOSITION_COLUMNS],
+    ]
+
+
+# The columns ``request_aggs`` makes (``_priced`` is ``cost_aggs``' helper, dropped once the cost is known).
+REQUEST_COLUMNS = (
+    "requests",
+    *TOKEN_COLUMNS,
+    "cost",
+    "unpriced",
+    "_priced",
+    "context",
+    "peak_context",
+    "context_limit",
+    "models",
+    "live_requests",
+    *COMPOSITION_COLUMNS,
+)
+
+
+def request_fills() -> list[pl.Expr]:
+    """``request_aggs``' columns of a session left without requests (after a left join): zero sums, the
+    default limit; ``context``, ``peak_context`` and ``models`` stay null."""
+    return [
+        pl.col("requests").fill_null(0),
+        pl.col("live_requests").fill_null(0),
+        *[pl.col(k).fill_null(0) for k in (*TOKEN_COLUMNS, *COMPOSITION_COLUMNS)],
+        pl.col("context_limit").fill_null(DEFAULT_TOKEN_LIMIT),
+    ]
+
+
+def derived_from_sums() -> dict[str, pl.Expr]:
+    """A row's ratios, from its own sums and peak: the one statement of them for session rows, before and
+    after a filter or a roll-up, so that none can keep a ratio of requests it no longer counts."""
+    return {
+        "context_share": pl.col("peak_context") / pl.col("context_limit"),
+        "cache_ratio": pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
+    }
+
+
 def sessions_frame(
     meta: pl.DataFrame, messages: pl.DataFrame, requests: pl.DataFrame, prices: PriceTable | None = None
 ) -> pl.DataFrame:
@@ -96,17 +148,7 @@ def sessions_frame(
         pl.col("ts").min().alias("first_ts"),
         pl.col("ts").max().alias("last_ts"),
     )
-    req = requests.group_by("session_key").agg(
-        pl.len().alias("requests"),
-        *[pl.col(k).sum() for k in TOKEN_COLUMNS],
-        *cost_aggs(),
-        pl.col("input").filter(pl.col("live")).last().alias("context"),
-        pl.col("input").filter(pl.col("live")).max().alias("peak_context"),
-        pl.col("context_limit").max(),
-        pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
-        pl.col("live").sum().alias("live_requests"),
-        *[pl.col(c).sum() for c in COMPOSITION_COLUMNS],
-    )
+    req = requests.group_by("session_key").agg(*request_aggs())
     meta = meta.with_columns(
         start_ts=parse_times(meta.get_column("start_time")),
         updated_ts=parse_times(meta.get_column("last_updated")),
@@ -118,9 +160,7 @@ def sessions_frame(
         .with_columns(
             *[pl.col(k).fill_null(0) for k in ("hidden_requests", "hidden_input", "hidden_output")],
             pl.col("hidden_cost").fill_null(0.0),
-            pl.col("requests").fill_null(0),
-            pl.col("live_requests").fill_null(0),
-            *[pl.col(k).fill_null(0) for k in (*TOKEN_COLUMNS, *COMPOSITION_COLUMNS)],
+            *request_fills(),
             *[
                 pl.col(k).fill_null(0)
                 for k in (
@@ -132,7 +172,6 @@ def sessions_frame(
                     "snapshots",
                 )
             ],
-            pl.col("context_limit").fill_null(DEFAULT_TOKEN_LIMIT),
             # Each resume writes a metadata line with a new startTime (Gemini CLI 0.61.0,
             # chatRecordingService.ts `initialize`); the session started at the earliest of them all.
             start=pl.min_horizontal(pl.col("start_ts"), pl.col("first_ts")),
@@ -144,8 +183,7 @@ def sessions_frame(
             # count events, not traces. `$set.messages` checkpoints also come from other history edits,
             # so they have their own column.
             compressions=pl.max_horizontal("compression_infos", "snapshots"),
-            context_share=pl.col("peak_context") / pl.col("context_limit"),
-            cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
+            **derived_from_sums(),
         )
         .drop("_priced", "first_ts", "last_ts", "start_time", "last_updated", "start_ts", "updated_ts")
     )
