@@ -718,7 +718,7 @@ def test_settings_that_cannot_be_written_are_an_output_error(tmp_path: Path) -> 
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     with pytest.raises(OutputError, match=f"{blocker} is a file, not a folder"):
-        settings._write(blocker / ".gemini" / "settings.json", None, "{}")
+        settings.install(blocker / ".gemini" / "settings.json", settings.hooks_for([], None, ["ctxtool"]))
 
 
 _CHATS = FIXTURES / "gemini" / "tmp" / "ctxdemo" / "chats"

@@ -29,7 +29,8 @@ INSTALL_HELP = """Add ctxtool's hooks to Gemini CLI's settings.json.
 
 Adds `ctxtool guard` as a BeforeModel hook with the budgets given, and (unless
 --no-archive) `ctxtool archive` as a SessionEnd and PreCompress hook. Every
-other setting, hook and comment stays as it was; the previous file is kept as
+other setting, hook and comment stays as it was (line endings, a BOM, a
+symlink too); the file as it was before ctxtool's hooks is kept as
 settings.json.ctxtool-backup. Installing again replaces ctxtool's hooks (the
 same options change nothing). Project hooks run only in trusted folders.
 
@@ -96,14 +97,20 @@ def install(
 
 @hooks_app.command(
     "uninstall",
-    help="Remove ctxtool's hooks from settings.json; everything else stays byte for byte.\n\n"
+    help="Remove ctxtool's hooks from settings.json: the file comes back byte for byte as install found "
+    "it (a file install created is removed); settings changed since stay.\n\n"
     "Examples:\n\n\b\n  ctxtool hooks uninstall\n  ctxtool hooks uninstall --scope project",
 )
 def uninstall(scope: str = _SCOPE) -> int:
     from ctxtool.hooks import settings
 
     change = settings.uninstall(settings.settings_path(scope))
-    if change.changed:
+    if change.changed and not change.exists:
+        print(
+            f"removed {change.path}: ctxtool's install had created it (backup: {change.backup})",
+            file=sys.stderr,
+        )
+    elif change.changed:
         print(f"removed ctxtool's hooks from {change.path} (backup: {change.backup})", file=sys.stderr)
     else:
         print(f"no ctxtool hooks in {change.path}: nothing changed", file=sys.stderr)

@@ -7,23 +7,40 @@ which entries are ctxtool's (hook configs named ``ctxtool-guard`` and ``ctxtool-
 file as text: Gemini CLI reads it with ``JSON.parse(stripJsonComments(content))`` (``loadSettings``), so a
 file may hold comments and its author's layout, both of which a re-serialised file would lose. The edits are
 splices at the spans a small JSON-with-comments parser finds: installing adds ctxtool's groups after the
-existing ones (creating ``hooks`` and the event arrays when missing); uninstalling removes exactly those
-spans, and the containers it created once they are empty, so the rest of the file stays byte for byte.
-Every write keeps the previous file as ``settings.json.ctxtool-backup`` and is atomic.
+existing ones (creating ``hooks`` and the event arrays when missing), in the file's indentation and line
+endings (CRLF or LF), keeping a UTF-8 BOM; uninstalling removes exactly those spans, and the containers it
+created once they are empty, so the rest of the file stays byte for byte.
+
+Uninstall gives back the exact bytes install found, an absent file as an absent file: the backup
+(``settings.json.ctxtool-backup``) holds the file as it was before ctxtool's hooks went in, and when
+installing today's hooks into it gives today's file byte for byte, it is that file (a re-install with
+other options keeps it: the file differs from it only in ctxtool's hooks). When the user changed something
+since, only ctxtool's hooks go, and the containers the backup had stay. An install that changes nothing
+writes nothing. A symlinked settings file (dotfiles) stays a link: its target is edited.
+
+Every write is atomic and compare-and-swap: right before the rename the file is read again, and when it
+changed (Gemini CLI saved a setting meanwhile) the edit is made again on what it holds now, a few times at
+most, then refused. Must not: re-serialise the file, print, or import the CLI.
 """
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ctxtool.common.errors import CtxtoolError
+from ctxtool.common.errors import CtxtoolError, OutputError
+
+if TYPE_CHECKING:
+    from ctxtool.session.write import FileStamp
 
 GUARD_NAME = "ctxtool-guard"
 ARCHIVE_NAME = "ctxtool-archive"
@@ -31,6 +48,9 @@ OURS = (GUARD_NAME, ARCHIVE_NAME)
 GUARD_TIMEOUT_MS = 10_000  # a first call on a large home reads every session once
 ARCHIVE_TIMEOUT_MS = 120_000
 BACKUP_SUFFIX = ".ctxtool-backup"
+# A settings save is one small write: a file that changed under this many edits in a row has a writer that
+# keeps at it, and waiting longer would only hide that.
+ATTEMPTS = 5
 
 
 # --------------------------------------------------------------------------- a JSON parser that keeps spans
@@ -198,12 +218,19 @@ def _line_indent(text: str, at: int) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def _render(value: Any, indent: str, step: str) -> str:
-    """``value`` as JSON laid out like the file: nested lines indented from ``indent`` by ``step``."""
+def _newline(text: str) -> str:
+    """The file's line ending, as its first line ends (LF when it has a single line)."""
+    at = text.find("\n")
+    return "\r\n" if at > 0 and text[at - 1] == "\r" else "\n"
+
+
+def _render(value: Any, indent: str, step: str, nl: str = "\n") -> str:
+    """``value`` as JSON laid out like the file: nested lines indented from ``indent`` by ``step``, ending
+    in ``nl``."""
     if not step:
         return json.dumps(value, ensure_ascii=False)
     lines = json.dumps(value, ensure_ascii=False, indent=len(step.expandtabs())).splitlines()
-    return "\n".join([lines[0], *[indent + line for line in lines[1:]]])
+    return nl.join([lines[0], *[indent + line for line in lines[1:]]])
 
 
 def _step(text: str, root: Node) -> str:
@@ -217,37 +244,49 @@ def _step(text: str, root: Node) -> str:
     return "  "
 
 
-def _insert_member(text: str, obj: Node, key: str, value: Any, step: str) -> str:
+def _into_empty(text: str, node: Node, piece: str, step: str, nl: str) -> str:
+    """``piece`` as the only element of the empty ``node``: on a line of its own when the file has lines
+    and nothing but blanks is inside (``_cut`` takes the lines away again)."""
+    if step and not text[node.start + 1 : node.end - 1].strip():
+        closing = _line_indent(text, node.start)
+        return f"{text[: node.start + 1]}{nl}{closing}{step}{piece}{nl}{closing}{text[node.end - 1 :]}"
+    return text[: node.start + 1] + piece + text[node.start + 1 :]
+
+
+def _insert_member(text: str, obj: Node, key: str, value: Any, step: str, nl: str = "\n") -> str:
     """Add ``"key": value`` as the last member of ``obj`` (the inverse of ``_remove_member`` on it)."""
     if obj.members:
         first, last = obj.members[0], obj.members[-1]
         sep = text[obj.start + 1 : first.start]
         indent = _line_indent(text, first.start)
         inline = "\n" not in sep
-        piece = f",{sep or ' '}{json.dumps(key)}: {_render(value, indent, '' if inline else step)}"
+        piece = f",{sep or ' '}{json.dumps(key)}: {_render(value, indent, '' if inline else step, nl)}"
         return text[: last.end] + piece + text[last.end :]
     indent = _line_indent(text, obj.start) + step
-    piece = f"{json.dumps(key)}: {_render(value, indent, step)}"
-    return text[: obj.start + 1] + piece + text[obj.start + 1 :]
+    return _into_empty(text, obj, f"{json.dumps(key)}: {_render(value, indent, step, nl)}", step, nl)
 
 
-def _insert_item(text: str, arr: Node, value: Any, step: str) -> str:
+def _insert_item(text: str, arr: Node, value: Any, step: str, nl: str = "\n") -> str:
     """Add ``value`` as the last item of ``arr`` (the inverse of ``_remove_item`` on it)."""
     if arr.items:
         first, last = arr.items[0], arr.items[-1]
         sep = text[arr.start + 1 : first.start]
         indent = _line_indent(text, first.start)
         inline = "\n" not in sep
-        piece = f",{sep or ' '}{_render(value, indent, '' if inline else step)}"
+        piece = f",{sep or ' '}{_render(value, indent, '' if inline else step, nl)}"
         return text[: last.end] + piece + text[last.end :]
     indent = _line_indent(text, arr.start) + step
-    return text[: arr.start + 1] + _render(value, indent, step) + text[arr.start + 1 :]
+    return _into_empty(text, arr, _render(value, indent, step, nl), step, nl)
 
 
-def _cut(text: str, spans: Sequence[tuple[int, int]], at: int) -> tuple[int, int]:
-    """The text to remove for element ``at`` of ``spans``, with the separator that goes with it."""
+def _cut(text: str, inside: Node, spans: Sequence[tuple[int, int]], at: int) -> tuple[int, int]:
+    """The text to remove for element ``at`` of ``spans`` (the elements of ``inside``), with the separator
+    that goes with it; the last element goes with the blanks around it, as ``_into_empty`` put it."""
     start, end = spans[at]
     if len(spans) == 1:
+        first, last = inside.start + 1, inside.end - 1
+        if not text[first:start].strip() and not text[end:last].strip():
+            return first, last
         return start, end
     if at == len(spans) - 1:
         return spans[at - 1][1], end
@@ -258,18 +297,19 @@ def _is_ours(hook: Any) -> bool:
     return isinstance(hook, dict) and hook.get("name") in OURS
 
 
-def remove_ours(text: str) -> str:
+def remove_ours(text: str, keep: Collection[str] = ()) -> str:
     """``text`` without ctxtool's hooks, nor the containers their removal left empty (splices only): an event
-    list or a ``hooks`` object that was empty before stays."""
+    list or a ``hooks`` object that was empty before stays, and so do the event lists named in ``keep``
+    and the ``hooks`` object when ``keep`` holds ``""`` (they were there before ctxtool's hooks)."""
     emptied: set[str] = set()  # events whose last group was ctxtool's
     while True:
-        span = _next_removal(text, parse(text), emptied)
+        span = _next_removal(text, parse(text), emptied, keep)
         if span is None:
             return text
         text = text[: span[0]] + text[span[1] :]
 
 
-def _next_removal(text: str, root: Node, emptied: set[str]) -> tuple[int, int] | None:
+def _next_removal(text: str, root: Node, emptied: set[str], keep: Collection[str]) -> tuple[int, int] | None:
     """One span to remove (the file is parsed again after each)."""
     hooks = next((m for m in root.members if m.key == "hooks"), None)
     if hooks is None or hooks.value.kind != "object":
@@ -289,41 +329,42 @@ def _next_removal(text: str, root: Node, emptied: set[str]) -> tuple[int, int] |
             if not mine:
                 continue
             if len(mine) == len(inner.value.items):  # a group of ctxtool's alone: the whole group goes
-                if len(groups) == 1:
+                if len(groups) == 1 and event.key not in keep:
                     emptied.add(event.key)
-                return _cut(text, [(g.start, g.end) for g in groups], g_at)
-            return _cut(text, [(h.start, h.end) for h in inner.value.items], mine[0])
+                return _cut(text, event.value, [(g.start, g.end) for g in groups], g_at)
+            return _cut(text, inner.value, [(h.start, h.end) for h in inner.value.items], mine[0])
         if not groups and event.key in emptied:
             emptied.discard(event.key)
-            if len(events.members) == 1:
+            if len(events.members) == 1 and "" not in keep:
                 emptied.add("")  # the hooks object is emptied too
-            return _cut(text, [(m.start, m.end) for m in events.members], e_at)
+            return _cut(text, events, [(m.start, m.end) for m in events.members], e_at)
     if not events.members and "" in emptied:
         emptied.discard("")
-        return _cut(text, [(m.start, m.end) for m in root.members], root.members.index(hooks))
+        return _cut(text, root, [(m.start, m.end) for m in root.members], root.members.index(hooks))
     return None
 
 
 def add_ours(text: str, hooks: Sequence[Hook]) -> str:
     """``text`` with ``hooks`` added, each as a group of its own after the event's existing groups."""
     step = _step(text, parse(text))
+    nl = _newline(text)
     if not text.strip():
-        text = "{}\n"
+        text = "{}" + nl
     for hook in hooks:
         root = parse(text)
         section = next((m for m in root.members if m.key == "hooks"), None)
         if section is None:
-            text = _insert_member(text, root, "hooks", {hook.event: [hook.group()]}, step)
+            text = _insert_member(text, root, "hooks", {hook.event: [hook.group()]}, step, nl)
             continue
         if section.value.kind != "object":
             raise CtxtoolError('"hooks" is not an object', "Fix settings.json so Gemini CLI can read it")
         event = next((m for m in section.value.members if m.key == hook.event), None)
         if event is None:
-            text = _insert_member(text, section.value, hook.event, [hook.group()], step)
+            text = _insert_member(text, section.value, hook.event, [hook.group()], step, nl)
         elif event.value.kind != "array":
             raise CtxtoolError(f'"hooks.{hook.event}" is not a list', "Fix settings.json first")
         else:
-            text = _insert_item(text, event.value, hook.group(), step)
+            text = _insert_item(text, event.value, hook.group(), step, nl)
     return text
 
 
@@ -336,6 +377,27 @@ def installed(text: str) -> list[dict[str, Any]]:
             for hook in group.get("hooks") or [] if isinstance(group, dict) else []:
                 if _is_ours(hook):
                     out.append({"event": event, **hook})
+    return out
+
+
+def as_installed(text: str) -> list[Hook] | None:
+    """ctxtool's hooks in a settings text in file order, when each is as ``add_ours`` writes it (alone in a
+    group of its own, nothing added); None when one is not."""
+    data = to_python(parse(text))
+    section = data.get("hooks")
+    out: list[Hook] = []
+    for event, groups in section.items() if isinstance(section, dict) else []:
+        for group in groups if isinstance(groups, list) else []:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            if not isinstance(inner, list) or not any(_is_ours(h) for h in inner):
+                continue
+            if len(inner) != 1 or not {"name", "command", "timeout"} <= set(inner[0]):
+                return None
+            h = inner[0]
+            hook = Hook(event, h["name"], h["command"], h["timeout"], group.get("matcher"))
+            if hook.group() != group:
+                return None
+            out.append(hook)
     return out
 
 
@@ -388,65 +450,246 @@ def hooks_for(
 class Change:
     path: Path
     changed: bool
-    backup: Path | None
+    backup: Path | None  # the backup this change wrote, if it wrote one
     hooks: list[dict[str, Any]]
+    exists: bool = True  # False: uninstall removed the file install had created
 
 
-def _read(path: Path) -> str | None:
+@dataclass(frozen=True, slots=True)
+class _Edit:
+    new: bytes | None  # None: no file (install had created it)
+    backup: bool  # keep the bytes found as the backup first
+
+
+@dataclass(frozen=True, slots=True)
+class _Before:
+    data: bytes | None  # None: there was no file
+
+
+def _target(path: Path) -> Path:
+    """The file to write: a symlink's target (the link stays a link), else ``path`` itself."""
+    return Path(os.path.realpath(path)) if os.path.islink(path) else path
+
+
+def _backup_path(path: Path) -> Path:
+    return path.with_name(path.name + BACKUP_SUFFIX)
+
+
+def _read(path: Path) -> bytes | None:
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):  # (a file where the folder should be: said on writing)
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CtxtoolError(f"{path}: cannot be read ({exc})", "Check its permissions and encoding") from None
+    except OSError as exc:
+        raise CtxtoolError(f"{path}: cannot be read ({exc})", "Check its permissions") from None
 
 
-def _parsed(path: Path, text: str) -> None:
+def _read_stamped(target: Path) -> tuple[bytes | None, FileStamp | None]:
+    """The bytes of ``target`` and what they looked like (fstat of the same open file), for the swap."""
+    from ctxtool.session.write import FileStamp
+
     try:
+        with target.open("rb") as fh:
+            data = fh.read()
+            st = os.fstat(fh.fileno())
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except OSError as exc:
+        raise CtxtoolError(f"{target}: cannot be read ({exc})", "Check its permissions") from None
+    return data, FileStamp(len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+
+
+def _decode(data: bytes) -> tuple[str, bool]:
+    """The text of a settings file and whether it starts with a UTF-8 BOM (kept on writing)."""
+    bom = data.startswith(codecs.BOM_UTF8)
+    return data[len(codecs.BOM_UTF8) :].decode("utf-8") if bom else data.decode("utf-8"), bom
+
+
+def _encode(text: str, bom: bool) -> bytes:
+    return (codecs.BOM_UTF8 if bom else b"") + text.encode("utf-8")
+
+
+def _text(path: Path, data: bytes | None) -> tuple[str, bool]:
+    """The text of ``path``'s bytes (none: an empty text); refused in one line when Gemini CLI cannot read
+    it."""
+    try:
+        text, bom = _decode(data or b"")
         parse(text)
+    except UnicodeDecodeError:
+        raise CtxtoolError(
+            f"{path}: not UTF-8", "Save it as UTF-8 (as Gemini CLI reads it), then run again"
+        ) from None
     except CtxtoolError as exc:
         raise CtxtoolError(
             f"{path}: {exc}",
             "Fix the file (Gemini CLI cannot read it either) or move it away, then run again",
         ) from None
+    return text, bom
 
 
-def _write(path: Path, old: str | None, new: str) -> Path | None:
+def _clean(data: bytes | None) -> tuple[str, bool] | None:
+    """The text of a file that can be what settings.json was before ctxtool's hooks went in: one Gemini CLI
+    reads, with none of ctxtool's hooks (no file: an empty text)."""
+    try:
+        text, bom = _decode(data or b"")
+        return (text, bom) if not installed(text) else None
+    except (UnicodeDecodeError, CtxtoolError):
+        return None
+
+
+def _with(data: bytes | None, hooks: Sequence[Hook]) -> bytes:
+    """``data`` (none: no file) with ``hooks`` installed, as install writes it."""
+    text, bom = _decode(data or b"")
+    return _encode(add_ours(text, hooks), bom)
+
+
+def _before(path: Path, found: bytes | None) -> _Before | None:
+    """What ``path`` was before ctxtool's hooks went in, when that is certain: what was found when it holds
+    none of them; else the backup, or no file, when installing the hooks there gives ``found`` byte for
+    byte. None when neither does (the user changed something since, or the backup is of another time)."""
+    if found is None or _clean(found) is not None:
+        return _Before(found)
+    ours = as_installed(_decode(found)[0])
+    if not ours:
+        return None
+    backup = _backup_path(path)
+    try:
+        kept = backup.read_bytes()
+    except OSError:
+        kept = None
+    for candidate in ([kept] if kept is not None else []) + [None]:
+        try:
+            if _clean(candidate) is not None and _with(candidate, ours) == found:
+                return _Before(candidate)
+        except CtxtoolError:  # a backup whose hooks section cannot hold them
+            continue
+    return None
+
+
+def _kept(path: Path) -> frozenset[str]:
+    """The containers the backup holds, kept when ctxtool's hooks leave them empty (see ``remove_ours``): a
+    backup with none of ctxtool's hooks is the file before they went in, however it changed since."""
+    try:
+        clean = _clean(_backup_path(path).read_bytes())
+    except OSError:
+        return frozenset()
+    section = to_python(parse(clean[0])).get("hooks") if clean is not None else None
+    if not isinstance(section, dict):
+        return frozenset()
+    return frozenset({"", *(key for key, value in section.items() if isinstance(value, list))})
+
+
+def _swap(target: Path, found: bytes | None, stamp: FileStamp | None, new: bytes | None) -> None:
+    """Put ``new`` (None: no file) where ``found`` was, atomically; FileChangedError, and nothing written,
+    when the file no longer holds ``found``."""
+    from ctxtool.session.write import FileChangedError, atomic_write, replace_checked
+
+    changed = FileChangedError(f"{target}: changed on disk", "Run again")
+    if found is None:
+        assert new is not None
+        try:
+            atomic_write(target, new, exclusive=True)  # (makes the folder, or says in one line why not)
+        except OutputError as exc:
+            if isinstance(exc.__cause__, FileExistsError):
+                raise changed from None
+            raise
+    elif new is None:
+        if _read(target) != found:
+            raise changed
+        try:
+            target.unlink()
+        except OSError as exc:
+            raise OutputError(target, exc) from exc
+    else:
+        assert stamp is not None
+        replace_checked(target, new, stamp)
+
+
+def _put_back(backup: Path, previous: bytes | None) -> None:
     from ctxtool.session.write import atomic_write
 
-    backup = None  # (atomic_write makes the folder, or says in one line why it cannot)
-    if old is not None:
-        backup = path.with_name(path.name + BACKUP_SUFFIX)
-        atomic_write(backup, old.encode("utf-8"))
-    atomic_write(path, new.encode("utf-8"))
-    return backup
+    if previous is None:
+        backup.unlink(missing_ok=True)
+    else:
+        atomic_write(backup, previous)
+
+
+def _edit(path: Path, plan: Callable[[bytes | None], _Edit | None]) -> tuple[bytes | None, bool, Path | None]:
+    """Apply ``plan`` (the bytes found -> the edit, None for none) to ``path`` as a compare-and-swap, again
+    on a fresh read when the file changed meanwhile. Returns the bytes the file holds now, whether they
+    were written, and the backup written, if any."""
+    from ctxtool.session.write import FileChangedError, atomic_write
+
+    target = _target(path)
+    for _ in range(ATTEMPTS):
+        found, stamp = _read_stamped(target)
+        edit = plan(found)
+        if edit is None:
+            return found, False, None
+        backup, previous = None, None
+        if edit.backup and found is not None:
+            backup = _backup_path(path)
+            previous = _read(backup)
+            atomic_write(backup, found, like=target)  # a private settings file keeps a private backup
+        try:
+            _swap(target, found, stamp, edit.new)
+        except FileChangedError:
+            if backup is not None:  # the next attempt reads the backup as it was (see _before)
+                _put_back(backup, previous)
+            continue
+        return edit.new, True, backup
+    raise CtxtoolError(
+        f"{path}: changed on disk {ATTEMPTS} times while ctxtool was editing it, so ctxtool left it as the "
+        "other program wrote it",
+        "Let Gemini CLI finish saving its settings (or close it), then run the command again",
+    )
+
+
+def _install_edit(path: Path, found: bytes | None, hooks: Sequence[Hook]) -> _Edit | None:
+    text, bom = _text(path, found)
+    if hooks and Counter(as_installed(text) or []) == Counter(hooks):
+        return None  # the same hooks are in: nothing to write
+    before = _before(path, found)
+    try:
+        if before is not None:
+            new = _with(before.data, hooks)
+        else:
+            new = _encode(add_ours(remove_ours(text, _kept(path)), hooks), bom)
+    except CtxtoolError as exc:
+        raise CtxtoolError(f"{path}: {exc.message}", exc.fix) from None
+    if new == found:
+        return None
+    # A backup of the file found, unless the backup (or no file) is already what was under ctxtool's hooks:
+    # the file found differs from it only in those hooks, and uninstall gives it back.
+    return _Edit(new, found is not None and (before is None or before.data == found))
+
+
+def _uninstall_edit(path: Path, found: bytes | None) -> _Edit | None:
+    if found is None:
+        return None
+    text, bom = _text(path, found)
+    if not installed(text):
+        return None
+    before = _before(path, found)
+    if before is not None:
+        return _Edit(before.data, True)
+    return _Edit(_encode(remove_ours(text, _kept(path)), bom), True)
 
 
 def install(path: Path, hooks: Sequence[Hook]) -> Change:
     """Put ``hooks`` in ``path`` in place of any ctxtool hooks there; no write when nothing changes."""
-    old = _read(path)
-    text = old or ""
-    _parsed(path, text)
-    new = add_ours(remove_ours(text), hooks)
-    if old is not None and new == old:
-        return Change(path, False, None, installed(new))
-    return Change(path, True, _write(path, old, new), installed(new))
+    now, changed, backup = _edit(path, lambda found: _install_edit(path, found, hooks))
+    return Change(path, changed, backup, installed(_text(path, now)[0]))
 
 
 def uninstall(path: Path) -> Change:
-    old = _read(path)
-    if old is None:
-        return Change(path, False, None, [])
-    _parsed(path, old)
-    new = remove_ours(old)
-    if new == old:
-        return Change(path, False, None, [])
-    return Change(path, True, _write(path, old, new), [])
+    """Take ctxtool's hooks out of ``path``: the bytes install found, when nothing else changed since."""
+    now, changed, backup = _edit(path, lambda found: _uninstall_edit(path, found))
+    return Change(path, changed, backup, [], exists=now is not None)
 
 
 def status(path: Path) -> list[dict[str, Any]]:
-    text = _read(path)
-    if text is None:
+    data = _read(path)
+    if data is None:
         return []
-    _parsed(path, text)
-    return installed(text)
+    return installed(_text(path, data)[0])
