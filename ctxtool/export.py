@@ -14,9 +14,16 @@ Rules that keep the dataset correct:
 * A session is written again only when its fingerprint changed (Gemini CLI appended to it, a rewind,
   new prices). Its old rows are removed by rewriting the parts that held them: new parts are written
   first (to a hidden temporary name, then renamed), then the manifest, then superseded parts are deleted.
-  A run interrupted at any point leaves the previous manifest valid; its leftover files are removed by
-  the next run. ``load_dataset`` reads only the parts the manifest lists.
+  A run that fails (a full disk, Ctrl-C) removes the parts it wrote before it reports, so a reader that
+  globs the files (DuckDB, polars) never counts a part the manifest does not list; a run killed outright
+  leaves the previous manifest valid, and the next run removes its leftovers (temporary files, unlisted
+  parts) and goes on, a first run included. ``load_dataset`` reads only the parts the manifest lists.
+* One run at a time: a run waits (up to ``wait`` seconds) for the dataset's lock instead of giving up.
 * Sessions absent from a run's input (Gemini CLI's 30-day retention deleted the file) stay in the dataset.
+* The pending list ``DIR/.ctxtool-pending/``: one small file per session an archive hook is adding, written
+  before it waits for the lock and removed once the session is in, so that a session a hook could not add
+  (no turn within its time, a full disk, the hook killed) is added by the next archive or export. Each
+  entry is held locked by the process working on it; only entries nobody holds are taken over.
 
 polars and the frames module are imported inside the functions that need them, so that ``ctxtool stats``
 can call :func:`is_dataset` without paying for polars before its worker processes start.
@@ -26,8 +33,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +59,12 @@ TABLES: tuple[str, ...] = ("sessions", "messages", "requests", "tool_calls", "tu
 PARTITION_COLUMNS: tuple[str, ...] = ("project", "day")
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # what hive, Spark, DuckDB and polars read back as NULL
 _LOCK_NAME = ".ctxtool-export.lock"
+_PENDING_DIR = ".ctxtool-pending"
+PENDING_FORMAT = "ctxtool-pending"
+EXPORT_WAIT = 600.0  # seconds a run waits for another run to finish: a large first export takes minutes
+# ctxtool.session.write.temp_beside's names (TEMP_MARK), for the manifest; that module is imported only when
+# writing, so `ctxtool stats` does not pay for it.
+_TEMP_MANIFEST = re.compile(r"^\." + re.escape(MANIFEST_NAME) + r"\.ctxtool-tmp-\d+-[A-Za-z0-9_]+\.tmp$")
 # Characters Spark's ExternalCatalogUtils.escapePathName percent-encodes, plus the ones Windows forbids.
 _HIVE_SPECIAL = frozenset("\"#%'*/:=?\\{[]^<>|\x7f")
 _MAX_DIR_BYTES = 200  # file systems allow 255 bytes per name; keep room for "project="
@@ -114,6 +128,7 @@ class ExportResult:
     rows: dict[str, int] = field(default_factory=dict)  # rows written for added/replaced sessions
     parts_written: int = 0
     parts_removed: int = 0
+    leftovers_removed: int = 0  # files an interrupted run had left (temporary files, parts no manifest lists)
 
 
 # --- small pure helpers --------------------------------------------------------------------------------
@@ -194,24 +209,56 @@ def _write_bytes_atomic(path: Path, data: bytes) -> None:
 
 
 @contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the dataset so two exports cannot interleave (released if we crash)."""
+def _locked(directory: Path, wait: float, on_wait: Callable[[], object] | None) -> Iterator[None]:
+    """Hold an exclusive lock on the dataset so two exports cannot interleave (released if we crash),
+    waiting up to ``wait`` seconds for a run that holds it; ``on_wait`` is called once if we wait."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: no advisory locks, run one export at a time
         yield
         return
-    with open(directory / _LOCK_NAME, "a+b") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise CtxtoolError(
-                f"another ctxtool export is writing {directory}", "Wait for it to finish, then run again"
-            ) from None
+    try:
+        fh = open(directory / _LOCK_NAME, "a+b")  # noqa: SIM115 - closed below, after the unlock
+    except OSError as exc:
+        raise OutputError(directory, exc) from exc
+    with fh:
+        _acquire(fh.fileno(), directory, wait, on_wait)
         try:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _acquire(fd: int, directory: Path, wait: float, on_wait: Callable[[], object] | None) -> None:
+    """Take the lock on ``fd`` within ``wait`` seconds. Polled rather than blocking, so that the wait has a
+    deadline; the pause grows to 0.1 s with jitter, which keeps eight hooks waiting at once cheap and fair
+    enough (a run takes a fraction of a second)."""
+    import fcntl
+    import random
+    import time
+
+    deadline = time.monotonic() + max(wait, 0.0)
+    pause = 0.005
+    told = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CtxtoolError(
+                f"another ctxtool export has been writing {directory} for {wait:.3g} s"
+                if wait > 0
+                else f"another ctxtool export is writing {directory}",
+                "Wait for it to finish and run again, or let this run wait longer (--wait SECONDS)",
+            )
+        if not told and on_wait is not None:
+            on_wait()
+            told = True
+        time.sleep(min(left, pause * random.uniform(0.5, 1.0)))
+        pause = min(pause * 2, 0.1)
 
 
 # --- fingerprints and partitions ---------------------------------------------------------------------
@@ -313,13 +360,17 @@ def export_corpus(
     prompts: bool = True,
     now: str | None = None,
     show_secrets: bool = False,
+    wait: float = EXPORT_WAIT,
+    on_wait: Callable[[], object] | None = None,
 ) -> ExportResult:
     """Add the sessions of ``corpus`` to the dataset at ``to_dir`` (created if needed).
 
     New sessions are appended; a session whose fingerprint changed since it was exported has its rows
     replaced; unchanged sessions are skipped, so running twice on the same input changes nothing (not even
     the manifest). ``prompts=False`` leaves out prompt text, message previews and session summaries for the
-    sessions written in this run.
+    sessions written in this run. While another run writes the dataset this one waits, up to ``wait``
+    seconds (``on_wait`` is called once when it starts waiting). A file that cannot be written (a full disk,
+    no permission) is an OutputError naming the cause, raised once this run's parts are removed again.
     """
     directory = Path(to_dir)
     _check_target(directory)
@@ -327,9 +378,9 @@ def export_corpus(
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(directory, exc) from exc
-    with _locked(directory):
+    with _locked(directory, wait, on_wait):
         manifest = read_manifest(directory) if is_dataset(directory) else _empty_manifest()
-        _remove_leftovers(directory, manifest)
+        repaired = _remove_leftovers(directory, manifest)
 
         changes = _Changes.of(fingerprints(corpus), manifest["sessions"])
         if not changes.added and not changes.replaced:
@@ -341,46 +392,113 @@ def export_corpus(
                 unchanged=changes.unchanged,
                 retained=changes.retained,
                 sessions=len(manifest["sessions"]),
+                leftovers_removed=repaired,
             )
+        opts = _Options(prompts, show_secrets, now)
+        return _commit_run(directory, corpus, manifest, changes, opts, repaired)
 
-        run = (manifest["runs"][-1]["run"] if manifest["runs"] else 0) + 1
-        written = _write_tables(directory, corpus, manifest, changes, run, prompts, show_secrets)
-        # Commit point: the manifest names the live parts. Superseded parts are deleted only afterwards.
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    prompts: bool
+    show_secrets: bool
+    now: str | None
+
+
+def _commit_run(
+    directory: Path, corpus: Corpus, manifest: Manifest, changes: _Changes, opts: _Options, repaired: int
+) -> ExportResult:
+    """Write the run's parts, then the manifest (the commit point), then delete the parts it superseded.
+    Until the commit, a failure removes the parts this run wrote before it propagates."""
+    run = (manifest["runs"][-1]["run"] if manifest["runs"] else 0) + 1
+    fresh: list[Path] = []  # parts this run renamed into place so far
+    try:
+        written = _write_tables(directory, corpus, manifest, changes, run, opts, fresh)
         live = [p for p in manifest["parts"] if p not in written.superseded] + written.parts
         live.sort(key=lambda p: p["path"])
-        _record_run(manifest, corpus, changes, run, live, written.rows, now=now, prompts=prompts)
+        _record_run(manifest, corpus, changes, run, live, written.rows, now=opts.now, prompts=opts.prompts)
         _write_manifest(directory, manifest)
-        removed = _delete_superseded(directory, written.superseded, live)
+    except BaseException:
+        _discard(directory, fresh)
+        raise
+    removed = _delete_superseded(directory, written.superseded, live)
+    _prune_empty_dirs(directory)
+    return ExportResult(
+        directory,
+        run,
+        added=changes.added,
+        replaced=changes.replaced,
+        unchanged=changes.unchanged,
+        retained=changes.retained,
+        sessions=len(manifest["sessions"]),
+        rows=written.rows,
+        parts_written=len(written.parts),
+        parts_removed=removed,
+        leftovers_removed=repaired,
+    )
+
+
+def _discard(directory: Path, paths: list[Path]) -> None:
+    """Remove the parts of a run that failed before its commit (best effort: the next run removes what is
+    left, as it removes every part no manifest lists)."""
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            continue
+    with suppress(OSError):
         _prune_empty_dirs(directory)
-        return ExportResult(
-            directory,
-            run,
-            added=changes.added,
-            replaced=changes.replaced,
-            unchanged=changes.unchanged,
-            retained=changes.retained,
-            sessions=len(manifest["sessions"]),
-            rows=written.rows,
-            parts_written=len(written.parts),
-            parts_removed=removed,
-        )
 
 
 def _check_target(directory: Path) -> None:
     """Refuse a ``--to`` that is a file, or a directory holding something other than a dataset."""
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"--to {directory} is a file", "Pass a directory (it is created if missing)")
-    # Only our own leftovers (an interrupted first run) may be there already.
-    ours = {_LOCK_NAME, *TABLES}
-    if (
-        directory.is_dir()
-        and not is_dataset(directory)
-        and any(p.name not in ours for p in directory.iterdir())
-    ):
+    # Only ctxtool's own files (an interrupted first run's, a pending list) may be there already.
+    foreign = _foreign(directory) if directory.is_dir() and not is_dataset(directory) else None
+    if foreign is not None:
         raise UsageError(
-            f"{directory} is not empty and holds no ctxtool dataset",
+            f"{directory} is not empty and holds no ctxtool dataset ({foreign.relative_to(directory)} is not "
+            "ctxtool's)",
             "Pass a new or empty directory, or one an earlier ctxtool export wrote",
         )
+
+
+def _foreign(directory: Path) -> Path | None:
+    """The first file or folder in ``directory`` that ctxtool did not write, or None: the tables' folders
+    with only partition folders and (temporary) parts in them, the lock, the pending list and a temporary
+    manifest are ctxtool's."""
+    for entry in sorted(directory.iterdir()):
+        name = entry.name
+        if name in (_LOCK_NAME, _PENDING_DIR) or _TEMP_MANIFEST.match(name):
+            continue
+        if name in TABLES and entry.is_dir():
+            stray = _foreign_in_table(entry)
+            if stray is None:
+                continue
+            return stray
+        return entry
+    return None
+
+
+def _foreign_in_table(root: Path) -> Path | None:
+    for path in sorted(root.rglob("*")):
+        depth = len(path.relative_to(root).parts)
+        if path.is_dir() and not path.is_symlink():
+            ours = (depth, path.name.split("=", 1)[0]) in ((1, "project"), (2, "day"))
+        else:
+            ours = depth == 3 and path.is_file() and (_is_part(path.name) or _is_temp_part(path.name))
+        if not ours:
+            return path
+    return None
+
+
+def _is_part(name: str) -> bool:
+    return name.startswith("part-") and name.endswith(".parquet")
+
+
+def _is_temp_part(name: str) -> bool:
+    return name.startswith(".part-") and name.endswith(".tmp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,11 +540,11 @@ def _write_tables(
     manifest: Manifest,
     changes: _Changes,
     run: int,
-    prompts: bool,
-    show_secrets: bool,
+    opts: _Options,
+    fresh: list[Path],
 ) -> _Written:
     """Write the rows of the added and replaced sessions, table by table, with the rows of other sessions
-    that share a superseded part."""
+    that share a superseded part. Each part is added to ``fresh`` once it is in place."""
     import polars as pl
 
     gone = set(changes.replaced)
@@ -439,9 +557,9 @@ def _write_tables(
     for table in TABLES:
         frame: pl.DataFrame = getattr(corpus, table)
         new = frame.filter(pl.col("session_key").is_in(write_list))
-        if not prompts:
+        if not opts.prompts:
             new = _strip_for_privacy(table, new)
-        elif not show_secrets:
+        elif not opts.show_secrets:
             new = _redact_secrets(table, new)
         rows[table] = new.height
         new = _with_partitions(table, new, projects)
@@ -452,7 +570,7 @@ def _write_tables(
             k.filter(~pl.col("session_key").is_in(pl.Series(sorted(gone), dtype=pl.String).implode()))
             for k in kept
         ]
-        new_parts.extend(_write_partitions(directory, table, run, new, kept, old_parts))
+        new_parts.extend(_write_partitions(directory, table, run, new, kept, old_parts, fresh))
     return _Written(new_parts, superseded, rows)
 
 
@@ -508,7 +626,10 @@ def _delete_superseded(directory: Path, superseded: list[PartEntry], live: list[
     removed = 0
     for part in superseded:
         if part["path"] not in live_paths:
-            (directory / part["path"]).unlink(missing_ok=True)
+            try:
+                (directory / part["path"]).unlink(missing_ok=True)
+            except OSError as exc:  # the run is in; the next run removes the part (no manifest lists it)
+                raise OutputError(directory, exc) from exc
             removed += 1
     return removed
 
@@ -520,6 +641,7 @@ def _write_partitions(
     new: pl.DataFrame,
     kept: list[pl.DataFrame],
     old_parts: list[PartEntry],
+    fresh: list[Path],
 ) -> list[PartEntry]:
     """One new part per (project, day): the new rows plus the surviving rows of superseded parts there."""
     import polars as pl
@@ -538,18 +660,13 @@ def _write_partitions(
         df = pl.concat(frames, how="diagonal_relaxed")
         rel = f"{table}/project={hive_escape(project)}/day={hive_escape(day)}/part-{run:05d}.parquet"
         target = directory / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # A hidden temporary name is invisible to `**/*.parquet` globs until the rename.
-        from ctxtool.session.write import temp_beside  # only when writing: stats imports this module
-
-        fd, tmp = temp_beside(target.parent, target.name)  # readable like any file the user writes
-        os.close(fd)
+        data = _parquet_bytes(df)
         try:
-            df.write_parquet(tmp, compression="zstd", statistics=True)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _put_part(target, data)
+        except OSError as exc:
+            raise OutputError(directory, exc) from exc
+        fresh.append(target)
         keys = sorted(set(df.get_column("session_key").to_list()))
         out.append(
             {
@@ -565,9 +682,42 @@ def _write_partitions(
     return out
 
 
-def _remove_leftovers(directory: Path, manifest: Manifest) -> None:
-    """Delete part files no manifest lists (an interrupted run's) and temporary files."""
+def _parquet_bytes(df: pl.DataFrame) -> bytes:
+    """The part's bytes, made in memory: polars reports a full disk as a ComputeError ("Invalid thrift:
+    transport error"), while Python's own file writes raise the OSError that names it. A part is one project's
+    rows of one day, so the copy is small; the bytes are those polars writes to a file."""
+    import io
+
+    buf = io.BytesIO()
+    df.write_parquet(buf, compression="zstd", statistics=True)
+    return buf.getvalue()
+
+
+def _put_part(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` through a hidden temporary name (invisible to ``**/*.parquet`` globs until
+    the rename), readable like any file the user writes."""
+    from ctxtool.session.write import temp_beside  # only when writing: stats imports this module
+
+    fd, tmp = temp_beside(target.parent, target.name)
+    try:
+        _write_bytes(fd, data)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_bytes(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` and close it (an OSError such as ENOSPC propagates)."""
+    with open(fd, "wb", closefd=True) as fh:
+        fh.write(data)
+
+
+def _remove_leftovers(directory: Path, manifest: Manifest) -> int:
+    """Delete what an interrupted run left (called with the lock held, so no run is writing them): part files
+    no manifest lists, temporary parts and temporary manifests. How many files were deleted."""
     live = {p["path"] for p in manifest["parts"]}
+    stray = [directory / name for name in os.listdir(directory) if _TEMP_MANIFEST.match(name)]
     for table in TABLES:
         root = directory / table
         if not root.is_dir():
@@ -576,10 +726,15 @@ def _remove_leftovers(directory: Path, manifest: Manifest) -> None:
             if not path.is_file():
                 continue
             rel = path.relative_to(directory).as_posix()
-            stray_part = path.name.startswith("part-") and path.suffix == ".parquet" and rel not in live
-            if stray_part or (path.name.startswith(".part-") and path.name.endswith(".tmp")):
-                path.unlink()
-    _prune_empty_dirs(directory)
+            if (_is_part(path.name) and rel not in live) or _is_temp_part(path.name):
+                stray.append(path)
+    try:
+        for path in stray:
+            path.unlink(missing_ok=True)
+        _prune_empty_dirs(directory)
+    except OSError as exc:
+        raise OutputError(directory, exc) from exc
+    return len(stray)
 
 
 def _prune_empty_dirs(directory: Path) -> None:
@@ -592,6 +747,127 @@ def _prune_empty_dirs(directory: Path) -> None:
         ):
             if not any(sub.iterdir()):
                 sub.rmdir()
+
+
+# --- the pending list: sessions an archive is adding, or could not add -------------------------------
+
+
+@dataclass(eq=False, slots=True)
+class PendingSession:
+    """One entry of the pending list (``DIR/.ctxtool-pending/<name>.json``), held locked by this process.
+
+    ``done()`` once the session is in the dataset (the entry is removed); ``release()`` otherwise (the entry
+    stays for the next run). Both are safe to call again, and a process that dies releases it too.
+    """
+
+    path: Path
+    files: tuple[str, ...]
+    _fd: int | None
+
+    def done(self) -> None:
+        if self._fd is None:
+            return
+        with suppress(OSError):  # then the next run takes it again, and finds its session unchanged
+            self.path.unlink(missing_ok=True)
+        self.release()
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def note_pending(to_dir: str | Path, files: Sequence[str]) -> PendingSession:
+    """Note the session made of ``files`` (absolute paths) in the pending list of the dataset at ``to_dir``,
+    before trying to add it: whatever then happens to this process, the next archive or export adds it.
+
+    Written atomically (a temporary name, fsync, rename) and locked before the rename, so that no other run
+    takes it over while this one works on it. An OutputError when it cannot be written.
+    """
+    directory = Path(to_dir)
+    _check_target(directory)
+    folder = directory / _PENDING_DIR
+    key = hashlib.sha256("\0".join(files).encode()).hexdigest()[:16]
+    name = f"{key}-{os.getpid()}-{os.urandom(4).hex()}.json"
+    doc = orjson.dumps({"format": PENDING_FORMAT, "files": list(files), "at": _now()})
+    from ctxtool.session.write import temp_beside
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = temp_beside(folder, name)
+    except OSError as exc:
+        raise OutputError(directory, exc) from exc
+    try:
+        _lock_entry(fd)  # a new file: never contended
+        view = memoryview(doc)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+        os.replace(tmp, folder / name)
+    except BaseException as exc:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise OutputError(directory, exc) from exc
+        raise
+    return PendingSession(folder / name, tuple(files), fd)
+
+
+def claim_pending(to_dir: str | Path) -> list[PendingSession]:
+    """The entries of the pending list of ``to_dir`` that no running process holds, now held by this one (an
+    empty list when there is none). A damaged entry comes back with no files, to be removed with the rest."""
+    folder = Path(to_dir) / _PENDING_DIR
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    from ctxtool.session.write import clean_stale_temps
+
+    clean_stale_temps(folder)  # an entry's writer killed before its rename
+    claimed = (_claim(folder / n) for n in names if n.endswith(".json") and not n.startswith("."))
+    return [entry for entry in claimed if entry is not None]
+
+
+def pending_files(entries: Sequence[PendingSession]) -> list[str]:
+    """The files of ``entries`` that still exist (Gemini CLI may have deleted a session since), each once."""
+    return list(dict.fromkeys(f for e in entries for f in e.files if os.path.exists(f)))
+
+
+def _claim(path: Path) -> PendingSession | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        # Not held by anyone, and not removed since we opened it (its owner finished meanwhile).
+        if not _lock_entry(fd, block=False) or os.fstat(fd).st_nlink == 0:
+            os.close(fd)
+            return None
+        with open(fd, "rb", closefd=False) as fh:
+            data = fh.read()
+    except OSError:
+        os.close(fd)
+        return None
+    try:
+        doc = orjson.loads(data)
+        files = doc["files"] if doc.get("format") == PENDING_FORMAT else []
+        paths = tuple(f for f in files if isinstance(f, str)) if isinstance(files, list) else ()
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+        paths = ()
+    return PendingSession(path, paths, fd)
+
+
+def _lock_entry(fd: int, *, block: bool = True) -> bool:
+    """Lock a pending entry; False when another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: entries cannot be held; any run may take one over
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if block else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 # --- reading back ------------------------------------------------------------------------------------

@@ -848,7 +848,8 @@ def test_a_compact_table_at_40_columns_leaves_out_where_it_wrote_and_names_it(
     assert "output" in _audit_header(wide)
     # Whatever the width, every file written is named in full, on a line of its own, for a user to copy.
     for out in (narrow, wide):
-        written = sorted(line.removeprefix("wrote ") for line in out.splitlines() if line.startswith("wrote "))
+        lines = out.splitlines()
+        written = sorted(line.removeprefix("wrote ") for line in lines if line.startswith("wrote "))
         assert written == sorted(str(p) for p in (tmp_path / "out").rglob("*.json*"))
 
 

@@ -74,8 +74,20 @@ class OutputError(CtxtoolError):
 
         self.path = Path(path)
         under = next((p for p in self.path.parents if p.exists() and not p.is_dir()), None)
+        # The system's reason (in the message) with its fix: a full disk, no permission, a read-only disk.
+        by_errno = {
+            errno.ENOSPC: "Its disk is full: free some space on it, or name a path on another disk, and run "
+            "again",
+            errno.EDQUOT: "Your disk quota is used up: free some space, or name a path on another disk, and "
+            "run again",
+            errno.EROFS: "Name a path on a writable disk",
+            errno.EACCES: "Name a path you may write to, or get write permission on its folder",
+            errno.EPERM: "Name a path you may write to, or get write permission on its folder",
+        }
         if under is not None:  # a file where a folder of the path should be
             fix = f"{under} is a file, not a folder: name a path under a folder"
+        elif exc.errno in by_errno:
+            fix = by_errno[exc.errno]
         elif exc.errno == errno.EEXIST:
             fix = "It exists already: move it away or name another"
         elif exc.errno == errno.EISDIR or self.path.is_dir():
