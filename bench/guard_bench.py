@@ -6,6 +6,9 @@ call (run from ``bench/run.py``; not a test).
   event carries the request's history, as Gemini CLI's does. Target: 100 ms.
 * first call on a home of the real sessions (laid out as Gemini CLI keeps them, as ``make_corpus`` lays out
   one copy): nothing in the cache yet. Target: 1 s.
+* first call beside a 1 GB session made of one line (over ctxtool's 256 MiB record limit): before, reading it
+  took time that grew with the square of its length (173 s for 2 GB), past Gemini CLI's 10 s hook timeout,
+  so no budget was enforced at all. Target: 2 s.
 
 Each call runs as Gemini CLI runs it: the console script, the hook event as JSON on standard input. The
 machine may be busy, so ``python -c pass`` and ``ctxtool --help`` run in the same rounds: the ratios to them,
@@ -28,6 +31,8 @@ import scenarios
 
 WARM_TARGET_S = 0.1
 FIRST_TARGET_S = 1.0
+BESIDE_TARGET_S = 2.0
+LONG_LINE_MB = 1024
 
 
 def _call(exe: str, home: Path, transcript: Path, cache: Path, history: list[dict[str, str]]) -> list[str]:
@@ -78,6 +83,18 @@ def _real_home(home: Path) -> Path:
     return max((home / ".gemini").rglob("*.json*"), key=lambda p: p.stat().st_size)
 
 
+def _one_line_session(chats: Path, mb: int) -> None:
+    """A session in Gemini CLI's layout whose second line is one record of ``mb`` MB."""
+    chats.mkdir(parents=True, exist_ok=True)
+    meta = {"sessionId": "one-line", "projectHash": "1" * 64, "startTime": "2026-11-01T00:00:00.000Z"}
+    with (chats / "session-2026-11-01T00-00-oneline1.jsonl").open("wb") as fh:
+        fh.write(json.dumps(meta).encode() + b'\n{"id":"long","type":"info","content":"')
+        block = b"y" * (1 << 20)
+        for _ in range(mb):
+            fh.write(block)
+        fh.write(b'"}\n')
+
+
 def _timed(best_of: Callable[..., Any], cmd: list[str]) -> tuple[Any, float]:
     """One run: its measure, and the CPU time (user + system) of its process tree."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -108,9 +125,11 @@ def guard_scenarios(
         real = home / "real"
         transcript = _real_home(real)
         session.write_bytes(original)
+        _one_line_session(home / ".gemini" / "tmp" / "beside" / "chats", LONG_LINE_MB)
         _aged(home / ".gemini")
         sh = ["sh", "-c"]
-        runs: dict[str, list[tuple[Any, float]]] = {"pass": [], "help": [], "warm": [], "first": []}
+        names = ("pass", "help", "warm", "first", "beside")
+        runs: dict[str, list[tuple[Any, float]]] = {k: [] for k in names}
         for i in range(repeat):  # rounds: one run of each, so that a busy moment falls on all of them
             runs["pass"].append(_timed(best_of, [*sh, f"exec {_python_of(exe)} -c pass"]))
             runs["help"].append(_timed(best_of, [*sh, f"exec {exe} --help > /dev/null"]))
@@ -122,6 +141,7 @@ def guard_scenarios(
             runs["warm"].append(_timed(best_of, _call(exe, home, session, cache, history)))
             event_mb = (home / "event.json").stat().st_size / 1e6
             runs["first"].append(_timed(best_of, _call(exe, real, transcript, real / f"cache-{i}", [])))
+            runs["beside"].append(_timed(best_of, _call(exe, home, session, home / f"beside-{i}", history)))
         files = sum(1 for p in (real / ".gemini").rglob("*.json*"))
         return _report(runs, len(extra), len(original), files, event_mb)
 
@@ -158,4 +178,11 @@ def _report(
                  note if ok else f"failed: {first.stderr[-300:]!r}"))  # fmt: skip
     verdicts.append(f"guard first call <= {FIRST_TARGET_S:.0f} s: {first.wall:.2f} s -> "
                     f"{'PASS' if ok and first.wall <= FIRST_TARGET_S else 'FAIL'}")  # fmt: skip
+    beside = best["beside"]
+    ok = beside.returncode == 0 and beside.stdout.strip().startswith(b"{")
+    note = f"a {LONG_LINE_MB} MB one-line session beside, empty cache; {versus('beside')}"
+    rows.append(("ctxtool guard, first call beside a 1 GB line", beside if ok else None,
+                 note if ok else f"failed: {beside.stderr[-300:]!r}"))  # fmt: skip
+    verdicts.append(f"guard beside a 1 GB line <= {BESIDE_TARGET_S:.0f} s: {beside.wall:.2f} s -> "
+                    f"{'PASS' if ok and beside.wall <= BESIDE_TARGET_S else 'FAIL'}")  # fmt: skip
     return rows, verdicts

@@ -73,3 +73,25 @@ def test_both_readers_count_an_overlong_record_as_broken(
     assert (full.broken_lines, full.first_broken_line) == (1, 3)
     assert [m["id"] for m in full.billed] == ["u1", "g1"]
     assert [r["message_id"] for r in columns.message_rows(fast)] == ["u1", "g1"]
+
+
+def test_memory_stays_bounded_by_the_limit_and_a_chunk(tmp_path: Path) -> None:
+    """A 48 MB line read 1 MB at a time with a 4 MB limit: never more than the limit and a few chunks held
+    (tracemalloc counts every bytes object made), and the line comes back as OVERLONG."""
+    import tracemalloc
+
+    path = tmp_path / "one-line.jsonl"
+    with path.open("wb") as fh:
+        fh.write(b'{"sessionId":"s"}\n{"x":"')
+        for _ in range(48):
+            fh.write(b"y" * (1 << 20))
+        fh.write(b'"}\n{"id":"after"}\n')
+    tracemalloc.start()
+    try:
+        with path.open("rb", buffering=0) as fh:
+            kinds = [line is OVERLONG for line in iter_file_lines(fh, chunk_size=1 << 20, max_line=4 << 20)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert kinds == [False, True, False]
+    assert peak < 8 << 20, f"held {peak / 2**20:.1f} MB reading a 48 MB line with a 4 MB limit"
