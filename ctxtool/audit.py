@@ -49,6 +49,7 @@ from ctxtool.frames.query import (
     report,
 )
 from ctxtool.frames.reading import describe_problems, problem_counts
+from ctxtool.measure.tokens import cache_ratio
 
 Kind = Literal["tokens", "share", "cost", "count"]
 CheckStatus = Literal["pass", "fail", "skip"]
@@ -559,9 +560,8 @@ def _session_measures(
         )
         inp = int(req.get_column("input").sum() or 0)
         cached = int(req.get_column("cached").sum() or 0)
-        out["min-cache-ratio"] = _Measure(
-            cached / inp if inp else None, None, "" if inp else "no input tokens"
-        )
+        ratio = cache_ratio(cached, inp)
+        out["min-cache-ratio"] = _Measure(ratio, None, "" if ratio is not None else "no input tokens")
     else:
         out["max-request-tokens"] = _Measure(0.0)
         out["max-context-share"] = _Measure(0.0)

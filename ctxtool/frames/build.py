@@ -30,6 +30,7 @@ from ctxtool.frames.model import (
     Corpus,
     Problem,
     Progress,
+    cache_ratio_expr,
     context_limit_expr,
 )
 from ctxtool.frames.reading import discovery_problems
@@ -317,7 +318,7 @@ def _derive(
     requests = requests.with_columns(
         context=pl.col("input"),
         context_share=pl.col("input") / pl.col("context_limit"),
-        cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")).otherwise(None),
+        cache_ratio=cache_ratio_expr(),
     )
     requests, warnings = add_costs(requests, prices, memo=price_memo)
     requests = with_composition(with_events(requests))

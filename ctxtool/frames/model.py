@@ -163,6 +163,11 @@ def context_limit_expr(model: pl.Expr) -> pl.Expr:
     return expr
 
 
+def cache_ratio_expr() -> pl.Expr:
+    """``ctxtool.measure.tokens.cache_ratio`` on a frame's ``cached`` and ``input`` (the prompt count)."""
+    return pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input"))
+
+
 def cost_aggs() -> list[pl.Expr]:
     """A group's cost: what the requests of known price cost (``cost``), how many have no known price
     (``unpriced``: a model genai-prices does not know) and the helper ``_priced``; see ``known_cost``."""

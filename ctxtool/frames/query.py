@@ -18,6 +18,7 @@ from ctxtool.common.choices import BY_CHOICES
 from ctxtool.frames.model import (
     TOKEN_COLUMNS,
     Corpus,
+    cache_ratio_expr,
     cost_aggs,
     known_cost,
 )
@@ -181,7 +182,7 @@ def _agg_requests(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         )
         .with_columns(
             *known_cost(),
-            cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
+            cache_ratio=cache_ratio_expr(),
         )
         .drop("_priced")
         .sort(keys)

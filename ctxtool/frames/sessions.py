@@ -11,7 +11,14 @@ if TYPE_CHECKING:
     from ctxtool.measure.pricing import PriceTable
 
 
-from ctxtool.frames.model import COMPOSITION_COLUMNS, TOKEN_COLUMNS, cost_aggs, known_cost, parse_times
+from ctxtool.frames.model import (
+    COMPOSITION_COLUMNS,
+    TOKEN_COLUMNS,
+    cache_ratio_expr,
+    cost_aggs,
+    known_cost,
+    parse_times,
+)
 from ctxtool.frames.turns import turn_count
 from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT
 
@@ -125,7 +132,7 @@ def derived_from_sums() -> dict[str, pl.Expr]:
     after a filter or a roll-up, so that none can keep a ratio of requests it no longer counts."""
     return {
         "context_share": pl.col("peak_context") / pl.col("context_limit"),
-        "cache_ratio": pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
+        "cache_ratio": cache_ratio_expr(),
     }
 
 

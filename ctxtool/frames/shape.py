@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ctxtool.measure.tokens import cache_ratio
 from ctxtool.session.schema import TOKEN_KEYS as TOKEN_COLUMNS
 
 # 2: input excludes cached (prompt_tokens has both), models is a list. 3: one accounting
@@ -150,8 +151,8 @@ def totals_of(columns: Sequence[str], values: Callable[[str], list[Any]]) -> dic
             known = [v for v in values(col) if v is not None]
             out[col] = math.fsum(known) if known or not values(col) else None
     prompt = out.get("prompt_tokens", out.get("input"))
-    if prompt:
-        out["cache_ratio"] = out.get("cached", 0) / prompt
+    if prompt and (ratio := cache_ratio(out.get("cached", 0), prompt)) is not None:
+        out["cache_ratio"] = ratio
     return out
 
 

@@ -29,7 +29,7 @@ from ctxtool.common.digest import blake2b
 from ctxtool.frames.grouping import group_sessions, link_parents, parent_ref_of
 from ctxtool.frames.reading import Problem, discovery_problems
 from ctxtool.frames.shape import COMPOSITION_COLUMNS, REPORT_COLUMNS, totals_of
-from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS, describe_total_mismatches
+from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS, cache_ratio, describe_total_mismatches
 from ctxtool.session.schema import TOKEN_KEYS as TOKEN_COLUMNS
 from ctxtool.session.stamp import MESSAGE_COLUMNS
 
@@ -614,7 +614,7 @@ def _session_row(
     ]
     row["context_limit"] = max(limits, default=DEFAULT_TOKEN_LIMIT)
     row["context_share"] = None if row["peak_context"] is None else row["peak_context"] / row["context_limit"]
-    row["cache_ratio"] = row["cached"] / row["input"] if row["input"] > 0 else None
+    row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
     row["compressions"] = max(sum(c[_INFO]), sum(c[_SNAP]))
     row["rewinds"] = sum(f.rewinds for f in files)
     row["tool_calls"], row["tool_errors"] = sum(filter(None, c[_CALLS])), sum(filter(None, c[_ERRORS]))
@@ -676,7 +676,7 @@ def session_rows(t: Tally, *, roll_up: bool = True) -> list[dict[str, Any]]:
             sub = [c.row["cost"] for c in kids if c.row["cost"] is not None]
             if row["cost"] is not None or sub:
                 row["cost"] = math.fsum([row["cost"] or 0.0, math.fsum(sub)])
-            row["cache_ratio"] = row["cached"] / row["input"] if row["input"] > 0 else None
+            row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
         rows.append(row)
     rows.sort(key=_session_order)
     return [_shown(row, "session") for row in rows]
@@ -741,7 +741,7 @@ def request_rows(t: Tally, by: str) -> list[dict[str, Any]]:
         row["peak_context"] = peak
         row["unpriced"] = n - len(known)
         row["cost"] = None if not known and row["unpriced"] else math.fsum(known)
-        row["cache_ratio"] = row["cached"] / row["input"] if row["input"] > 0 else None
+        row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
         rows.append(_shown(row, by))
     return rows
 

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     pass
 
 
-from ctxtool.frames.model import COMPOSITION_COLUMNS, TOKEN_COLUMNS, cost_aggs, known_cost
+from ctxtool.frames.model import COMPOSITION_COLUMNS, TOKEN_COLUMNS, cache_ratio_expr, cost_aggs, known_cost
 
 
 def turns_frame(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:
@@ -47,7 +47,7 @@ def turns_frame(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFra
         # A turn without requests cost nothing; one with requests of unknown price costs what is known.
         *known_cost(),
         context_share=pl.col("peak_context") / pl.col("context_limit"),
-        cache_ratio=pl.when(pl.col("input") > 0).then(pl.col("cached") / pl.col("input")),
+        cache_ratio=cache_ratio_expr(),
     ).drop("_priced")
     # Messages before the first prompt (a <session_context> block, a resumed history) form turn 0; keep it
     # only when it holds something.

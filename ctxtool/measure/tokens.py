@@ -41,6 +41,13 @@ TOKEN_KEYS: tuple[str, ...] = ("input", "output", "cached", "thoughts", "tool", 
 REPORT_TOKEN_KEYS = ("input", "output", "cached", "prompt_tokens", "thoughts", "tool", "total")
 
 
+def cache_ratio(cached: int, prompt: int) -> float | None:
+    """The share of a prompt served from the cache: ``cached / prompt`` of the same rows' sums (Gemini's
+    prompt count holds the cached tokens), None when no prompt tokens were counted. The one statement of it
+    for rows, roll-ups, groups and totals (``ctxtool.frames.model.cache_ratio_expr`` is it on frames)."""
+    return cached / prompt if prompt > 0 else None
+
+
 def token_count(value: object) -> int:
     """A token count as recorded: an int as it is, a float holding an integer as that int; anything else
     (missing, null, a bool, a string, a fraction) counts 0."""
