@@ -20,6 +20,9 @@ UV := $(TOOLS)/bin/uv
 export UV_PYTHON := $(PYTHON)
 export UV_PYTHON_DOWNLOADS := never
 export UV_NO_PROGRESS := 1
+# Byte-compiled at install, as pip does: a run never compiles a dependency (nor does it write .pyc files where
+# PYTHONDONTWRITEBYTECODE is set, which some CI images set).
+export UV_COMPILE_BYTECODE := 1
 PACKAGE_FILES := pyproject.toml setup.py README.md $(shell find ctxtool -type f ! -name '*.so' ! -name '*.pyc')
 
 .PHONY: demo test test-fast test-pure check check-latest lint format typecheck bench rates clean lock wheel \

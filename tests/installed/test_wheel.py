@@ -148,3 +148,22 @@ def test_compact_dry_run_writes_nothing(outside: Path) -> None:
     after = {p: p.read_bytes() for p in (outside / "fixtures").rglob("*") if p.is_file()}
     assert after == before
     assert not (outside / "ctxtool-compacted").exists()
+
+
+def test_the_install_is_byte_compiled() -> None:
+    """As pip installs a wheel: every module of ctxtool and of the dependencies a run imports has its .pyc,
+    so no run compiles them (and where PYTHONDONTWRITEBYTECODE is set, every run would)."""
+    code = (
+        "import importlib.util, orjson, sys\n"
+        "names = ['ctxtool', 'ctxtool.cli', 'ctxtool.session.columns', 'typer', 'rich', 'polars', 'orjson']\n"
+        "out = {}\n"
+        "for name in names:\n"
+        "    spec = importlib.util.find_spec(name)\n"
+        "    if spec and spec.origin and spec.origin.endswith('.py'):\n"
+        "        import os; out[name] = os.path.exists(importlib.util.cache_from_source(spec.origin))\n"
+        "print(orjson.dumps(out).decode())\n"
+    )
+    done = subprocess.run([str(PYTHON), "-I", "-c", code], capture_output=True, text=True, check=True)
+    compiled = orjson.loads(done.stdout)
+    assert len(compiled) == 7
+    assert all(compiled.values()), compiled
