@@ -113,7 +113,7 @@ check-latest: | $(UV)
 ## bench: speed and memory of the installed wheel (.venv-wheel, as `make wheel-check` makes it) against an
 ## orjson floor and the peers measured in the same run, then where the time goes
 bench: wheel-check
-	$(BIN)/python bench/run.py --write-readme --ctxtool $(CURDIR)/$(WHEEL_VENV)/bin/ctxtool
+	$(BIN)/python bench/run.py --write-docs --ctxtool $(CURDIR)/$(WHEEL_VENV)/bin/ctxtool
 	$(BIN)/python bench/profile.py
 
 ## rates: write the price rates shipped in the package (ctxtool/measure/rates_snapshot.json) from the installed

@@ -1,4 +1,4 @@
-"""ctxtool against ccusage, side by side on two homes, as a new user meets them (``make bench``, issue 25).
+"""ctxtool against ccusage, side by side on two homes, as a new user meets them (``make bench``).
 
 The two homes, the small one first: the 43 real sessions laid out once as a home (``bench/home``, 25 MB) and
 the 500 MB corpus (``bench/corpus``), both built by ``bench/make_corpus.py``. ccusage is installed from npm by
@@ -15,7 +15,8 @@ other, so that a slow spell of the machine weighs on all of them alike:
 
 Reported per home: the median of the rounds for each, wall time and peak RSS (of the largest process, and of
 the whole process tree), the ratios the issue sets targets for, PASS or FAIL, and the machine.
-``--write-readme`` (bench/run.py) puts both tables into README.md between the ``bench:peers`` markers.
+``--write-docs`` (bench/run.py; ``--write-readme``, its former name, still works) puts both tables into
+docs/benchmarks.md between the ``bench:peers`` markers.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 CCUSAGE_VERSION = "20.0.24"  # 20.0.26 published no linux-x64 binary
-README = Path(__file__).resolve().parents[1] / "README.md"
+# Where ``--write-docs`` puts the tables (the README points there).
+BENCHMARKS_DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 START, END = "<!-- bench:peers:start -->", "<!-- bench:peers:end -->"
 
-# What each row is (in the order a round runs them) and how the README names it.
+# What each row is (in the order a round runs them) and how docs/benchmarks.md names it.
 RUNS = {
     "first": "ctxtool's first run (empty cache, index written)",
     "ccusage": "ccusage",
@@ -150,7 +152,7 @@ def _works(launcher: Path) -> bool:
 
 
 def machine() -> str:
-    """Cores and CPU model of this machine, for the README's table."""
+    """Cores and CPU model of this machine, for the table of docs/benchmarks.md."""
     model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -255,8 +257,8 @@ def _rounds(
     }
 
 
-def readme_table(figures: Mapping[str, Any]) -> str:
-    """The README's tables (one per home), from one run's figures."""
+def benchmarks_table(figures: Mapping[str, Any]) -> str:
+    """The tables of docs/benchmarks.md (one per home), from one run's figures."""
     rows = [
         f"Measured by `make bench` on {figures['machine']}, against {figures['ccusage']} (`ccusage gemini "
         "session --offline --json`, its npm launcher); per home, medians of alternating rounds "
@@ -281,13 +283,14 @@ def readme_table(figures: Mapping[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def write_readme(table: str, readme: Path = README) -> bool:
-    text = readme.read_text(encoding="utf-8")
+def write_benchmarks_doc(table: str, doc: Path = BENCHMARKS_DOC) -> bool:
+    """Put ``table`` between the markers of ``doc``; False, and nothing written, when it has no markers."""
+    text = doc.read_text(encoding="utf-8")
     if START not in text or END not in text:
         return False
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{table}\n{END}{tail}", encoding="utf-8")
+    doc.write_text(f"{head}{START}\n{table}\n{END}{tail}", encoding="utf-8")
     return True
 
 

@@ -6,7 +6,7 @@ memory of its source. This module installs that release once into a cache folder
 body, and runs ``gemini`` against it with a throw-away ``GEMINI_CLI_HOME``.
 
 When Gemini CLI releases, change ``GEMINI_CLI_VERSION``: the tests that use this module are how we find out
-what changed (README, "Checking against Gemini CLI").
+what changed (docs/development.md, "Checking against Gemini CLI").
 
 How Gemini CLI is pointed at the fake (verified with 0.61.0): ``GEMINI_API_KEY`` (any value),
 ``GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:PORT``, ``GEMINI_CLI_TRUST_WORKSPACE=true``,

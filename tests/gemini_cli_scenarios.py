@@ -11,7 +11,7 @@ checked against (tests/test_gemini_cli_accounting.py).
 ``tests/recorded/gemini-cli-<version>/``. Regenerate it when Gemini CLI releases.
 
 What Gemini CLI 0.61.0 bills but never writes to the session file, so no reader of the file can count it
-(found while writing these scenarios; kept out of them, documented in the README):
+(found while writing these scenarios; kept out of them, documented in docs/tokens.md):
 * an answer with no parts at all, or with thoughts only: Gemini CLI retries the request (with a nudge for
   thoughts-only answers) and records only the retry, while its own stats count both;
 * its compression calls (summary and verification probe, role ``utility_compressor``).

@@ -1,6 +1,6 @@
-"""bench/peers.py, the side-by-side rounds of ``make bench``: their order, medians, verdicts and README
-tables, with and without ccusage. The commands are not run: a stand-in for ``bench/run.py``'s ``measure``
-answers each with set figures, so what is checked is the bookkeeping, never a speed."""
+"""bench/peers.py, the side-by-side rounds of ``make bench``: their order, medians, verdicts and the tables
+of docs/benchmarks.md, with and without ccusage. The commands are not run: a stand-in for ``bench/run.py``'s
+``measure`` answers each with set figures, so what is checked is the bookkeeping, never a speed."""
 
 from __future__ import annotations
 
@@ -123,19 +123,19 @@ def test_without_ccusage_the_rest_is_measured(tmp_path: Path, monkeypatch: pytes
     assert [t["ratio"] is None for t in small["targets"]] == [True, True, False, True, True]
     assert all(t["ratio"] is None for t in large["targets"])
     assert "second / `ctxtool --help` <= 2.0x: 1.67x -> PASS" in "\n".join(lines)
-    table = peers.readme_table(figures)
+    table = peers.benchmarks_table(figures)
     assert "| first / ccusage <= 0.8x | — | not measured |" in table
 
 
-def test_readme_gets_both_tables_between_the_markers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_tables_go_between_the_markers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(peers, "install_ccusage", lambda: (LAUNCHER, ""))
     monkeypatch.setattr(peers, "ccusage_version", lambda launcher: "ccusage 20.0.24")
     homes = [_home(tmp_path, peers.SMALL_TARGETS), _home(tmp_path, peers.LARGE_TARGETS, "large")]
     _, figures = peers.compare("ctxtool", homes, StandIn(FIGURES))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"before\n{peers.START}\nold table\n{peers.END}\nafter\n", encoding="utf-8")
-    assert peers.write_readme(peers.readme_table(figures), readme)
-    text = readme.read_text(encoding="utf-8")
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"before\n{peers.START}\nold table\n{peers.END}\nafter\n", encoding="utf-8")
+    assert peers.write_benchmarks_doc(peers.benchmarks_table(figures), doc)
+    text = doc.read_text(encoding="utf-8")
     assert text.startswith(f"before\n{peers.START}\nMeasured by `make bench`")
     assert text.endswith(f"{peers.END}\nafter\n")
     assert "old table" not in text
@@ -145,3 +145,18 @@ def test_readme_gets_both_tables_between_the_markers(tmp_path: Path, monkeypatch
     assert "| no-cache / ccusage <= 0.7x | 1.17x | no |" in text
     assert text.count("| first-run RSS, process tree / ccusage's <= 1.2x | 0.83x | yes |") == 2
     assert all(len(line) <= 120 for line in text.splitlines() if line.startswith("|"))
+
+
+def test_the_tables_go_to_docs_benchmarks_md_not_the_readme(tmp_path: Path) -> None:
+    """``make bench`` writes into docs/benchmarks.md, which holds the markers once; the README holds none."""
+    assert peers.BENCHMARKS_DOC == REPO / "docs" / "benchmarks.md"
+    doc = peers.BENCHMARKS_DOC.read_text(encoding="utf-8")
+    assert doc.count(peers.START) == doc.count(peers.END) == 1
+    assert doc.index(peers.START) < doc.index(peers.END)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert peers.START not in readme
+    assert peers.END not in readme
+    no_markers = tmp_path / "plain.md"
+    no_markers.write_text("no markers here\n", encoding="utf-8")
+    assert not peers.write_benchmarks_doc("| a |", no_markers)
+    assert no_markers.read_text(encoding="utf-8") == "no markers here\n"

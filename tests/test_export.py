@@ -18,10 +18,11 @@ from tests.conftest import FIXTURES, REAL_SESSIONS, REPO
 
 DATA = FIXTURES / "gemini" / "tmp"
 GROWING = DATA / "ctxdemo" / "chats" / "session-2026-05-25T09-30-c4e5f6a7.jsonl"
-README_HEADING = "## Keep history with ctxtool export"
+EXPORT_DOC = REPO / "docs" / "export.md"
+EXPORT_HEADING = "## Queries"
 
-# The README's DuckDB example (README.md, under README_HEADING); test_readme_sql_matches keeps them equal.
-README_SQL = """\
+# The DuckDB example of docs/export.md (under EXPORT_HEADING); test_documented_sql_matches keeps them equal.
+DOC_SQL = """\
 SELECT project,
        strftime(day, '%Y-%m') AS month,
        count(DISTINCT session_key) AS sessions,
@@ -277,11 +278,11 @@ def test_project_names_round_trip_through_duckdb_and_our_reader(tmp_path: Path) 
     assert sorted(r[0] for r in got) == sorted([*WEIRD[:3], export.hive_escape(WEIRD[3])])
 
 
-def test_readme_query_runs_in_duckdb_and_matches_polars(tmp_path: Path) -> None:
+def test_documented_query_runs_in_duckdb_and_matches_polars(tmp_path: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     ds = tmp_path / "ds"
     export.export_corpus(frames.load([DATA]), ds)
-    sql = README_SQL.replace("DIR", ds.as_posix())
+    sql = DOC_SQL.replace("DIR", ds.as_posix())
     rel = duckdb.sql(sql)
     got = pl.DataFrame(rel.fetchall(), schema=rel.columns, orient="row")
     req = frames.load([DATA]).requests
@@ -304,14 +305,13 @@ def test_readme_query_runs_in_duckdb_and_matches_polars(tmp_path: Path) -> None:
     assert got.get_column("cost_usd").to_list() == pytest.approx(want.get_column("cost_usd").to_list())
 
 
-def test_readme_sql_matches() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    if README_HEADING not in readme:
-        pytest.skip(f"README.md has no {README_HEADING!r} section yet")
-    section = readme.split(README_HEADING, 1)[1].split("\n## ", 1)[0]
+def test_documented_sql_matches() -> None:
+    doc = EXPORT_DOC.read_text(encoding="utf-8")
+    assert doc.count(EXPORT_HEADING) == 1, f"docs/export.md has no {EXPORT_HEADING!r} section"
+    section = doc.split(EXPORT_HEADING, 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```sql\n(.*?)```", section, re.S)
     assert block is not None, "the export section has no ```sql block"
-    assert block[1] == README_SQL
+    assert block[1] == DOC_SQL
 
 
 def test_refuses_a_directory_that_is_not_a_dataset(tmp_path: Path) -> None:

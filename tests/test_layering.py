@@ -1,4 +1,4 @@
-"""The house's layers: imports point down only (README "How it is built").
+"""The house's layers: imports point down only (docs/architecture.md, "How it is built").
 
 Bottom up: ``common`` → ``measure`` → ``session`` → ``frames`` | ``compress`` → the features (``stats``,
 ``compact``, ``diff``, ``audit``, ``compare``, ``export``, ``report``) → ``render`` → ``cli``. A module
@@ -76,7 +76,9 @@ def modules() -> list[Path]:
 
 def test_every_part_has_a_layer() -> None:
     parts = {part(module_name(p)) for p in modules()} - {None}
-    assert parts <= set(LAYERS), f"give {sorted(parts - set(LAYERS))} a layer in LAYERS and the README"
+    assert parts <= set(LAYERS), (
+        f"give {sorted(parts - set(LAYERS))} a layer in LAYERS and docs/architecture.md"
+    )
 
 
 def test_imports_point_down() -> None:

@@ -25,7 +25,7 @@ HELP = """Report token usage, context-window share, cache hits and cost of Gemin
 Each PATH is a session file, folder or glob (default: $GEMINI_CLI_HOME/.gemini/tmp, else ~/.gemini/tmp),
 or one dataset folder `ctxtool export` wrote. Sums count every request billed, rewound ones too (--live:
 only the history Gemini CLI would resume). input, cached, output, thoughts and tool add up to total, as
-ccusage counts them. The ctx_* columns and --top are estimates of what fills the context (README).
+ccusage counts them. The ctx_* columns and --top are estimates of what fills the context (docs/tokens.md).
 
 Examples:
 

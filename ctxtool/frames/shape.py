@@ -22,7 +22,7 @@ SCHEMA_VERSION = 3
 COMPOSITION_COLUMNS = ("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io")
 
 
-# Columns each report shows, in order (the README documents every one).
+# Columns each report shows, in order (docs/json.md documents every one).
 # The columns of every report that sums requests by one key (model, project, day, week, month).
 _AGGREGATE_COLUMNS = [
     "sessions",
