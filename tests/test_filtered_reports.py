@@ -109,3 +109,41 @@ def test_generated_homes(
 )
 def test_real_sessions(capsys: pytest.CaptureFixture[bytes], filters: list[str]) -> None:
     assert_derived_from_kept_requests(capsys, REAL_SESSIONS, filters)
+
+
+def _jsonl(*records: dict[str, Any]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+def _answer(mid: str, model: str, tokens: int) -> dict[str, Any]:
+    usage = {"input": tokens, "output": 1, "cached": 0, "thoughts": 0, "tool": 0, "total": tokens + 1}
+    return {"id": mid, "type": "gemini", "timestamp": "2026-08-01T10:00:02.000Z", "content": "ok",
+            "model": model, "tokens": usage}  # fmt: skip
+
+
+def test_a_subagent_whose_parent_a_filter_leaves_out_keeps_its_requests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[bytes]
+) -> None:
+    """The parent's requests are all of one model, its subagent's of another: under ``--model`` the
+    subagent's, rolled up into a parent the filter dropped, were lost from ``--by session``."""
+    sid = "11111111-2222-4333-8444-555566667777"
+    chats = tmp_path / "tmp" / "proj" / "chats"
+    (chats / sid).mkdir(parents=True)
+    meta = {"sessionId": sid, "projectHash": "a" * 64, "startTime": "2026-08-01T10:00:00.000Z"}
+    prompt = {"id": "u1", "type": "user", "timestamp": "2026-08-01T10:00:01.000Z", "content": "go"}
+    (chats / "session-2026-08-01T10-00-11111111.jsonl").write_bytes(
+        _jsonl(meta, prompt, _answer("g1", "gemini-2.5-pro", 100))
+    )
+    sub = {**meta, "sessionId": "99999999-2222-4333-8444-555566667777", "kind": "subagent"}
+    (chats / sid / "helper.jsonl").write_bytes(
+        _jsonl(sub, prompt, _answer("s1", "gemini-2.5-flash", 40), _answer("s2", "gemini-2.5-flash", 50))
+    )
+    root = tmp_path / "tmp"
+    for filters in ([], ["--model", "gemini-2.5-flash"], ["--model", "gemini-2.5-pro"]):
+        capsys.readouterr()
+        assert run(["stats", str(root), "--by", "request", "-f", "json", "--no-cache", *filters]) == 0
+        requests = orjson.loads(capsys.readouterr().out)["rows"]
+        assert run(["stats", str(root), "--by", "session", "-f", "json", "--no-cache", *filters]) == 0
+        sessions = orjson.loads(capsys.readouterr().out)
+        assert sum(r["requests"] for r in sessions["rows"]) == sessions["totals"]["requests"] == len(requests)
+        assert sum(r["prompt_tokens"] for r in sessions["rows"]) == sum(r["prompt_tokens"] for r in requests)
