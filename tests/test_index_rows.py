@@ -179,16 +179,19 @@ def test_a_grown_file_is_resumed_from_its_rows_in_the_index(
 
 
 def _edit_kept(cache: Path, edit: Any) -> str:
-    """Apply ``edit`` to the kept measure of one file (as MessagePack decodes it, untyped); its path."""
+    """Apply ``edit`` to the kept measure of one file (as MessagePack decodes it, untyped); its path. Its
+    checksum is made anew, as if a hand or another version had written the value: the index's own check
+    passes it, and refusing it is the tally's job."""
     with sqlite3.connect(database(cache)) as db:
-        path, data = db.execute(
-            "SELECT path, data FROM side WHERE kind = ? ORDER BY path LIMIT 1", (T.MEASURED,)
+        path, size, mtime_ns, data = db.execute(
+            "SELECT path, size, mtime_ns, data FROM side WHERE kind = ? ORDER BY path LIMIT 1", (T.MEASURED,)
         ).fetchone()
         kept = msgspec.msgpack.decode(data)
         edit(kept)
+        data = msgspec.msgpack.encode(kept)
+        digest = index_module._sum(index_module._side_key(T.MEASURED, path, size, mtime_ns), data)
         db.execute(
-            "UPDATE side SET data = ? WHERE path = ? AND kind = ?",
-            (msgspec.msgpack.encode(kept), path, T.MEASURED),
+            "UPDATE side SET data = ?, sum = ? WHERE path = ? AND kind = ?", (data, digest, path, T.MEASURED)
         )
     return str(path)
 
@@ -226,9 +229,9 @@ def test_a_kept_measure_of_another_type_is_measured_again(
     edit: Any,
     by: str,
 ) -> None:
-    """A value of another type in what the index keeps of a file's measure (a cache edited by hand, or
-    damaged), in its row, its costs or its requests: that file is measured again (its rows read from the
-    index) and kept anew; the report is the one a run without the index prints."""
+    """A value of another type in what the index keeps of a file's measure (a cache edited by hand, its
+    checksum made anew), in its row, its costs or its requests: that file is measured again (its rows read
+    from the index) and kept anew; the report is the one a run without the index prints."""
     cache = tmp_path / "cache"
     stats(capsysbinary, str(home), "-f", "json", "--by", by, "--cache-dir", str(cache))
     before = _kept(cache)
