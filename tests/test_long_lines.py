@@ -95,3 +95,17 @@ def test_memory_stays_bounded_by_the_limit_and_a_chunk(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert kinds == [False, True, False]
     assert peak < 8 << 20, f"held {peak / 2**20:.1f} MB reading a 48 MB line with a 4 MB limit"
+
+
+def test_the_guards_quick_path_leaves_an_overlong_record_to_the_full_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Appended bytes holding a line over the limit are not parsed by the guard's quick path (stdlib json on a
+    line of a GB): the full tally reads the file, in bounded memory, and counts that line broken."""
+    from ctxtool.hooks import tally
+
+    monkeypatch.setattr(tally, "MAX_RECORD_BYTES", 100)
+    short = orjson.dumps({"id": "a", "type": "info", "content": "x"}) + b"\n"
+    long_line = orjson.dumps({"id": "b", "type": "info", "content": "y" * 200}) + b"\n"
+    assert tally._records(short) == [orjson.loads(short)]
+    assert tally._records(short + long_line) is None

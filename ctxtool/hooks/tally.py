@@ -27,6 +27,7 @@ import os
 
 from ctxtool.common.digest import blake2b
 from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, request_total, token_count, token_limit
+from ctxtool.session.stamp import MAX_RECORD_BYTES
 
 TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)
 if TYPE_CHECKING:
@@ -442,6 +443,8 @@ def _records(data: bytes) -> list[dict[str, Any]] | None:
         return None
     out = []
     for line in data.split(b"\n"):
+        if len(line) > MAX_RECORD_BYTES:
+            return None  # a broken line to ctxtool's reader, which the full tally reads in bounded memory
         if not line.strip(b" \t\r\x0b\x0c"):
             continue  # blank (``Replayed.feed``: whitespace bytes only)
         try:

@@ -25,6 +25,7 @@ import orjson
 
 from ctxtool.common.errors import SessionFormatError
 from ctxtool.session.schema import MessageRecord
+from ctxtool.session.stamp import MAX_RECORD_BYTES
 from ctxtool.session.utf8 import read_as_node
 
 Era = Literal["json", "jsonl"]
@@ -387,11 +388,6 @@ def line_views(data: bytes) -> Iterator[memoryview]:
         end = find(b"\n", start)
     if start < len(data):
         yield view[start:]
-
-
-# A record longer than this is counted as a broken line, and its bytes are not held: Gemini CLI writes no
-# line near it (its largest are tool outputs of a few MB), and holding one would bound nothing.
-MAX_RECORD_BYTES = 256 * 1024 * 1024
 
 
 class _Overlong(bytes):

@@ -54,9 +54,16 @@ TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_
 # response recorded with `total: 0` (or none) counts the sum of its parts (tokens.request_total). 10: no
 # hidden compression calls for the snapshots ctxtool wrote into a compacted copy (frames.sessions). 11: a
 # session ctxtool compacted in place (``ctxtoolCompaction``) is marked (``compacted_at``), and its snapshot
-# adds no hidden calls either.
-COLUMNS_VERSION = 11
+# adds no hidden calls either. 12: bytes that are not UTF-8 are read as Node reads them before any decoder
+# (ctxtool.session.utf8.read_as_node: msgspec 0.23 had made such lines broken), and a line over
+# MAX_RECORD_BYTES is a broken line.
+COLUMNS_VERSION = 12
 STAMP = f"{__version__}-c{COLUMNS_VERSION}"
+
+# A record (one line of a session file) longer than this is counted as a broken line, and its bytes are not
+# held: Gemini CLI writes no line near it (its largest are tool outputs of a few MB), and holding one would
+# bound nothing. Here, with the stamp, since every reader (ctxtool.session.read, the guard's) keeps to it.
+MAX_RECORD_BYTES = 256 * 1024 * 1024
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Path:
