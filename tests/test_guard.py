@@ -115,6 +115,29 @@ def test_a_warm_call_reads_only_what_was_appended(tmp_path: Path) -> None:
     ).session.known_cost)  # fmt: skip
 
 
+def test_a_warm_call_without_a_daily_budget_reads_only_its_own_session(tmp_path: Path) -> None:
+    """Whatever grew beside the guarded session (another window's session, a file of one huge line), a warm
+    call that needs no day's figure reads none of it; one that does reads what was appended, and the day's
+    figure then counts it."""
+    root, session = _home(tmp_path)
+    beside = root / "q" / "chats" / "session-2026-11-20T09-00-s2.jsonl"
+    other = {"sessionId": "s2", "projectHash": "h", "startTime": "2026-11-20T09:00:00.000Z", "kind": "main"}
+    write_jsonl(beside, [other, *_record(5, tokens=5000)])
+    _aged(root)
+    at = datetime(2026, 11, 20, 12, tzinfo=UTC)
+    first = ledger.spend(session, cache_dir=tmp_path / "c", now=at)
+    assert first.today.days["2026-11-20"][1] == 3
+    with beside.open("ab") as fh:
+        fh.write(b"".join(orjson.dumps(r) + b"\n" for r in _record(7, tokens=700)))
+    own = ledger.spend(session, cache_dir=tmp_path / "c", now=at, whole_day=False)
+    assert (own.files_read, own.files_resumed) == (0, 0)
+    assert (own.session.requests, own.session.total) == (first.session.requests, first.session.total)
+    day = ledger.spend(session, cache_dir=tmp_path / "c", now=at)
+    assert (day.files_read, day.files_resumed) == (1, 1)
+    assert day.today.days["2026-11-20"][1] == 4
+    assert (day.session.requests, day.session.total) == (first.session.requests, first.session.total)
+
+
 AT = datetime(2026, 11, 20, 12, tzinfo=UTC)
 
 

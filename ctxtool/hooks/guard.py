@@ -293,7 +293,12 @@ def respond(opts: GuardOptions, stdin: IO[str], stdout: IO[str], stderr: IO[str]
         request = event.get("llm_request")
         model = request.get("model") if isinstance(request, dict) else None
         models = [m for m in (model, opts.fallback_model) if isinstance(m, str)]
-        spend = ledger.spend(event.get("transcript_path"), cache_dir=opts.cache_dir, models=models)
+        spend = ledger.spend(
+            event.get("transcript_path"),
+            cache_dir=opts.cache_dir,
+            models=models,
+            whole_day="--max-daily-cost" in opts.limits,
+        )
         answer = decide(spend, opts, request if isinstance(request, dict) else None)
     except Exception as exc:  # fail open: never break Gemini CLI
         return _failed(exc, opts.fail_closed, stdout, stderr)

@@ -40,10 +40,15 @@ def spend(
     cache_dir: str | os.PathLike[str] | None = None,
     now: datetime | None = None,
     models: Sequence[str | None] = (),
+    whole_day: bool = True,
 ) -> Spend:
     """The session of ``transcript`` and today's spend across every session under ``roots`` (default: the
     data root holding ``transcript`` and Gemini CLI's). ``models``: models the next records may name (the
-    request's, the fallback), priced now if a full tally runs, so that their replies need none."""
+    request's, the fallback), priced now if a full tally runs, so that their replies need none.
+
+    ``whole_day`` False (no budget of the day's spend is set): a warm call reads only the files of the
+    session ``transcript`` belongs to (its subagents included), whatever grew beside it; today's figure then
+    counts the other sessions as the last call that read them left them."""
     day = tally.today(now)
     cache = cache_path(cache_dir)
     key = tally.state_key(transcript, roots)
@@ -53,7 +58,7 @@ def spend(
         state = None
     if state is not None:
         try:
-            found = _quick(state, path, cache, transcript, tally.figures_key(day))
+            found = _quick(state, path, cache, transcript, tally.figures_key(day), whole_day)
         except (OSError, KeyError, TypeError, ValueError, IndexError, AttributeError):
             # A file gone since it was listed, or a state or running tally of another shape: the full tally
             # finds the files again and writes them anew.
@@ -81,15 +86,24 @@ def _usable(state: Any, key: str, day: str) -> bool:
 
 
 def _quick(
-    state: dict[str, Any], path: str, cache: str, transcript: str | os.PathLike[str] | None, figures: str
+    state: dict[str, Any],
+    path: str,
+    cache: str,
+    transcript: str | os.PathLike[str] | None,
+    figures: str,
+    whole_day: bool = True,
 ) -> Spend | None:
     """The spend from the state and the records appended since, or None when only the full tally can say."""
     folders = state.get("folders")
     if not isinstance(folders, dict) or any(_mtime(f) != mtime for f, mtime in folders.items()):
         return None  # a session file appeared, vanished or was renamed (or the last scan could not promise)
     files: dict[str, Any] = state["files"]
+    wanted = files if whole_day else _own_files(state, transcript)
+    if wanted is None:
+        return None
     grown = []
-    for name, entry in files.items():
+    for name in wanted:
+        entry = files[name]
         try:
             st = os.stat(name)
         except OSError:
@@ -143,6 +157,20 @@ def _grown(
     running.stamp = now
     running.freeze(rates)
     return running
+
+
+def _own_files(state: dict[str, Any], transcript: str | os.PathLike[str] | None) -> list[str] | None:
+    """The files of the session ``transcript`` belongs to and of its subagents (None: not in the state)."""
+    files, sessions = state["files"], state["sessions"]
+    target = os.path.abspath(transcript) if transcript else None
+    if target is None or target not in files:
+        return None
+    key = files[target].get("session")
+    if key not in sessions:
+        return None
+    root = sessions[key].get("root", key)
+    mine = {k for k, s in sessions.items() if s.get("root", k) == root}
+    return [name for name, entry in files.items() if entry.get("session") in mine]
 
 
 def _mtime(folder: str) -> int | None:
