@@ -20,7 +20,7 @@ import pytest
 
 from ctxtool.common.choices import BY_CHOICES
 from tests.conftest import FIXTURES, REPO
-from tests.test_golden import GOLDEN
+from tests.test_golden import GOLDEN, normalise
 
 VENV = Path(os.environ.get("CTXTOOL_INSTALLED", "/nonexistent"))
 PYTHON = VENV / "bin" / "python"
@@ -97,19 +97,10 @@ def test_every_command_has_help(outside: Path) -> None:
         assert done.stderr == "", path
 
 
-def _normalise(doc: dict[str, object], root: Path) -> dict[str, object]:
-    text = orjson.dumps(doc).decode().replace(str(root) + "/", "")
-    out = orjson.loads(text)
-    for row in out["rows"]:
-        row.pop("cost", None)
-    out["read"].pop("index", None)
-    return out  # type: ignore[no-any-return]
-
-
 @pytest.mark.parametrize("by", BY_CHOICES)
 def test_stats_on_the_fixtures_is_the_golden_output(outside: Path, by: str) -> None:
     done = run("stats", "fixtures/", "--by", by, "-f", "json", "--no-cache", cwd=outside)
-    got = _normalise(orjson.loads(done.stdout), outside)
+    got = normalise(orjson.loads(done.stdout), outside)
     assert got == orjson.loads((GOLDEN / f"stats-by-{by}.json").read_bytes())
 
 
