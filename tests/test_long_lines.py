@@ -109,3 +109,19 @@ def test_the_guards_quick_path_leaves_an_overlong_record_to_the_full_read(
     long_line = orjson.dumps({"id": "b", "type": "info", "content": "y" * 200}) + b"\n"
     assert tally._records(short) == [orjson.loads(short)]
     assert tally._records(short + long_line) is None
+
+
+@pytest.mark.parametrize("by", ["session", "request"])  # the tally's report, and the frames'
+def test_stats_names_the_overlong_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], by: str
+) -> None:
+    from ctxtool.cli import run
+
+    monkeypatch.setattr(read, "MAX_RECORD_BYTES", 1024)
+    long_line = orjson.dumps({"id": "big", "type": "info", "content": "y" * 5000})
+    path = _session(tmp_path, long_line)
+    broken = path.read_bytes().replace(b'{"id":"u1"', b'{"id":"u1"broken\n{"id":"u1"', 1)
+    path.write_bytes(broken)
+    assert run(["stats", str(path), "--by", by, "-f", "json", "--no-cache"]) == 0
+    err = capsys.readouterr().err
+    assert f"{path}: skipped 2 broken lines (first at line 2); line 4 is over 256 MiB" in err

@@ -257,6 +257,9 @@ def _layout_of(sessions: list[_Session], refs: dict[str, str | None], rows: Rows
         srow["first_broken_line"].append(
             next((f.first_broken_line for f in s.files if f.first_broken_line), None)
         )
+        srow["first_overlong_line"].append(
+            next((f.first_overlong_line for f in s.files if f.first_overlong_line), None)
+        )
         srow["rewinds"].append(sum(f.rewinds for f in s.files))
         srow["checkpoints"].append(sum(f.checkpoints for f in s.files))
         srow["live_messages"].append(p.live_messages)

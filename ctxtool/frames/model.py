@@ -126,6 +126,7 @@ SESSION_META_SCHEMA: dict[str, Any] = {
     "invalid_utf8_lines": pl.Int64,
     "first_invalid_utf8_line": pl.Int64,
     "first_broken_line": pl.Int64,
+    "first_overlong_line": pl.Int64,
     "rewinds": pl.Int64,
     "checkpoints": pl.Int64,
     "live_messages": pl.Int64,

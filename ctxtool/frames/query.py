@@ -355,7 +355,7 @@ def read_warnings(corpus: Corpus) -> list[str]:
     lines, and the corpus's own warnings (unknown models, unrepresentable values)."""
     return [
         *(str(p) for p in corpus.problems),
-        *(broken_lines_warning(path, broken, first) for path, broken, first in broken_files(corpus)),
+        *(broken_lines_warning(*found) for found in broken_files(corpus)),
         *(
             invalid_utf8_warning(r["file"], r["invalid_utf8_lines"], r["first_invalid_utf8_line"])
             for r in corpus.sessions.filter(pl.col("invalid_utf8_lines") > 0).iter_rows(named=True)
@@ -382,10 +382,14 @@ def total_mismatches(corpus: Corpus) -> list[tuple[str, int]]:
     return [(r["file"] or r["session_key"], int(r["n"])) for r in counts.iter_rows(named=True)]
 
 
-def broken_files(corpus: Corpus) -> list[tuple[str, int, int]]:
-    """(file, broken lines, first broken line) for every session that had unparseable lines."""
+def broken_files(corpus: Corpus) -> list[tuple[str, int, int, int | None]]:
+    """(file, broken lines, first broken line, first line over the record limit) for every session that had
+    unparseable lines."""
     df = corpus.sessions.filter(pl.col("broken_lines") > 0)
-    return [(r["file"], r["broken_lines"], r["first_broken_line"] or 0) for r in df.iter_rows(named=True)]
+    return [
+        (r["file"], r["broken_lines"], r["first_broken_line"] or 0, r["first_overlong_line"])
+        for r in df.iter_rows(named=True)
+    ]
 
 
 def read_summary(corpus: Corpus) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import msgspec
 
 from ctxtool.common.wording import plural
 from ctxtool.session.discover import Discovery
+from ctxtool.session.stamp import MAX_RECORD_BYTES
 
 # What went wrong with a path: a file that could not be read, a folder that holds no session file, or a
 # PATH argument that matches no file at all. Only the first is an unreadable file; the JSON and the
@@ -85,8 +86,14 @@ def no_sessions_message(folder: str, root: str) -> str:
     )
 
 
-def broken_lines_warning(path: str, broken: int, first: int) -> str:
-    return f"{path}: skipped {plural(broken, 'broken line')} (first at line {first})"
+def broken_lines_warning(path: str, broken: int, first: int, overlong: int | None = None) -> str:
+    """The warning about a file's broken lines; ``overlong``: the first of them over the record limit
+    (``ctxtool.session.stamp.MAX_RECORD_BYTES``), named, since its bytes were not even read."""
+    text = f"{path}: skipped {plural(broken, 'broken line')} (first at line {first})"
+    if overlong is not None:
+        limit = MAX_RECORD_BYTES >> 20
+        text += f"; line {overlong} is over {limit} MiB, more than Gemini CLI writes, and was not read"
+    return text
 
 
 def invalid_utf8_warning(path: str, lines: int, first: int | None) -> str:

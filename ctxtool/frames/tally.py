@@ -154,7 +154,7 @@ class Tally(msgspec.Struct):
     bytes_read: int
     broken_lines: int
     skipped: list[tuple[str, str]]
-    broken: list[tuple[str, int, int]]  # (file, broken lines, first) per session
+    broken: list[tuple[str, int, int, int | None]]  # (file, broken lines, first, first overlong) per session
     invalid_utf8: list[tuple[str, int, int | None]]  # (file, lines, first) per session
 
     @property
@@ -295,10 +295,11 @@ def _with_requests(
     return m
 
 
-def _broken(files: list[FileColumns]) -> tuple[str, int, int]:
-    """(file, broken lines, first) of a session (``frames.query.broken_files``)."""
+def _broken(files: list[FileColumns]) -> tuple[str, int, int, int | None]:
+    """(file, broken lines, first, first over the record limit) of a session (``query.broken_files``)."""
     first = next((f.first_broken_line for f in files if f.first_broken_line), None)
-    return files[-1].path, sum(f.broken_lines for f in files), first or 0
+    overlong = next((f.first_overlong_line for f in files if f.first_overlong_line), None)
+    return files[-1].path, sum(f.broken_lines for f in files), first or 0, overlong
 
 
 def _invalid_utf8(files: list[FileColumns]) -> tuple[str, int, int | None]:
@@ -786,7 +787,7 @@ def warnings_of(t: Tally) -> list[str]:
     ]
     return [
         *(str(p) for p in t.problems),
-        *(broken_lines_warning(path, n, first) for path, n, first in t.broken),
+        *(broken_lines_warning(*found) for found in t.broken),
         *(invalid_utf8_warning(path, n, first) for path, n, first in t.invalid_utf8),
         *([describe_total_mismatches(mismatched)] if mismatched else []),
         *t.warnings,

@@ -88,6 +88,7 @@ class FileColumns(msgspec.Struct):
     blank_lines: int = 0
     broken_lines: int = 0
     first_broken_line: int | None = None
+    first_overlong_line: int | None = None  # the first line over MAX_RECORD_BYTES (counted broken, not read)
     # Lines holding bytes that are not UTF-8: read as Gemini CLI (Node) reads them, with U+FFFD, and counted.
     invalid_utf8_lines: int = 0
     first_invalid_utf8_line: int | None = None

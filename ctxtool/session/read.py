@@ -46,6 +46,7 @@ class SessionFile(msgspec.Struct):
     blank_lines: int = 0
     broken_lines: int = 0
     first_broken_line: int | None = None
+    first_overlong_line: int | None = None  # the first line over MAX_RECORD_BYTES (counted broken, not read)
     unknown_records: int = 0
     rewinds: int = 0
     checkpoints: int = 0
@@ -230,6 +231,7 @@ LINE_COUNTS = (
     "blank_lines",
     "broken_lines",
     "first_broken_line",
+    "first_overlong_line",
     "unknown_records",
     "rewinds",
     "checkpoints",
@@ -257,6 +259,7 @@ class Replayed(msgspec.Struct, Generic[M]):
     blank_lines: int = 0
     broken_lines: int = 0
     first_broken_line: int | None = None
+    first_overlong_line: int | None = None
     unknown_records: int = 0
     rewinds: int = 0
     checkpoints: int = 0
@@ -312,6 +315,8 @@ class Replayed(msgspec.Struct, Generic[M]):
             self.lines += 1
             try:
                 if line.__class__ is _Overlong or len(line) > MAX_RECORD_BYTES:
+                    if self.first_overlong_line is None:
+                        self.first_overlong_line = number
                     raise BrokenLine
                 kind, a, b = classify(line)
             except BrokenLine:
