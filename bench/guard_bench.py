@@ -163,7 +163,7 @@ def _report(
         ("ctxtool --help (guard rounds)", help_, f"cpu {cpu['help'] * 1000:.0f} ms"),
     ]
     verdicts = []
-    warm, first = best["warm"], best["first"]
+    warm = best["warm"]
     ok = warm.returncode == 0 and warm.stdout.strip() == b"{}"
     note = (f"{appended:,} bytes appended to {size / 1e6:.1f} MB, a {event_mb:.1f} MB event; "
             f"{versus('warm')}; target <= {WARM_TARGET_S * 1000:.0f} ms")  # fmt: skip
@@ -172,17 +172,18 @@ def _report(
     verdicts.append(f"guard warm <= {WARM_TARGET_S * 1000:.0f} ms: {warm.wall * 1000:.0f} ms "
                     f"({cpu['warm'] * 1000:.0f} ms cpu) -> "
                     f"{'PASS' if ok and warm.wall <= WARM_TARGET_S else 'FAIL'}")  # fmt: skip
-    ok = first.returncode == 0 and first.stdout.strip().startswith(b"{")
-    note = f"{files} real session files, empty cache; {versus('first')}; target <= {FIRST_TARGET_S:.0f} s"
-    rows.append(("ctxtool guard, first call", first if ok else None,
-                 note if ok else f"failed: {first.stderr[-300:]!r}"))  # fmt: skip
-    verdicts.append(f"guard first call <= {FIRST_TARGET_S:.0f} s: {first.wall:.2f} s -> "
-                    f"{'PASS' if ok and first.wall <= FIRST_TARGET_S else 'FAIL'}")  # fmt: skip
-    beside = best["beside"]
-    ok = beside.returncode == 0 and beside.stdout.strip().startswith(b"{")
-    note = f"a {LONG_LINE_MB} MB one-line session beside, empty cache; {versus('beside')}"
-    rows.append(("ctxtool guard, first call beside a 1 GB line", beside if ok else None,
-                 note if ok else f"failed: {beside.stderr[-300:]!r}"))  # fmt: skip
-    verdicts.append(f"guard beside a 1 GB line <= {BESIDE_TARGET_S:.0f} s: {beside.wall:.2f} s -> "
-                    f"{'PASS' if ok and beside.wall <= BESIDE_TARGET_S else 'FAIL'}")  # fmt: skip
+
+    def cold(name: str, what: str, note: str, target: float) -> None:
+        """The row and verdict of a first call (``best[name]``), which answers with a JSON object."""
+        m = best[name]
+        ok = m.returncode == 0 and m.stdout.strip().startswith(b"{")
+        rows.append((f"ctxtool guard, {what}", m if ok else None,
+                     f"{note}; {versus(name)}; target <= {target:.0f} s" if ok
+                     else f"failed: {m.stderr[-300:]!r}"))  # fmt: skip
+        verdicts.append(f"guard {what} <= {target:.0f} s: {m.wall:.2f} s -> "
+                        f"{'PASS' if ok and m.wall <= target else 'FAIL'}")  # fmt: skip
+
+    cold("first", "first call", f"{files} real session files, empty cache", FIRST_TARGET_S)
+    beside = f"a {LONG_LINE_MB} MB one-line session beside, empty cache"
+    cold("beside", "first call beside a 1 GB line", beside, BESIDE_TARGET_S)
     return rows, verdicts

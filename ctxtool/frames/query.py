@@ -277,9 +277,7 @@ def _session_report(corpus: Corpus, roll_up: bool) -> pl.DataFrame:
         pl.col("cost").is_not_null().any().alias("_sub_priced"),
     )
     parents = (
-        s.filter(
-            pl.col("parent_session_key").is_not_null().and_(pl.col("session_key").is_in(child_keys)).not_()
-        )
+        s.filter(pl.col("session_key").is_in(child_keys).not_())
         .join(add, left_on="session_key", right_on="parent_session_key", how="left", maintain_order="left")
         .with_columns(
             *[(pl.col(k) + pl.col(f"_sub_{k}").fill_null(0)).alias(k) for k in _ROLLED_UP],
