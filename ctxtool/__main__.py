@@ -37,17 +37,15 @@ def main() -> None:
     from ctxtool.common import pipes
 
     pipes.install()  # `ctxtool … | head`: the run ends quietly, with its own status
-    from ctxtool.frames import replay
+    from ctxtool import launch
 
-    code = replay.try_replay(sys.argv[1:])  # a warm `stats` over unchanged files: no heavy import at all
+    code = launch.try_replay(sys.argv[1:])  # a warm `stats` over unchanged files: no heavy import at all
     if code is not None:
         import os
 
         os._exit(code)
     if args[:1] == ["stats"]:
-        from ctxtool.frames import headstart
-
-        headstart.begin(args)  # a first run starts reading while the command is imported and parsed
+        launch.begin(args)  # a first run starts reading while the command is imported and parsed
     from ctxtool.cli import main as cli_main
 
     cli_main()

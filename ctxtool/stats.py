@@ -146,40 +146,66 @@ class TallyReport(msgspec.Struct, frozen=True):
 
 
 def fast_eligible(query: StatsQuery) -> bool:
-    """Whether ``tally_report`` can make this report: a ``--by`` that sums sessions or requests by one key in
-    UTC, of every session read (no filter, no ``--live``, no ``--top``, no ``--sort``), unless
-    ``CTXTOOL_NO_TALLY`` asks for the frames."""
+    """Whether ``tally_report`` can make this report: any but ``--top`` (the context's largest items, which
+    the frames find), unless ``CTXTOOL_NO_TALLY`` asks for the frames."""
     import os
 
-    from ctxtool.frames.tally import BY, OFF_ENV
+    from ctxtool.frames.tally import OFF_ENV
 
-    return (
-        not os.environ.get(OFF_ENV)
-        and query.top is None
-        and not any(query.filters.values())
-        and not query.live
-        and query.timezone is None
-        and query.sort is None
-        and (query.by is None or query.by in BY)
-    )
+    return not os.environ.get(OFF_ENV) and query.top is None
+
+
+def needs_detail(query: StatsQuery) -> bool:
+    """Whether the report reads the sessions' message columns (``ctxtool.frames.views``): a filter, the live
+    view, the turn and request grains."""
+    return bool(query.live or any(query.filters.values()) or query.by in ("turn", "request"))
 
 
 def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) -> TallyReport | None:
-    """``stats_report`` of ``t`` without polars, or None for the one report it does not make (the default
-    ``--by turn`` of a single session)."""
-    from ctxtool.frames import tally
+    """``stats_report`` of ``t`` without polars; None when ``t`` holds no message columns (``tally(detail=
+    False)``) and the report needs them: a filter, ``--live``, or the default ``--by turn`` of one session."""
+    from ctxtool.frames import tally, views
     from ctxtool.frames.shape import REPORT_COLUMNS, RowTable
 
+    detail = all(s.columns is not None for s in t.sessions)
+    if needs_detail(query) and not detail:
+        return None
+    sessions_read = len(t.sessions)
+    if query.live or any(query.filters.values()):
+        t = views.view(t, query.filters, live=query.live)
     single = sum(s.parent_key is None for s in t.sessions) == 1
     by = query.by or ("turn" if single else "session")
-    if by not in tally.BY:
+    if by == "turn" and not detail:
         return None
     for warning in tally.warnings_of(t):
         warn(warning)
-    made = tally.session_rows(t, roll_up=query.subagents) if by == "session" else tally.request_rows(t, by)
-    rows = RowTable(_shown_columns(REPORT_COLUMNS[by]), made)
+    if by == "session":
+        made = tally.session_rows(t, roll_up=query.subagents)
+    elif by in ("turn", "request"):
+        grain = views.turn_rows(t) if by == "turn" else views.request_rows(t)
+        made = [tally.shown(row, by) for row in grain]
+        if by == "turn" and not query.show_secrets:
+            made = _redacted_rows(made, "prompt")
+    else:
+        made = tally.request_rows(t, by, query.timezone)
+    rows = RowTable(_shown_columns(REPORT_COLUMNS[by]), _sorted_rows(made, by, query))
     shown = rows.head(query.limit) if query.limit else rows
-    return TallyReport(t, by, shown, rows, len(t.sessions), single)
+    return TallyReport(t, by, shown, rows, sessions_read, single)
+
+
+def _sorted_rows(rows: list[dict[str, Any]], by: str, query: StatsQuery) -> list[dict[str, Any]]:
+    """``rows`` by ``--sort`` (``--desc``: largest first), nulls last, in their order where equal."""
+    if not query.sort:
+        return rows
+    columns = _shown_columns(_report_columns(by))
+    if query.sort not in columns:
+        raise UsageError(
+            f"--sort {query.sort!r} is not a column of --by {by}", use_one_of(query.sort, columns)
+        )
+    column = query.sort
+    known = [row for row in rows if row[column] is not None]
+    known.sort(key=lambda row: row[column], reverse=query.desc)
+    return known + [row for row in rows if row[column] is None]
 
 
 def _shown_columns(columns: list[str]) -> list[str]:
@@ -191,6 +217,21 @@ def _shown_columns(columns: list[str]) -> list[str]:
         if c == "cached":
             out.append("prompt_tokens")
     return out
+
+
+def _report_columns(by: str) -> list[str]:
+    from ctxtool.frames.shape import REPORT_COLUMNS
+
+    return REPORT_COLUMNS[by]
+
+
+def _redacted_rows(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:
+    from ctxtool.common.secret_scan import redact
+
+    for row in rows:
+        if row[column] is not None:
+            row[column] = redact(row[column])
+    return rows
 
 
 def stats_report(corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], None]) -> StatsReport:
@@ -274,7 +315,6 @@ def read_report(
     session of several files, a file without a kept measure) and, when the frames make the report, all."""
     from ctxtool.frames import tally
     from ctxtool.frames.loading import fill_rows, read_plain
-    from ctxtool.measure.pricing import price_table
 
     measured: dict[str, tally.Measured | None] = {}
     index = None
@@ -303,19 +343,7 @@ def read_report(
         if index is not None:
             fill_rows(files, found, index, use, then=tally.count_and_price, kept=measured)  # type: ignore[arg-type]
 
-    try:
-        made = tally.tally(
-            results,
-            found,
-            price_table,
-            subagents=query.subagents,
-            measured=measured,
-            rows=rows,
-            requests=query.by not in (None, "session"),  # (the default for one session is --by turn)
-        )
-        report = tally_report(made, query, warn=warn)
-    except tally.Unsupported:
-        report = None
+    report = _tallied(results, found, query, measured, rows, warn)
     if index is not None and use.before is not None:
         new = {
             p: m
@@ -333,3 +361,46 @@ def read_report(
 
     corpus = build_corpus(results, found, subagents=query.subagents)
     return stats_report(corpus, query, warn=warn), use
+
+
+def _tallied(
+    results: list[FileColumns],
+    found: Any,
+    query: StatsQuery,
+    measured: dict[str, Any],
+    rows: Callable[[Sequence[FileColumns]], None],
+    warn: Callable[[str], None],
+) -> TallyReport | None:
+    """The report made by the engine (``frames.tally`` and ``frames.views``), or None when the frames must
+    make it (``--top``, or a value only they read as Gemini CLI meant it: ``tally.Unsupported``)."""
+    from ctxtool.frames import tally
+    from ctxtool.measure.pricing import price_table
+
+    if not fast_eligible(query):
+        return None
+    detail = needs_detail(query)
+    try:
+        made = tally.tally(
+            results,
+            found,
+            price_table,
+            subagents=query.subagents,
+            measured=measured,
+            rows=rows,
+            requests=query.by not in (None, "session"),
+            detail=detail,
+        )
+        if not detail and query.by is None and sum(s.parent_key is None for s in made.sessions) == 1:
+            # The default for one session is --by turn, which reads its message columns.
+            made = tally.tally(
+                results,
+                found,
+                price_table,
+                subagents=query.subagents,
+                measured=measured,
+                rows=rows,
+                detail=True,
+            )
+        return tally_report(made, query, warn=warn)
+    except tally.Unsupported:
+        return None

@@ -72,7 +72,7 @@ def test_a_planted_pickle_in_the_index_never_runs(
             "UPDATE entries SET entry = ? WHERE path = ?",
             [(pickle.dumps(_Payload(marker)), p) for p in paths],
         )
-    shutil.rmtree(cache / "corpus")
+    shutil.rmtree(cache / "corpus", ignore_errors=True)
     again, index, err = rows(capsysbinary, str(data), "--cache-dir", str(cache))
     assert not marker.exists()
     assert again == cold
@@ -82,7 +82,7 @@ def test_a_planted_pickle_in_the_index_never_runs(
     assert "16 index entries" in notices[0]
     assert "read again" in notices[0]
     # ...and the entries were written anew, as data: the next run uses them and says nothing.
-    shutil.rmtree(cache / "corpus")
+    shutil.rmtree(cache / "corpus", ignore_errors=True)
     third, index, err = rows(capsysbinary, str(data), "--cache-dir", str(cache))
     assert third == cold
     assert index["files_from_index"] == 16  # type: ignore[index]
@@ -97,7 +97,7 @@ def test_a_database_that_is_not_one_is_rebuilt_with_a_notice(
     rows(capsysbinary, str(data), "--cache-dir", str(cache))
     (database,) = (cache / "index").glob("*.sqlite")
     database.write_bytes(b"not a database " * 500)
-    shutil.rmtree(cache / "corpus")
+    shutil.rmtree(cache / "corpus", ignore_errors=True)
     again, _, err = rows(capsysbinary, str(data), "--cache-dir", str(cache))
     assert again == cold
     assert [line for line in err.splitlines() if line.startswith("notice:")] == [

@@ -169,12 +169,12 @@ def test_console_script_and_module_entry_point() -> None:
 def test_unexpected_errors_show_no_traceback_unless_asked(
     capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ctxtool.frames
+    import ctxtool.frames.tally
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(ctxtool.frames, "build_corpus", boom)
+    monkeypatch.setattr(ctxtool.frames.tally, "tally", boom)
     code, _, err = stats(capsysbinary, str(ONE))
     assert code == 1
     assert "kaboom" in err

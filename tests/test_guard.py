@@ -21,7 +21,7 @@ import pytest
 from ctxtool import frames
 from ctxtool.audit import parse_limit as audit_limit
 from ctxtool.cli import run
-from ctxtool.hooks import guard, ledger, rescan, settings, tally
+from ctxtool.hooks import figures, guard, ledger, rescan, settings
 from ctxtool.hooks.ledger import Spend, Tally
 from tests.conftest import FIXTURES, write_jsonl
 
@@ -250,8 +250,8 @@ def test_a_long_session_freezes_its_older_rows_and_reads_again_when_one_is_updat
         _append(session, *(r for i in range(start, start + 37) for r in (_user(i), _reply(i, model=None))))
         _assert_same(ledger.spend(session, cache_dir=cache, now=AT), root, session)
     assert rescans == []
-    running = tally.Running.from_doc(orjson.loads(next((cache / "guard" / "files").iterdir()).read_bytes()))
-    assert len(running.rows) <= 2 * tally.KEEP_ROWS < len(running.ids)
+    running = figures.Running.from_doc(orjson.loads(next((cache / "guard" / "files").iterdir()).read_bytes()))
+    assert len(running.rows) <= 2 * figures.KEEP_ROWS < len(running.ids)
     _append(session, _reply(3, tokens=50_000))  # an update of a frozen reply: only a full read can say
     _assert_same(ledger.spend(session, cache_dir=cache, now=AT), root, session)
     assert rescans == ["rescan"]
@@ -407,7 +407,7 @@ def test_the_tally_prices_as_pricing_does() -> None:
     from ctxtool.measure.pricing import cost_of, price_table
 
     table = price_table(["gemini-2.5-pro", "gemini-2.5-flash", "gemini-3.1-pro-preview", "no-such-model"])
-    tiers = tally.rates_of(table)
+    tiers = figures.rates_of(table)
     assert tiers["no-such-model"] is None
     rng = random.Random(29)
     for model, rates in table.rates.items():
@@ -419,7 +419,7 @@ def test_the_tally_prices_as_pricing_does() -> None:
             thoughts = rng.choice([None, rng.randrange(0, 5000)])
             tool = rng.choice([None, 0, rng.randrange(0, 900)])
             counts = (prompt, cached, output, thoughts, tool)
-            assert tally.cost(tiers[model], *counts) == cost_of(rates, *counts), (model, counts)
+            assert figures.cost(tiers[model], *counts) == cost_of(rates, *counts), (model, counts)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the quick answer is Linux's")

@@ -1,5 +1,5 @@
 """The head start: a first ``stats`` starts reading in a second process before its command line is parsed
-(``ctxtool.session.headstart``, ``ctxtool.frames.headstart``), and the scan adopts that process only when it
+(``ctxtool.session.headstart``, begun by ``ctxtool.launch``), and the scan adopts that process only when it
 read the scan's own files, as the scan would: the results never depend on it."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import typer
 
-from ctxtool.frames import headstart as guessing
-from ctxtool.frames import tally
+from ctxtool import launch
+from ctxtool.frames import adoption, tally
 from ctxtool.session import headstart, scan
 from ctxtool.session.discover import discover
 from ctxtool.session.index import FileIndex
@@ -35,8 +35,8 @@ def data(tmp_path: Path) -> Path:
 
 
 def _start(targets: list[str]) -> headstart.Started:
-    """A head start as ``frames.headstart`` begins it and a scan of ``stats`` takes it."""
-    started = headstart.start(targets, True, guessing._count_and_price)
+    """A head start as ``ctxtool.launch`` begins it and a scan of ``stats`` takes it."""
+    started = headstart.start(targets, True, adoption.reader)
     assert started is not None
     started.unpack = tally.unpack_measure
     return started
@@ -157,8 +157,8 @@ def test_a_head_start_ends_when_its_parent_is_gone(data: Path, tmp_path: Path) -
     code = (
         "import os, sys, time\n"
         "from ctxtool.session import headstart\n"
-        "from ctxtool.frames import headstart as g\n"
-        f"s = headstart.start([{str(data)!r}], True, g._count_and_price)\n"
+        "from ctxtool.frames import adoption\n"
+        f"s = headstart.start([{str(data)!r}], True, adoption.reader)\n"
         "print(s.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -219,7 +219,7 @@ def test_the_guess_of_what_a_stats_run_reads(
     argv: list[str], expected: tuple[list[str], bool] | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CTXTOOL_CACHE_DIR", str(tmp_path / "cache"))
-    assert guessing._guess(argv) == expected
+    assert launch._guess(argv) == expected
 
 
 def test_no_guess_once_the_index_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,8 +229,8 @@ def test_no_guess_once_the_index_exists(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("CTXTOOL_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "cache" / "index").mkdir(parents=True)
     (tmp_path / "cache" / "index" / f"{STAMP}.sqlite").write_bytes(b"")
-    assert guessing._guess(["stats", "x"]) is None
-    assert guessing._guess(["stats", "x", "--no-cache"]) == (["x"], True)
+    assert launch._guess(["stats", "x"]) is None
+    assert launch._guess(["stats", "x", "--no-cache"]) == (["x"], True)
 
 
 def test_the_guess_knows_every_option_of_stats() -> None:
@@ -245,7 +245,7 @@ def test_the_guess_knows_every_option_of_stats() -> None:
         names = {*param.opts, *getattr(param, "secondary_opts", [])}
         if param.param_type_name == "option":
             (flags if param.is_flag else valued).update(names)
-    assert (valued, flags) == (set(guessing.VALUED), set(guessing.FLAGS))
+    assert (valued, flags) == (set(launch.VALUED), set(launch.FLAGS))
 
 
 def _stats(home: Path, args: list[str], env: dict[str, str]) -> tuple[int, str, str]:

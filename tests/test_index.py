@@ -87,11 +87,11 @@ def test_a_damaged_index_is_rebuilt(
     stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
     (database,) = (cache / "index").glob("*.sqlite")
     database.write_bytes(b"garbage" * 1000)
-    shutil.rmtree(cache / "corpus")
+    shutil.rmtree(cache / "corpus", ignore_errors=True)
     again = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
     assert again["read"]["index"]["files_parsed"] == 16  # type: ignore[index]
     # ... and the index was written anew: a third run finds every file in it.
-    shutil.rmtree(cache / "corpus")
+    shutil.rmtree(cache / "corpus", ignore_errors=True)
     third = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
     assert third["read"]["index"]["files_from_index"] == 16  # type: ignore[index]
 
@@ -313,7 +313,7 @@ def test_an_index_locked_by_another_run_is_skipped_not_waited_on_forever(
     cache = tmp_path / "cache"
     first = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
     with index_held(cache, "IMMEDIATE", monkeypatch):  # another run is writing
-        shutil.rmtree(cache / "corpus")
+        shutil.rmtree(cache / "corpus", ignore_errors=True)
         (data / "ctxdemo" / "chats" / "session-2026-09-09T00-00-new00001.jsonl").write_bytes(
             orjson.dumps({"sessionId": "new00001", "projectHash": "h"}) + b"\n"
         )
@@ -333,7 +333,7 @@ def test_an_index_held_by_another_run_is_left_alone(
     first = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
     with index_held(cache, "EXCLUSIVE", monkeypatch) as database:
         inode = database.stat().st_ino
-        shutil.rmtree(cache / "corpus")
+        shutil.rmtree(cache / "corpus", ignore_errors=True)
         again = stats_json(capsysbinary, str(data), "--cache-dir", str(cache))
     assert again["read"]["index"]["files_parsed"] == 16  # type: ignore[index]
     assert again["rows"] == first["rows"]

@@ -1,9 +1,10 @@
 """The house's layers: imports point down only (docs/architecture.md, "How it is built").
 
 Bottom up: ``common`` → ``measure`` → ``session`` → ``frames`` | ``compress`` → the features (``stats``,
-``compact``, ``diff``, ``audit``, ``compare``, ``export``, ``report``) → ``render`` → ``cli``. A module
-imports (at module level or lazily inside a function: both count) only modules of its own package or of a
-lower layer. Core code never imports typer or rich, and google-genai only lazily.
+``compact``, ``diff``, ``audit``, ``compare``, ``export``, ``report``) → ``render`` → ``cli`` → the entry
+point and its launcher (``__main__``, ``launch``). A module imports (at module level or lazily inside a
+function: both count) only modules of its own package or of a lower layer. Core code never imports typer or
+rich, and google-genai only lazily. No two modules outside ``cli`` share a file name.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ LAYERS = {
     "render": 5,
     "cli": 6,
     "__main__": 7,
+    "launch": 7,  # the launcher beside the entry point: the replay decision and the head start
 }
 SIDEWAYS = {
     ("compare", "compact"),  # compare runs compactions and measures them the same way
     ("hooks", "export"),  # the archive hook adds a session to the dataset of export
+    ("__main__", "launch"),  # the entry point starts a run through its launcher
 }
 # inside compress: the Summarizer protocol < the Gemini CLI port < summarizers < strategies
 COMPRESS = {"summarizer": 0, "gemini_cli": 1, "summarize": 2, "strategies": 3}
@@ -146,6 +149,18 @@ def test_no_circle_between_modules() -> None:
             visit(name)
 
 
+def test_module_names_are_unique() -> None:
+    """No two modules outside ``cli/`` (one module per command, named as the command) share a file name: a
+    name says which module is meant (``tally``, ``headstart``) without its package."""
+    by_name: dict[str, list[str]] = {}
+    for path in modules():
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] == "cli" or path.name == "__init__.py":
+            continue
+        by_name.setdefault(path.name, []).append(rel.as_posix())
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
+
+
 def test_core_modules_do_not_import_ui_libraries() -> None:
     offenders = []
     for path in modules():
@@ -175,7 +190,7 @@ def test_stats_does_not_load_google_genai() -> None:
 
 def test_replay_runs_without_polars() -> None:
     """The frames package hands its names on lazily: a warm replay imports no polars."""
-    code = "import sys; import ctxtool.frames.replay; print('polars' in sys.modules)"
+    code = "import sys; import ctxtool.launch, ctxtool.frames.replays; print('polars' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -102,13 +102,13 @@ def test_the_guards_quick_path_leaves_an_overlong_record_to_the_full_read(
 ) -> None:
     """Appended bytes holding a line over the limit are not parsed by the guard's quick path (stdlib json on a
     line of a GB): the full tally reads the file, in bounded memory, and counts that line broken."""
-    from ctxtool.hooks import tally
+    from ctxtool.hooks import figures
 
-    monkeypatch.setattr(tally, "MAX_RECORD_BYTES", 100)
+    monkeypatch.setattr(figures, "MAX_RECORD_BYTES", 100)
     short = orjson.dumps({"id": "a", "type": "info", "content": "x"}) + b"\n"
     long_line = orjson.dumps({"id": "b", "type": "info", "content": "y" * 200}) + b"\n"
-    assert tally._records(short) == [orjson.loads(short)]
-    assert tally._records(short + long_line) is None
+    assert figures._records(short) == [orjson.loads(short)]
+    assert figures._records(short + long_line) is None
 
 
 @pytest.mark.parametrize("by", ["session", "request"])  # the tally's report, and the frames'

@@ -248,19 +248,20 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 def main() -> None:
     from ctxtool.common import pipes
-    from ctxtool.frames import replay
+    from ctxtool.frames import replays
 
     pipes.install()  # a reader that stops early (`| head`): the run goes on quietly, ending with its status
 
-    if replay.eligible(sys.argv[1:]):
-        with replay.Recorder(sys.argv[1:]) as recorder:
+    entry = replays.armed()  # where ctxtool.launch keeps this run's output for a replay, if it may
+    if entry is not None:
+        with replays.Recorder(entry) as recorder:
             code = run()
         recorder.store(code)
     else:
         code = run()
-    headstart = sys.modules.get("ctxtool.frames.headstart")
-    if headstart is not None:
-        headstart.discard()  # a head start no scan took (the run ended early, or read a dataset)
+    adoption = sys.modules.get("ctxtool.frames.adoption")
+    if adoption is not None:
+        adoption.discard()  # a head start no scan took (the run ended early, or read a dataset)
     if code == ExitStatus.INTERRUPTED:
         sys.exit(code)  # a normal exit lets interrupted worker processes wind down
     # Every file ctxtool writes is closed (atomic writes) by now and the worker pool has shut down; skip

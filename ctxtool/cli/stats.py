@@ -245,7 +245,7 @@ def stats(
         if request.output is not None:
             options.say_written(request.output)
         return ExitStatus.OK
-    from ctxtool.frames import replay
+    from ctxtool.frames import replays
 
     def show(summary: dict[str, Any]) -> None:
         if request.fmt == "table" and report.rows.height == 0:
@@ -256,7 +256,7 @@ def stats(
         else:
             _write_report(report, summary, request)
 
-    start = replay.mark()
+    start = replays.mark()
     show(report.read_summary(cache_use))
     _foresee(start, show, report, request, cache_use)
     if request.output is not None and not (request.fmt == "table" and report.rows.height == 0):
@@ -272,16 +272,16 @@ def _foresee(
     cache_use: CacheUse,
 ) -> None:
     """When the index holds every file now, the next run over them prints this report served from it:
-    keep that output (``frames.replay.foresee``), so the first re-run is already replayed."""
+    keep that output (``frames.replays.foresee``), so the first re-run is already replayed."""
     if cache_use.stamps is None or cache_use.inputs is None:
         return
     if cache_use.corpus_hit or cache_use.notice or report.problems:
         return
-    from ctxtool.frames import replay
+    from ctxtool.frames import replays
     from ctxtool.frames.loading import CacheUse
 
     served = CacheUse(enabled=True, corpus_hit=True, files_cached=len(cache_use.stamps))
-    replay.foresee(start, lambda: show(report.read_summary(served)), cache_use.inputs)
+    replays.foresee(start, lambda: show(report.read_summary(served)), cache_use.inputs)
 
 
 # What a report made without polars is written as (csv and parquet are written from frames).
@@ -292,7 +292,7 @@ def _report(
     request: StatsRequest, *, cache: bool, cache_dir: Path | None, warn: Callable[[str], None]
 ) -> tuple[StatsReport | TallyReport, CacheUse]:
     """The report, from the dataset or the sessions PATHS name (a progress bar when reading takes a while);
-    a run served from the index is told to ``frames.replay``, which may replay its output next time."""
+    a run served from the index is told to ``frames.replays``, which may replay its output next time."""
     from ctxtool.frames.loading import CacheUse
     from ctxtool.stats import fast_eligible, read_report, stats_report
 
@@ -304,7 +304,7 @@ def _report(
         return stats_report(corpus, request.query, warn=warn), CacheUse()
     if request.fmt == "table":
         # The table's printer (rich: 0.03-0.04 s to import) now, while a head start's process reads the files
-        # beside this one (``ctxtool.frames.headstart``): after the reading, that process would wait for it.
+        # beside this one (``ctxtool.launch``): after the reading, that process would wait for it.
         import ctxtool.render.tables  # noqa: F401
     progress = _DelayedProgress(options.progress_wanted())
     try:
@@ -325,11 +325,11 @@ def _report(
         cache_use.stamps = None  # the next run shows no progress: its output cannot be foreseen
     if cache_use.notice:
         print(f"notice: {cache_use.notice}", file=sys.stderr)
-    from ctxtool.frames import replay
+    from ctxtool.frames import replays
     from ctxtool.session.discover import default_roots
 
     targets = request.paths or [str(root) for root in default_roots()]
-    replay.loaded(targets, subagents, warm=cache_use.corpus_hit and not cache_use.notice)
+    replays.loaded(targets, subagents, warm=cache_use.corpus_hit and not cache_use.notice)
     return report, cache_use
 
 

@@ -54,11 +54,11 @@ class CacheUse(msgspec.Struct):
     files_parsed: int = 0
     notice: str | None = None  # the index held something unusable and was rebuilt (one line for stderr)
     # Each file's size and mtime before reading, when the index now holds every file read (``read_plain``):
-    # what the next run over unchanged files will find, so its output can be foreseen (``frames.replay``).
+    # what the next run over unchanged files will find, so its output can be foreseen (``frames.replays``).
     stamps: dict[str, Any] | None = None
     # Each file's size and mtime before reading (``read_plain`` with the index): what was read is of them.
     before: dict[str, Any] | None = None
-    # With ``stamps``: what the report was computed from, as ``frames.replay`` keys a replay (``inputs_of``).
+    # With ``stamps``: what the report was computed from, as ``frames.replays`` keys a replay (``inputs_of``).
     inputs: dict[str, Any] | None = None
 
 
@@ -73,9 +73,9 @@ def load_corpus(
 ) -> tuple[Corpus, CacheUse]:
     """Sessions under ``paths`` (default: Gemini CLI's data root) as frames, and how the cache was used."""
     targets = [str(p) for p in paths] or [str(root) for root in default_roots()]
-    from ctxtool.frames import headstart
+    from ctxtool.frames import adoption
 
-    headstart.discard()  # the frames read through the pool
+    adoption.discard()  # the frames read through the pool
     found = discover(targets, subagents=subagents)
     use = CacheUse(enabled=cache)
     if not cache:
@@ -131,10 +131,10 @@ def read_plain(
     ``then`` and ``kept`` as ``read_files`` takes them). When the index served every file, the ``CacheUse``
     says so as a warm ``load_corpus`` does (``corpus_hit``), for the same caption. An index opened with
     ``rows=False`` serves files without their rows: ``fill_rows`` adds them to those that need them."""
-    from ctxtool.frames import headstart
+    from ctxtool.frames import adoption
     from ctxtool.session.scan import read_files
 
-    started = headstart.take(then)  # begun before the command was parsed, if it was
+    started = adoption.take(then)  # begun before the command was parsed, if it was
     targets = [str(p) for p in paths] or [str(root) for root in default_roots()]
     # What it found, when it looked where this run looks: the same discovery, made while this process started.
     found = (started.discovery(targets, subagents) if started is not None else None) or discover(
@@ -159,7 +159,7 @@ def read_plain(
     use.corpus_hit = bool(results) and index.hits == len(found.files) and use.notice is None
     use.before = stamps
     if not index.failed and all(not r.error for r in results):
-        from ctxtool.frames.replay import inputs_of
+        from ctxtool.frames.replays import inputs_of
 
         use.stamps = stamps
         use.inputs = inputs_of(targets, subagents, found, stamps)

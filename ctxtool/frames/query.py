@@ -306,26 +306,14 @@ def live_only(corpus: Corpus) -> Corpus:
     requests = corpus.requests.filter(pl.col("live"))
     messages = corpus.messages.filter(pl.col("live"))
     turns = turns_frame(messages, requests, corpus.sessions)
-    meta = corpus.sessions.drop(
-        "requests", *TOKEN_COLUMNS, "cost", "unpriced", "context", "peak_context", "models", "live_requests"
-    )
-    sums = requests.group_by("session_key").agg(
-        pl.len().alias("requests"),
-        *[pl.col(k).sum() for k in TOKEN_COLUMNS],
-        *cost_aggs(),
-        pl.col("input").last().alias("context"),
-        pl.col("input").max().alias("peak_context"),
-        pl.col("model").drop_nulls().unique().sort().str.join(",").alias("models"),
-        pl.len().alias("live_requests"),
-    )
+    # Every column a session row takes of its requests, and the ratios of them, from the live requests
+    # (``sessions.request_aggs``): none keeps a figure of the whole history.
+    meta = corpus.sessions.drop(*(c for c in REQUEST_COLUMNS if c in corpus.sessions.columns))
+    sums = requests.group_by("session_key").agg(*request_aggs())
     sessions = (
         meta.join(sums, on="session_key", how="left", maintain_order="left")
-        .with_columns(
-            pl.col("requests").fill_null(0),
-            pl.col("live_requests").fill_null(0),
-            *[pl.col(k).fill_null(0) for k in TOKEN_COLUMNS],
-            *known_cost(),
-        )
+        .with_columns(*request_fills())
+        .with_columns(*known_cost(), **derived_from_sums())
         .drop("_priced")
     )
     sessions = with_turn_counts(sessions, turns)  # the turns still live, as `--by turn --live` lists them

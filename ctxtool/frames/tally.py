@@ -115,6 +115,13 @@ class Session(msgspec.Struct):
     row: dict[str, Any]
     requests: Requests | None
     mismatches: int = 0  # requests whose recorded total is not the sum of its parts
+    project_dir: str = ""
+    # The message columns of its files merged (``tally(detail=True)``: what ``ctxtool.frames.views`` reads),
+    # what it derives of them, and in a view the requests it keeps of them and its turn rows there.
+    columns: list[list[Any]] | None = None
+    detail: Any = None
+    kept: list[int] | None = None
+    turns: list[dict[str, Any]] | None = None
 
     def _requests(self) -> Requests:
         if self.requests is None:
@@ -213,6 +220,7 @@ def tally(
     measured: dict[str, Measured | None] | None = None,
     rows: Callable[[list[FileColumns]], object] | None = None,
     requests: bool = True,
+    detail: bool = False,
 ) -> Tally:
     """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates); Unsupported
     when the frames must read them. ``measured`` holds what ``count_file`` made of files (or the index kept
@@ -223,7 +231,8 @@ def tally(
     sessions of several files, files not measured), to give them rows the index served them without
     (``loading.fill_rows``). Without ``requests`` the sessions keep no requests (``Session.requests`` is
     None; ``request_rows`` cannot be made): a kept measure priced at today's rates is then not decoded
-    further than its row."""
+    further than its row. With ``detail`` each session keeps its message columns (``Session.columns``),
+    which a filter, the live view and the turn and request grains read (``ctxtool.frames.views``)."""
     good = [r for r in results if not r.error]
     groups = group_sessions(good)
     refs = {s.key: parent_ref_of(s.primary) for s in groups}
@@ -232,7 +241,8 @@ def tally(
     parents = link_parents((s.key, s.primary.project_dir, s.primary.session_id, refs[s.key]) for s in groups)
     done = measured if measured is not None else {}
     if rows is not None:
-        rows([f for s in groups for f in s.files if len(s.files) > 1 or done.get(f.path) is None])
+        rows([f for s in groups for f in s.files if detail or len(s.files) > 1 or done.get(f.path) is None])
+    requests = requests or detail
     measures = [_measure_of(s.files, done) for s in groups]
     table = prices(sorted({model for m in measures for model in m.seen}))
     keys = _Keys(table)
@@ -243,7 +253,11 @@ def tally(
     sessions = []
     for s, m in zip(groups, measures, strict=True):
         kind = "subagent" if refs[s.key] is not None or s.primary.kind == "subagent" else s.primary.kind
-        sessions.append(_priced(s.key, parents.get(s.key), kind, m, table, warnings))
+        made = _priced(s.key, parents.get(s.key), kind, m, table, warnings)
+        made.project_dir = s.primary.project_dir
+        if detail:
+            made.columns = _merged([_columns(f) for f in s.files])
+        sessions.append(made)
     _count_subagents(sessions)
     problems = [Problem(r.path, r.error) for r in results if r.error]
     if found is not None:
@@ -396,7 +410,20 @@ def _filled(models: list[str | None]) -> list[str | None]:
 
 def _composition(inputs: list[int], hist: list[list[Any]]) -> list[int]:
     """The sums over a session's requests of (overhead, prompts, model, tool I/O) of each request's prompt
-    (``frames.messages.with_composition``)."""
+    (``composition_parts``)."""
+    overhead = in_prompts = in_model = in_tools = 0
+    for a, b, c, d in composition_parts(inputs, hist):
+        overhead += a
+        in_prompts += b
+        in_model += c
+        in_tools += d
+    return [overhead, in_prompts, in_model, in_tools]
+
+
+def composition_parts(inputs: list[int], hist: list[list[Any]]) -> list[tuple[int, int, int, int]]:
+    """Each request's (overhead, prompts, model, tool I/O) of its prompt (``messages.with_composition``):
+    the overhead is the smallest part of any request's prompt its history estimate does not explain; the rest
+    is shared among the history's parts in proportion to their estimates, rounded down."""
     prompts, model, tool_io = hist
     if None in prompts or None in model or None in tool_io:
         raise Unsupported("a request without its history estimate")
@@ -405,18 +432,15 @@ def _composition(inputs: list[int], hist: list[list[Any]]) -> list[int]:
         min((i - h for i, h in zip(inputs, histories, strict=True) if i > 0 and i >= h), default=0), 0
     )
     floor_of = math.floor
-    overhead = in_prompts = in_model = in_tools = 0
+    out = []
     for i, h, a, b, c in zip(inputs, histories, prompts, model, tool_io, strict=True):
         if h > 0:
             scale = (i - (floor if floor < i else i)) / h
             pa, pb, pc = floor_of(a * scale), floor_of(b * scale), floor_of(c * scale)
         else:  # a scale of 0: nothing of the prompt is history
             pa = pb = pc = 0
-        overhead += i - (pa + pb + pc)
-        in_prompts += pa
-        in_model += pb
-        in_tools += pc
-    return [overhead, in_prompts, in_model, in_tools]
+        out.append((i - (pa + pb + pc), pa, pb, pc))
+    return out
 
 
 def _turns(c: list[list[Any]]) -> int:
@@ -536,8 +560,7 @@ def _measure(files: list[FileColumns], c: list[list[Any]]) -> Measured:
     at = [i for i, input in enumerate(inputs) if input is not None and kinds[i] == "gemini"]
     tokens = [[c[j][i] for i in at] for j in _TOKENS]
     r = Requests(_filled([c[_MODEL][i] for i in at]), [c[_TIME][i] for i in at], tokens)
-    live = [input for input, i in zip(tokens[0], at, strict=True) if c[_LIVE][i]]
-    row = _session_row(files, c, r, live)
+    row = _session_row(files, c, r, [c[_LIVE][i] for i in at])
     hist = [[c[j][i] for i in at] for j in _HIST]
     row.update(zip(COMPOSITION_COLUMNS, _composition(tokens[0], hist), strict=True))
     return Measured(
@@ -559,10 +582,8 @@ def _price(m: Measured, table: PriceTable, rates: str) -> None:
     assert m.requests is not None
     heard = _Warnings()
     m.requests.costs = costs = _costs(table, m.requests.models, m.requests.tokens, heard)
-    known = [cost for cost in costs if cost is not None]
     m.priced_at, m.nameless, m.impossible = rates, heard.nameless, heard.impossible
-    m.unpriced = unpriced = len(costs) - len(known)
-    m.cost = None if not known and unpriced else math.fsum(known)
+    m.cost, m.unpriced = known_cost(costs)
 
 
 def _priced(
@@ -582,7 +603,7 @@ def _priced(
 
 
 def _session_row(
-    files: list[FileColumns], c: list[list[Any]], m: Requests, live: list[int | None]
+    files: list[FileColumns], c: list[list[Any]], m: Requests, live: list[bool]
 ) -> dict[str, Any]:
     """The columns of ``sessions_frame`` for one session (its last file names it), but its key, kind and
     costs (``_priced``)."""
@@ -603,25 +624,45 @@ def _session_row(
         "start": _earliest(parse_time(started), first),
         "end": last if last is not None else parse_time(updated),
         "turns": _turns(c),
-        "requests": len(m.models),
     }
-    for name, values in zip(TOKEN_COLUMNS, m.tokens, strict=True):
+    row.update(request_figures(m.models, m.tokens, live))
+    row["compressions"] = max(sum(c[_INFO]), sum(c[_SNAP]))
+    row["rewinds"] = sum(f.rewinds for f in files)
+    row["tool_calls"], row["tool_errors"] = sum(filter(None, c[_CALLS])), sum(filter(None, c[_ERRORS]))
+    row["file"] = p.path
+    return row
+
+
+def request_figures(
+    models: list[str | None], tokens: list[list[int | None]], live: list[bool]
+) -> dict[str, Any]:
+    """What a session's row takes of its requests (each one's model, ``TOKEN_COLUMNS`` and whether it is
+    live), and the ratios of them: the one statement of them, for a session's whole history and for what a
+    filter or the live view keeps of it alike (``ctxtool.frames.views``), so that no row keeps a ratio or a
+    peak of requests it no longer counts. Costs apart (``known_cost``)."""
+    row: dict[str, Any] = {"requests": len(models)}
+    for name, values in zip(TOKEN_COLUMNS, tokens, strict=True):
         row[name] = sum(filter(None, values))
-    row["context"] = live[-1] if live else None
-    row["peak_context"] = max(live) if live else None  # type: ignore[type-var]
+    prompts = [v for v, is_live in zip(tokens[0], live, strict=True) if is_live and v is not None]
+    row["context"] = prompts[-1] if prompts else None
+    row["peak_context"] = max(prompts) if prompts else None
     limits = [
         DEFAULT_TOKEN_LIMIT if model is None else MODEL_LIMITS.get(model, DEFAULT_TOKEN_LIMIT)
-        for model in set(m.models)
+        for model in set(models)
     ]
     row["context_limit"] = max(limits, default=DEFAULT_TOKEN_LIMIT)
     row["context_share"] = None if row["peak_context"] is None else row["peak_context"] / row["context_limit"]
     row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
-    row["compressions"] = max(sum(c[_INFO]), sum(c[_SNAP]))
-    row["rewinds"] = sum(f.rewinds for f in files)
-    row["tool_calls"], row["tool_errors"] = sum(filter(None, c[_CALLS])), sum(filter(None, c[_ERRORS]))
-    row["models"] = ",".join(sorted({model for model in m.models if model is not None})) if m.models else None
-    row["file"] = p.path
+    row["models"] = ",".join(sorted({model for model in models if model is not None})) if models else None
     return row
+
+
+def known_cost(costs: list[float | None]) -> tuple[float | None, int]:
+    """The cost of requests (``costs``: each one's, None when its model has no known price) and how many have
+    none: the known part summed exactly; None only when there are requests and none has a price."""
+    known = [cost for cost in costs if cost is not None]
+    unpriced = len(costs) - len(known)
+    return (None if not known and unpriced else math.fsum(known)), unpriced
 
 
 def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
@@ -662,12 +703,14 @@ def session_rows(t: Tally, *, roll_up: bool = True) -> list[dict[str, Any]]:
     """The rows of ``stats --by session`` (``frames.query._session_report``, then ``with_uncached_input``)."""
     children: dict[str, list[Session]] = {}
     if roll_up:
+        # A subagent whose parent a filter left out keeps a row of its own: its requests still count.
+        present = {s.key for s in t.sessions}
         for s in t.sessions:
-            if s.parent_key is not None:
+            if s.parent_key is not None and s.parent_key in present:
                 children.setdefault(s.parent_key, []).append(s)
     rows = []
     for s in t.sessions:
-        if roll_up and children and s.parent_key is not None:
+        if s.parent_key in children:
             continue
         row = dict(s.row)
         kids = children.get(s.key)
@@ -680,7 +723,7 @@ def session_rows(t: Tally, *, roll_up: bool = True) -> list[dict[str, Any]]:
             row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
         rows.append(row)
     rows.sort(key=_session_order)
-    return [_shown(row, "session") for row in rows]
+    return [shown(row, "session") for row in rows]
 
 
 def _session_order(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -688,7 +731,7 @@ def _session_order(row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple((row[k] is None, row[k] or "") for k in ("start", "session", "session_key"))
 
 
-def _shown(row: dict[str, Any], by: str) -> dict[str, Any]:
+def shown(row: dict[str, Any], by: str) -> dict[str, Any]:
     """The columns ``stats`` shows, ``input`` without ``cached`` (``frames.query.with_uncached_input``)."""
     out: dict[str, Any] = {}
     for col in REPORT_COLUMNS[by]:
@@ -702,15 +745,29 @@ def _shown(row: dict[str, Any], by: str) -> dict[str, Any]:
     return out
 
 
-def _keys(by: str, s: Session) -> list[Any]:
-    """The group of each request of ``s`` in ``stats --by BY`` (UTC)."""
+def _keys(by: str, s: Session, timezone: str | None = None) -> list[Any]:
+    """The group of each request of ``s`` in ``stats --by BY``, its day, week or month in ``timezone`` (an
+    IANA name; None: UTC)."""
     if by == "model":
         return [m if m is not None else "(unknown)" for m in s.models]
     if by == "project":
         return [s.row["project"]] * len(s.models)
+    times = s.times if timezone is None else _local_times(s.times, timezone)
     if by == "month":
-        return [None if ts is None else ts[:7] for ts in s.times]
-    return [None if ts is None else ts[:10] for ts in s.times]  # a day; a week is its Monday's
+        return [None if ts is None else ts[:7] for ts in times]
+    return [None if ts is None else ts[:10] for ts in times]  # a day; a week is its Monday's
+
+
+def _local_times(times: list[str | None], timezone: str) -> list[str | None]:
+    """Each time (as Gemini CLI writes it, in UTC) as ``YYYY-MM-DD…`` in ``timezone``."""
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo(timezone)
+    out: list[str | None] = []
+    for ts in times:
+        at = parse_time(ts)
+        out.append(None if at is None else at.astimezone(zone).strftime("%Y-%m-%d"))
+    return out
 
 
 def _key_value(by: str, key: Any) -> Any:
@@ -723,12 +780,13 @@ def _key_value(by: str, key: Any) -> Any:
     return day - timedelta(days=day.weekday()) if by == "week" else day  # polars' weeks start on Monday
 
 
-def request_rows(t: Tally, by: str) -> list[dict[str, Any]]:
-    """The rows of ``stats --by model|project|day|week|month`` in UTC (``frames.query._agg_requests``)."""
+def request_rows(t: Tally, by: str, timezone: str | None = None) -> list[dict[str, Any]]:
+    """The rows of ``stats --by model|project|day|week|month``, days in ``timezone`` (None: UTC)
+    (``frames.query._agg_requests``)."""
     groups: dict[Any, list[Any]] = {}  # key: [sessions, requests, six token sums, peak, known costs]
     values: dict[Any, Any] = {}  # the day (or week) of each key met
     for s in t.sessions:
-        for key, at in _spans(_keys(by, s)).items():
+        for key, at in _spans(_keys(by, s, timezone)).items():
             if by in ("day", "week"):
                 if key not in values:
                     values[key] = _key_value(by, key)
@@ -743,7 +801,7 @@ def request_rows(t: Tally, by: str) -> list[dict[str, Any]]:
         row["unpriced"] = n - len(known)
         row["cost"] = None if not known and row["unpriced"] else math.fsum(known)
         row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
-        rows.append(_shown(row, by))
+        rows.append(shown(row, by))
     return rows
 
 

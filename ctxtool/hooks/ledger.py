@@ -7,12 +7,12 @@ belongs to; per session the session its figures add to (a subagent's parent); th
 folder whose listing decides which files are sessions; the price tiers of the models seen. A call whose
 folders are unchanged knows the session files are the same ones; files whose size and modification time are
 unchanged keep their figures; a ``.jsonl`` file that only grew is read from where the last call stopped (its
-running tally, ``ctxtool.hooks.tally.Running``, kept in ``<cache>/guard/files/``) and only its new records
+running tally, ``ctxtool.hooks.figures.Running``, kept in ``<cache>/guard/files/``) and only its new records
 are added up. Anything else (a new, removed or rewritten file, a rewind or checkpoint, a session spread over
 several files, a new day, a model not priced yet) goes to the full tally, ``ctxtool.hooks.rescan``, which
 reads what changed through ctxtool's index and writes the state again.
 
-Imports only what ``ctxtool.hooks.tally`` imports and ``ctxtool.session.stamp``: a warm call spends most of
+Imports only what ``ctxtool.hooks.figures`` imports and ``ctxtool.session.stamp``: a warm call spends most of
 its time starting Python. ``tests/test_guard.py`` holds the figures to ``ctxtool stats``, through both paths.
 """
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import os
 
-from ctxtool.hooks import tally
-from ctxtool.hooks.tally import STATE_VERSION, Running, Spend, Tally, tally_rows
+from ctxtool.hooks import figures
+from ctxtool.hooks.figures import STATE_VERSION, Running, Spend, Tally, tally_rows
 from ctxtool.session.stamp import STAMP, cache_path
 
 TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)
@@ -49,16 +49,16 @@ def spend(
     ``whole_day`` False (no budget of the day's spend is set): a warm call reads only the files of the
     session ``transcript`` belongs to (its subagents included), whatever grew beside it; today's figure then
     counts the other sessions as the last call that read them left them."""
-    day = tally.today(now)
+    day = figures.today(now)
     cache = cache_path(cache_dir)
-    key = tally.state_key(transcript, roots)
-    path = tally.state_file(cache, key)
-    state = tally.read_json(path)
+    key = figures.state_key(transcript, roots)
+    path = figures.state_file(cache, key)
+    state = figures.read_json(path)
     if not _usable(state, key, day):
         state = None
     if state is not None:
         try:
-            found = _quick(state, path, cache, transcript, tally.figures_key(day), whole_day)
+            found = _quick(state, path, cache, transcript, figures.figures_key(day), whole_day)
         except (OSError, KeyError, TypeError, ValueError, IndexError, AttributeError):
             # A file gone since it was listed, or a state or running tally of another shape: the full tally
             # finds the files again and writes them anew.
@@ -90,7 +90,7 @@ def _quick(
     path: str,
     cache: str,
     transcript: str | os.PathLike[str] | None,
-    figures: str,
+    key: str,
     whole_day: bool = True,
 ) -> Spend | None:
     """The spend from the state and the records appended since, or None when only the full tally can say."""
@@ -115,25 +115,25 @@ def _quick(
             grown.append((name, now))
     rates = state["rates"]
     for name, now in grown:
-        running = _grown(cache, name, figures, (files[name]["stamp"], now), rates)
+        running = _grown(cache, name, key, (files[name]["stamp"], now), rates)
         if running is None:
             return None
-        tally.write_json(tally.running_file(cache, name), running.to_doc())
+        figures.write_json(figures.running_file(cache, name), running.to_doc())
         files[name].update(stamp=now, tally=running.tally(rates).as_dict(), n_messages=running.messages)
     if grown:
-        tally.write_json(path, state)
+        figures.write_json(path, state)
     return _spend(state, transcript, state["day"], len(grown))
 
 
 def _grown(
-    cache: str, name: str, figures: str, stamps: tuple[list[int], list[int]], rates: dict[str, Any]
+    cache: str, name: str, key: str, stamps: tuple[list[int], list[int]], rates: dict[str, Any]
 ) -> Running | None:
     """The running tally of ``name`` extended by what was appended since the last call (``stamps``: the file's
     size and modification time then and now), or None when the file was not appended to (rewritten,
     truncated) or its new records need a full read."""
     was, now = stamps
-    doc = tally.read_json(tally.running_file(cache, name))
-    if not isinstance(doc, dict) or doc.get("path") != name or doc.get("key") != figures:
+    doc = figures.read_json(figures.running_file(cache, name))
+    if not isinstance(doc, dict) or doc.get("path") != name or doc.get("key") != key:
         return None
     running = Running.from_doc(doc)
     if running.stamp == now:
@@ -141,19 +141,19 @@ def _grown(
     offset = running.offset
     if running.stamp != was or now[0] <= offset:
         return None
-    start = max(0, offset - tally.FINGERPRINT_BYTES)
+    start = max(0, offset - figures.FINGERPRINT_BYTES)
     with open(name, "rb") as fh:
-        head = fh.read(min(offset, tally.FINGERPRINT_BYTES))
+        head = fh.read(min(offset, figures.FINGERPRINT_BYTES))
         fh.seek(start)
         rest = fh.read()
-    if tally.digest(head) != running.head or tally.digest(rest[: offset - start]) != running.tail:
+    if figures.digest(head) != running.head or figures.digest(rest[: offset - start]) != running.tail:
         return None  # the bytes before the end of the last read changed: not an append
-    if not tally.extend(running, rest[offset - start :], rates):
+    if not figures.extend(running, rest[offset - start :], rates):
         return None
     end = running.offset - start
-    running.tail = tally.digest(rest[max(0, end - tally.FINGERPRINT_BYTES) : end])
-    if offset < tally.FINGERPRINT_BYTES:  # then ``rest`` is the whole file
-        running.head = tally.digest(rest[: tally.FINGERPRINT_BYTES])
+    running.tail = figures.digest(rest[max(0, end - figures.FINGERPRINT_BYTES) : end])
+    if offset < figures.FINGERPRINT_BYTES:  # then ``rest`` is the whole file
+        running.head = figures.digest(rest[: figures.FINGERPRINT_BYTES])
     running.stamp = now
     running.freeze(rates)
     return running
@@ -189,5 +189,5 @@ def _spend(state: dict[str, Any], transcript: str | os.PathLike[str] | None, day
     roots = {k: s["root"] for k, s in sessions.items()}
     target = os.path.abspath(transcript) if transcript else None
     key = files[target]["session"] if target is not None and target in files else None
-    session, today = tally.roll_up(tallies, roots, day, key)
+    session, today = figures.roll_up(tallies, roots, day, key)
     return Spend(session, today, day, target if key is not None else None, grown, grown)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxtool.hooks import tally
-from ctxtool.hooks.tally import STATE_VERSION, Running, Spend, Tally
+from ctxtool.hooks import figures
+from ctxtool.hooks.figures import STATE_VERSION, Running, Spend, Tally
 from ctxtool.session.discover import SessionPath, default_roots, discover, file_stamps, listing_folders
 from ctxtool.session.stamp import MESSAGE_COLUMNS, STAMP
 
@@ -36,7 +36,7 @@ _META = ("group_key", "project", "project_dir", "parent_ref", "era", "session_id
 # would leave its modification time as recorded: the quick path is not promised until it is older (git's
 # "racily clean"). Two seconds cover file systems that keep whole seconds.
 _RACY_NS = 2_000_000_000
-# The columns the tally reads, in the order of its rows (``tally.ID`` … ``tally.LIVE``).
+# The columns the tally reads, in the order of its rows (``figures.ID`` … ``figures.LIVE``).
 _TALLIED = ("message_id", "type", "timestamp", "model", "input", "cached", "output", "thoughts", "tool",
             "total", "live")  # fmt: skip
 _COLUMNS = tuple(MESSAGE_COLUMNS.index(c) for c in _TALLIED)
@@ -46,7 +46,7 @@ def data_roots(transcript: str | os.PathLike[str] | None) -> list[Path]:
     """Where the sessions are: the data root holding ``transcript`` first, then Gemini CLI's default roots
     (``GEMINI_CLI_HOME``), each once."""
     roots: list[Path] = []
-    found = tally.transcript_root(transcript)
+    found = figures.transcript_root(transcript)
     if found is not None:
         roots.append(Path(found))
     roots += [root for root in default_roots() if root.is_dir()]
@@ -78,17 +78,17 @@ def spend(
     sessions, sums = _group(scan, state["sessions"] if state is not None else {}, Path(cache))
     target = os.path.abspath(transcript) if transcript else None
     _keep_running(
-        scan, (sessions, sums), (cache, tally.figures_key(day)), active=state is not None, target=target
+        scan, (sessions, sums), (cache, figures.figures_key(day)), active=state is not None, target=target
     )
     entries = scan.entries
     new = {"version": STATE_VERSION, "stamp": STAMP, "key": key, "day": day, "folders": folders,
            "files": entries, "sessions": sums.sessions, "rates": scan.rates}  # fmt: skip
-    tally.write_json(tally.state_file(cache, key), new)
+    figures.write_json(figures.state_file(cache, key), new)
     tallies = {
         k: s["tally"] if s["file"] is None else entries[s["file"]]["tally"] for k, s in sums.sessions.items()
     }
     owner = entries[target]["session"] if target is not None and target in entries else None
-    session, today = tally.roll_up(tallies, {k: s["root"] for k, s in sums.sessions.items()}, day, owner)
+    session, today = figures.roll_up(tallies, {k: s["root"] for k, s in sums.sessions.items()}, day, owner)
     return Spend(session, today, day, target if owner is not None else None, len(scan.changed),
                  sum(scan.resumed), sums.from_frames)  # fmt: skip
 
@@ -121,7 +121,7 @@ def _scan(roots: Sequence[Path], state: dict[str, Any] | None, cache_root: Path,
     if models - set(rates):
         from ctxtool.measure.pricing import price_table
 
-        rates.update(tally.rates_of(price_table(models - set(rates))))
+        rates.update(figures.rates_of(price_table(models - set(rates))))
     entries = {}
     for sp in files:
         path = str(sp.path)
@@ -205,8 +205,8 @@ def _tally_sessions(
         kept = old.get(s.key)
         if kept is None or kept.get("file") is not None or kept["stamps"] != member_stamps:
             sums.from_frames += 1
-            figures = _frames_tally([by_path[f.path] for f in s.files], cache_root)
-            kept = {"file": None, "tally": figures, "stamps": member_stamps}
+            summed = _frames_tally([by_path[f.path] for f in s.files], cache_root)
+            kept = {"file": None, "tally": summed, "stamps": member_stamps}
         sums.sessions[s.key] = {**kept}
     return sums
 
@@ -224,7 +224,7 @@ def _keep_running(
     its folder has its session id). Only files that changed since the last call (``active``), or the
     transcript's, get one: most sessions never grow again. ``where``: the cache and the figures' key."""
     sessions, sums = grouped
-    cache, figures = where
+    cache, key = where
     entries, read = scan.entries, scan.read
     ids: dict[tuple[str, str | None], int] = {}
     for entry in entries.values():
@@ -247,8 +247,8 @@ def _keep_running(
         if fc.resume_offset is None or fc.head_hash is None or fc.tail_hash is None:
             continue
         mark = (fc.resume_offset, fc.head_hash, fc.tail_hash)
-        running = Running.of_rows(name, figures, entry["stamp"], mark, rows, scan.rates)
-        tally.write_json(tally.running_file(cache, name), running.to_doc())
+        running = Running.of_rows(name, key, entry["stamp"], mark, rows, scan.rates)
+        figures.write_json(figures.running_file(cache, name), running.to_doc())
 
 
 def _read(
@@ -263,21 +263,21 @@ def _read(
     results = read_files(changed, workers=1, index=index)
     resumed.append(index.resumed)
     rows = {fc.path: _rows(fc) for fc in results if not fc.error}
-    needed = {m for file_rows in rows.values() for m in tally.models_of(file_rows)} - set(rates)
+    needed = {m for file_rows in rows.values() for m in figures.models_of(file_rows)} - set(rates)
     if needed:
         from ctxtool.measure.pricing import price_table
 
-        rates.update(tally.rates_of(price_table(needed)))
+        rates.update(figures.rates_of(price_table(needed)))
     out = {}
     for fc in results:
         entry: dict[str, Any] = {"ok": not fc.error, **{k: getattr(fc, k) for k in _META}}
-        entry["tally"] = tally.tally_rows(rows.get(fc.path, []), rates).as_dict()
+        entry["tally"] = figures.tally_rows(rows.get(fc.path, []), rates).as_dict()
         out[fc.path] = (entry, fc, rows.get(fc.path, []))
     return out
 
 
 def _rows(fc: FileColumns) -> list[list[Any]]:
-    """A file's message rows as the tally reads them (``tally.ID`` … ``tally.LIVE``)."""
+    """A file's message rows as the tally reads them (``figures.ID`` … ``figures.LIVE``)."""
     from ctxtool.session.columns import decode_columns
 
     out: list[list[Any]] = []

@@ -16,7 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from ctxtool.common.choices import FORMATS, MACHINE_FORMATS
-from ctxtool.frames.shape import RowTable
+from ctxtool.frames.shape import COLUMNS, RowTable
 
 if TYPE_CHECKING:
     import polars as pl
@@ -39,8 +39,8 @@ def dumps(obj: Any, *, indent: bool = True) -> bytes:
 
 
 # Columns the frames hold as one comma-joined string (a table cell, a CSV field) and machine formats that
-# can hold a list write as a list.
-LIST_COLUMNS = ("models",)
+# can hold a list write as a list: those of type ``list[str]`` (``ctxtool.frames.shape``).
+LIST_COLUMNS = tuple(c.name for c in COLUMNS if c.type == "list[str]")
 
 
 def with_lists(rows: pl.DataFrame) -> pl.DataFrame:

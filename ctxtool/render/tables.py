@@ -22,115 +22,22 @@ from rich.table import Table
 from rich.text import Text
 
 from ctxtool.common.wording import plural
+from ctxtool.frames.shape import COLUMNS, DROP_ORDER, NUMBER_FORMATS, TABLE_COLUMNS, Format
 from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
 
 if TYPE_CHECKING:
     import polars as pl
 
-_RIGHT = {
-    "ctx_tool_io",
-    "ctx_model",
-    "ctx_prompts",
-    "ctx_overhead",
-    "requests",
-    "sessions",
-    "turn",
-    "turns",
-    "input",
-    "output",
-    "cached",
-    "thoughts",
-    "tool",
-    "total",
-    "context",
-    "peak_context",
-    "context_limit",
-    "context_share",
-    "cache_ratio",
-    "tool_calls",
-    "tool_errors",
-    "compressions",
-    "rewinds",
-    "subagents",
-    "cost",
-    "duration_s",
-}
-_HEADERS = {
-    "requests": "req",
-    "context_share": "ctx %",
-    "cache_ratio": "cache %",
-    "peak_context": "peak ctx",
-    "context_limit": "limit",
-    "duration_s": "time",
-    "tool_calls": "tools",
-    "tool_errors": "tool err",
-    "compressions": "compr.",
-    "ctx_overhead": "ctx: overhead",
-    "ctx_prompts": "ctx: prompts",
-    "ctx_model": "ctx: model",
-    "ctx_tool_io": "ctx: tool I/O",
-}
+# The stats report's columns as a table shows them: each one's header, format (right-aligned when a number),
+# place and drop order, and how far a text column gives way, are its specification's (ctxtool.frames.shape).
+_FORMATS: dict[str, Format] = {c.name: c.format for c in COLUMNS}
+_RIGHT = {c.name for c in COLUMNS if c.format in NUMBER_FORMATS}
+_HEADERS = {c.name: c.heading for c in COLUMNS}
+_TEXT_MIN = {c.name: c.least for c in COLUMNS if c.least is not None}
+_MAX_WIDTH = {c.name: c.most for c in COLUMNS if c.most is not None}
 # The token counts a table shows, in ccusage's order (Input, Output, Reasoning, Cache Read), that add up
 # to ``total``; ``tool`` only where some request recorded tool-use prompt tokens.
 TOKEN_PARTS = ("input", "output", "thoughts", "cached", "tool")
-_TOKENS = [*TOKEN_PARTS, "total"]
-# The columns of the --by project, day, week and month tables, after the key itself.
-_PERIOD_COLUMNS = ["sessions", "requests", *_TOKENS, "cache_ratio", "cost"]
-_CTX_COLUMNS = ["ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io"]
-# What a table shows per report; machine formats always carry every column.
-TABLE_COLUMNS: dict[str, list[str]] = {
-    "turn": [
-        "session",
-        "turn",
-        "prompt",
-        "start",
-        "duration_s",
-        "requests",
-        *_TOKENS,
-        "peak_context",
-        "context_share",
-        "cache_ratio",
-        "tool_calls",
-        "compressed",
-        *_CTX_COLUMNS,
-        "cost",
-    ],
-    "request": [
-        "session",
-        "turn",
-        "timestamp",
-        "model",
-        *_TOKENS,
-        "context_share",
-        "cache_ratio",
-        "tool_calls",
-        "live",
-        "event",
-        *_CTX_COLUMNS,
-        "cost",
-    ],
-    "session": [
-        "session",
-        "project",
-        "start",
-        "turns",
-        "requests",
-        *_TOKENS,
-        "peak_context",
-        "context_share",
-        "cache_ratio",
-        "compressions",
-        "cost",
-    ],
-    "model": ["model", "sessions", "requests", *_TOKENS, "cache_ratio", "cost"],
-    "project": ["project", *_PERIOD_COLUMNS],
-    "day": ["day", *_PERIOD_COLUMNS],
-    "week": ["week", *_PERIOD_COLUMNS],
-    "month": ["month", *_PERIOD_COLUMNS],
-}
-# The columns that name a row: never dropped (nor are ``total`` and ``cost``).
-_KEY_COLUMNS = {"turn": ("session", "turn"), "request": ("session", "turn")}
-_MAX_WIDTH = {"prompt": 40, "session": 34, "project": 24, "model": 30}
 
 
 def make_console(
@@ -231,35 +138,33 @@ def share_style(share: float | None) -> str:
     return "green"
 
 
-# The columns ``cell`` formats by their name before it looks at the value's type.
-_OWN_FORMAT = {"context_share", "cache_ratio", "cost", "duration_s"}
-
-
 def cell(column: str, value: Any) -> Text:
-    if column == "context_share":
+    """``value`` as a stats table shows ``column``: in its specification's ``format``."""
+    fmt = _FORMATS.get(column, "text")
+    if fmt == "share":
         return Text(percent(value), style=share_style(value))
-    if column == "cache_ratio":
+    if fmt == "percent":
         return Text(percent(value))
-    if column == "cost":
+    if fmt == "cost":
         return Text(money(value), style="" if value is not None else "dim")
-    if column == "duration_s":
+    if fmt == "duration":
         return Text(duration(value))
     if isinstance(value, bool):
-        if column == "compressed":
+        if fmt == "mark":
             return Text("yes" if value else "", style="magenta")
         return Text("yes" if value else "no", style="" if value else "dim")
-    if isinstance(value, int) and column in _RIGHT:
+    if isinstance(value, int) and fmt == "count":
         return Text(human_int(value))
     if isinstance(value, datetime):
         return Text(value.strftime("%Y-%m-%d %H:%M"))
-    if column == "timestamp" and isinstance(value, str):
+    if fmt == "second" and isinstance(value, str):
         return Text(value[:19].replace("T", " "))
     if isinstance(value, date):
         return Text(value.isoformat())
     if value is None:
         return Text("–", style="dim")
     text = str(value)
-    if column == "session" and text.startswith("session-"):
+    if fmt == "short id" and text.startswith("session-"):
         text = text.removeprefix("session-")
     return Text(text, no_wrap=True, overflow="ellipsis")
 
@@ -312,7 +217,6 @@ def stats_table(
         else:
             footer = cell(col, totals[col]) if col in totals else Text("")
             footers[col] = _partial(footer, col, totals.get("unpriced", 0))
-    keys = {columns[0], *_KEY_COLUMNS.get(by, ()), "total", "cost"}
     text_min = dict(_TEXT_MIN)
     if columns[0] in text_min:  # the row's name (a model, a project): cut, it still tells the rows apart
         text_min[columns[0]] = _distinct_width(columns[0], full[columns[0]], text_min[columns[0]])
@@ -322,7 +226,7 @@ def stats_table(
         width=width,
         wide=wide,
         text_min=text_min,
-        drop_order=[c for c in _DROP_ORDER if c not in keys],
+        drop_order=[c for c in DROP_ORDER if c != columns[0]],  # the row's key stays, as do those unranked
     )
     notes = [n for n in (caption, parts_note(totals), *dropped_notes(dropped, totals, _HEADERS)) if n]
     shown: list[tuple[str, str, Text, int]] = []  # (column, header, footer, width)
@@ -596,9 +500,7 @@ def _stats_cells(rows: RowTable, columns: Sequence[str]) -> dict[str, list[Text]
         values = rows.get_column(col).to_list()
         if col == "session":
             full[col] = [_session_cell(col, v, shorts) for v in values]
-        elif (
-            col in _RIGHT and col not in _OWN_FORMAT
-        ):  # a count: as ``cell`` prints an int, without its tests
+        elif _FORMATS.get(col) == "count":  # as ``cell`` prints an int, without its tests
             full[col] = [Text(f"{v:,}") if v.__class__ is int else cell(col, v) for v in values]
         else:
             full[col] = [cell(col, v) for v in values]
@@ -823,7 +725,7 @@ def fit_columns(
     headers = _HEADERS if headers is None else headers
     text_min = _TEXT_MIN if text_min is None else text_min
     max_width = _MAX_WIDTH if max_width is None else max_width
-    drop_order = _DROP_ORDER if drop_order is None else drop_order
+    drop_order = DROP_ORDER if drop_order is None else drop_order
     wrap = {} if wrap is None else wrap
 
     widest: dict[str, int] = {}
@@ -901,39 +803,6 @@ def hidden_note(requests: int, cost: float) -> str | None:
         "Not in the totals: Gemini CLI's compression calls, which it does not record: "
         f"{plural(requests, 'request')}, estimated {money(cost)}."
     )
-
-
-# When a terminal is too narrow, these go first (machine formats still carry them); a token column that goes
-# is named with its sum. The main token counts go last, and a row's key, ``total`` and ``cost`` never.
-_DROP_ORDER = (
-    "ctx_tool_io",
-    "ctx_model",
-    "ctx_prompts",
-    "ctx_overhead",
-    "event",
-    "tool",
-    "compressions",
-    "compressed",
-    "tool_calls",
-    "live",
-    "duration_s",
-    "start",
-    "timestamp",
-    "cache_ratio",
-    "thoughts",
-    "sessions",
-    "turns",
-    "peak_context",
-    "context_share",
-    "requests",
-    "project",
-    "model",
-    "prompt",
-    "output",
-    "cached",
-    "input",
-)
-_TEXT_MIN = {"prompt": 16, "project": 12, "model": 14}
 
 
 def print_table(console: Console, table: Table, *, wide: bool = False) -> None:

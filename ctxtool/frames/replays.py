@@ -1,15 +1,15 @@
-"""A warm ``ctxtool stats`` without the heavy imports: the output of the last warm run, replayed.
+"""The replay store: a warm ``ctxtool stats``'s output, kept and written again without the heavy imports.
 
 When every session file is unchanged since the last run that was served entirely from ctxtool's index, the
 report it printed is the report this run would print. That run stored its exact output (standard output and
-error, in order, and its exit status) keyed by everything that can change it: the arguments, the working
-folder, the environment variables that steer discovery, colour and width, whether each stream is a terminal
-and its size, the ctxtool code and the day (prices are dated). A new run with the same key checks the inputs
-(the same discovery, every file's size and modification time, the skipped, missing and empty entries) and,
-when nothing moved, writes the stored output and exits: no typer, rich or polars import, no frames loaded.
+error, in order, and its exit status) in one entry of the replay folder, with what it was computed from;
+``play`` checks those inputs (the same discovery, every file's size and modification time, the skipped,
+missing and empty entries) and, when nothing moved, writes the stored output: no typer, rich or polars
+import, no frames loaded.
 
-Only ``stats`` without ``--no-cache``, ``--output`` or ``--help`` is replayed; the first warm run after any
-change computes the report again and stores it. ``CTXTOOL_NO_REPLAY=1`` turns the replay off.
+Which runs are replayed or kept, and the entry each is kept in (keyed by everything that can change the
+output), is ``ctxtool.launch``'s to say: it reads the command line, this module never does. It hands the
+entry down (``arm``), and the CLI records the run's output into it (``Recorder``, ``armed``).
 
 Standard library only, plus ctxtool's discovery; never imports polars.
 """
@@ -21,84 +21,11 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ctxtool.common.digest import blake2b
-
 if TYPE_CHECKING:
     from ctxtool.session.discover import Discovery
-
-_ENV = (
-    "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TERM", "CI", "TZ", "HOME", "GEMINI_CLI_HOME",
-    "CTXTOOL_CACHE_DIR", "CTXTOOL_NO_PRICE_CACHE", "LANG", "LC_ALL", "PYTHONIOENCODING",
-)  # fmt: skip
-_NEVER = (
-    "--no-cache",
-    "--output",
-    "-o",
-    "--help",
-    "--install-completion",
-    "--show-completion",
-    "--traceback",
-)
-OFF_ENV = "CTXTOOL_NO_REPLAY"
-
-
-def eligible(argv: Sequence[str]) -> bool:
-    """A ``stats`` run whose output may be replayed or stored."""
-    if os.environ.get(OFF_ENV) or not argv or argv[0] != "stats":
-        return False
-    return not any(a in _NEVER or a.startswith(("--output=", "--cache-dir=")) for a in argv[1:])
-
-
-def _code_key() -> str:
-    """The ctxtool code that would run: its files' sizes and modification times, and the reader stamp."""
-    from ctxtool.session.stamp import STAMP
-
-    h = blake2b(STAMP.encode(), digest_size=16)
-    root = Path(__file__).resolve().parents[1]  # the whole package, not only ctxtool.frames
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(dirpath, name))
-                h.update(f"{dirpath}/{name}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()
-
-
-def _key(argv: Sequence[str]) -> str:
-    streams = []
-    for stream in (sys.stdout, sys.stderr):
-        tty = bool(getattr(stream, "isatty", lambda: False)())
-        size = None
-        if tty:
-            try:
-                size = tuple(os.get_terminal_size(stream.fileno()))
-            except (OSError, ValueError):
-                size = None
-        streams.append((tty, size))
-    parts = {
-        "argv": list(argv),
-        "cwd": os.getcwd(),
-        "env": {k: os.environ.get(k) for k in _ENV},
-        "streams": streams,
-        "code": _code_key(),
-        "day": datetime.now(tz=UTC).date().isoformat(),
-        "python": sys.version,
-    }
-    return blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=16).hexdigest()
-
-
-def _folder(argv: Sequence[str]) -> Path:
-    from ctxtool.session.stamp import cache_root
-
-    cache_dir = None
-    for i, a in enumerate(argv):
-        if a == "--cache-dir" and i + 1 < len(argv):
-            cache_dir = argv[i + 1]
-    return cache_root(cache_dir) / "replay"
 
 
 def _inputs(targets: Sequence[str], subagents: bool) -> dict[str, Any]:
@@ -125,16 +52,14 @@ def inputs_of(
     }
 
 
-def try_replay(argv: Sequence[str]) -> int | None:
-    """Write the stored output of an identical warm run and return its exit status; None to run normally."""
-    if not eligible(argv):
-        return None
+def play(entry: Path) -> int | None:
+    """Write the output kept in ``entry`` when its inputs are as they were, and return its exit status; None
+    (nothing written) to run normally."""
     try:
-        entry_path = _folder(argv) / f"{_key(argv)}.json"
-        entry = json.loads(entry_path.read_text(encoding="utf-8"))
-        if _inputs(entry["inputs"]["targets"], entry["inputs"]["subagents"]) != entry["inputs"]:
+        kept = json.loads(entry.read_text(encoding="utf-8"))
+        if _inputs(kept["inputs"]["targets"], kept["inputs"]["subagents"]) != kept["inputs"]:
             return None
-        chunks = entry["chunks"]
+        chunks = kept["chunks"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     try:
@@ -149,7 +74,21 @@ def try_replay(argv: Sequence[str]) -> int | None:
         sys.stderr.flush()
     except BrokenPipeError:
         return 0  # as the CLI: a reader that stopped early is not an error
-    return int(entry["code"])
+    return int(kept["code"])
+
+
+_armed: Path | None = None
+
+
+def arm(entry: Path) -> None:
+    """Keep this run's output in ``entry`` if the index serves it (``ctxtool.launch`` says which runs may)."""
+    global _armed
+    _armed = entry
+
+
+def armed() -> Path | None:
+    """The entry this run's output is kept in (``arm``); None: it is not kept."""
+    return _armed
 
 
 class _Tee(io.TextIOBase):
@@ -235,7 +174,7 @@ def foresee(start: int, render: Callable[[], object], inputs: dict[str, Any]) ->
     read, makes the next run's inputs differ, and that run reads it again.
     """
     rec = _current
-    if rec is None or not eligible(rec.argv) or rec.inputs is not None:
+    if rec is None or rec.inputs is not None:
         return
     log: list[list[str]] = []
     out, err = sys.stdout, sys.stderr
@@ -255,10 +194,11 @@ def loaded(targets: Sequence[str], subagents: bool, *, warm: bool) -> None:
 
 
 class Recorder:
-    """Records a run's output; :meth:`store` keeps it for replay when the run was served from the index."""
+    """Records a run's output; :meth:`store` keeps it in ``entry`` for replay when the run was served from the
+    index."""
 
-    def __init__(self, argv: Sequence[str]) -> None:
-        self.argv = list(argv)
+    def __init__(self, entry: Path) -> None:
+        self.entry = entry
         self.log: list[list[str]] = []
         self.inputs: dict[str, Any] | None = None
         # (start, end, chunks, inputs): the output of the next run, these chunks in place of log[start:end]
@@ -283,15 +223,14 @@ class Recorder:
         if inputs is None and self.foreseen is not None:
             start, end, instead, inputs = self.foreseen
             chunks = [*self.log[:start], *instead, *self.log[end:]]
-        if inputs is None or not eligible(self.argv):
+        if inputs is None:
             return
         try:
-            folder = _folder(self.argv)
+            folder, target = self.entry.parent, self.entry
             folder.mkdir(parents=True, exist_ok=True)
-            entry = {"inputs": inputs, "chunks": chunks, "code": code}
-            target = folder / f"{_key(self.argv)}.json"
+            kept = {"inputs": inputs, "chunks": chunks, "code": code}
             tmp = folder / f".{target.name}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(entry), encoding="utf-8")
+            tmp.write_text(json.dumps(kept), encoding="utf-8")
             os.replace(tmp, target)
         except OSError:
             return

@@ -1,0 +1,429 @@
+"""What a filter or the live view keeps of a tally, and the turn and request grains, in plain Python.
+
+The engine's other half (``ctxtool.frames.tally`` measures the sessions): ``view`` keeps the requests,
+turns and sessions that ``--since``, ``--until``, ``--project``, ``--session``, ``--model`` and ``--live``
+keep, as a :class:`~ctxtool.frames.tally.Tally` of its own, whose every session row takes its request
+columns, and the ratios of them, from the requests kept (``tally.request_figures``, the one statement of
+them), so that a filter never leaves a figure of requests it does not count. ``turn_rows`` and
+``request_rows`` are the rows of ``--by turn`` and ``--by request``. Each reads a session's message columns
+(``Session.columns``, kept by ``tally(detail=True)``).
+
+The rules are those the frames have always applied (``frames.query.filter_corpus``, ``live_only``,
+``frames.turns.turns_frame``): a request is kept by its UTC day and its model (equal to a ``--model`` or
+starting with it); a session by its project (a part of its name, or its folder), by ``--session`` (an id, a
+unique prefix of one, a file name or path), and by the days of its messages; a subagent follows its parent.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from datetime import date, timedelta
+from typing import Any
+
+import msgspec
+
+from ctxtool.common.errors import UsageError
+from ctxtool.frames.tally import (
+    _CALLS,
+    _ERRORS,
+    _HIST,
+    _I,
+    _ID,
+    _INFO,
+    _INPUT,
+    _LIVE,
+    _MODEL,
+    _PROMPT,
+    _SNAP,
+    _TIME,
+    _TYPE,
+    Requests,
+    Session,
+    Tally,
+    composition_parts,
+    known_cost,
+    parse_time,
+    request_figures,
+)
+from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS, cache_ratio
+from ctxtool.session.schema import TOKEN_KEYS as TOKEN_COLUMNS
+
+_PREVIEW, _REWINDS, _CHECKPOINTS = _I["preview"], _I["rewinds_seen"], _I["checkpoints_seen"]
+_INPUT_AT, _CACHED_AT, _TOTAL_AT = (TOKEN_COLUMNS.index(k) for k in ("input", "cached", "total"))
+_TOTAL_PARTS = tuple(TOKEN_COLUMNS.index(k) for k in ("input", "output", "thoughts", "tool"))
+
+
+class Detail(msgspec.Struct):
+    """A session's message columns (its files merged) and where its requests are among them."""
+
+    columns: list[list[Any]]
+    at: list[int]  # the message of each request
+    turn: list[int]  # each message's turn: the prompts before it and itself
+    parts: list[tuple[int, int, int, int]]  # each request's (overhead, prompts, model, tool I/O)
+    events: list[str | None]  # each request's ``event``
+    inferred: list[bool]  # each request's model taken from a neighbour
+
+
+def filtered(filters: Mapping[str, Any]) -> bool:
+    return any(filters.values())
+
+
+def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
+    """What ``filters`` (``StatsQuery.filters``) and ``live`` keep of ``t`` (made with ``detail``)."""
+    since, until = filters.get("since"), filters.get("until")
+    models: Sequence[str] = filters.get("models") or ()
+    keys = _kept_keys(t.sessions, filters.get("projects") or (), filters.get("sessions") or ())
+    dated = since is not None or until is not None
+    sessions = []
+    for s in t.sessions:
+        if s.key not in keys:
+            continue
+        d = _detail(s)
+        c = d.columns
+        msgs = list(range(len(c[_TIME])))
+        if dated:
+            msgs = [i for i in msgs if _within(c[_TIME][i], since, until)]
+            if not msgs:
+                continue
+        r = s.requests
+        assert r is not None
+        reqs = list(range(len(d.at)))
+        if dated:
+            reqs = [j for j in reqs if _within(r.times[j], since, until)]
+        if models:
+            reqs = [j for j in reqs if _model_matches(r.models[j], models)]
+            if not reqs:
+                continue
+        turns = None
+        if dated and not models:
+            turns = [row for row in _turns(s, d, None, None) if _within_ts(row["start"], since, until)]
+        elif models:
+            turns = [row for row in _turns(s, d, msgs, reqs) if row["requests"] > 0]
+        if live:
+            reqs = [j for j in reqs if c[_LIVE][d.at[j]]]
+            msgs = [i for i in msgs if c[_LIVE][i]]
+            turns = _turns(s, d, msgs, reqs)
+        sessions.append(_narrowed(s, d, reqs, turns))
+    return msgspec.structs.replace(
+        t,
+        sessions=sessions,
+        broken=[b for b in t.broken if b[0] in {s.row["file"] for s in sessions}],
+        invalid_utf8=[u for u in t.invalid_utf8 if u[0] in {s.row["file"] for s in sessions}],
+    )
+
+
+def _detail(s: Session) -> Detail:
+    """What the views read of ``s``'s message columns, derived once."""
+    if s.detail is None:
+        if s.columns is None or s.requests is None:
+            raise ValueError("a view needs the sessions' columns: make the tally with detail=True")
+        s.detail = detail_of(s.columns, s.requests)
+    assert isinstance(s.detail, Detail)
+    return s.detail
+
+
+def detail_of(c: list[list[Any]], r: Requests) -> Detail:
+    """A session's message columns ``c`` (its files merged) and its requests ``r`` (``tally._measure``)."""
+    at = [
+        i
+        for i, (kind, input) in enumerate(zip(c[_TYPE], c[_INPUT], strict=True))
+        if input is not None and kind == "gemini"
+    ]
+    turn, n = [], 0
+    for prompt in c[_PROMPT]:
+        n += bool(prompt)
+        turn.append(n)
+    parts = composition_parts(r.tokens[0], [[c[h][i] for i in at] for h in _HIST])  # type: ignore[arg-type]
+    inferred = [c[_MODEL][i] is None and m is not None for i, m in zip(at, r.models, strict=True)]
+    return Detail(c, at, turn, parts, _events(c, at, r.models), inferred)
+
+
+def _events(c: list[list[Any]], at: list[int], models: list[str | None]) -> list[str | None]:
+    """Each request's ``event`` (``frames.messages.with_events``): what happened to the history since the
+    request before it: ``compression``, ``rewind``, ``rollback`` (a checkpoint that shrank the history and is
+    no compression), ``model`` (another model than the request before)."""
+    seen, compressions = [], 0
+    for info, snap in zip(c[_INFO], c[_SNAP], strict=True):
+        compressions += bool(info or snap)
+        seen.append(compressions)
+    out: list[str | None] = []
+    prev: int | None = None
+    for k, i in enumerate(at):
+        names = []
+        compressed = seen[i] > (seen[prev] if prev is not None else 0)
+        if compressed:
+            names.append("compression")
+        rewinds, before = c[_REWINDS][i], c[_REWINDS][prev] if prev is not None else None
+        if rewinds is not None and rewinds > (before or 0):
+            names.append("rewind")
+        if prev is not None and not compressed:
+            checks, earlier = c[_CHECKPOINTS][i], c[_CHECKPOINTS][prev]
+            if checks is not None and checks > (earlier or 0) and _history(c, i) < _history(c, prev):
+                names.append("rollback")
+        if k and models[k] is not None and models[k - 1] is not None and models[k] != models[k - 1]:
+            names.append("model")
+        out.append(",".join(names) or None)
+        prev = i
+    return out
+
+
+def _history(c: list[list[Any]], i: int) -> int:
+    return sum(c[h][i] or 0 for h in _HIST)
+
+
+def _within(ts: str | None, since: date | None, until: date | None) -> bool:
+    """A time as Gemini CLI writes it falls on a UTC day in [since, until] (an open end is not checked)."""
+    if ts is None:
+        return False
+    day = ts[:10]
+    return (since is None or day >= since.isoformat()) and (until is None or day <= until.isoformat())
+
+
+def _within_ts(ts: Any, since: date | None, until: date | None) -> bool:
+    if ts is None:
+        return False
+    day = ts.date()
+    return (since is None or day >= since) and (until is None or day <= until)
+
+
+def _model_matches(model: str | None, models: Sequence[str]) -> bool:
+    return model is not None and any(model == m or model.startswith(m) for m in models)
+
+
+def _narrowed(s: Session, d: Detail, reqs: list[int], turns: list[dict[str, Any]] | None) -> Session:
+    """``s`` with only the requests ``reqs``: every column its row takes of its requests, and their ratios,
+    from those (``request_figures``); its turns counted from ``turns`` (None: as they were)."""
+    r = s.requests
+    assert r is not None
+    assert r.costs is not None
+    kept = Requests(
+        [r.models[j] for j in reqs],
+        [r.times[j] for j in reqs],
+        [[col[j] for j in reqs] for col in r.tokens],
+        [r.costs[j] for j in reqs],
+    )
+    live = [d.columns[_LIVE][d.at[j]] for j in reqs]
+    row = dict(s.row)
+    row.update(request_figures(kept.models, kept.tokens, live))
+    row["cost"], row["unpriced"] = known_cost(kept.costs or [])
+    for i, name in enumerate(("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io")):
+        row[name] = sum(d.parts[j][i] for j in reqs)
+    if turns is not None:
+        row["turns"] = len(turns)
+    tokens = kept.tokens
+    mismatches = sum(
+        (tokens[_TOTAL_AT][k] or 0) != sum(tokens[p][k] or 0 for p in _TOTAL_PARTS) for k in range(len(reqs))
+    )
+    return msgspec.structs.replace(
+        s, row=row, requests=kept, mismatches=mismatches, detail=d, kept=reqs, turns=turns
+    )
+
+
+# --- which sessions -------------------------------------------------------------------------------
+
+
+def _kept_keys(sessions: list[Session], projects: Sequence[str], wanted: Sequence[str]) -> set[str]:
+    """The sessions ``--project`` and ``--session`` keep, and the subagents of each."""
+    keep = sessions
+    if projects:
+        keep = [s for s in keep if any(p in s.row["project"] or s.project_dir == p for p in projects)]
+    if wanted:
+        matched: set[str] = set()
+        for w in wanted:
+            matched |= {s.key for s in _session_matches(keep, w)}
+        keep = [s for s in keep if s.key in matched]
+    roots = {s.key for s in keep}
+    return {s.key for s in sessions if s.key in roots or (s.parent_key or s.key) in roots}
+
+
+def _session_matches(sessions: list[Session], wanted: str) -> list[Session]:
+    """Sessions that ``--session WANTED`` names (``frames.query._session_match``): a session id or a unique
+    prefix of one, a file name with or without its extension, or the file's path; an ambiguous prefix is a
+    usage error listing the candidates."""
+    path = os.path.abspath(os.path.expanduser(wanted))
+
+    def exact(s: Session) -> bool:
+        file = s.row["file"]
+        return (
+            wanted in (s.row["session_id"], s.row["session"], s.key)
+            or file == path
+            or (file.split("/")[-1] == wanted)
+        )
+
+    found = [s for s in sessions if exact(s)]
+    if found:
+        return found
+    prefixed = [
+        s for s in sessions if s.row["session_id"] is not None and s.row["session_id"].startswith(wanted)
+    ]
+    roots = [s for s in prefixed if s.parent_key is None]
+    if len(roots) > 1 and len({s.row["session_id"] for s in roots}) == 1:
+        raise _shared_id(wanted, roots)
+    if len(roots) > 1:
+        names = ", ".join(f"{s.row['session_id']} ({s.row['session']})" for s in roots[:10])
+        raise UsageError(
+            f"--session {wanted} is ambiguous: {len(roots)} sessions have an id starting with it: {names}",
+            "Give more characters of the id",
+        )
+    return prefixed
+
+
+def _shared_id(wanted: str, roots: list[Session]) -> UsageError:
+    """The usage error for a ``--session`` prefix whose sessions all share one whole id (the a2a server gives
+    each session it records ``a2a-server``): their files tell them apart (``frames.query._shared_id``)."""
+    shared = roots[0].row["session_id"]
+    ordered = sorted(roots, key=lambda s: (s.row["start"] is None, s.row["start"] or 0))
+    lines = []
+    for s in ordered[:10]:
+        start = s.row["start"]
+        when = f"started {start:%Y-%m-%d %H:%M} UTC" if start is not None else "no start recorded"
+        lines.append(f"  {s.row['file']}  ({when}, project {s.row['project']})")
+    if len(roots) > 10:
+        lines.append(f"  … and {len(roots) - 10} more")
+    return UsageError(
+        f"--session {wanted} matches {len(roots)} sessions that all have the id {shared}, so more "
+        "characters of it cannot tell them apart",
+        f"Name one by its file: --session with its path or file name (or pass that file as PATH); "
+        f"--session {shared} takes all {len(roots)}:\n" + "\n".join(lines),
+    )
+
+
+# --- the turn and request grains --------------------------------------------------------------------
+
+
+def _turns(s: Session, d: Detail, msgs: list[int] | None, reqs: list[int] | None) -> list[dict[str, Any]]:
+    """The turn rows of ``s`` over the messages ``msgs`` and requests ``reqs`` (None: all of them), as
+    ``frames.turns.turns_frame`` builds them: each prompt starts a turn; turn 0 (the messages before the
+    first prompt) is a row when it holds a request or a compression."""
+    c = d.columns
+    r = s.requests
+    assert r is not None
+    assert r.costs is not None
+    per: dict[int, dict[str, Any]] = {}
+    for i in range(len(c[_TIME])) if msgs is None else msgs:
+        n = d.turn[i]
+        g = per.get(n)
+        if g is None:
+            g = per[n] = {"prompt": None, "first": None, "times": [], "live": None, "calls": 0, "errors": 0,
+                          "compressed": False, "reqs": []}  # fmt: skip
+        preview = c[_PREVIEW][i]
+        if preview is not None:
+            if c[_PROMPT][i] and g["prompt"] is None:
+                g["prompt"] = preview
+            if g["first"] is None:
+                g["first"] = preview
+        if c[_PROMPT][i] or preview is not None:
+            g["live"] = c[_LIVE][i] if g["live"] is None else (g["live"] or c[_LIVE][i])
+        if c[_TIME][i] is not None:
+            g["times"].append(c[_TIME][i])
+        g["calls"] += c[_CALLS][i] or 0
+        g["errors"] += c[_ERRORS][i] or 0
+        g["compressed"] = g["compressed"] or bool(c[_INFO][i] or c[_SNAP][i])
+    for j in range(len(d.at)) if reqs is None else reqs:
+        g = per.get(d.turn[d.at[j]])
+        if g is not None:
+            g["reqs"].append(j)
+    rows = []
+    for n, g in per.items():
+        if n > 0 or g["reqs"] or g["compressed"]:
+            rows.append(_turn_row(s, d, n, g))
+    return rows
+
+
+def _turn_row(s: Session, d: Detail, n: int, g: dict[str, Any]) -> dict[str, Any]:
+    r = s.requests
+    assert r is not None
+    assert r.costs is not None
+    reqs: list[int] = g["reqs"]
+    times = g["times"]
+    start = parse_time(min(times)) if times else None
+    end = parse_time(max(times)) if times else None
+    tokens = [[col[j] for j in reqs] for col in r.tokens]
+    row: dict[str, Any] = {
+        "session": s.row["session"],
+        "derived_from": s.row["derived_from"],
+        "compacted_at": s.row["compacted_at"],
+        "turn": n,
+        "prompt": g["prompt"] if g["prompt"] is not None else g["first"],
+        "start": start,
+        "duration_s": None if start is None or end is None else (end - start) // _MS / 1000.0,
+        "requests": len(reqs),
+    }
+    for name, values in zip(TOKEN_COLUMNS, tokens, strict=True):
+        row[name] = sum(filter(None, values))
+    inputs = [v for v in tokens[0] if v is not None]
+    row["peak_context"] = max(inputs) if inputs else None
+    limits = [_limit(r.models[j]) for j in reqs]
+    row["context_limit"] = max(limits) if limits else None
+    peak, limit = row["peak_context"], row["context_limit"]
+    row["context_share"] = None if peak is None or limit is None else peak / limit
+    row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
+    row["tool_calls"], row["tool_errors"] = g["calls"], g["errors"]
+    row["compressed"] = g["compressed"]
+    row["live"] = True if g["live"] is None else g["live"]
+    names = sorted({r.models[j] for j in reqs if r.models[j] is not None})  # type: ignore[type-var]
+    row["models"] = ",".join(names) if reqs else None  # type: ignore[arg-type]
+    if reqs:
+        row["cost"], row["unpriced"] = known_cost([r.costs[j] for j in reqs])
+    else:
+        row["cost"], row["unpriced"] = 0.0, 0
+    for i, name in enumerate(("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io")):
+        row[name] = sum(d.parts[j][i] for j in reqs)
+    return row
+
+
+_MS = timedelta(milliseconds=1)
+
+
+def _limit(model: str | None) -> int:
+    return DEFAULT_TOKEN_LIMIT if model is None else MODEL_LIMITS.get(model, DEFAULT_TOKEN_LIMIT)
+
+
+def turn_rows(t: Tally) -> list[dict[str, Any]]:
+    """The rows of ``stats --by turn``, by session (name, then key) and turn."""
+    rows = []
+    for s in sorted(t.sessions, key=lambda s: (s.row["session"], s.key)):
+        turns = s.turns if s.turns is not None else _turns(s, _detail(s), None, None)
+        rows.extend(sorted(turns, key=lambda row: row["turn"]))
+    return rows
+
+
+def request_rows(t: Tally) -> list[dict[str, Any]]:
+    """The rows of ``stats --by request``, by session (name, then key) and position."""
+    rows = []
+    for s in sorted(t.sessions, key=lambda s: (s.row["session"], s.key)):
+        d = _detail(s)
+        r = s.requests
+        assert r is not None
+        assert r.costs is not None
+        c = d.columns
+        for k, j in enumerate(s.kept if s.kept is not None else range(len(r.models))):
+            i = d.at[j]
+            tokens = [col[k] for col in r.tokens]
+            limit = _limit(r.models[k])
+            row: dict[str, Any] = {
+                "session": s.row["session"],
+                "derived_from": s.row["derived_from"],
+                "compacted_at": s.row["compacted_at"],
+                "turn": d.turn[i],
+                "message_id": c[_ID][i],
+                "timestamp": c[_TIME][i],
+                "model": r.models[k],
+                "model_inferred": d.inferred[j],
+            }
+            row.update(zip(TOKEN_COLUMNS, tokens, strict=True))
+            row["context"] = prompt = tokens[_INPUT_AT]
+            row["context_limit"] = limit
+            row["context_share"] = None if prompt is None else prompt / limit
+            cached, prompt = tokens[_CACHED_AT], tokens[_INPUT_AT]
+            row["cache_ratio"] = None if cached is None or not prompt else cache_ratio(cached, prompt)
+            row["tool_calls"] = c[_CALLS][i]
+            row["live"] = c[_LIVE][i]
+            row["cost"] = r.costs[k]
+            row.update(
+                zip(("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io"), d.parts[j], strict=True)
+            )
+            row["event"] = d.events[j]
+            rows.append(row)
+    return rows
