@@ -371,8 +371,8 @@ def _tallied(
     rows: Callable[[Sequence[FileColumns]], None],
     warn: Callable[[str], None],
 ) -> TallyReport | None:
-    """The report made by the engine (``frames.tally`` and ``frames.views``), or None when the frames must
-    make it (``--top``, or a value only they read as Gemini CLI meant it: ``tally.Unsupported``)."""
+    """The report made by the engine (``frames.tally`` and ``frames.views``), or None for ``--top`` (the
+    frames find the largest items of the context)."""
     from ctxtool.frames import tally
     from ctxtool.measure.pricing import price_table
 
@@ -401,6 +401,9 @@ def _tallied(
                 rows=rows,
                 detail=True,
             )
-        return tally_report(made, query, warn=warn)
     except tally.Unsupported:
-        return None
+        # A kept measure of a file that did not decode names a model the rates were not asked for: measure
+        # every file again from its rows.
+        rows(results)
+        made = tally.tally(results, found, price_table, subagents=query.subagents, rows=rows, detail=True)
+    return tally_report(made, query, warn=warn)

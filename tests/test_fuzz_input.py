@@ -165,3 +165,22 @@ def test_every_prefix_of_a_small_file(source: Path) -> None:
         for read in (parse_session_bytes, lambda b, _p: columns_from_bytes(b, sp)):
             with contextlib.suppress(SessionFormatError):
                 read(piece, source)
+
+
+def test_a_later_copy_of_another_type_carries_no_request_counts() -> None:
+    """What the property test found on 2026-12-02: a message recorded with tokens, then again without them
+    under a damaged type (``\\x80gemini``, read as U+FFFD then ``gemini``). The full reader keeps the tokens
+    on a message whose type is no longer ``gemini`` (so nothing counts them); the columns carried them into
+    the row's counts, where every reader of the columns looks for a request's."""
+    source = _fixture("session-2026-04-20T10-00-e1e2e3e4.jsonl")
+    meta = b'{"sessionId":"e435870b-a192-4f84-bd7e-1ec28e9c2f31","startTime":"2026-04-25T08:23:24.509Z"}\n'
+    first = (
+        b'{"id":"m1","timestamp":"2026-04-25T08:27:56.277Z","type":"gemini","content":"","tokens":{"input":10901,'
+        b'"output":24,"cached":0,"thoughts":721,"tool":0,"total":11646},"model":"gemini-3-flash-preview"}\n'
+    )
+    again = b'{"id":"m1","timestamp":"2026-04-25T08:27:56.277Z","type":"\x80gemini","content":""}\n'
+    data = meta + first + again
+    sp = SessionPath(source, "p", "p", None, str(source))
+    full = parse_session_bytes(data, source)
+    rows = message_rows(columns_from_bytes(data, sp))
+    assert [_input(m) for m in full.billed] == [r["input"] for r in rows] == [None]

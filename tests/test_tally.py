@@ -18,6 +18,7 @@ import math
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -320,16 +321,27 @@ def _one_request(chats: Path, letter: str, *, start: str, input: int) -> None:
     (chats / f"session-2026-05-01T10-00-{letter * 8}.jsonl").write_text(text)
 
 
-def test_a_time_in_another_shape_falls_back_to_the_frames(tmp_path: Path) -> None:
+def test_times_in_other_shapes_are_read_as_the_frames_read_them(tmp_path: Path) -> None:
+    """An offset, no zone, a space, another fraction: the tally reads each as the frames do (``parse_times``),
+    its report made in plain Python, equal to theirs, in every grain."""
+    from tests.test_views import assert_views_agree
+
     chats = tmp_path / "tmp" / "p" / "chats"
     _one_request(chats, "b", start="2026-05-01T10:00:00+02:00", input=10)
+    other = chats / "session-2026-05-01T10-00-bbbbbbbb.jsonl"
+    text = other.read_text().replace("2026-05-01T10:00:02.000Z", "2026-05-01 23:30:02.5")
+    other.write_text(
+        text
+        + text.splitlines()[1].replace('"g1"', '"g2"').replace("23:30:02.5", "2026-05-02T01:00:00-03:00")
+        + "\n"
+    )
     found = discover([str(chats)])
-    with pytest.raises(T.Unsupported):
-        T.tally(read_files(found.files, workers=1), found, price_table)
-    code, out, _, polars = _stats(str(chats), "--by", "session", "-f", "json", "--no-cache", cache=tmp_path)
-    assert (code, polars) == (0, True)
-    (row,) = orjson.loads(out)["rows"]
-    assert row["start"] == "2026-05-01T08:00:00Z"
+    made = T.tally(read_files(found.files, workers=1), found, price_table)
+    assert [s.row["start"] for s in made.sessions] == [datetime(2026, 5, 1, 8, 0, tzinfo=UTC)]
+    assert_views_agree(tmp_path / "tmp")
+    assert_reports_agree(tmp_path / "tmp")
+    code, _, _, polars = _stats(str(chats), "--by", "session", "-f", "json", "--no-cache", cache=tmp_path)
+    assert (code, polars) == (0, False)
 
 
 def _grow(home: Path) -> Path:
@@ -433,19 +445,24 @@ def test_a_run_over_unchanged_files_measures_none_of_them_again(
     assert measured == [str(session)]
 
 
-def test_a_count_beyond_64_bits_falls_back_to_the_frames(tmp_path: Path) -> None:
-    """The frames leave such a value empty and say so; the tally cannot hold it the same way, so it makes
-    the frames build the report, and the command prints their warning."""
+def test_a_count_beyond_64_bits_is_left_empty_as_the_frames_leave_it(tmp_path: Path) -> None:
+    """The frames leave such a value empty and say so; the tally does the same, in plain Python, and the
+    command prints the same warning, on a first run and on one the index serves."""
+    from tests.test_views import assert_views_agree
+
     chats = tmp_path / "tmp" / "p" / "chats"
     _one_request(chats, "c", start="2026-05-01T10:00:00.000Z", input=2**64)
     found = discover([str(chats)])
     results = read_files(found.files, workers=1)
-    assert T.count_file(results[0]) is None
-    with pytest.raises(T.Unsupported):
-        T.tally(results, found, price_table)
-    code, _, err, polars = _stats(str(chats), "--by", "session", "-f", "json", "--no-cache", cache=tmp_path)
-    assert (code, polars) == (0, True)
-    assert b"does not fit its type" in err
+    measured = T.count_file(results[0])
+    assert measured is not None
+    assert measured.lost == {"input": 1}
+    assert_reports_agree(tmp_path / "tmp")
+    assert_views_agree(tmp_path / "tmp")
+    for _ in range(2):
+        code, _, err, polars = _stats(str(chats), "--by", "session", "-f", "json", cache=tmp_path)
+        assert (code, polars) == (0, False)
+        assert b"1 value of column 'input' does not fit its type (Int64)" in err
 
 
 def test_a_measure_crosses_between_processes_unchanged() -> None:

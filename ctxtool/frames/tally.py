@@ -20,7 +20,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -59,24 +59,63 @@ _TOKENS = tuple(_I[c] for c in TOKEN_COLUMNS)
 _HIST = tuple(_I[c] for c in ("hist_prompts", "hist_model", "hist_tool_io"))
 _LOW, _HIGH = -(2**63), 2**63 - 1
 
-# How Gemini CLI writes every time (JavaScript's Date.toISOString()); anything else goes to the frames,
-# whose parser (frames.model.parse_times) also reads offsets and times without a zone. Times of this one
-# shape sort as text in the order they sort as times, so only a session's first and last are parsed.
+# How Gemini CLI writes every time (JavaScript's Date.toISOString()). Times of this one shape sort as text in
+# the order they sort as times, so only a session's first and last are parsed. A session with a time in any
+# other shape the frames read (``frames.model.parse_times``: an offset, no zone, a space, any fraction) has
+# all its times written again in one shape that also sorts (``canonical_times``: microseconds, UTC).
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z")
+_CANONICAL = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{6})Z")
+_OTHER = re.compile(
+    r"\s*(\d{4})-(\d\d)-(\d\d)(?:T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?"
+    r"| (\d\d):(\d\d):(\d\d)(?:\.(\d+))?)"
+)
 
 
 def parse_time(text: str | None) -> datetime | None:
-    """A time as Gemini CLI writes it, in UTC; None for None; :class:`Unsupported` for any other shape."""
+    """A time in UTC: as Gemini CLI writes it, in the canonical shape, or in any other the frames read (an
+    offset, no zone: UTC); None for None and for a text that is no such time."""
     if text is None:
         return None
-    m = _ISO.fullmatch(text)
-    if m is None:
-        raise Unsupported(f"time {text!r}")
-    y, mo, d, h, mi, s, ms = (int(g) for g in m.groups())
+    m = _ISO.fullmatch(text) or _CANONICAL.fullmatch(text)
     try:
-        return datetime(y, mo, d, h, mi, s, ms * 1000, tzinfo=UTC)
-    except ValueError as exc:
-        raise Unsupported(f"time {text!r}") from exc
+        if m is not None:
+            y, mo, d, h, mi, s, frac = (int(g) for g in m.groups())
+            return datetime(y, mo, d, h, mi, s, frac * 1000 if len(m.group(7)) == 3 else frac, tzinfo=UTC)
+        return _other_time(text)
+    except ValueError:
+        return None
+
+
+def _other_time(text: str) -> datetime | None:
+    m = _OTHER.fullmatch(text)
+    if m is None:
+        return None
+    g = m.groups()
+    y, mo, d = int(g[0]), int(g[1]), int(g[2])
+    h, mi, s, frac, zone = (g[3], g[4], g[5], g[6], g[7]) if g[3] is not None else (*g[8:12], None)
+    assert h is not None
+    assert mi is not None
+    assert s is not None
+    micro = int((frac or "0")[:6].ljust(6, "0"))
+    tz: Any = UTC
+    if zone not in (None, "Z"):
+        sign = -1 if zone[0] == "-" else 1
+        hours, minutes = int(zone[1:3]), int(zone[-2:])
+        tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
+    return datetime(y, mo, d, int(h), int(mi), int(s), micro, tzinfo=tz).astimezone(UTC)
+
+
+def canonical_times(texts: list[str | None]) -> list[str | None]:
+    """``texts`` when every time is as Gemini CLI writes it (nearly always: the same list), else each time in
+    UTC with microseconds (``…T10:00:00.123000Z``), None for a text that is no time: one shape, which sorts
+    as the times do and whose first ten characters are the UTC day."""
+    if all(t is None or _ISO.fullmatch(t) for t in texts):
+        return texts
+    out: list[str | None] = []
+    for t in texts:
+        at = parse_time(t)
+        out.append(None if at is None else at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    return out
 
 
 # The columns as the frames hold them, checked while they are decoded (in C): a string or nothing, a
@@ -89,20 +128,77 @@ _COLUMN_TYPES = tuple(
 _decode_typed = msgspec.json.Decoder(tuple[_COLUMN_TYPES]).decode  # type: ignore[valid-type]
 
 
-def _columns(fc: FileColumns) -> list[list[Any]]:
-    """A file's message columns (``MESSAGE_COLUMNS``), each value as the frames hold it (no empty string), or
-    Unsupported for a value a frame column would not hold as it is."""
-    cols: list[list[Any]] = [[] for _ in MESSAGE_COLUMNS]
+_WRITTEN = len(MESSAGE_COLUMNS)  # after the message columns: each time as written (``canonical_times``)
+_TYPE_NAMES = tuple(
+    "String" if i in _STRINGS else "Boolean" if i in _BOOLS else "Int64" for i in range(_WRITTEN)
+)
+
+
+class Columns(list[list[Any]]):
+    """A session's (or a file's) message columns, ``MESSAGE_COLUMNS`` then the times as written, and how
+    many values of each column did not fit its type and were left empty (``lost``, by column name)."""
+
+    lost: dict[str, int]
+
+
+def _columns(fc: FileColumns) -> Columns:
+    """A file's message columns (``MESSAGE_COLUMNS``), each value as the frames hold it (no empty string; a
+    value the column's type cannot hold left empty, and counted in ``lost``), its times in one shape
+    (``canonical_times``), followed by the times as written."""
+    cols = Columns([] for _ in range(_WRITTEN))
+    cols.lost = {}
     try:
         for chunk in fc.messages_cols:
             for col, values in zip(cols, _decode_typed(chunk), strict=True):
                 col.extend(values)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise Unsupported(f"{fc.path}: {exc}") from exc
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        cols = _loose_columns(fc)
     for i in _STRINGS:
         if "" in cols[i]:
             cols[i] = [None if v == "" else v for v in cols[i]]
+    cols.append(cols[_TIME])
+    cols[_TIME] = canonical_times(cols[_TIME])
     return cols
+
+
+def _loose_columns(fc: FileColumns) -> Columns:
+    """``_columns`` of a file with a value the typed decoder refuses (a count beyond 64 bits, from a damaged
+    file): each such value left empty and counted, as the frames leave it (``frames.messages._series``)."""
+    from ctxtool.session.columns import decode_columns
+
+    cols = Columns([] for _ in range(_WRITTEN))
+    cols.lost = {}
+    for chunk in fc.messages_cols:
+        for i, (col, values) in enumerate(zip(cols, decode_columns(chunk), strict=True)):
+            kind = _TYPE_NAMES[i]
+            for v in values:
+                fits = (
+                    v is None
+                    or (kind == "String" and isinstance(v, str))
+                    or (kind == "Boolean" and isinstance(v, bool))
+                    or (kind == "Int64" and type(v) is int and _LOW <= v <= _HIGH)
+                )
+                col.append(v if fits else None)
+                if not fits:
+                    cols.lost[MESSAGE_COLUMNS[i]] = cols.lost.get(MESSAGE_COLUMNS[i], 0) + 1
+    return cols
+
+
+def lost_warnings(lost: Mapping[str, int]) -> list[str]:
+    """What the frames say of the values left empty (``frames.messages._series``), a line a column."""
+    from ctxtool.common.wording import plural
+
+    out = []
+    for name, kind in zip(MESSAGE_COLUMNS, _TYPE_NAMES, strict=False):
+        n = lost.get(name, 0)
+        if n:
+            out.append(
+                f"{plural(n, 'value')} of column {name!r} {'does' if n == 1 else 'do'} not fit its type "
+                f"({kind}): {'it is' if n == 1 else 'they are'} left empty, so what "
+                f"{'it counts' if n == 1 else 'they count'} is missing from the totals (check the session "
+                "files for damaged numbers)"
+            )
+    return out
 
 
 class Session(msgspec.Struct):
@@ -265,7 +361,7 @@ def tally(
     return Tally(
         sessions=sessions,
         problems=problems,
-        warnings=warnings.lines(table),
+        warnings=[*lost_warnings(_summed_lost(measures)), *warnings.lines(table)],
         files_read=len(good),
         bytes_read=sum(r.size for r in good),
         broken_lines=sum(r.broken_lines for r in good),
@@ -273,6 +369,14 @@ def tally(
         broken=[b for s in groups if (b := _broken(s.files))[1]],
         invalid_utf8=[u for s in groups if (u := _invalid_utf8(s.files))[1]],
     )
+
+
+def _summed_lost(measures: Iterable[Measured]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for m in measures:
+        for name, n in m.lost.items():
+            out[name] = out.get(name, 0) + n
+    return out
 
 
 def _measure_of(files: list[FileColumns], done: dict[str, Measured | None]) -> Measured:
@@ -321,16 +425,17 @@ def _invalid_utf8(files: list[FileColumns]) -> tuple[str, int, int | None]:
     return files[-1].path, sum(f.invalid_utf8_lines for f in files), first
 
 
-def _merged(files: list[list[list[Any]]]) -> list[list[Any]]:
+def _merged(files: list[Columns]) -> Columns:
     """The columns of a session kept in several files (a legacy .json and the .jsonl written when it was
     resumed), oldest first: the last file's rows, preceded by the older rows only an older file has, each
-    once and not live (``frames.messages.merge_pairs``)."""
+    once and not live (``frames.messages.merge_pairs``); its times in one shape again."""
     if len(files) == 1:
         return files[0]
     primary = files[-1]
     ids = {mid for mid in primary[_ID] if mid is not None}
     seen: set[str] = set()
-    out: list[list[Any]] = [[] for _ in MESSAGE_COLUMNS]
+    out = Columns([] for _ in primary)
+    out.lost = {}
     for cols in files[:-1]:
         keep = []
         for i, mid in enumerate(cols[_ID]):
@@ -344,6 +449,10 @@ def _merged(files: list[list[list[Any]]]) -> list[list[Any]]:
     out[_LIVE] = [False] * len(out[_LIVE])
     for merged, col in zip(out, primary, strict=True):
         merged.extend(col)
+    for cols in files:
+        for name, n in cols.lost.items():
+            out.lost[name] = out.lost.get(name, 0) + n
+    out[_TIME] = canonical_times(out[_WRITTEN])
     return out
 
 
@@ -424,9 +533,7 @@ def composition_parts(inputs: list[int], hist: list[list[Any]]) -> list[tuple[in
     """Each request's (overhead, prompts, model, tool I/O) of its prompt (``messages.with_composition``):
     the overhead is the smallest part of any request's prompt its history estimate does not explain; the rest
     is shared among the history's parts in proportion to their estimates, rounded down."""
-    prompts, model, tool_io = hist
-    if None in prompts or None in model or None in tool_io:
-        raise Unsupported("a request without its history estimate")
+    prompts, model, tool_io = ([v or 0 for v in part] for part in hist)  # (always set by the reader)
     histories = [a + b + c for a, b, c in zip(prompts, model, tool_io, strict=True)]
     floor = max(
         min((i - h for i, h in zip(inputs, histories, strict=True) if i > 0 and i >= h), default=0), 0
@@ -464,7 +571,7 @@ def _hidden(
     calls: list[tuple[int | None, int | None, str | None]] = []
     last_input: int | None = None
     last_model: str | None = None
-    marks = zip(c[_SNAP], c[_INPUT], c[_MODEL], c[_CHARS], c[_TIME], strict=True)
+    marks = zip(c[_SNAP], c[_INPUT], c[_MODEL], c[_CHARS], c[_WRITTEN], strict=True)
     for snap, input, model, chars, ts in marks:
         if input is not None:
             last_input = input
@@ -515,6 +622,7 @@ class Measured(msgspec.Struct):
     nameless: int = 0
     impossible: dict[str, int] = {}
     kept: msgspec.Raw | None = None  # the requests as the index kept them
+    lost: dict[str, int] = {}  # values left empty, by column (``Columns.lost``)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as MessagePack: a worker sends each file's measure back to the parent, and pickling the
@@ -555,7 +663,7 @@ def unpack_measure(data: bytes) -> Measured:
     return _unpack_measured(packed, requests)
 
 
-def _measure(files: list[FileColumns], c: list[list[Any]]) -> Measured:
+def _measure(files: list[FileColumns], c: Columns) -> Measured:
     kinds, inputs = c[_TYPE], c[_INPUT]
     at = [i for i, input in enumerate(inputs) if input is not None and kinds[i] == "gemini"]
     tokens = [[c[j][i] for i in at] for j in _TOKENS]
@@ -573,6 +681,7 @@ def _measure(files: list[FileColumns], c: list[list[Any]]) -> Measured:
         _hidden(c, files[-1].derived_from is not None, row["compacted_at"]) if any(c[_SNAP]) else [],
         sorted({model for model in c[_MODEL] if model is not None}),
         sorted({model for model in r.models if model is not None}),
+        lost=c.lost,
     )
 
 
@@ -611,8 +720,6 @@ def _session_row(
     started = min((f.start_time for f in files if f.start_time), default=None)
     updated = max((f.last_updated for f in files if f.last_updated), default=None)
     times = [t for t in c[_TIME] if t is not None]
-    if not all(map(_ISO.fullmatch, times)):
-        raise Unsupported(f"{p.path}: a time in another shape")
     first, last = (parse_time(min(times)), parse_time(max(times))) if times else (None, None)
     row: dict[str, Any] = {
         "session": os.path.basename(p.path).rsplit(".", 1)[0],
@@ -920,7 +1027,7 @@ class _Keys:
 
 
 # A ``Measured`` as the index keeps it (``FileIndex.store_sides``); the kind names this version of it.
-MEASURED = "tally-measured-3"
+MEASURED = "tally-measured-4"
 # It is kept as a tuple (``_encode_measured``) decoded into ``_KEPT``: each value typed as a measure holds it,
 # its row's columns too, so that one of another type (an edited or a damaged cache) makes its file be
 # measured again (``kept_measures``, ``requests_of``), not the report fail. Its requests stay undecoded until
@@ -950,6 +1057,7 @@ _KEPT = tuple[
     _Count,  # unpriced
     _Count,  # nameless
     dict[str, _Count],  # impossible
+    dict[str, _Count],  # lost
 ]
 _encode = msgspec.msgpack.Encoder().encode
 _decode_kept = msgspec.msgpack.Decoder(_KEPT).decode
@@ -961,18 +1069,29 @@ def _encode_measured(m: Measured) -> bytes:
     """``m`` as the index keeps it."""
     requests = _encode(m.requests) if m.requests is not None else m.kept
     kept = (m.row, m.mismatches, m.hidden, m.seen, m.used, msgspec.Raw(requests or b"\xc0"), m.priced_at)
-    return _encode((*kept, m.cost, m.unpriced, m.nameless, m.impossible))
+    return _encode((*kept, m.cost, m.unpriced, m.nameless, m.impossible, m.lost))
 
 
 def _decode_measured(data: bytes) -> Measured:
     """A measure as the index kept it (``_encode_measured``), its requests not decoded yet (``requests_of``);
     ``msgspec.ValidationError`` when a value is not of its type."""
-    row, mismatches, hidden, seen, used, requests, priced_at, cost, unpriced, nameless, impossible = (
+    row, mismatches, hidden, seen, used, requests, priced_at, cost, unpriced, nameless, impossible, lost = (
         _decode_kept(data)
     )
     as_row = msgspec.structs.asdict(row)
     m = Measured(
-        as_row, None, mismatches, hidden, seen, used, priced_at, cost, unpriced, nameless, impossible
+        as_row,
+        None,
+        mismatches,
+        hidden,
+        seen,
+        used,
+        priced_at,
+        cost,
+        unpriced,
+        nameless,
+        impossible,
+        lost=lost,
     )
     m.kept = requests
     return m

@@ -38,6 +38,7 @@ from ctxtool.frames.tally import (
     _SNAP,
     _TIME,
     _TYPE,
+    _WRITTEN,
     Requests,
     Session,
     Tally,
@@ -408,7 +409,7 @@ def request_rows(t: Tally) -> list[dict[str, Any]]:
                 "compacted_at": s.row["compacted_at"],
                 "turn": d.turn[i],
                 "message_id": c[_ID][i],
-                "timestamp": c[_TIME][i],
+                "timestamp": c[_WRITTEN][i],
                 "model": r.models[k],
                 "model_inferred": d.inferred[j],
             }

@@ -56,8 +56,9 @@ TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_
 # session ctxtool compacted in place (``ctxtoolCompaction``) is marked (``compacted_at``), and its snapshot
 # adds no hidden calls either. 12: bytes that are not UTF-8 are read as Node reads them before any decoder
 # (ctxtool.session.utf8.read_as_node: msgspec 0.23 had made such lines broken), and a line over
-# MAX_RECORD_BYTES is a broken line.
-COLUMNS_VERSION = 12
+# MAX_RECORD_BYTES is a broken line. 13: a later copy of a message that is not of type `gemini` carries no
+# request counts (columns._carry_tokens).
+COLUMNS_VERSION = 13
 STAMP = f"{__version__}-c{COLUMNS_VERSION}"
 
 # A record (one line of a session file) longer than this is counted as a broken line, and its bytes are not
