@@ -952,6 +952,9 @@ def load_dataset(directory: str | Path, *, subagents: bool = True) -> Corpus:
         bytes_read=size,
     )
     corpus.broken_lines = int(corpus.sessions.get_column("broken_lines").sum() or 0)
+    from ctxtool.frames.corpus import tally_of_frames
+
+    corpus.tally = tally_of_frames(corpus)  # every report of it is the engine's, as of the sessions
     return corpus
 
 

@@ -21,10 +21,10 @@ The only module besides ``ctxtool.cli`` that reads the command line, and it read
   stopped, never a result.
 
   Not started: with ``CTXTOOL_NO_HEADSTART=1``; off Linux; on one core; with ``--help``; with an argument it
-  does not know; with options that make ``stats`` build frames (``--top``, filters, ``--live``, ``--sort``,
-  ``--timezone``, other ``--by`` or ``--format`` values); and when the index already exists (a second run
-  reads little). Not adopted (stopped, and the pool started as before) where the pool would run more than
-  two processes: a large home on more than two cores.
+  does not know; with the one option that makes ``stats`` build frames (``--top``) or a ``--by`` or
+  ``--format`` value that names no report or format; and when the index already exists (a second run reads
+  little). Not adopted (stopped, and the pool started as before) where the pool would run more than two
+  processes: a large home on more than two cores.
 
 Standard library only at module level, with the replay store (itself standard library only, plus ctxtool's
 discovery): it runs before any heavy import.
@@ -152,12 +152,13 @@ FLAGS = frozenset(
         "--wide",
     }
 )
-# What makes ``stats`` build frames instead of counting where it reads (``ctxtool.stats.fast_eligible``).
-_FRAMES = frozenset(
-    {"--top", "--project", "-p", "--session", "-s", "--model", "-m", "--sort", "--live", "--timezone", "--tz"}
-)
-_TALLY_BY = frozenset({"session", "model", "project", "day", "week", "month"})
-_TALLY_FORMATS = frozenset({"table", "json", "jsonl"})
+# What makes ``stats`` build frames instead of counting where it reads (``ctxtool.stats.read_report``):
+# only ``--top``. Every ``--by`` (``ctxtool.common.choices.BY_CHOICES``, written out to keep this module
+# standard library only: tests/test_headstart.py holds them equal) and every format is counted; another value
+# is a usage error, not worth a head start.
+_FRAMES = frozenset({"--top"})
+_TALLY_BY = frozenset({"turn", "request", "session", "model", "project", "day", "week", "month"})
+_TALLY_FORMATS = frozenset({"table", "json", "jsonl", "csv", "parquet"})
 
 
 def begin(argv: Sequence[str]) -> None:
@@ -165,7 +166,7 @@ def begin(argv: Sequence[str]) -> None:
     and the guess is safe; otherwise do nothing."""
     from ctxtool.frames import adoption
 
-    if adoption.waiting() or os.environ.get(HEADSTART_OFF_ENV) or os.environ.get("CTXTOOL_NO_TALLY"):
+    if adoption.waiting() or os.environ.get(HEADSTART_OFF_ENV):
         return
     guess = _guess(argv)
     if guess is None:

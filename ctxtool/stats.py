@@ -12,7 +12,7 @@ polars and the frames are imported inside the functions that need them: the comm
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from ctxtool.frames.reading import Problem
     from ctxtool.frames.shape import RowTable
     from ctxtool.frames.tally import Tally
-    from ctxtool.session.columns import FileColumns
 
 
 class StatsQuery(msgspec.Struct, frozen=True):
@@ -145,16 +144,6 @@ class TallyReport(msgspec.Struct, frozen=True):
         return self.tally.broken_lines
 
 
-def fast_eligible(query: StatsQuery) -> bool:
-    """Whether ``tally_report`` can make this report: any but ``--top`` (the context's largest items, which
-    the frames find), unless ``CTXTOOL_NO_TALLY`` asks for the frames."""
-    import os
-
-    from ctxtool.frames.tally import OFF_ENV
-
-    return not os.environ.get(OFF_ENV) and query.top is None
-
-
 def needs_detail(query: StatsQuery) -> bool:
     """Whether the report reads the sessions' message columns (``ctxtool.frames.views``): a filter, the live
     view, the turn and request grains."""
@@ -234,9 +223,16 @@ def _redacted_rows(rows: list[dict[str, Any]], column: str) -> list[dict[str, An
     return rows
 
 
-def stats_report(corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], None]) -> StatsReport:
-    """The report ``query`` asks of ``corpus``; ``warn`` hears what reading met, before any usage error (a
-    ``--sort`` that is no column, ``--top`` with ``--by``)."""
+def stats_report(
+    corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], None]
+) -> StatsReport | TallyReport:
+    """The report ``query`` asks of ``corpus`` (made by the engine it was built from; ``--top`` of its
+    frames); ``warn`` hears what reading met, before any usage error (a ``--sort`` that is no column,
+    ``--top`` with ``--by``)."""
+    if query.top is None:
+        made = tally_report(corpus.tally, query, warn=warn)
+        assert made is not None  # (a corpus's tally holds its sessions' columns)
+        return made
     from ctxtool.frames.query import filter_corpus, live_only, read_warnings
 
     sessions_read = corpus.sessions.height
@@ -246,36 +242,10 @@ def stats_report(corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], Non
     for warning in read_warnings(corpus):
         warn(warning)
     single = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height == 1
-    if query.top is not None:
-        if query.by is not None:
-            raise UsageError("--top and --by are two reports", "Pass one of them")
-        rows = _top_rows(corpus, query.top, query.show_secrets)
-        return StatsReport(corpus, "top", rows, rows, sessions_read, single)
-    by = query.by or ("turn" if single else "session")
-    rows = _sorted(_by_rows(corpus, by, query), by, query)
-    shown = rows.head(query.limit) if query.limit else rows
-    return StatsReport(corpus, by, shown, rows, sessions_read, single)
-
-
-def _by_rows(corpus: Corpus, by: str, query: StatsQuery) -> pl.DataFrame:
-    from ctxtool.frames.query import report, with_uncached_input
-
-    rows = with_uncached_input(
-        report(corpus, by, include_subagents_in_parent=query.subagents, timezone=query.timezone)
-    )
-    if not query.show_secrets and "prompt" in rows.columns:
-        rows = _redacted(rows, "prompt")
-    return rows
-
-
-def _sorted(rows: pl.DataFrame, by: str, query: StatsQuery) -> pl.DataFrame:
-    if not query.sort:
-        return rows
-    if query.sort not in rows.columns:
-        raise UsageError(
-            f"--sort {query.sort!r} is not a column of --by {by}", use_one_of(query.sort, rows.columns)
-        )
-    return rows.sort(query.sort, descending=query.desc, nulls_last=True)
+    if query.by is not None:
+        raise UsageError("--top and --by are two reports", "Pass one of them")
+    rows = _top_rows(corpus, query.top, query.show_secrets)
+    return StatsReport(corpus, "top", rows, rows, sessions_read, single)
 
 
 def _top_rows(corpus: Corpus, n: int, show_secrets: bool) -> pl.DataFrame:
@@ -305,105 +275,25 @@ def read_report(
     progress: Callable[[int, int], None] | None,
     warn: Callable[[str], None],
 ) -> tuple[StatsReport | TallyReport, CacheUse]:
-    """The report ``query`` asks of the sessions under ``paths``, read for it, without polars when
-    ``ctxtool.frames.tally`` can make it (``fast_eligible``), else from frames built of the same reads.
+    """The report ``query`` asks of the sessions under ``paths``, read for it and made by the engine
+    (``frames.loading.read_tally``: measured where read, the measures kept in the index), without polars but
+    for ``--top`` (the frames of the same reads)."""
+    from ctxtool.frames.loading import read_tally
 
-    Each file is measured where it is read (a worker's share of the work), and priced there when the rates
-    come without genai-prices' data (``tally.count_and_price``); with the index, what was measured is kept
-    beside each file, so that a later run measures only the files that changed. That run reads no
-    rows of the files the index serves (``FileIndex(rows=False)``) but those the tally measures again (a
-    session of several files, a file without a kept measure) and, when the frames make the report, all."""
-    from ctxtool.frames import tally
-    from ctxtool.frames.loading import fill_rows, read_plain
-
-    measured: dict[str, tally.Measured | None] = {}
-    index = None
-    if cache:
-        from ctxtool.session.index import FileIndex
-        from ctxtool.session.stamp import cache_root
-
-        index = FileIndex(cache_root(cache_dir), rows=False)
-    results, found, use = read_plain(
+    t, results, found, use = read_tally(
         paths,
         subagents=query.subagents,
         cache=cache,
         cache_dir=cache_dir,
         progress=progress,
-        then=tally.count_and_price,  # in the process that read the file
-        kept=measured,  # type: ignore[arg-type]
-        index=index,
+        detail=needs_detail(query) or query.top is not None,
+        requests=query.by not in (None, "session"),
+        turns_of_one=query.by is None,  # (the default for one session is --by turn)
     )
-    kept: dict[str, tally.Measured | None] = {}
-    if index is not None and use.before is not None:
-        kept = {p: m for p, m in tally.kept_measures(index, use.before).items() if p not in measured}
-        measured.update(kept)
-    priced = {p: m.priced_at for p, m in kept.items() if m is not None}
-
-    def rows(files: Sequence[FileColumns]) -> None:
-        if index is not None:
-            fill_rows(files, found, index, use, then=tally.count_and_price, kept=measured)  # type: ignore[arg-type]
-
-    report = _tallied(results, found, query, measured, rows, warn)
-    if index is not None and use.before is not None:
-        new = {
-            p: m
-            for p, m in measured.items()
-            if m is not None and (m is not kept.get(p) or m.priced_at != priced.get(p))
-        }
-        tally.keep_measures(index, use.before, new)
-    if report is None:
-        rows(results)  # the frames read every file's rows
-    if index is not None:
-        index.close()
-    if report is not None:
+    if query.top is None:
+        report = tally_report(t, query, warn=warn)
+        assert report is not None  # (read with the columns it needs)
         return report, use
-    from ctxtool.frames import build_corpus
+    from ctxtool.frames.corpus import corpus_of
 
-    corpus = build_corpus(results, found, subagents=query.subagents)
-    return stats_report(corpus, query, warn=warn), use
-
-
-def _tallied(
-    results: list[FileColumns],
-    found: Any,
-    query: StatsQuery,
-    measured: dict[str, Any],
-    rows: Callable[[Sequence[FileColumns]], None],
-    warn: Callable[[str], None],
-) -> TallyReport | None:
-    """The report made by the engine (``frames.tally`` and ``frames.views``), or None for ``--top`` (the
-    frames find the largest items of the context)."""
-    from ctxtool.frames import tally
-    from ctxtool.measure.pricing import price_table
-
-    if not fast_eligible(query):
-        return None
-    detail = needs_detail(query)
-    try:
-        made = tally.tally(
-            results,
-            found,
-            price_table,
-            subagents=query.subagents,
-            measured=measured,
-            rows=rows,
-            requests=query.by not in (None, "session"),
-            detail=detail,
-        )
-        if not detail and query.by is None and sum(s.parent_key is None for s in made.sessions) == 1:
-            # The default for one session is --by turn, which reads its message columns.
-            made = tally.tally(
-                results,
-                found,
-                price_table,
-                subagents=query.subagents,
-                measured=measured,
-                rows=rows,
-                detail=True,
-            )
-    except tally.Unsupported:
-        # A kept measure of a file that did not decode names a model the rates were not asked for: measure
-        # every file again from its rows.
-        rows(results)
-        made = tally.tally(results, found, price_table, subagents=query.subagents, rows=rows, detail=True)
-    return tally_report(made, query, warn=warn)
+    return stats_report(corpus_of(t, results, found), query, warn=warn), use

@@ -76,16 +76,10 @@ def _json_type(spec: ColumnSpec, value: object) -> bool:
     raise AssertionError(f"{spec.name}: unknown type {spec.type!r}")
 
 
-@pytest.mark.parametrize("made_by", ["tally", "frames"])
 @pytest.mark.parametrize("by", BY_CHOICES)
-def test_every_column_of_every_report_has_a_spec(
-    capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch, by: str, made_by: str
-) -> None:
+def test_every_column_of_every_report_has_a_spec(capsysbinary: pytest.CaptureFixture[bytes], by: str) -> None:
     """The JSON rows carry the columns the specifications give the report, in their order and of their type,
-    whether the polars-free tally or the frames made it; its totals are the columns with a ``total`` rule;
-    the CSV (always the frames') has the same columns."""
-    if made_by == "frames":
-        monkeypatch.setenv("CTXTOOL_NO_TALLY", "1")
+    its totals are the columns with a ``total`` rule; the CSV has the same columns."""
     doc = orjson.loads(_stats(capsysbinary, "--by", by, "-f", "json"))
     assert doc["rows"]
     assert set(REPORT_COLUMNS[by]) <= set(ROW_COLUMNS[by]) == {c.name for c in COLUMNS if by in c.reports}

@@ -20,12 +20,12 @@ from ctxtool.compress.summarize.facts import extract_facts, normalize_ws, word_c
 from ctxtool.compress.summarize.offline import OfflineSummarizer
 from ctxtool.frames.build import load
 from ctxtool.frames.query import live_only
-from ctxtool.frames.turns import turn_count
 from ctxtool.render import tables
 from ctxtool.session.columns import turn_counts
 from ctxtool.session.discover import discover
 from ctxtool.session.read import parse_session_bytes
 from tests.conftest import FIXTURES, REAL_SESSIONS
+from tests.oracle.turns import turn_count
 
 real = pytest.mark.skipif(not REAL_SESSIONS.is_dir(), reason="../shared/real-sessions is not here")
 

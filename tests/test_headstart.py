@@ -206,11 +206,18 @@ def test_the_head_start_hears_its_parent_go() -> None:
         (["stats", "--help"], None),
         (["stats", "--unknown"], None),
         (["stats", "--top", "3"], None),
-        (["stats", "--by", "turn"], None),
-        (["stats", "--format", "csv"], None),
-        (["stats", "--live"], None),
-        (["stats", "-s", "abcd"], None),
-        (["stats", "--tz", "UTC"], None),
+        (["stats", "--top=3", "a"], None),
+        (["stats", "--by", "turn"], ([], True)),
+        (["stats", "-b", "request", "a"], (["a"], True)),
+        (["stats", "--format", "csv"], ([], True)),
+        (["stats", "-f", "parquet", "-o", "r.parquet", "a"], (["a"], True)),
+        (["stats", "--live"], ([], True)),
+        (["stats", "-s", "abcd"], ([], True)),
+        (["stats", "--tz", "UTC"], ([], True)),
+        (["stats", "--timezone=Asia/Kolkata", "--since", "2026-03-01", "a"], (["a"], True)),
+        (["stats", "-p", "x", "-m", "gemini-3", "--sort", "cost", "--desc"], ([], True)),
+        (["stats", "--by", "hour"], None),
+        (["stats", "--format", "xml"], None),
         (["stats", "--by"], None),
         (["compact", "x"], None),
     ],
@@ -220,6 +227,14 @@ def test_the_guess_of_what_a_stats_run_reads(
 ) -> None:
     monkeypatch.setenv("CTXTOOL_CACHE_DIR", str(tmp_path / "cache"))
     assert launch._guess(argv) == expected
+
+
+def test_the_guess_knows_every_report_and_format() -> None:
+    """Written out in ``ctxtool.launch`` (standard library only), they are the command's choices."""
+    from ctxtool.common.choices import BY_CHOICES, FORMATS
+
+    assert set(BY_CHOICES) == launch._TALLY_BY
+    assert set(FORMATS) == launch._TALLY_FORMATS
 
 
 def test_no_guess_once_the_index_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,21 +273,29 @@ def _stats(home: Path, args: list[str], env: dict[str, str]) -> tuple[int, str, 
     return done.returncode, done.stdout, done.stderr
 
 
+# Runs one after another in one cache folder: a first run and ``--no-cache`` ones begin with a head start
+# (unless it is off), the run after a first one is served by the index it wrote.
+_RUNS = {
+    "default": [["--format", "json"], ["--format", "json"], ["--by", "day", "--no-cache"]],
+    "live": [["--live", "-f", "json", "--no-cache"]],
+    "turn": [["--by", "turn", "--no-cache"], ["--by", "turn", "-f", "json", "--no-cache"]],
+    "filters": [
+        ["--since", "2026-03-01", "--tz", "Asia/Kolkata", "--by", "request", "-f", "csv", "--no-cache"]
+    ],
+}
+
+
+@pytest.mark.parametrize("runs", list(_RUNS.values()), ids=list(_RUNS))
 @pytest.mark.parametrize("home", [FIXTURES, REAL_SESSIONS], ids=["fixtures", "real-sessions"])
-def test_stats_says_the_same_with_and_without_the_head_start(home: Path, tmp_path: Path) -> None:
-    """First run, the run after it (served by the index the first one wrote) and ``--no-cache``: the same
-    output, status and warnings either way."""
+def test_stats_says_the_same_with_and_without_the_head_start(
+    home: Path, runs: list[list[str]], tmp_path: Path
+) -> None:
+    """The same output, status and warnings either way."""
     if not home.is_dir():
         pytest.skip(f"{home} is not here")
     outputs = []
     for off in ("", "1"):
         cache = tmp_path / f"cache-{off or 'on'}"
         env = {"CTXTOOL_NO_HEADSTART": off, "CTXTOOL_CACHE_DIR": str(cache)}
-        outputs.append(
-            [
-                _stats(home, ["--format", "json"], env),
-                _stats(home, ["--format", "json"], env),
-                _stats(home, ["--by", "day", "--no-cache"], env),
-            ]
-        )
+        outputs.append([_stats(home, args, env) for args in runs])
     assert outputs[0] == outputs[1]

@@ -16,7 +16,8 @@ from genai_prices import Usage, calc_price
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxtool.measure.pricing import add_costs, price_table, pricing_source, request_cost
+from ctxtool.measure.pricing import price_table, pricing_source, request_cost
+from tests.oracle.pricing import add_costs
 
 REAL_SESSIONS = Path(__file__).resolve().parents[2] / "shared" / "real-sessions"
 

@@ -34,7 +34,7 @@ def test_the_default_report_is_by_turn_for_one_session_else_by_session(corpus: C
     # The filters come first: one session left is reported by turn; the warnings are of what is left.
     one, heard = _report(corpus, StatsQuery(filters={"sessions": ("c4e5f6a7",)}))
     assert (one.by, one.single_session, one.sessions_read) == ("turn", True, 15)
-    assert one.corpus.sessions.get_column("file").to_list() == [str(ONE)]
+    assert [s.row["file"] for s in one.tally.sessions] == [str(ONE)]
     assert heard == []
 
 

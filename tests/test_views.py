@@ -19,13 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from ctxtool.frames import tally as T
-from ctxtool.frames.build import build_corpus
 from ctxtool.frames.loading import CacheUse
 from ctxtool.measure.pricing import price_table
 from ctxtool.session.discover import discover
 from ctxtool.session.scan import read_files
-from ctxtool.stats import StatsQuery, stats_report, tally_report
+from ctxtool.stats import StatsQuery, tally_report
 from tests.conftest import FIXTURES, REAL_SESSIONS
+from tests.oracle.build import build_corpus
+from tests.oracle.stats import stats_report
 from tests.test_tally import RECORDED, homes
 
 BYS = ["turn", "request", "session", "model", "project", "day", "week", "month", None]

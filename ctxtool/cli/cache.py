@@ -9,7 +9,7 @@ import typer
 from ctxtool.cli.status import ExitStatus
 
 cache_app = typer.Typer(
-    help="Inspect or clear ctxtool's incremental index (parsed sessions, stored frames, resolved prices).",
+    help="Inspect or clear ctxtool's caches (the index of parsed sessions, kept outputs, resolved prices).",
     no_args_is_help=True,
 )
 
@@ -29,10 +29,10 @@ def info(cache_dir: Path = _DIR_OPTION) -> int:
     root = cache_root(cache_dir)
     index = FileIndex(root)
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
-    corpora = len([d for d in (root / "corpus").iterdir() if d.is_dir()]) if (root / "corpus").exists() else 0
+    kept = len(list((root / "replay").glob("*.json"))) if (root / "replay").exists() else 0
     print(f"cache directory: {root}")
     print(f"indexed files:   {len(index):,}")
-    print(f"stored corpora:  {corpora}")
+    print(f"kept outputs:    {kept}")
     print(f"size on disk:    {size / 1e6:,.1f} MB")
     return ExitStatus.OK
 

@@ -284,17 +284,13 @@ def _foresee(
     replays.foresee(start, lambda: show(report.read_summary(served)), cache_use.inputs)
 
 
-# What a report made without polars is written as (csv and parquet are written from frames).
-_PLAIN_FORMATS = ("table", "json", "jsonl")
-
-
 def _report(
     request: StatsRequest, *, cache: bool, cache_dir: Path | None, warn: Callable[[str], None]
 ) -> tuple[StatsReport | TallyReport, CacheUse]:
     """The report, from the dataset or the sessions PATHS name (a progress bar when reading takes a while);
     a run served from the index is told to ``frames.replays``, which may replay its output next time."""
     from ctxtool.frames.loading import CacheUse
-    from ctxtool.stats import fast_eligible, read_report, stats_report
+    from ctxtool.stats import read_report, stats_report
 
     subagents = request.query.subagents
     if request.dataset is not None:
@@ -308,17 +304,9 @@ def _report(
         import ctxtool.render.tables  # noqa: F401
     progress = _DelayedProgress(options.progress_wanted())
     try:
-        if fast_eligible(request.query) and request.fmt in _PLAIN_FORMATS:
-            report, cache_use = read_report(
-                request.paths, request.query, cache=cache, cache_dir=cache_dir, progress=progress, warn=warn
-            )
-        else:
-            from ctxtool.frames.loading import load_corpus
-
-            corpus, cache_use = load_corpus(
-                request.paths, subagents=subagents, cache=cache, cache_dir=cache_dir, progress=progress
-            )
-            report = stats_report(corpus, request.query, warn=warn)
+        report, cache_use = read_report(
+            request.paths, request.query, cache=cache, cache_dir=cache_dir, progress=progress, warn=warn
+        )
     finally:
         progress.close()
     if progress.bar is not None:

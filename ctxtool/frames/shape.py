@@ -13,9 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ctxtool.measure.tokens import cache_ratio
+
+if TYPE_CHECKING:
+    import polars as pl
 
 # 2: input excludes cached (prompt_tokens has both), models is a list. 3: one accounting
 # (ctxtool.measure.tokens): a total recorded as 0 counts its parts; diff's recorded figures are stats' (input
@@ -59,6 +62,19 @@ NUMBER_FORMATS: frozenset[str] = frozenset(("count", "percent", "share", "cost",
 Total = Literal["sum", "max", "known sum"] | Callable[[Mapping[str, Any]], Any] | None
 
 
+# The polars dtype of a column in the frames' report, by its ``type`` (unless its ``dtype`` names another): a
+# list of strings is one comma-joined string there (``render.formats.with_lists`` splits it).
+DTYPES: dict[str, str] = {
+    "str": "String",
+    "int": "Int64",
+    "float": "Float64",
+    "bool": "Boolean",
+    "datetime": "Datetime(us, UTC)",
+    "date": "Date",
+    "list[str]": "String",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class ColumnSpec:
     """One column of the ``stats`` reports.
@@ -70,7 +86,9 @@ class ColumnSpec:
     columns by it, left to right), as ``header`` (default: its name); ``drop``: the narrow table drops the
     lowest first (None: never); ``least``/``most``: a text column that gives way, down to ``least`` cells,
     and takes up to ``most`` where there is room. ``in_frames``: False for a column the frames' report does
-    not select, added as the report is written (``prompt_tokens``, by ``query.with_uncached_input``)."""
+    not select, added as the report is written (``prompt_tokens``, by ``query.with_uncached_input``).
+    ``dtype``: its polars dtype in the frames' report when its type does not give it (:data:`DTYPES`): a
+    count polars makes as ``UInt32`` (``pl.len()``, ``n_unique``)."""
 
     name: str
     type: str
@@ -85,11 +103,18 @@ class ColumnSpec:
     least: int | None = None
     most: int | None = None
     in_frames: bool = True
+    dtype: str | None = None
 
     @property
     def heading(self) -> str:
         """What a table's header calls it."""
         return self.header or self.name
+
+    @property
+    def frame_dtype(self) -> str:
+        """The name of its polars dtype in the frames' report (``ctxtool.render.formats`` gives the tally's
+        rows that dtype, so that their CSV and Parquet are the frames')."""
+        return self.dtype or DTYPES[self.type]
 
 
 def _cache_ratio_of_sums(sums: Mapping[str, Any]) -> float | None:
@@ -136,7 +161,8 @@ COLUMNS: tuple[ColumnSpec, ...] = (
                "the project: `.project_root` path or the folder name under `tmp/`",
                table=("session", "project"), place=40, drop=210, least=12, most=24),
     ColumnSpec("kind", "str", "text", ("session",), "`main` or `subagent`"),
-    ColumnSpec("subagents", "int", "count", ("session",), "subagent sessions rolled up into this row"),
+    ColumnSpec("subagents", "int", "count", ("session",), "subagent sessions rolled up into this row",
+               dtype="UInt32"),
     ColumnSpec("day", "date", "date", ("day",), "date of the requests, in UTC or `--timezone`",
                table=("day",), place=70),
     ColumnSpec("week", "date", "date", ("week",),
@@ -154,12 +180,12 @@ COLUMNS: tuple[ColumnSpec, ...] = (
                "turns in the session, the rows `--by turn` lists for it: one per prompt, plus turn 0 when it "
                "holds a request or a compression; with `--live`, those still in the live history; a "
                "subagent's are added to its parent's row",
-               total="sum", table=("session",), place=120, drop=170),
+               total="sum", table=("session",), place=120, drop=170, dtype="UInt32"),
     ColumnSpec("sessions", "int", "count", _GROUPS, "distinct sessions with requests in the row",
-               total="sum", table=_GROUPS, place=130, drop=160),
+               total="sum", table=_GROUPS, place=130, drop=160, dtype="UInt32"),
     ColumnSpec("requests", "int", "count", _BUT_REQUEST,
                "requests (gemini messages that carry `tokens`, all-zero ones included)",
-               total="sum", table=_BUT_REQUEST, place=140, header="req", drop=200),
+               total="sum", table=_BUT_REQUEST, place=140, header="req", drop=200, dtype="UInt32"),
     ColumnSpec("input", "int", "count", _ALL,
                "prompt tokens not served from the cache (`promptTokenCount` − `cachedContentTokenCount`), as "
                "ccusage counts input; `input` + `cached` + `output` + `thoughts` + `tool` = `total`",
@@ -197,7 +223,7 @@ COLUMNS: tuple[ColumnSpec, ...] = (
                "`cached / prompt_tokens`: the share of the prompt served from the cache",
                total=_cache_ratio_of_sums, table=_ALL, place=230, header="cache %", drop=140),
     ColumnSpec("compressions", "int", "count", ("session",), "compression events",
-               total="sum", table=("session",), place=250, header="compr.", drop=70),
+               total="sum", table=("session",), place=250, header="compr.", drop=70, dtype="UInt32"),
     ColumnSpec("rewinds", "int", "count", ("session",), "`$rewindTo` records"),
     ColumnSpec("tool_calls", "int", "count", _ROWS, "tool calls recorded",
                total="sum", table=("turn", "request"), place=240, header="tools", drop=90),
@@ -221,7 +247,7 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("hidden_requests", "int", "count", ("session",),
                f"{_ESTIMATE}, as the other `hidden_` fields, apart from every billed figure: the "
                "compression calls Gemini CLI makes but never records (0.61: a summary and a verification "
-               "probe per compression, so 2 per `<state_snapshot>` in the file)"),
+               "probe per compression, so 2 per `<state_snapshot>` in the file)", dtype="UInt32"),
     ColumnSpec("hidden_input", "int", "count", ("session",),
                f"{_ESTIMATE}: the prompt tokens of those calls; each reads the history as it stood (the "
                "prompt of the last request before the compression, an upper bound)"),
@@ -331,3 +357,22 @@ class Column(list[Any]):
 
     def to_list(self) -> list[Any]:
         return list(self)
+
+
+def frame_of(rows: RowTable) -> pl.DataFrame:
+    """A report's rows as a frame: each column of the polars dtype its specification names
+    (``ColumnSpec.frame_dtype``): what CSV and Parquet are written from, and ``ctxtool.report`` returns."""
+    import polars as pl
+
+    dtypes: dict[str, pl.DataType] = {
+        "String": pl.String(),
+        "Int64": pl.Int64(),
+        "UInt32": pl.UInt32(),
+        "Float64": pl.Float64(),
+        "Boolean": pl.Boolean(),
+        "Date": pl.Date(),
+        "Datetime(us, UTC)": pl.Datetime("us", "UTC"),
+    }
+    return pl.DataFrame(
+        [pl.Series(c, rows.get_column(c), dtype=dtypes[SPECS[c].frame_dtype]) for c in rows.columns]
+    )

@@ -29,7 +29,9 @@ from ctxtool.common.digest import blake2b
 from ctxtool.frames.grouping import group_sessions, link_parents, parent_ref_of
 from ctxtool.frames.reading import Problem, discovery_problems
 from ctxtool.frames.shape import COMPOSITION_COLUMNS, REPORT_COLUMNS, totals_of
-from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS, cache_ratio, describe_total_mismatches
+from ctxtool.measure.tokens import cache_ratio, describe_total_mismatches
+from ctxtool.measure.usage import filled as _filled
+from ctxtool.measure.usage import known_cost, known_sum, request_figures
 from ctxtool.session.schema import TOKEN_KEYS as TOKEN_COLUMNS
 from ctxtool.session.stamp import MESSAGE_COLUMNS
 
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
 
 # The reports this module makes; the others (turn, request, --top, filters, --live) need the frames.
 BY = ("session", "model", "project", "day", "week", "month")
-OFF_ENV = "CTXTOOL_NO_TALLY"  # set: every report is made with the frames (to compare the two ways)
 HIDDEN_CALLS_PER_COMPRESSION = 2  # = frames.sessions.HIDDEN_CALLS_PER_COMPRESSION (a test holds them equal)
 
 
@@ -218,6 +219,10 @@ class Session(msgspec.Struct):
     detail: Any = None
     kept: list[int] | None = None
     turns: list[dict[str, Any]] | None = None
+    kept_messages: list[int] | None = None
+    files: Any = None  # its files (``FileColumns``), oldest first, the last naming it
+    parent_ref: str | None = None
+    meta: Any = None  # a session read from an export's dataset: its row of the sessions frame (no files)
 
     def _requests(self) -> Requests:
         if self.requests is None:
@@ -350,7 +355,7 @@ def tally(
     for s, m in zip(groups, measures, strict=True):
         kind = "subagent" if refs[s.key] is not None or s.primary.kind == "subagent" else s.primary.kind
         made = _priced(s.key, parents.get(s.key), kind, m, table, warnings)
-        made.project_dir = s.primary.project_dir
+        made.project_dir, made.files, made.parent_ref = s.primary.project_dir, s.files, refs[s.key]
         if detail:
             made.columns = _merged([_columns(f) for f in s.files])
         sessions.append(made)
@@ -494,27 +499,6 @@ def _costs(
     for model, n in impossible.items():
         warnings.impossible[model] = warnings.impossible.get(model, 0) + n
     return costs
-
-
-def _filled(models: list[str | None]) -> list[str | None]:
-    """Each request's model, a missing one taken from the request before it, else the one after
-    (``frames.build._derive``: ``forward_fill().backward_fill()`` over the session)."""
-    if None not in models:
-        return models
-    out = models[:]
-    last = None
-    for i, m in enumerate(out):
-        if m is None:
-            out[i] = last
-        else:
-            last = m
-    nxt = None
-    for i in range(len(out) - 1, -1, -1):
-        if out[i] is None:
-            out[i] = nxt
-        else:
-            nxt = out[i]
-    return out
 
 
 def _composition(inputs: list[int], hist: list[list[Any]]) -> list[int]:
@@ -740,38 +724,6 @@ def _session_row(
     return row
 
 
-def request_figures(
-    models: list[str | None], tokens: list[list[int | None]], live: list[bool]
-) -> dict[str, Any]:
-    """What a session's row takes of its requests (each one's model, ``TOKEN_COLUMNS`` and whether it is
-    live), and the ratios of them: the one statement of them, for a session's whole history and for what a
-    filter or the live view keeps of it alike (``ctxtool.frames.views``), so that no row keeps a ratio or a
-    peak of requests it no longer counts. Costs apart (``known_cost``)."""
-    row: dict[str, Any] = {"requests": len(models)}
-    for name, values in zip(TOKEN_COLUMNS, tokens, strict=True):
-        row[name] = sum(filter(None, values))
-    prompts = [v for v, is_live in zip(tokens[0], live, strict=True) if is_live and v is not None]
-    row["context"] = prompts[-1] if prompts else None
-    row["peak_context"] = max(prompts) if prompts else None
-    limits = [
-        DEFAULT_TOKEN_LIMIT if model is None else MODEL_LIMITS.get(model, DEFAULT_TOKEN_LIMIT)
-        for model in set(models)
-    ]
-    row["context_limit"] = max(limits, default=DEFAULT_TOKEN_LIMIT)
-    row["context_share"] = None if row["peak_context"] is None else row["peak_context"] / row["context_limit"]
-    row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
-    row["models"] = ",".join(sorted({model for model in models if model is not None})) if models else None
-    return row
-
-
-def known_cost(costs: list[float | None]) -> tuple[float | None, int]:
-    """The cost of requests (``costs``: each one's, None when its model has no known price) and how many have
-    none: the known part summed exactly; None only when there are requests and none has a price."""
-    known = [cost for cost in costs if cost is not None]
-    unpriced = len(costs) - len(known)
-    return (None if not known and unpriced else math.fsum(known)), unpriced
-
-
 def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
     return b if a is None else a if b is None else min(a, b)
 
@@ -825,8 +777,9 @@ def session_rows(t: Tally, *, roll_up: bool = True) -> list[dict[str, Any]]:
             for k in _ROLLED_UP:
                 row[k] += sum(c.row[k] for c in kids)
             sub = [c.row["cost"] for c in kids if c.row["cost"] is not None]
-            if row["cost"] is not None or sub:
-                row["cost"] = math.fsum([row["cost"] or 0.0, math.fsum(sub)])
+            known = math.fsum([row["cost"] or 0.0, math.fsum(sub)])
+            # Unknown only when none of the requests, the parent's and its subagents', has a price.
+            row["cost"] = known_sum(known, row["requests"] - row["unpriced"], row["unpriced"])
             row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
         rows.append(row)
     rows.sort(key=_session_order)
@@ -946,16 +899,21 @@ def warnings_of(t: Tally) -> list[str]:
     """``frames.query.read_warnings`` of the same sessions."""
     from ctxtool.frames.reading import broken_lines_warning, invalid_utf8_warning
 
-    mismatched = [
-        (file, n)
-        for file, _, n in sorted((s.row["file"], s.key, s.mismatches) for s in t.sessions if s.mismatches)
-    ]
+    mismatched = mismatches_of(t)
     return [
         *(str(p) for p in t.problems),
         *(broken_lines_warning(*found) for found in t.broken),
         *(invalid_utf8_warning(path, n, first) for path, n, first in t.invalid_utf8),
         *([describe_total_mismatches(mismatched)] if mismatched else []),
         *t.warnings,
+    ]
+
+
+def mismatches_of(t: Tally) -> list[tuple[str, int]]:
+    """(file, requests) of every session with requests whose recorded total is not the sum of its parts."""
+    return [
+        (file, n)
+        for file, _, n in sorted((s.row["file"], s.key, s.mismatches) for s in t.sessions if s.mismatches)
     ]
 
 

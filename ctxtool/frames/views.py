@@ -43,11 +43,10 @@ from ctxtool.frames.tally import (
     Session,
     Tally,
     composition_parts,
-    known_cost,
     parse_time,
-    request_figures,
 )
-from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, MODEL_LIMITS, cache_ratio
+from ctxtool.measure.tokens import cache_ratio, token_limit
+from ctxtool.measure.usage import known_cost, request_figures
 from ctxtool.session.schema import TOKEN_KEYS as TOKEN_COLUMNS
 
 _PREVIEW, _REWINDS, _CHECKPOINTS = _I["preview"], _I["rewinds_seen"], _I["checkpoints_seen"]
@@ -80,7 +79,7 @@ def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
     for s in t.sessions:
         if s.key not in keys:
             continue
-        d = _detail(s)
+        d = detail(s)
         c = d.columns
         msgs = list(range(len(c[_TIME])))
         if dated:
@@ -105,7 +104,7 @@ def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
             reqs = [j for j in reqs if c[_LIVE][d.at[j]]]
             msgs = [i for i in msgs if c[_LIVE][i]]
             turns = _turns(s, d, msgs, reqs)
-        sessions.append(_narrowed(s, d, reqs, turns))
+        sessions.append(_narrowed(s, d, reqs, turns, msgs))
     return msgspec.structs.replace(
         t,
         sessions=sessions,
@@ -114,7 +113,7 @@ def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
     )
 
 
-def _detail(s: Session) -> Detail:
+def detail(s: Session) -> Detail:
     """What the views read of ``s``'s message columns, derived once."""
     if s.detail is None:
         if s.columns is None or s.requests is None:
@@ -192,7 +191,9 @@ def _model_matches(model: str | None, models: Sequence[str]) -> bool:
     return model is not None and any(model == m or model.startswith(m) for m in models)
 
 
-def _narrowed(s: Session, d: Detail, reqs: list[int], turns: list[dict[str, Any]] | None) -> Session:
+def _narrowed(
+    s: Session, d: Detail, reqs: list[int], turns: list[dict[str, Any]] | None, msgs: list[int]
+) -> Session:
     """``s`` with only the requests ``reqs``: every column its row takes of its requests, and their ratios,
     from those (``request_figures``); its turns counted from ``turns`` (None: as they were)."""
     r = s.requests
@@ -217,7 +218,7 @@ def _narrowed(s: Session, d: Detail, reqs: list[int], turns: list[dict[str, Any]
         (tokens[_TOTAL_AT][k] or 0) != sum(tokens[p][k] or 0 for p in _TOTAL_PARTS) for k in range(len(reqs))
     )
     return msgspec.structs.replace(
-        s, row=row, requests=kept, mismatches=mismatches, detail=d, kept=reqs, turns=turns
+        s, row=row, requests=kept, mismatches=mismatches, detail=d, kept=reqs, turns=turns, kept_messages=msgs
     )
 
 
@@ -307,7 +308,8 @@ def _turns(s: Session, d: Detail, msgs: list[int] | None, reqs: list[int] | None
         g = per.get(n)
         if g is None:
             g = per[n] = {"prompt": None, "first": None, "times": [], "live": None, "calls": 0, "errors": 0,
-                          "compressed": False, "reqs": []}  # fmt: skip
+                          "compressed": False, "reqs": [], "messages": 0}  # fmt: skip
+        g["messages"] += 1
         preview = c[_PREVIEW][i]
         if preview is not None:
             if c[_PROMPT][i] and g["prompt"] is None:
@@ -348,6 +350,8 @@ def _turn_row(s: Session, d: Detail, n: int, g: dict[str, Any]) -> dict[str, Any
         "turn": n,
         "prompt": g["prompt"] if g["prompt"] is not None else g["first"],
         "start": start,
+        "end": end,  # (the turns frame's; no report shows it)
+        "messages": g["messages"],
         "duration_s": None if start is None or end is None else (end - start) // _MS / 1000.0,
         "requests": len(reqs),
     }
@@ -378,53 +382,64 @@ _MS = timedelta(milliseconds=1)
 
 
 def _limit(model: str | None) -> int:
-    return DEFAULT_TOKEN_LIMIT if model is None else MODEL_LIMITS.get(model, DEFAULT_TOKEN_LIMIT)
+    return token_limit(model)
 
 
 def turn_rows(t: Tally) -> list[dict[str, Any]]:
     """The rows of ``stats --by turn``, by session (name, then key) and turn."""
     rows = []
     for s in sorted(t.sessions, key=lambda s: (s.row["session"], s.key)):
-        turns = s.turns if s.turns is not None else _turns(s, _detail(s), None, None)
-        rows.extend(sorted(turns, key=lambda row: row["turn"]))
+        rows.extend(sorted(session_turns(s), key=lambda row: row["turn"]))
     return rows
+
+
+def session_turns(s: Session) -> list[dict[str, Any]]:
+    """The turn rows of ``s``: a view's, or every one of its history."""
+    if s.turns is None:
+        s.turns = _turns(s, detail(s), None, None)
+    return s.turns
 
 
 def request_rows(t: Tally) -> list[dict[str, Any]]:
     """The rows of ``stats --by request``, by session (name, then key) and position."""
     rows = []
     for s in sorted(t.sessions, key=lambda s: (s.row["session"], s.key)):
-        d = _detail(s)
-        r = s.requests
-        assert r is not None
-        assert r.costs is not None
-        c = d.columns
-        for k, j in enumerate(s.kept if s.kept is not None else range(len(r.models))):
-            i = d.at[j]
-            tokens = [col[k] for col in r.tokens]
-            limit = _limit(r.models[k])
-            row: dict[str, Any] = {
-                "session": s.row["session"],
-                "derived_from": s.row["derived_from"],
-                "compacted_at": s.row["compacted_at"],
-                "turn": d.turn[i],
-                "message_id": c[_ID][i],
-                "timestamp": c[_WRITTEN][i],
-                "model": r.models[k],
-                "model_inferred": d.inferred[j],
-            }
-            row.update(zip(TOKEN_COLUMNS, tokens, strict=True))
-            row["context"] = prompt = tokens[_INPUT_AT]
-            row["context_limit"] = limit
-            row["context_share"] = None if prompt is None else prompt / limit
-            cached, prompt = tokens[_CACHED_AT], tokens[_INPUT_AT]
-            row["cache_ratio"] = None if cached is None or not prompt else cache_ratio(cached, prompt)
-            row["tool_calls"] = c[_CALLS][i]
-            row["live"] = c[_LIVE][i]
-            row["cost"] = r.costs[k]
-            row.update(
-                zip(("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io"), d.parts[j], strict=True)
-            )
-            row["event"] = d.events[j]
-            rows.append(row)
+        rows.extend(session_requests(s))
+    return rows
+
+
+def session_requests(s: Session) -> list[dict[str, Any]]:
+    """The request rows of ``s`` (a view's: those it keeps), in the order they were made."""
+    d = detail(s)
+    r = s.requests
+    assert r is not None
+    assert r.costs is not None
+    c = d.columns
+    rows = []
+    for k, j in enumerate(s.kept if s.kept is not None else range(len(r.models))):
+        i = d.at[j]
+        tokens = [col[k] for col in r.tokens]
+        limit = _limit(r.models[k])
+        row: dict[str, Any] = {
+            "session": s.row["session"],
+            "derived_from": s.row["derived_from"],
+            "compacted_at": s.row["compacted_at"],
+            "turn": d.turn[i],
+            "message_id": c[_ID][i],
+            "timestamp": c[_WRITTEN][i],
+            "model": r.models[k],
+            "model_inferred": d.inferred[j],
+        }
+        row.update(zip(TOKEN_COLUMNS, tokens, strict=True))
+        row["context"] = prompt = tokens[_INPUT_AT]
+        row["context_limit"] = limit
+        row["context_share"] = None if prompt is None else prompt / limit
+        cached = tokens[_CACHED_AT]
+        row["cache_ratio"] = None if cached is None or not prompt else cache_ratio(cached, prompt)
+        row["tool_calls"] = c[_CALLS][i]
+        row["live"] = c[_LIVE][i]
+        row["cost"] = r.costs[k]
+        row.update(zip(("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io"), d.parts[j], strict=True))
+        row["event"] = d.events[j]
+        rows.append(row)
     return rows

@@ -8,16 +8,20 @@ update them), ``extend`` (the records appended since, read as ``ctxtool.session.
 None when only a full read can say: a rewind, a checkpoint, a changed session id, an update of an older
 message, a line it cannot be sure to read alike) and the small JSON files that keep them between calls.
 
-The figures are those of ``ctxtool stats``: a request is a ``gemini`` message with token counts (every one
-recorded: the billed view); one recorded without a model takes the model of the request before it in the
-session, else after (``frames.build._derive``); a session's cost sums its requests of known price (None when
-it has requests and none is priced); its context share is its largest live prompt over the model's window; a
-day is a UTC day. ``tests/test_guard.py`` holds them to ``ctxtool stats``.
+The figures are those of ``ctxtool stats``, by the rules it counts them by (``ctxtool.measure.usage``): a
+request is a ``gemini`` message with token counts (every one recorded: the billed view); one recorded without
+a model takes the model of the request before it in the session, else after (``usage.filled``); a session's
+cost sums its requests of known price (None when it has requests and none is priced: ``usage.known_cost``);
+its context share is its largest live prompt over its models' window (``usage.request_figures``,
+``usage.context_share``); a day is a UTC day. What this module adds is the running part: figures of a file's
+older rows kept, and those of files and sessions added (``Tally.add``, ``roll_up``). ``tests/test_guard.py``
+holds them to ``ctxtool stats``.
 
-Runs before every model call, so it imports only ``json``, ``os`` and ``ctxtool.measure.tokens`` (``datetime``
-when a request's day is needed): no dataclasses, pathlib, typing, msgspec, orjson or SQLite, each of which
-costs more to import than the rest of a warm call. Prices come in as plain tiers (``rates_of``) and are
-applied by ``cost``, which ``tests/test_guard.py`` holds equal to ``ctxtool.measure.pricing.cost_of``.
+Runs before every model call, so it imports only ``json``, ``os``, ``ctxtool.measure.tokens`` and
+``ctxtool.measure.usage`` (``datetime`` when a request's day is needed): no dataclasses, pathlib, typing,
+msgspec, orjson or SQLite, each of which costs more to import than the rest of a warm call. Prices come in as
+plain tiers (``rates_of``) and are applied by ``cost``, which ``tests/test_guard.py`` holds equal to
+``ctxtool.measure.pricing.cost_of``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import json
 import os
 
 from ctxtool.common.digest import blake2b
-from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, request_total, token_count, token_limit
+from ctxtool.measure import usage
+from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, request_total, token_count
 from ctxtool.session.stamp import MAX_RECORD_BYTES
 
 TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)
@@ -43,6 +48,8 @@ STATE_VERSION = 2
 # A message row, as the tally reads it: (id, type, timestamp, model, input, cached, output, thoughts, tool,
 # total, live). The token counts are None but for a ``gemini`` message with ``tokens`` (a request).
 ID, TYPE, TIME, MODEL, INPUT, CACHED, OUTPUT, THOUGHTS, TOOL, TOTAL, LIVE = range(11)
+# A request row's token counts in the order ``usage.request_figures`` takes them (``tokens.TOKEN_KEYS``).
+_TOKEN_FIELDS = (INPUT, OUTPUT, CACHED, THOUGHTS, TOOL, TOTAL)
 # A running tally keeps this many of a file's last rows whole (a record appended later may update one of them:
 # Gemini CLI records a reply, then again with its tokens and tool calls); past twice as many, the older ones
 # are frozen into figures. An update of a frozen row is left to a full read.
@@ -93,17 +100,15 @@ class Tally:
     @property
     def known_cost(self) -> float | None:
         """The cost as ``stats`` shows it: None only when there are requests and none has a price."""
-        return None if self.priced == 0 and self.unpriced > 0 else self.cost
+        return usage.known_sum(self.cost, self.priced, self.unpriced)
 
     @property
     def context_share(self) -> float | None:
-        if self.peak_live is None:
-            return None
-        return self.peak_live / (self.limit or DEFAULT_TOKEN_LIMIT)
+        return usage.context_share(self.peak_live, self.limit or DEFAULT_TOKEN_LIMIT)
 
     def day_cost(self, day: str) -> float | None:
         cost, priced, unpriced = self.days.get(day, (0.0, 0, 0))
-        return None if priced == 0 and unpriced > 0 else cost
+        return usage.known_sum(cost, int(priced), int(unpriced))
 
     def add(self, other: Tally, *, context: bool = False) -> None:
         """Add ``other``'s billed figures; its context only with ``context`` (a subagent's does not count)."""
@@ -197,42 +202,36 @@ def models_of(rows: Iterable[Sequence[Any]]) -> set[str]:
 
 
 def tally_rows(rows: Sequence[Sequence[Any]], rates: Rates, before: str | None = None) -> Tally:
-    """The billed figures of one session's message rows (in the order the file recorded them). ``before``: the
-    model of the last request before these rows (their file's frozen part), if any."""
+    """The billed figures of one session's message rows (in the order the file recorded them), as the stats
+    engine counts them (``ctxtool.measure.usage``). ``before``: the model of the last request before these
+    rows (their file's frozen part), if any."""
     requests = [r for r in rows if r[TYPE] == "gemini" and r[INPUT] is not None]
-    # A request recorded without a model: the model of the request before it, else after (frames.build).
-    models: list[str | None] = []
-    last = before
-    for r in requests:
-        last = r[MODEL] if r[MODEL] is not None else last
-        models.append(last)
-    following: str | None = None
-    for i in range(len(models) - 1, -1, -1):
-        if requests[i][MODEL] is not None:
-            following = requests[i][MODEL]
-        if models[i] is None:
-            models[i] = following
     out = Tally()
-    unknown: set[str] = set()
-    for r, model in zip(requests, models, strict=True):
-        paid = cost(rates[model] if model else None, r[INPUT], r[CACHED], r[OUTPUT], r[THOUGHTS], r[TOOL])
-        out.requests += 1
-        out.total += r[TOTAL]
+    if not requests:
+        return out  # (no context window either: a file's frozen part without requests adds none)
+    # ``before`` stands first, as the request before these: a request recorded without a model takes it.
+    models = usage.filled([before, *(r[MODEL] for r in requests)])[1:]
+    tokens = [[r[i] for r in requests] for i in _TOKEN_FIELDS]
+    row = usage.request_figures(models, tokens, [r[LIVE] for r in requests])
+    out.requests, out.total = row["requests"], row["total"]
+    out.peak_live, out.limit = row["peak_context"], row["context_limit"]
+    costs = [
+        cost(rates[model] if model else None, r[INPUT], r[CACHED], r[OUTPUT], r[THOUGHTS], r[TOOL])
+        for r, model in zip(requests, models, strict=True)
+    ]
+    known, out.unpriced = usage.known_cost(costs)
+    out.cost, out.priced = known or 0.0, len(costs) - out.unpriced
+    by_day: dict[str, list[float | None]] = {}
+    for r, paid in zip(requests, costs, strict=True):
         day = _day(r[TIME])
-        slot = out.days.setdefault(day, [0.0, 0, 0]) if day is not None else [0.0, 0, 0]
-        if paid is None:
-            out.unpriced += 1
-            slot[2] += 1
-            unknown.add(model or "(no model)")
-        else:
-            out.cost += paid
-            out.priced += 1
-            slot[0] += paid
-            slot[1] += 1
-        out.limit = max(out.limit, token_limit(model))
-        if r[LIVE]:
-            out.peak_live = r[INPUT] if out.peak_live is None else max(out.peak_live, r[INPUT])
-    out.unknown_models = sorted(unknown)
+        if day is not None:
+            by_day.setdefault(day, []).append(paid)
+    for day, paid_that_day in by_day.items():
+        known, unpriced = usage.known_cost(paid_that_day)
+        out.days[day] = [known or 0.0, len(paid_that_day) - unpriced, unpriced]
+    out.unknown_models = sorted(
+        {model or "(no model)" for model, paid in zip(models, costs, strict=True) if paid is None}
+    )
     return out
 
 

@@ -3,12 +3,15 @@ last call read through ctxtool's incremental index (a grown ``.jsonl`` from wher
 state the next call's quick path starts from (``ctxtool.hooks.ledger``).
 
 The sessions are those of ``ctxtool stats``: the same rows (``ctxtool.session.columns``), the same grouping
-and subagent attribution (``ctxtool.frames.grouping``), the same prices (``ctxtool.measure.pricing``). What
-this module sums by itself are single files, the common case (a Gemini CLI 0.61 session is one ``.jsonl``):
-a session made of several files with requests (a legacy ``.json`` and the ``.jsonl`` of its resume, whose
-messages repeat) is summed by the frames themselves, once, and kept until one of its files changes.
+and subagent attribution (``ctxtool.frames.grouping``), the same prices (``ctxtool.measure.pricing``), the
+same rules of the figures (``ctxtool.measure.usage``). What this module sums by itself are single files, the
+common case (a Gemini CLI 0.61 session is one ``.jsonl``): a session made of several files with requests (a
+legacy ``.json`` and the ``.jsonl`` of its resume, whose messages repeat) is summed by the stats engine
+(``ctxtool.frames.tally``, which merges their copies as ``stats`` does), once, and kept until one of its
+files changes.
 
-Must not import polars on its common path (polars alone takes longer to import than a guard may take).
+Never imports polars (polars alone takes longer to import than a guard may take; ``tests/test_guard.py``
+runs a full tally in a process of its own to see it).
 """
 
 from __future__ import annotations
@@ -174,7 +177,7 @@ def _folders(roots: Sequence[Path], *, derived: bool) -> dict[str, int | None] |
 @dataclass(slots=True)
 class _Sessions:
     """The sessions' figures as one call finds them: for each, the file whose figures are the session's, or
-    (several files with requests) the frames' sum and its files' stamps; and the session it adds to."""
+    (several files with requests) the stats engine's sum and its files' stamps; and the session it adds to."""
 
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
     from_frames: int = 0
@@ -188,8 +191,8 @@ def _tally_sessions(
     files: list[SessionPath],
     cache_root: Path,
 ) -> _Sessions:
-    """Each session's figures: its file's, or, when several of its files hold requests, the frames' (kept
-    until one of its files changes)."""
+    """Each session's figures: its file's, or, when several of its files hold requests, the stats engine's
+    (kept until one of its files changes)."""
     sums = _Sessions()
     by_path = {str(sp.path): sp for sp in files}
     for s in sessions:
@@ -200,7 +203,7 @@ def _tally_sessions(
         if len(core) == 1 and not any(entries[f.path]["tally"]["requests"] for f in strays):
             sums.sessions[s.key] = {"file": core[0].path, "tally": None, "stamps": None}
             continue
-        # Several files with requests (a legacy .json and its resume): the frames merge their copies.
+        # Several files with requests (a legacy .json and its resume): the stats engine merges their copies.
         member_stamps = {f.path: stamps[f.path] for f in s.files}
         kept = old.get(s.key)
         if kept is None or kept.get("file") is not None or kept["stamps"] != member_stamps:
@@ -306,14 +309,26 @@ def _meta_columns(sp: SessionPath, entry: dict[str, Any]) -> FileColumns:
 
 
 def _frames_tally(files: Sequence[SessionPath], cache_root: Path) -> dict[str, Any]:
-    """One session of several files, summed by the frames (they merge the copies its files share)."""
-    from ctxtool import frames
+    """One session of several files, summed by the stats engine without polars (``ctxtool.frames.tally``
+    merges the copies its files share, as ``stats`` does): its row of ``--by session`` and its rows of
+    ``--by day``."""
+    from ctxtool.common.errors import SessionFormatError
+    from ctxtool.frames import tally
+    from ctxtool.measure.pricing import price_table
     from ctxtool.session.index import FileIndex
     from ctxtool.session.scan import read_files
 
-    corpus = frames.build_corpus(read_files(files, workers=1, index=FileIndex(cache_root)))
+    try:
+        made = tally.tally(read_files(files, workers=1, index=FileIndex(cache_root)), None, price_table)
+        days = tally.request_rows(made, "day")
+    except tally.Unsupported as exc:  # what only the frames read: the guard never imports polars
+        raise SessionFormatError(
+            files[-1].path,
+            f"the guard cannot add up this session of {len(files)} files without polars ({exc})",
+            "`ctxtool stats` reads it with the frames",
+        ) from exc
     out = Tally()
-    for row in corpus.sessions.iter_rows(named=True):
+    for row in tally.session_rows(made, roll_up=False):  # (the guard adds subagents to their parents)
         mine = Tally(
             requests=row["requests"],
             total=row["total"],
@@ -324,7 +339,7 @@ def _frames_tally(files: Sequence[SessionPath], cache_root: Path) -> dict[str, A
             limit=row["context_limit"],
         )
         out.add(mine, context=True)
-    for row in frames.report(corpus, "day").iter_rows(named=True):
+    for row in days:
         if row["day"] is not None:
             out.days[row["day"].isoformat()] = [
                 row["cost"] or 0.0,

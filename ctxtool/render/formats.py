@@ -1,7 +1,8 @@
 """Machine-readable output: json, jsonl, csv and parquet, written the same way by every command.
 
 Owns: the JSON envelope (``schema_version``), value conversion (datetimes as ISO 8601, dates as YYYY-MM-DD),
-and atomic file writes. Must not: import rich or decide anything about terminals.
+a report's plain rows as the frame the frames would make (CSV and Parquet), and atomic file writes. Must not:
+import rich or decide anything about terminals.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from ctxtool.common.choices import FORMATS, MACHINE_FORMATS
-from ctxtool.frames.shape import COLUMNS, RowTable
+from ctxtool.frames.shape import COLUMNS, RowTable, frame_of
 
 if TYPE_CHECKING:
     import polars as pl
@@ -98,7 +99,7 @@ def encode(rows: pl.DataFrame | RowTable, fmt: str, **envelope: Any) -> bytes:
     if fmt == "jsonl":
         return jsonl_lines(rows)
     if isinstance(rows, RowTable):
-        raise ValueError(f"{fmt} is written from frames, not plain rows")
+        rows = frame_of(rows)
     if fmt == "csv":
         return csv_bytes(rows)
     if fmt == "parquet":

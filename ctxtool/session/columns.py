@@ -338,7 +338,6 @@ def _meta(rec: Any) -> dict[str, Any]:
 _NULL = msgspec.Raw(b"null")
 
 
-_TYPE = 1  # index of `type` in a row without the live flag
 _TIME = 2  # index of `timestamp` in a row without the live flag
 _IS_PROMPT = 5  # index of `is_prompt` (then `is_command`)
 _MODEL = 9  # index of `model`
@@ -357,9 +356,7 @@ def _carry_tokens(previous: _Row, new: _Row) -> _Row | None:
     time = row[_TIME] if first_time is None else first_time
     flags = old_row[_IS_PROMPT : _IS_PROMPT + 2]
     head = (*row[:_TIME], time, *row[_TIME + 1 : _IS_PROMPT], *flags)
-    # Only a ``gemini`` message holds a request's counts (``_row``): a later copy of another type (a damaged
-    # one, say) keeps none, as the full reader's consumers read none of it.
-    if row[_INPUT] is not None or old_row[_INPUT] is None or row[_TYPE] != "gemini":
+    if row[_INPUT] is not None or old_row[_INPUT] is None:
         if time == row[_TIME] and flags == row[_IS_PROMPT : _IS_PROMPT + 2]:
             return None
         return (*head, *row[_IS_PROMPT + 2 :]), calls

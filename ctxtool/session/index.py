@@ -733,7 +733,8 @@ def clear(root: Path) -> int:
     freed = 0
     for sub in (
         "index",
-        "corpus",
+        "replay",  # the outputs a warm run replays (ctxtool.frames.replays)
+        "corpus",  # (the frames an earlier version kept)
         "prices",
         "guard",
     ):  # guard/: the guard hook's state (ctxtool.hooks.ledger)

@@ -44,7 +44,7 @@ class Errand(msgspec.Struct):
 
     start: Callable[[], object]
     finish: Callable[[Any], object]
-    finish_arg: Callable[[], Any]
+    finish_arg: Callable[[list[object]], Any]  # of what ``then`` made of each file read
     # Its start alone costs more than starting a worker does: a scan too small for workers starts one for it.
     repays_a_worker: bool = False
     taken: bool = False
@@ -436,7 +436,7 @@ class _Pooled:
     def finish(self, lone: Errand) -> None:
         """The errand's end, in the worker that started it, once every file is read."""
         try:
-            lone.result = self.submit(lone.finish, lone.finish_arg()).result()
+            lone.result = self.submit(lone.finish, lone.finish_arg(self.scan.extras)).result()
         except Exception:  # any failure: the caller does the work itself, and reports what fails
             lone.result = None
 

@@ -1,5 +1,5 @@
 """Where ctxtool's cache lives and the version stamp of what it holds. Imports nothing but ``os`` and
-``sys``: a warm run that finds everything in the cache loads only this, discovery and the stored frames, and
+``sys``: a warm run that finds everything in the cache loads only this, discovery and the index, and
 the ``guard`` hook, which runs before every model call, loads no more than this of the session layer."""
 
 from __future__ import annotations
@@ -48,17 +48,15 @@ MESSAGE_COLUMNS = (
 # target: the file path, command, pattern or URL the call was about (from its args), for `stats --top`.
 TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes", "target")
 
-# Bump when the rows produced by ctxtool.session.columns change meaning or shape, or what the stored frames
-# derive from them (ctxtool.frames.build.build_corpus): it invalidates every cached index entry and stored
-# corpus. 8: a session's `turns` counts its turn rows; legacy flat subagent files link to their parent. 9: a
-# response recorded with `total: 0` (or none) counts the sum of its parts (tokens.request_total). 10: no
+# Bump when the rows produced by ctxtool.session.columns change meaning or shape: it invalidates every cached
+# index entry. 8: a session's `turns` counts its turn rows; legacy flat subagent files link to their parent.
+# 9: a response recorded with `total: 0` (or none) counts the sum of its parts (tokens.request_total). 10: no
 # hidden compression calls for the snapshots ctxtool wrote into a compacted copy (frames.sessions). 11: a
 # session ctxtool compacted in place (``ctxtoolCompaction``) is marked (``compacted_at``), and its snapshot
 # adds no hidden calls either. 12: bytes that are not UTF-8 are read as Node reads them before any decoder
 # (ctxtool.session.utf8.read_as_node: msgspec 0.23 had made such lines broken), and a line over
-# MAX_RECORD_BYTES is a broken line. 13: a later copy of a message that is not of type `gemini` carries no
-# request counts (columns._carry_tokens).
-COLUMNS_VERSION = 13
+# MAX_RECORD_BYTES is a broken line.
+COLUMNS_VERSION = 12
 STAMP = f"{__version__}-c{COLUMNS_VERSION}"
 
 # A record (one line of a session file) longer than this is counted as a broken line, and its bytes are not

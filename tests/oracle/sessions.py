@@ -14,13 +14,10 @@ if TYPE_CHECKING:
 from ctxtool.frames.model import (
     COMPOSITION_COLUMNS,
     TOKEN_COLUMNS,
-    cache_ratio_expr,
-    cost_aggs,
-    known_cost,
-    parse_times,
 )
-from ctxtool.frames.turns import turn_count
 from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT
+from tests.oracle.exprs import cache_ratio_expr, cost_aggs, known_cost, parse_times
+from tests.oracle.turns import turn_count
 
 # Gemini CLI 0.61.0 makes two model calls per compression it runs (ChatCompressionService `compress`: the
 # summary, then the verification probe, both role `utility_compressor`) and records neither in the session.
@@ -46,7 +43,7 @@ def _hidden_compression_calls(
     wrote into a session it compacted in place (``compacted_in_place``: session key and ``compacted_at``, the
     time of its latest ``compact --in-place``, which is the snapshot's timestamp).
     """
-    from ctxtool.measure.pricing import add_costs
+    from tests.oracle.pricing import add_costs
 
     marked = messages.select(
         "session_key",
