@@ -153,7 +153,7 @@ def needs_detail(query: StatsQuery) -> bool:
 def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) -> TallyReport | None:
     """``stats_report`` of ``t`` without polars; None when ``t`` holds no message columns (``tally(detail=
     False)``) and the report needs them: a filter, ``--live``, or the default ``--by turn`` of one session."""
-    from ctxtool.frames import tally, views
+    from ctxtool.frames import tally
     from ctxtool.frames.shape import REPORT_COLUMNS, RowTable
 
     detail = all(s.columns is not None for s in t.sessions)
@@ -161,6 +161,8 @@ def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) ->
         return None
     sessions_read = len(t.sessions)
     if query.live or any(query.filters.values()):
+        from ctxtool.frames import views
+
         t = views.view(t, query.filters, live=query.live)
     single = sum(s.parent_key is None for s in t.sessions) == 1
     by = query.by or ("turn" if single else "session")
@@ -171,6 +173,8 @@ def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) ->
     if by == "session":
         made = tally.session_rows(t, roll_up=query.subagents)
     elif by in ("turn", "request"):
+        from ctxtool.frames import views
+
         grain = views.turn_rows(t) if by == "turn" else views.request_rows(t)
         made = [tally.shown(row, by) for row in grain]
         if by == "turn" and not query.show_secrets:

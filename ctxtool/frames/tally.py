@@ -65,11 +65,11 @@ _LOW, _HIGH = -(2**63), 2**63 - 1
 # other shape the frames read (``frames.model.parse_times``: an offset, no zone, a space, any fraction) has
 # all its times written again in one shape that also sorts (``canonical_times``: microseconds, UTC).
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z")
-_CANONICAL = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{6})Z")
-_OTHER = re.compile(
+_CANONICAL = r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{6})Z"
+_OTHER = (
     r"\s*(\d{4})-(\d\d)-(\d\d)(?:T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?"
     r"| (\d\d):(\d\d):(\d\d)(?:\.(\d+))?)"
-)
+)  # (compiled when first needed, ``re``'s cache: nearly every run meets Gemini CLI's shape alone)
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -77,7 +77,7 @@ def parse_time(text: str | None) -> datetime | None:
     offset, no zone: UTC); None for None and for a text that is no such time."""
     if text is None:
         return None
-    m = _ISO.fullmatch(text) or _CANONICAL.fullmatch(text)
+    m = _ISO.fullmatch(text) or re.fullmatch(_CANONICAL, text)
     try:
         if m is not None:
             y, mo, d, h, mi, s, frac = (int(g) for g in m.groups())
@@ -88,7 +88,7 @@ def parse_time(text: str | None) -> datetime | None:
 
 
 def _other_time(text: str) -> datetime | None:
-    m = _OTHER.fullmatch(text)
+    m = re.fullmatch(_OTHER, text)
     if m is None:
         return None
     g = m.groups()
@@ -110,7 +110,8 @@ def canonical_times(texts: list[str | None]) -> list[str | None]:
     """``texts`` when every time is as Gemini CLI writes it (nearly always: the same list), else each time in
     UTC with microseconds (``…T10:00:00.123000Z``), None for a text that is no time: one shape, which sorts
     as the times do and whose first ten characters are the UTC day."""
-    if all(t is None or _ISO.fullmatch(t) for t in texts):
+    present: list[str] = [t for t in texts if t is not None] if None in texts else texts  # type: ignore[assignment]
+    if all(map(_ISO.fullmatch, present)):
         return texts
     out: list[str | None] = []
     for t in texts:
@@ -534,16 +535,25 @@ def composition_parts(inputs: list[int], hist: list[list[Any]]) -> list[tuple[in
     return out
 
 
+def is_turn(n: int, requests: bool, compressed: bool) -> bool:
+    """Whether the messages of turn ``n`` (the prompts before them and their own) make a turn: each prompt
+    starts one; turn 0, the messages before the first prompt (a ``<session_context>`` block, a resumed
+    history), counts when it holds a request or a compression. The one rule of a turn, for the count of a
+    session's row (``_turns``) and the rows of ``--by turn`` (``views``)."""
+    return n > 0 or requests or compressed
+
+
 def _turns(c: list[list[Any]]) -> int:
-    """``frames.turns.turn_count``: each prompt starts a turn; turn 0 counts when it holds a request or a
-    compression. A turn after a prompt holds that prompt, so it counts: the turns are the prompts, and turn 0
-    when a message before the first prompt is a request or a compression."""
+    """How many turns a session's messages make (``is_turn``): a turn after a prompt holds that prompt, so
+    the turns are the prompts, and turn 0 when one of the messages before the first prompt is a request or
+    a compression."""
     prompts: list[bool] = c[_PROMPT]
     n = sum(prompts)
     before = prompts.index(True) if n else len(prompts)
     rows = zip(c[_TYPE][:before], c[_INPUT][:before], c[_INFO][:before], c[_SNAP][:before], strict=True)
-    opens = any(info or snap or (input is not None and kind == "gemini") for kind, input, info, snap in rows)
-    return n + int(opens)
+    requests = any(input is not None and kind == "gemini" for kind, input, _, _ in rows)
+    compressed = any(info or snap for info, snap in zip(c[_INFO][:before], c[_SNAP][:before], strict=True))
+    return n + int(is_turn(0, requests, compressed))
 
 
 def _hidden(

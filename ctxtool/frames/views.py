@@ -43,6 +43,7 @@ from ctxtool.frames.tally import (
     Session,
     Tally,
     composition_parts,
+    is_turn,
     parse_time,
 )
 from ctxtool.measure.tokens import cache_ratio, token_limit
@@ -329,7 +330,7 @@ def _turns(s: Session, d: Detail, msgs: list[int] | None, reqs: list[int] | None
             g["reqs"].append(j)
     rows = []
     for n, g in per.items():
-        if n > 0 or g["reqs"] or g["compressed"]:
+        if is_turn(n, bool(g["reqs"]), g["compressed"]):
             rows.append(_turn_row(s, d, n, g))
     return rows
 

@@ -48,10 +48,6 @@ def filled(models: list[str | None]) -> list[str | None]:
     return out
 
 
-# The name ``ctxtool.frames.tally`` calls it by, until it imports it from here.
-_filled = filled
-
-
 def context_limit(models: Iterable[str | None]) -> int:
     """The context window of requests of ``models`` (each one's, a missing one's the default): the largest
     ``token_limit`` among them, the default when there are none."""
