@@ -17,6 +17,7 @@ from ctxtool.frames import views
 from ctxtool.frames.model import (
     COMPOSITION_COLUMNS,
     MESSAGE_SCHEMA,
+    SESSION_META_SCHEMA,
     TOKEN_COLUMNS,
     TOOL_SCHEMA,
     TS_TYPE,
@@ -31,21 +32,8 @@ if TYPE_CHECKING:
 
 _U32 = pl.UInt32
 SESSIONS_SCHEMA: dict[str, Any] = {
-    **dict.fromkeys(
-        ("session_key", "group_key", "parent_ref", "session", "session_id", "project"), pl.String
-    ),
-    **dict.fromkeys(
-        ("project_dir", "project_hash", "kind", "parent_session_key", "root_session_key"), pl.String
-    ),
-    "file": pl.String,
-    "files": pl.Int64,
-    "era": pl.String,
-    "summary": pl.String,
-    "derived_from": pl.String,
-    "compacted_at": pl.String,
-    **dict.fromkeys(("broken_lines", "invalid_utf8_lines", "first_invalid_utf8_line"), pl.Int64),
-    **dict.fromkeys(("first_broken_line", "first_overlong_line", "rewinds", "checkpoints"), pl.Int64),
-    "live_messages": pl.Int64,
+    # What a session's files say of it (the times they record are in ``start`` and ``end``), then its figures.
+    **{k: v for k, v in SESSION_META_SCHEMA.items() if k not in ("start_time", "last_updated")},
     "billed_messages": _U32,
     "turns": _U32,
     "tool_calls": pl.Int64,
