@@ -64,11 +64,8 @@ class Corpus:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     broken_lines: int = 0
-    # Per-file facts kept with a stored corpus (see ctxtool.frames.loading); not part of the frames.
-    file_records: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # The tool-call rows as read (``tool_calls`` without the turn and session columns joined on): what a
-    # stored corpus keeps, the rest being derived again when read. None for a corpus made otherwise (a
-    # filtered or live view), which is never stored.
+    # The tool-call rows as read (``tool_calls`` without the turn and session columns joined on); None for a
+    # corpus read from an export's dataset, which holds only the joined ones.
     calls: pl.DataFrame | None = None
     # The engine's tally the frames were built from (``ctxtool.frames.corpus``): what a report, a filter and
     # the live view are made of. None for a corpus read from an export's dataset.

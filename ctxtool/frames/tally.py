@@ -1,17 +1,15 @@
-"""``stats --by session`` (and the reports that sum requests by one key) without polars.
+"""The usage engine: what each session's files measure, in plain Python over their columns.
 
-A first ``ctxtool stats`` on a home of a few dozen sessions spends more time importing polars (0.2 s of
-its runtime's initialisation) than reading every file. This module computes the same report rows from the
-files' columns (``ctxtool.session.columns``) in plain Python, by the rules the frames apply
-(``frames.build._derive``, ``frames.messages.with_composition``, ``frames.sessions.sessions_frame``,
-``frames.query._session_report`` and ``_agg_requests``), so that such a run never imports polars.
+Every figure ctxtool reports comes from here and from ``ctxtool.frames.views`` (what a filter or the live
+view keeps, the turn and request grains): ``stats`` in every format, the frames of ``ctxtool.load``
+(``ctxtool.frames.corpus`` builds them of this module's rows), ``audit``, ``report``, ``export`` and the
+guard's full tally. Each file is measured in the process that read it (``count_and_price``), and what it
+measures is kept in the index beside it (``keep_measures``), so that a later run measures only what
+changed. It reads everything Gemini CLI writes and what damage or another writer leaves: a time in another
+shape (one canonical shape per session, ``canonical_times``), a count beyond 64 bits (left empty, said).
 
-It covers the common case and says when it does not: anything the frames would read differently (a session
-made of several files, a time in another format than Gemini CLI writes, a count beyond 64 bits, a column
-value of an unexpected type) raises :class:`Unsupported`, and the caller builds the frames from the same
-results instead. Tests hold its reports equal to the frames' on the fixtures and the real sessions.
-
-Costs are summed exactly (``math.fsum``), as the totals row is (``frames.shape.totals_of``).
+Costs are summed exactly (``math.fsum``), as the totals row is (``frames.shape.totals_of``). The polars
+derivation it replaced is the oracle of the tests (``tests/oracle``).
 """
 
 from __future__ import annotations
@@ -278,10 +276,7 @@ def count_file(fc: FileColumns) -> Measured | None:
     read)."""
     if fc.error:
         return None
-    try:
-        return _measure([fc], _columns(fc))
-    except Unsupported:
-        return None
+    return _measure([fc], _columns(fc))
 
 
 def count_and_price(fc: FileColumns) -> Measured | None:

@@ -312,21 +312,13 @@ def _frames_tally(files: Sequence[SessionPath], cache_root: Path) -> dict[str, A
     """One session of several files, summed by the stats engine without polars (``ctxtool.frames.tally``
     merges the copies its files share, as ``stats`` does): its row of ``--by session`` and its rows of
     ``--by day``."""
-    from ctxtool.common.errors import SessionFormatError
     from ctxtool.frames import tally
     from ctxtool.measure.pricing import price_table
     from ctxtool.session.index import FileIndex
     from ctxtool.session.scan import read_files
 
-    try:
-        made = tally.tally(read_files(files, workers=1, index=FileIndex(cache_root)), None, price_table)
-        days = tally.request_rows(made, "day")
-    except tally.Unsupported as exc:  # what only the frames read: the guard never imports polars
-        raise SessionFormatError(
-            files[-1].path,
-            f"the guard cannot add up this session of {len(files)} files without polars ({exc})",
-            "`ctxtool stats` reads it with the frames",
-        ) from exc
+    made = tally.tally(read_files(files, workers=1, index=FileIndex(cache_root)), None, price_table)
+    days = tally.request_rows(made, "day")
     out = Tally()
     for row in tally.session_rows(made, roll_up=False):  # (the guard adds subagents to their parents)
         mine = Tally(
