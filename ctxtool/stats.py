@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from ctxtool.frames.loading import CacheUse
     from ctxtool.frames.model import Corpus
     from ctxtool.frames.reading import Problem
-    from ctxtool.frames.shape import RowTable
     from ctxtool.frames.tally import Tally
 
 
@@ -46,51 +45,6 @@ class StatsQuery(msgspec.Struct, frozen=True):
     show_secrets: bool = False
 
 
-class StatsReport(msgspec.Struct, frozen=True):
-    """A report's rows. ``by`` is the ``--by`` report, or ``"top"``; ``corpus`` is what it counts (filtered,
-    live history only with ``--live``); ``sessions_read`` is the number of sessions before the filters."""
-
-    corpus: Corpus
-    by: str
-    rows: pl.DataFrame  # the rows shown (--limit applied)
-    all_rows: pl.DataFrame  # every row
-    sessions_read: int
-    single_session: bool  # one session besides its subagents
-
-    @property
-    def limited(self) -> bool:
-        return self.rows.height < self.all_rows.height
-
-    def totals(self) -> dict[str, Any]:
-        """The totals of every row (whatever --limit shows); ``sessions`` counts each session once."""
-        from ctxtool.frames.query import totals
-
-        sums = totals(self.all_rows)
-        if "sessions" in sums:
-            sums["sessions"] = self.corpus.requests.get_column("session_key").n_unique()
-        return sums
-
-    def read_summary(self, use: CacheUse) -> dict[str, Any]:
-        """What was read (``frames.read_summary``) and how much of it ctxtool's index served (``use``)."""
-        from ctxtool.frames.query import read_summary
-
-        return with_index(read_summary(self.corpus), use)
-
-    def hidden_calls(self) -> tuple[int, float]:
-        """Gemini CLI's unrecorded compression calls in these sessions: (requests, estimated cost)."""
-        from ctxtool.frames.query import hidden_calls
-
-        return hidden_calls(self.corpus)
-
-    @property
-    def problems(self) -> list[Problem]:
-        return self.corpus.problems
-
-    @property
-    def broken_lines(self) -> int:
-        return self.corpus.broken_lines
-
-
 def with_index(summary: dict[str, Any], use: CacheUse) -> dict[str, Any]:
     summary["index"] = {
         "enabled": use.enabled,
@@ -102,22 +56,25 @@ def with_index(summary: dict[str, Any], use: CacheUse) -> dict[str, Any]:
     return summary
 
 
-class TallyReport(msgspec.Struct, frozen=True):
-    """A ``--by`` report made without polars (``ctxtool.frames.tally``): what :class:`StatsReport` offers the
-    command, over plain rows."""
+class StatsReport(msgspec.Struct, frozen=True):
+    """A report's rows, made by the engine: ``by`` is the ``--by`` report, or ``"top"``; ``tally`` what it
+    counts (a filter's or the live view's, ``frames.views``); ``rows`` the rows shown (``--limit`` applied)
+    and ``all_rows`` every row, plain (``RowTable``), or a frame for ``--top``; ``sessions_read`` the
+    number of sessions before the filters."""
 
     tally: Tally
     by: str
-    rows: RowTable
-    all_rows: RowTable
+    rows: Any  # RowTable | pl.DataFrame
+    all_rows: Any
     sessions_read: int
-    single_session: bool
+    single_session: bool  # one session besides its subagents
 
     @property
     def limited(self) -> bool:
-        return self.rows.height < self.all_rows.height
+        return bool(self.rows.height < self.all_rows.height)
 
     def totals(self) -> dict[str, Any]:
+        """The totals of every row (whatever --limit shows); ``sessions`` counts each session once."""
         from ctxtool.frames.tally import report_totals
 
         sums = report_totals(self.all_rows.columns, self.all_rows.to_dicts())
@@ -126,11 +83,13 @@ class TallyReport(msgspec.Struct, frozen=True):
         return sums
 
     def read_summary(self, use: CacheUse) -> dict[str, Any]:
+        """What was read (``tally.summary_of``) and how much of it ctxtool's index served (``use``)."""
         from ctxtool.frames.tally import summary_of
 
         return with_index(summary_of(self.tally), use)
 
     def hidden_calls(self) -> tuple[int, float]:
+        """Gemini CLI's unrecorded compression calls in these sessions: (requests, estimated cost)."""
         from ctxtool.frames.tally import hidden_calls
 
         return hidden_calls(self.tally)
@@ -150,7 +109,7 @@ def needs_detail(query: StatsQuery) -> bool:
     return bool(query.live or any(query.filters.values()) or query.by in ("turn", "request"))
 
 
-def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) -> TallyReport | None:
+def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) -> StatsReport | None:
     """``stats_report`` of ``t`` without polars; None when ``t`` holds no message columns (``tally(detail=
     False)``) and the report needs them: a filter, ``--live``, or the default ``--by turn`` of one session."""
     from ctxtool.frames import tally
@@ -183,7 +142,7 @@ def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) ->
         made = tally.request_rows(t, by, query.timezone)
     rows = RowTable(_shown_columns(REPORT_COLUMNS[by]), _sorted_rows(made, by, query))
     shown = rows.head(query.limit) if query.limit else rows
-    return TallyReport(t, by, shown, rows, sessions_read, single)
+    return StatsReport(t, by, shown, rows, sessions_read, single)
 
 
 def _sorted_rows(rows: list[dict[str, Any]], by: str, query: StatsQuery) -> list[dict[str, Any]]:
@@ -227,9 +186,7 @@ def _redacted_rows(rows: list[dict[str, Any]], column: str) -> list[dict[str, An
     return rows
 
 
-def stats_report(
-    corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], None]
-) -> StatsReport | TallyReport:
+def stats_report(corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], None]) -> StatsReport:
     """The report ``query`` asks of ``corpus`` (made by the engine it was built from; ``--top`` of its
     frames); ``warn`` hears what reading met, before any usage error (a ``--sort`` that is no column,
     ``--top`` with ``--by``)."""
@@ -249,7 +206,7 @@ def stats_report(
     if query.by is not None:
         raise UsageError("--top and --by are two reports", "Pass one of them")
     rows = _top_rows(corpus, query.top, query.show_secrets)
-    return StatsReport(corpus, "top", rows, rows, sessions_read, single)
+    return StatsReport(corpus.tally, "top", rows, rows, sessions_read, single)
 
 
 def _top_rows(corpus: Corpus, n: int, show_secrets: bool) -> pl.DataFrame:
@@ -278,7 +235,7 @@ def read_report(
     cache_dir: Path | None,
     progress: Callable[[int, int], None] | None,
     warn: Callable[[str], None],
-) -> tuple[StatsReport | TallyReport, CacheUse]:
+) -> tuple[StatsReport, CacheUse]:
     """The report ``query`` asks of the sessions under ``paths``, read for it and made by the engine
     (``frames.loading.read_tally``: measured where read, the measures kept in the index), without polars but
     for ``--top`` (the frames of the same reads)."""

@@ -23,7 +23,7 @@ from ctxtool.cli.options import filter_args
 from ctxtool.common.choices import BY_CHOICES
 from ctxtool.frames.shape import SPECS, RowTable
 from ctxtool.render.formats import LIST_COLUMNS, encode, frame_of
-from ctxtool.stats import StatsQuery, TallyReport, read_report
+from ctxtool.stats import StatsQuery, StatsReport, read_report
 from tests.conftest import REPO
 
 FLOATS = frozenset(name for name, spec in SPECS.items() if spec.type == "float")
@@ -119,7 +119,7 @@ def test_the_rows_make_the_frames_report(monkeypatch: pytest.MonkeyPatch, by: st
         progress=None,
         warn=lambda _: None,
     )
-    assert isinstance(engine, TallyReport)
+    assert isinstance(engine, StatsReport)
     assert (engine.rows.height == 0) == (since is not None)
     from tests.oracle.build import load
     from tests.oracle.query import filter_corpus, report

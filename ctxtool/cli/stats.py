@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ctxtool.frames.loading import CacheUse
-    from ctxtool.stats import StatsQuery, StatsReport, TallyReport
+    from ctxtool.stats import StatsQuery, StatsReport
 
 HELP = """Report token usage, context-window share, cache hits and cost of Gemini CLI sessions.
 
@@ -238,9 +238,7 @@ def stats(
     for message in warnings:
         if not (only_unmatched and any(message.startswith(f"{p}: matches no file") for p in unmatched)):
             _warn(message)
-    from ctxtool.stats import StatsReport
-
-    if isinstance(report, StatsReport) and report.by == "top":
+    if report.by == "top":
         _write_top(report, request, color=color, width=width, wide=wide)
         if request.output is not None:
             options.say_written(request.output)
@@ -267,7 +265,7 @@ def stats(
 def _foresee(
     start: int,
     show: Callable[[dict[str, Any]], None],
-    report: StatsReport | TallyReport,
+    report: StatsReport,
     request: StatsRequest,
     cache_use: CacheUse,
 ) -> None:
@@ -286,7 +284,7 @@ def _foresee(
 
 def _report(
     request: StatsRequest, *, cache: bool, cache_dir: Path | None, warn: Callable[[str], None]
-) -> tuple[StatsReport | TallyReport, CacheUse]:
+) -> tuple[StatsReport, CacheUse]:
     """The report, from the dataset or the sessions PATHS name (a progress bar when reading takes a while);
     a run served from the index is told to ``frames.replays``, which may replay its output next time."""
     from ctxtool.frames.loading import CacheUse
@@ -341,9 +339,7 @@ def _write_top(
             console.print(note)
 
 
-def _nothing_to_report(
-    report: StatsReport | TallyReport, summary: dict[str, Any], given: tuple[str, ...]
-) -> None:
+def _nothing_to_report(report: StatsReport, summary: dict[str, Any], given: tuple[str, ...]) -> None:
     """An empty table is one line on stderr: what was read, and the filters that left nothing of it."""
     from ctxtool import frames
 
@@ -358,7 +354,7 @@ def _nothing_to_report(
 
 
 def _print_report(
-    report: StatsReport | TallyReport,
+    report: StatsReport,
     summary: dict[str, Any],
     request: StatsRequest,
     *,
@@ -394,7 +390,7 @@ def _print_report(
         render.print_table(console, table, wide=wide)
 
 
-def _write_report(report: StatsReport | TallyReport, summary: dict[str, Any], request: StatsRequest) -> None:
+def _write_report(report: StatsReport, summary: dict[str, Any], request: StatsRequest) -> None:
     """JSON (an envelope with the totals, and ``rows_total`` under --limit), JSON lines, CSV or Parquet."""
     from ctxtool.render import formats as out
 
@@ -411,7 +407,7 @@ def _write_report(report: StatsReport | TallyReport, summary: dict[str, Any], re
     out.write_output(out.encode(report.rows, request.fmt, **envelope), request.output)
 
 
-def _exit_status(paths: list[str], report: StatsReport | TallyReport, *, strict: bool) -> int:
+def _exit_status(paths: list[str], report: StatsReport, *, strict: bool) -> int:
     """1 when a PATH given explicitly names nothing (said on stderr) or could not be read, or with --strict
     when anything could not be read in full."""
     from ctxtool import frames
