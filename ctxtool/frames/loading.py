@@ -71,6 +71,7 @@ def load_corpus(
         detail=True,
         errand=True,
     )
+    _return_free_heap()  # before the frames, built in polars' own allocator
     from ctxtool.frames.corpus import corpus_of  # (polars: after the scan, whose workers fork without it)
 
     return corpus_of(t, results, found), use
@@ -121,7 +122,6 @@ def read_tally(
         workers=workers,
         errand=worker_rates,
     )
-    _return_free_heap()
     kept = _kept(index, use, measured)
 
     def rows(files: Sequence[FileColumns]) -> None:

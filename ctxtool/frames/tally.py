@@ -351,8 +351,9 @@ def tally(
     for s, m in zip(groups, measures, strict=True):
         kind = "subagent" if refs[s.key] is not None or s.primary.kind == "subagent" else s.primary.kind
         made = _priced(s.key, parents.get(s.key), kind, m, table, warnings)
-        made.project_dir, made.files, made.parent_ref = s.primary.project_dir, s.files, refs[s.key]
-        if detail:
+        made.project_dir, made.parent_ref = s.primary.project_dir, refs[s.key]
+        if detail:  # (the files only then: a report of measures frees their rows before it is written)
+            made.files = s.files
             made.columns = _merged([_columns(f) for f in s.files])
         sessions.append(made)
     _count_subagents(sessions)
