@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -252,7 +253,7 @@ def test_generated_homes_agree(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     for subagents in (True, False):
-        assert_reports_agree(root, subagents=subagents)  # never Unsupported: Gemini CLI's own shapes
+        assert_reports_agree(root, subagents=subagents)
 
 
 # --- the command -----------------------------------------------------------------------------------------
@@ -486,3 +487,33 @@ def test_a_measure_crosses_between_processes_unchanged() -> None:
     huge = copy.deepcopy(measures[0])
     huge.row["input"] = 2**70  # a hand-edited file's sum: pickled as it is
     assert pickle.loads(pickle.dumps(huge)) == huge
+
+
+def test_a_damaged_kept_measure_of_a_model_not_asked_for_is_measured_and_priced_again() -> None:
+    """A kept measure whose requests do not decode, and whose models (damaged too) leave out the one its file
+    uses: the file is measured again, the rates of that model are added to the table, and the report is a
+    clean one's."""
+    found = discover([str(FIXTURES / "gemini" / "tmp")])
+    results = read_files(found.files, workers=1)
+    clean = T.tally(results, found, price_table)
+    measured = {fc.path: T.count_file(fc) for fc in results}
+    seen = {p: set(m.seen) for p, m in measured.items() if m is not None}
+
+    def alone(p: str) -> bool:  # no other file names its models
+        return not seen[p] & set().union(*(v for q, v in seen.items() if q != p))
+
+    path, m = next((p, m) for p, m in measured.items() if m is not None and m.used and alone(p))
+    damaged = T._decode_measured(T._encode_measured(m))
+    damaged.seen, damaged.kept = [], msgspec.Raw(b"\xc1")  # (0xc1: never valid MessagePack)
+    measured[path] = damaged
+    asked: list[list[str]] = []
+
+    def prices(models: Any) -> Any:
+        asked.append(sorted(models))
+        return price_table(models)
+
+    made = T.tally(results, found, prices, measured=measured)
+    assert len(asked) == 2  # the table, then the rates of the model it lacked
+    assert asked[1] == m.used
+    assert T.session_rows(made) == T.session_rows(clean)
+    assert T.request_rows(made, "model") == T.request_rows(clean, "model")

@@ -129,26 +129,18 @@ def read_tally(
             fill_rows(files, found, index, use, then=tally.count_and_price, kept=measured)  # type: ignore[arg-type]
 
     rates = _rates(worker_rates)
-    try:
-        t = tally.tally(
-            results,
-            found,
-            rates,
-            subagents=subagents,
-            measured=measured,
-            rows=rows,
-            requests=requests,
-            detail=detail,
-        )
-        if not detail and turns_of_one and sum(s.parent_key is None for s in t.sessions) == 1:
-            t = tally.tally(
-                results, found, rates, subagents=subagents, measured=measured, rows=rows, detail=True
-            )
-    except tally.Unsupported:
-        # A kept measure of a file that did not decode names a model the rates were not asked for: measure
-        # every file again from its rows.
-        rows(results)
-        t = tally.tally(results, found, rates, subagents=subagents, rows=rows, detail=True)
+    t = tally.tally(
+        results,
+        found,
+        rates,
+        subagents=subagents,
+        measured=measured,
+        rows=rows,
+        requests=requests,
+        detail=detail,
+    )
+    if not detail and turns_of_one and sum(s.parent_key is None for s in t.sessions) == 1:
+        t = tally.tally(results, found, rates, subagents=subagents, measured=measured, rows=rows, detail=True)
     if index is not None:
         _keep(index, use, measured, kept)
         index.close()

@@ -44,10 +44,6 @@ BY = ("session", "model", "project", "day", "week", "month")
 HIDDEN_CALLS_PER_COMPRESSION = 2  # = frames.sessions.HIDDEN_CALLS_PER_COMPRESSION (a test holds them equal)
 
 
-class Unsupported(Exception):
-    """The rows hold something only the frames read as Gemini CLI meant it: build them instead."""
-
-
 _I = {name: i for i, name in enumerate(MESSAGE_COLUMNS)}
 _STRINGS = tuple(_I[c] for c in ("message_id", "type", "timestamp", "model", "preview"))
 _BOOLS = tuple(_I[c] for c in ("live", "is_prompt", "is_command", "is_snapshot", "compression_info"))
@@ -319,9 +315,9 @@ def tally(
     requests: bool = True,
     detail: bool = False,
 ) -> Tally:
-    """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates); Unsupported
-    when the frames must read them. ``measured`` holds what ``count_file`` made of files (or the index kept
-    of them: ``kept_measures``), by path; the files of one-file sessions measured here are added to it.
+    """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates). ``measured`` holds
+    what ``count_file`` made of files (or the index kept of them: ``kept_measures``), by path; the files of
+    one-file sessions measured here are added to it.
     Consumes nothing: the results keep their columns.
 
     ``rows``, when given, is called with the files whose rows the tally reads before it reads them (files of
@@ -341,11 +337,11 @@ def tally(
         rows([f for s in groups for f in s.files if detail or len(s.files) > 1 or done.get(f.path) is None])
     requests = requests or detail
     measures = [_measure_of(s.files, done) for s in groups]
-    table = prices(sorted({model for m in measures for model in m.seen}))
-    keys = _Keys(table)
+    keys = _Keys(prices(sorted({model for m in measures for model in m.seen})), prices)
     for i, (s, m) in enumerate(zip(groups, measures, strict=True)):
         if requests or m.priced_at != keys.of(m.used):  # (priced where it was read: count_and_price)
             measures[i] = _with_requests(s.files, m, done, keys, rows)
+    table = keys.table
     warnings = _Warnings()
     sessions = []
     for s, m in zip(groups, measures, strict=True):
@@ -407,8 +403,7 @@ def _with_requests(
         if rows is not None:
             rows(files)
         m = done[files[0].path] = _measure(files, _columns(files[0]))  # a kept measure is of one file
-        if not all(map(table.covers, m.seen)):
-            raise Unsupported(f"{files[0].path}: a model its kept measure did not name")
+        table = keys.cover(m.seen)  # (a model the damaged kept measure did not name)
     rates = keys.of(m.used)
     if m.priced_at != rates or m.requests is None or m.requests.costs is None:
         _price(m, table, rates)
@@ -839,10 +834,7 @@ def _local_times(times: list[str | None], timezone: str) -> list[str | None]:
 def _key_value(by: str, key: Any) -> Any:
     if key is None or by not in ("day", "week"):
         return key
-    try:
-        day = date.fromisoformat(key)
-    except ValueError as exc:
-        raise Unsupported(f"day {key!r}") from exc
+    day = date.fromisoformat(key)  # (the engine's times are of one shape: canonical_times)
     return day - timedelta(days=day.weekday()) if by == "week" else day  # polars' weeks start on Monday
 
 
@@ -978,9 +970,17 @@ class _Keys:
     """``table``'s rates key (``_rates_key``) for each distinct set of models, hashed once in a tally (most
     of its sessions share a few)."""
 
-    def __init__(self, table: PriceTable) -> None:
-        self.table = table
+    def __init__(self, table: PriceTable, prices: Callable[[Iterable[str]], PriceTable]) -> None:
+        self.table, self.prices = table, prices
         self.known: dict[tuple[str, ...], str] = {}
+
+    def cover(self, models: Iterable[str]) -> PriceTable:
+        """The table, with the rates of ``models`` it did not hold yet added (the key of a set of models
+        depends only on their own rates, so the keys already made stay right)."""
+        missing = sorted(m for m in set(models) if not self.table.covers(m))
+        if missing:
+            self.table = self.table.merged(self.prices(missing))
+        return self.table
 
     def of(self, used: Sequence[str]) -> str:
         models = tuple(used)
