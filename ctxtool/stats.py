@@ -113,7 +113,7 @@ def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) ->
     """``stats_report`` of ``t`` without polars; None when ``t`` holds no message columns (``tally(detail=
     False)``) and the report needs them: a filter, ``--live``, or the default ``--by turn`` of one session."""
     from ctxtool.frames import tally
-    from ctxtool.frames.shape import REPORT_COLUMNS, RowTable
+    from ctxtool.frames.shape import ROW_COLUMNS, RowTable
 
     detail = all(s.columns is not None for s in t.sessions)
     if needs_detail(query) and not detail:
@@ -140,7 +140,7 @@ def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) ->
             made = _redacted_rows(made, "prompt")
     else:
         made = tally.request_rows(t, by, query.timezone)
-    rows = RowTable(_shown_columns(REPORT_COLUMNS[by]), _sorted_rows(made, by, query))
+    rows = RowTable(ROW_COLUMNS[by], _sorted_rows(made, by, query))
     shown = rows.head(query.limit) if query.limit else rows
     return StatsReport(t, by, shown, rows, sessions_read, single)
 
@@ -149,7 +149,9 @@ def _sorted_rows(rows: list[dict[str, Any]], by: str, query: StatsQuery) -> list
     """``rows`` by ``--sort`` (``--desc``: largest first), nulls last, in their order where equal."""
     if not query.sort:
         return rows
-    columns = _shown_columns(_report_columns(by))
+    from ctxtool.frames.shape import ROW_COLUMNS
+
+    columns = ROW_COLUMNS[by]
     if query.sort not in columns:
         raise UsageError(
             f"--sort {query.sort!r} is not a column of --by {by}", use_one_of(query.sort, columns)
@@ -158,23 +160,6 @@ def _sorted_rows(rows: list[dict[str, Any]], by: str, query: StatsQuery) -> list
     known = [row for row in rows if row[column] is not None]
     known.sort(key=lambda row: row[column], reverse=query.desc)
     return known + [row for row in rows if row[column] is None]
-
-
-def _shown_columns(columns: list[str]) -> list[str]:
-    """A report's columns as ``stats`` shows them: ``prompt_tokens`` after ``cached``
-    (``frames.query.with_uncached_input``)."""
-    out = []
-    for c in columns:
-        out.append(c)
-        if c == "cached":
-            out.append("prompt_tokens")
-    return out
-
-
-def _report_columns(by: str) -> list[str]:
-    from ctxtool.frames.shape import REPORT_COLUMNS
-
-    return REPORT_COLUMNS[by]
 
 
 def _redacted_rows(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ Never prints; the token semantics are the engine's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,12 +52,7 @@ def build_corpus(
     out every subagent session."""
     from ctxtool.frames.corpus import corpus_of
     from ctxtool.frames.tally import tally
-    from ctxtool.measure.pricing import price_table
+    from ctxtool.measure.pricing import covering
 
-    def rates(models: Iterable[str]) -> PriceTable:
-        names = list(models)
-        if prices is not None and all(map(prices.covers, names)):
-            return prices
-        return price_table(names, memo=price_memo)
-
+    rates = covering(prices, memo=price_memo)
     return corpus_of(tally(results, found, rates, subagents=subagents, detail=True), results, found)

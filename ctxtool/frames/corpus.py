@@ -251,10 +251,6 @@ def _messages(sessions: list[Session]) -> pl.DataFrame:
         d = views.detail(s)
         c = d.columns
         at = range(len(c[_TIME])) if s.kept_messages is None else s.kept_messages
-        seen, compressions = [], 0
-        for info, snap in zip(c[_INFO], c[_SNAP], strict=True):
-            compressions += bool(info or snap)
-            seen.append(compressions)
         out["session_key"].extend([s.key] * len(at))
         out["position"].extend(at)
         for k, name in enumerate(MESSAGE_COLUMNS):
@@ -263,7 +259,7 @@ def _messages(sessions: list[Session]) -> pl.DataFrame:
         out["turn"].extend(d.turn[i] for i in at)
         canonical.extend(c[_TIME][i] for i in at)
         out["compression"].extend(bool(c[_INFO][i] or c[_SNAP][i]) for i in at)
-        out["_compressions_seen"].extend(seen[i] for i in at)
+        out["_compressions_seen"].extend(d.compressions[i] for i in at)
     out["ts"] = [None] * len(canonical)
     return _frame(out, MESSAGES_SCHEMA).with_columns(_times(canonical))
 
@@ -353,10 +349,11 @@ def _calls(sessions: list[Session], *, live: bool) -> pl.DataFrame:
 
 
 def _kept_older(c: list[list[Any]], files: list[FileColumns]) -> set[tuple[int, str]]:
-    """(file rank, message id) of the older files' messages a session of several files keeps."""
+    """(file rank, message id) of the older files' messages a session of several files keeps (``c``: its
+    merged columns, the last file's rows last, ``tally._merged``)."""
     from ctxtool.frames.tally import _columns
 
-    primary = {mid for mid in _columns(files[-1])[0] if mid is not None}
+    primary = {mid for mid in c[0][len(c[0]) - files[-1].n_messages :] if mid is not None}
     seen: set[str] = set()
     out: set[tuple[int, str]] = set()
     for rank, f in enumerate(files[:-1]):
@@ -364,7 +361,6 @@ def _kept_older(c: list[list[Any]], files: list[FileColumns]) -> set[tuple[int, 
             if mid is not None and mid not in primary and mid not in seen:
                 seen.add(mid)
                 out.add((rank, mid))
-    del c
     return out
 
 
@@ -395,7 +391,8 @@ def tally_of_frames(corpus: Corpus) -> Tally:
     message columns from its messages frame, its requests' costs as they were priced when exported (billed
     once), its row from the sessions frame; so that every report, filter and view of a dataset is made by
     the engine, as of the sessions themselves."""
-    from ctxtool.frames.tally import Columns, Requests, canonical_times
+    from ctxtool.frames.tally import Columns, Requests, canonical_times, mismatched
+    from ctxtool.measure.usage import filled
 
     by_key = {
         key[0]: df.sort("position")
@@ -421,7 +418,7 @@ def tally_of_frames(corpus: Corpus) -> Tally:
             if v is not None and k == "gemini"
         ]
         requests = Requests(
-            _filled_models([c[_MODEL_AT][i] for i in at]),
+            filled([c[_MODEL_AT][i] for i in at]),
             [c[_TIME][i] for i in at],
             [[c[MESSAGE_COLUMNS.index(k)][i] for i in at] for k in TOKEN_COLUMNS],
             costs.get(key, [])[: len(at)],
@@ -429,10 +426,7 @@ def tally_of_frames(corpus: Corpus) -> Tally:
         row = {name: meta[name] for name in meta}
         s = Session(key, meta["parent_session_key"], row, requests, project_dir=meta["project_dir"] or "")
         s.columns, s.meta, s.parent_ref = c, meta, meta["parent_ref"]
-        tokens = requests.tokens
-        s.mismatches = sum(
-            (tokens[5][k] or 0) != sum(tokens[p][k] or 0 for p in (0, 1, 3, 4)) for k in range(len(at))
-        )
+        s.mismatches = mismatched(requests.tokens)
         sessions.append(s)
     return Tally(
         sessions=sessions,
@@ -462,9 +456,3 @@ def tally_of_frames(corpus: Corpus) -> Tally:
 
 _INPUT_AT = MESSAGE_COLUMNS.index("input")
 _MODEL_AT = MESSAGE_COLUMNS.index("model")
-
-
-def _filled_models(models: list[str | None]) -> list[str | None]:
-    from ctxtool.measure.usage import filled
-
-    return filled(models)

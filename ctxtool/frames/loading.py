@@ -128,7 +128,10 @@ def read_tally(
         if index is not None:
             fill_rows(files, found, index, use, then=tally.count_and_price, kept=measured)  # type: ignore[arg-type]
 
-    rates = _rates(worker_rates)
+    from ctxtool.measure.pricing import PriceTable, covering
+
+    resolved = worker_rates.result if worker_rates is not None else None
+    rates = covering(resolved if isinstance(resolved, PriceTable) else None)
     t = tally.tally(
         results,
         found,
@@ -191,22 +194,6 @@ def _errand() -> Any:
         models,
         repays_a_worker=not pricing.rates_memoised(True),
     )
-
-
-def _rates(errand: Any) -> Callable[[Any], Any]:
-    """The rates of the models read: those the errand's worker resolved when they cover them, else resolved
-    here."""
-    from ctxtool.measure.pricing import PriceTable, price_table
-
-    def rates(models: Any) -> PriceTable:
-        names = list(models)
-        table = errand.result if errand is not None else None
-        if isinstance(table, PriceTable):
-            uncovered = [m for m in names if not table.covers(m)]
-            return table.merged(price_table(uncovered, table.at)) if uncovered else table
-        return price_table(names)
-
-    return rates
 
 
 def read_plain(

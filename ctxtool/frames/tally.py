@@ -115,7 +115,7 @@ def canonical_times(texts: list[str | None]) -> list[str | None]:
 
 
 # The columns as the frames hold them, checked while they are decoded (in C): a string or nothing, a
-# boolean, a count that fits 64 bits or nothing. A value that is not makes the frames read the file.
+# boolean, a count that fits 64 bits or nothing. A value that is not is read by ``_loose_columns``.
 _Int64 = Annotated[int, msgspec.Meta(ge=_LOW, le=_HIGH)]
 _COLUMN_TYPES = tuple(
     list[str | None] if i in _STRINGS else list[bool] if i in _BOOLS else list[_Int64 | None]
@@ -659,14 +659,20 @@ def _measure(files: list[FileColumns], c: Columns) -> Measured:
     return Measured(
         row,
         r,
-        sum(
-            (total or 0) != (i or 0) + (o or 0) + (th or 0) + (tl or 0)
-            for i, o, _, th, tl, total in zip(*tokens, strict=True)
-        ),
+        mismatched(tokens),
         _hidden(c, files[-1].derived_from is not None, row["compacted_at"]) if any(c[_SNAP]) else [],
         sorted({model for model in c[_MODEL] if model is not None}),
         sorted({model for model in r.models if model is not None}),
         lost=c.lost,
+    )
+
+
+def mismatched(tokens: list[list[int | None]]) -> int:
+    """How many of the requests (``TOKEN_COLUMNS``, a list each) record a total that is not the sum of
+    their parts (``measure.tokens.TOTAL_PARTS``)."""
+    return sum(
+        (total or 0) != (i or 0) + (o or 0) + (th or 0) + (tl or 0)
+        for i, o, _, th, tl, total in zip(*tokens, strict=True)
     )
 
 

@@ -44,6 +44,7 @@ from ctxtool.frames.tally import (
     Tally,
     composition_parts,
     is_turn,
+    mismatched,
     parse_time,
 )
 from ctxtool.measure.tokens import cache_ratio, token_limit
@@ -51,8 +52,7 @@ from ctxtool.measure.usage import known_cost, request_figures
 from ctxtool.session.schema import TOKEN_KEYS as TOKEN_COLUMNS
 
 _PREVIEW, _REWINDS, _CHECKPOINTS = _I["preview"], _I["rewinds_seen"], _I["checkpoints_seen"]
-_INPUT_AT, _CACHED_AT, _TOTAL_AT = (TOKEN_COLUMNS.index(k) for k in ("input", "cached", "total"))
-_TOTAL_PARTS = tuple(TOKEN_COLUMNS.index(k) for k in ("input", "output", "thoughts", "tool"))
+_INPUT_AT, _CACHED_AT = (TOKEN_COLUMNS.index(k) for k in ("input", "cached"))
 
 
 class Detail(msgspec.Struct):
@@ -64,6 +64,7 @@ class Detail(msgspec.Struct):
     parts: list[tuple[int, int, int, int]]  # each request's (overhead, prompts, model, tool I/O)
     events: list[str | None]  # each request's ``event``
     inferred: list[bool]  # each request's model taken from a neighbour
+    compressions: list[int]  # each message's compressions so far, its own included
 
 
 def filtered(filters: Mapping[str, Any]) -> bool:
@@ -137,17 +138,17 @@ def detail_of(c: list[list[Any]], r: Requests) -> Detail:
         turn.append(n)
     parts = composition_parts(r.tokens[0], [[c[h][i] for i in at] for h in _HIST])  # type: ignore[arg-type]
     inferred = [c[_MODEL][i] is None and m is not None for i, m in zip(at, r.models, strict=True)]
-    return Detail(c, at, turn, parts, _events(c, at, r.models), inferred)
-
-
-def _events(c: list[list[Any]], at: list[int], models: list[str | None]) -> list[str | None]:
-    """Each request's ``event`` (``frames.messages.with_events``): what happened to the history since the
-    request before it: ``compression``, ``rewind``, ``rollback`` (a checkpoint that shrank the history and is
-    no compression), ``model`` (another model than the request before)."""
     seen, compressions = [], 0
     for info, snap in zip(c[_INFO], c[_SNAP], strict=True):
         compressions += bool(info or snap)
         seen.append(compressions)
+    return Detail(c, at, turn, parts, _events(c, at, r.models, seen), inferred, seen)
+
+
+def _events(c: list[list[Any]], at: list[int], models: list[str | None], seen: list[int]) -> list[str | None]:
+    """Each request's ``event`` (``frames.messages.with_events``): what happened to the history since the
+    request before it: ``compression``, ``rewind``, ``rollback`` (a checkpoint that shrank the history and is
+    no compression), ``model`` (another model than the request before)."""
     out: list[str | None] = []
     prev: int | None = None
     for k, i in enumerate(at):
@@ -214,12 +215,15 @@ def _narrowed(
         row[name] = sum(d.parts[j][i] for j in reqs)
     if turns is not None:
         row["turns"] = len(turns)
-    tokens = kept.tokens
-    mismatches = sum(
-        (tokens[_TOTAL_AT][k] or 0) != sum(tokens[p][k] or 0 for p in _TOTAL_PARTS) for k in range(len(reqs))
-    )
     return msgspec.structs.replace(
-        s, row=row, requests=kept, mismatches=mismatches, detail=d, kept=reqs, turns=turns, kept_messages=msgs
+        s,
+        row=row,
+        requests=kept,
+        mismatches=mismatched(kept.tokens),
+        detail=d,
+        kept=reqs,
+        turns=turns,
+        kept_messages=msgs,
     )
 
 
@@ -360,7 +364,7 @@ def _turn_row(s: Session, d: Detail, n: int, g: dict[str, Any]) -> dict[str, Any
         row[name] = sum(filter(None, values))
     inputs = [v for v in tokens[0] if v is not None]
     row["peak_context"] = max(inputs) if inputs else None
-    limits = [_limit(r.models[j]) for j in reqs]
+    limits = [token_limit(r.models[j]) for j in reqs]
     row["context_limit"] = max(limits) if limits else None
     peak, limit = row["peak_context"], row["context_limit"]
     row["context_share"] = None if peak is None or limit is None else peak / limit
@@ -380,10 +384,6 @@ def _turn_row(s: Session, d: Detail, n: int, g: dict[str, Any]) -> dict[str, Any
 
 
 _MS = timedelta(milliseconds=1)
-
-
-def _limit(model: str | None) -> int:
-    return token_limit(model)
 
 
 def turn_rows(t: Tally) -> list[dict[str, Any]]:
@@ -420,7 +420,7 @@ def session_requests(s: Session) -> list[dict[str, Any]]:
     for k, j in enumerate(s.kept if s.kept is not None else range(len(r.models))):
         i = d.at[j]
         tokens = [col[k] for col in r.tokens]
-        limit = _limit(r.models[k])
+        limit = token_limit(r.models[k])
         row: dict[str, Any] = {
             "session": s.row["session"],
             "derived_from": s.row["derived_from"],

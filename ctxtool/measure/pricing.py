@@ -49,7 +49,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -261,6 +261,20 @@ def price_table(models: Iterable[str | None], at: datetime | None = None, *, mem
     if at is None and memo:
         _save_rate_cache(table)
     return table
+
+
+def covering(table: PriceTable | None, *, memo: bool = True) -> Callable[[Iterable[str]], PriceTable]:
+    """The rates of a set of models: ``table``'s (resolved already, by a worker say), with those of the
+    models it does not hold resolved here (``price_table``); all resolved here without one."""
+
+    def rates(models: Iterable[str]) -> PriceTable:
+        names = list(models)
+        if table is None:
+            return price_table(names, memo=memo)
+        uncovered = [m for m in names if not table.covers(m)]
+        return table.merged(price_table(uncovered, table.at, memo=memo)) if uncovered else table
+
+    return rates
 
 
 def memoised_table(
