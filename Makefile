@@ -115,6 +115,7 @@ check-latest: | $(UV)
 bench: wheel-check
 	$(BIN)/python bench/run.py --write-docs --ctxtool $(CURDIR)/$(WHEEL_VENV)/bin/ctxtool
 	$(BIN)/python bench/profile.py
+	$(BIN)/python bench/fleet.py --ctxtool $(CURDIR)/$(WHEEL_VENV)/bin/ctxtool
 
 ## rates: write the price rates shipped in the package (ctxtool/measure/rates_snapshot.json) from the installed
 ## genai-prices; run it after upgrading genai-prices (tests/test_rates_snapshot.py says when it is due)

@@ -39,6 +39,7 @@ from xml.etree import ElementTree as ET
 import polars as pl
 
 from ctxtool.common.errors import CtxtoolError, UsageError, use_one_of
+from ctxtool.common.identity import identity
 from ctxtool.common.markup import escape_markdown, workflow_data, workflow_property, xml_document
 from ctxtool.common.wording import plural
 from ctxtool.frames.model import SCHEMA_VERSION, Corpus, Problem
@@ -89,10 +90,11 @@ class Rule:
     projects: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     source: str = "flag"  # "flag", or the config file it came from
+    users: tuple[str, ...] = ()  # a team's dataset: whose sessions (and days) the rule is for, each apart
 
     @property
     def scoped(self) -> bool:
-        return bool(self.projects or self.models)
+        return bool(self.projects or self.models or self.users)
 
     @property
     def scope(self) -> str:
@@ -101,6 +103,8 @@ class Rule:
             parts.append("projects " + ",".join(self.projects))
         if self.models:
             parts.append("models " + ",".join(self.models))
+        if self.users:
+            parts.append("users " + ",".join(self.users))
         return "; ".join(parts)
 
     def as_dict(self) -> dict[str, Any]:
@@ -109,6 +113,7 @@ class Rule:
             "limit": json_number(self.metric, self.limit),
             "projects": list(self.projects),
             "models": list(self.models),
+            "users": list(self.users),
             "source": self.source,
         }
 
@@ -221,8 +226,8 @@ def find_config(start: Path) -> Path | None:
 def load_config(path: Path) -> list[Rule]:
     """Rules from a config file: ``[audit]`` in ``ctxtool.toml``, ``[tool.ctxtool.audit]`` in pyproject.toml.
 
-    Each key is a rule name; its value is a limit, a table ``{limit, projects, models}``, or an array of such
-    tables (one scoped rule each)."""
+    Each key is a rule name; its value is a limit, a table ``{limit, projects, models, users}``, or an array
+    of such tables (one scoped rule each)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -258,17 +263,17 @@ def load_config(path: Path) -> list[Rule]:
 def _rule_from_toml(metric: str, entry: Any, prefix: str, source: str) -> Rule:
     if not isinstance(entry, dict):
         return Rule(metric, parse_limit(metric, entry, prefix), source=source)
-    unknown = set(entry) - {"limit", "projects", "models"}
+    unknown = set(entry) - {"limit", "projects", "models", "users"}
     if unknown:
         raise UsageError(
             f"{prefix}{metric} has unknown {'key' if len(unknown) == 1 else 'keys'} "
             + ", ".join(sorted(unknown)),
-            "Use limit, projects and models",
+            "Use limit, projects, models and users",
         )
     if "limit" not in entry:
         raise UsageError(f"{prefix}{metric} has no limit", "Add limit = …")
     scopes: dict[str, tuple[str, ...]] = {}
-    for name in ("projects", "models"):
+    for name in ("projects", "models", "users"):
         raw = entry.get(name, [])
         raw = [raw] if isinstance(raw, str) else raw
         if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
@@ -280,6 +285,7 @@ def _rule_from_toml(metric: str, entry: Any, prefix: str, source: str) -> Rule:
         projects=scopes["projects"],
         models=scopes["models"],
         source=source,
+        users=scopes["users"],
     )
 
 
@@ -289,7 +295,7 @@ def merge_rules(config: Sequence[Rule], flags: Mapping[str, float | None]) -> li
     out = [r for r in config if r.metric not in flagged]
     out.extend(Rule(name, float(v)) for name, v in flags.items() if v is not None)
     order = list(METRICS)
-    return sorted(out, key=lambda r: (order.index(r.metric), r.scoped, r.projects, r.models))
+    return sorted(out, key=lambda r: (order.index(r.metric), r.scoped, r.projects, r.models, r.users))
 
 
 def rules_to_check(
@@ -440,7 +446,7 @@ def _matches(patterns: Sequence[str], values: Iterable[str | None]) -> bool:
 
 
 def _rules_for(
-    rules: Sequence[Rule], metric: str, projects: Sequence[str | None], models: Sequence[str]
+    rules: Sequence[Rule], metric: str, projects: Sequence[str | None], models: Sequence[str], user: str
 ) -> list[Rule]:
     """The rules of one metric that apply to a subject: the scoped ones that match, else the unscoped ones
     (a scoped rule replaces the unscoped rule for what it covers)."""
@@ -451,6 +457,7 @@ def _rules_for(
         if r.scoped
         and (not r.projects or _matches(r.projects, projects))
         and (not r.models or _matches(r.models, models))
+        and (not r.users or _matches(r.users, (user,)))
     ]
     return scoped or [r for r in mine if not r.scoped]
 
@@ -652,6 +659,12 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = N
     metrics: dict[str, dict[str, float | None]] = {}
     info: dict[str, dict[str, Any]] = {}
     families = _Families(corpus)
+    me = identity().user  # local sessions are this user's; a dataset's rows say whose they are
+    users = (
+        dict(zip(corpus.sessions.get_column("session_key"), corpus.sessions.get_column("user"), strict=True))
+        if "user" in corpus.sessions.columns
+        else {}
+    )
     for row in sessions.iter_rows(named=True):
         key = key_of[row["file"]]
         models = [m for m in (row["models"] or "").split(",") if m]
@@ -670,7 +683,7 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = N
         for metric in METRICS:
             if metric == "max-daily-cost":
                 continue
-            for rule in _rules_for(rules, metric, projects, models):
+            for rule in _rules_for(rules, metric, projects, models, users.get(key) or me):
                 measure = (
                     _session_measures(corpus, key, row, _models_matching(rule.models, models), families)[
                         metric
@@ -689,22 +702,16 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = N
     daily = _daily_costs(corpus, None, None, timezone)
     summary["max-daily-cost"] = max((c for _, c in daily if c is not None), default=None) if daily else None
     for rule in [r for r in rules if r.metric == "max-daily-cost"]:
-        scoped = (
-            _daily_costs(corpus, rule.projects or None, rule.models or None, timezone)
-            if rule.scoped
-            else daily
-        )
-        for day, cost in scoped:
-            checks.append(
-                _check(
-                    rule,
-                    _Measure(cost, None, "" if cost is not None else "no price known"),
-                    day,
-                    None,
-                    None,
-                    None,
-                )
+        for user in _users_of(corpus, rule, me):  # a rule for users: each one's days apart
+            scoped = (
+                _daily_costs(corpus, rule.projects or None, rule.models or None, timezone, user)
+                if rule.scoped
+                else daily
             )
+            for day, cost in scoped:
+                subject = day if user is None else f"{day} {user}"
+                measure = _Measure(cost, None, "" if cost is not None else "no price known")
+                checks.append(_check(rule, measure, subject, None, None, None))
 
     summary_read = read_summary(corpus)
     errors = list(summary_read["errors"])
@@ -767,10 +774,28 @@ def _check(
     )
 
 
+def _users_of(corpus: Corpus, rule: Rule, me: str) -> list[str | None]:
+    """The users a daily rule is checked for, each apart: those of ``rule.users`` the sessions have; [None]
+    (every user together) for a rule that names none."""
+    if not rule.users:
+        return [None]
+    have = (
+        set(corpus.sessions.get_column("user").drop_nulls()) if "user" in corpus.sessions.columns else set()
+    )
+    return sorted(u for u in (have or {me}) if _matches(rule.users, (u,)))
+
+
 def _daily_costs(
-    corpus: Corpus, projects: Sequence[str] | None, models: Sequence[str] | None, timezone: str | None = None
+    corpus: Corpus,
+    projects: Sequence[str] | None,
+    models: Sequence[str] | None,
+    timezone: str | None = None,
+    user: str | None = None,
 ) -> list[tuple[str, float | None]]:
     req = corpus.requests
+    if user is not None and "user" in corpus.sessions.columns:
+        mine = corpus.sessions.filter(pl.col("user") == user).get_column("session_key")
+        req = req.filter(pl.col("session_key").is_in(mine.implode()))
     if projects:
         keys = [
             k

@@ -80,7 +80,6 @@ Mode = Literal["out", "new-session", "in-place"]
 FAILED = "FAILED"  # status of a file that could not be read or written (not an upstream status)
 DEFAULT_CHAT_MODEL = g.DEFAULT_CHAT_MODEL
 DEFAULT_OUT_DIR = "ctxtool-compacted"
-TOOL_OUTPUTS_DIR = "tool-outputs"
 # The smallest positive threshold: with it the "under the threshold" test never holds, which is how
 # `--force` reaches the truncation-only path (upstream forces it only after a latched failure).
 _ALWAYS = 5e-324
@@ -258,16 +257,11 @@ _NUMBERED = re.compile(r"_(\d+)\.txt$|^(\d+)\.txt$")
 
 def next_truncation_id(directory: Path) -> int:
     """One more than the highest ``<n>`` of the ``…_<n>.txt`` files already in ``directory``."""
-    highest = 0
     try:
         names = [p.name for p in directory.iterdir()]
     except OSError:
         return 1
-    for name in names:
-        m = _NUMBERED.search(name)
-        if m:
-            highest = max(highest, int(m.group(1) or m.group(2)))
-    return highest + 1
+    return max((int(m.group(1) or m.group(2)) for n in names if (m := _NUMBERED.search(n))), default=0) + 1
 
 
 def output_location(
@@ -696,6 +690,8 @@ def _compressed(
     job: _Job, curated: g.CuratedSession, result: g.CompressionResult, report: CompactionReport
 ) -> list[dict[str, Any]]:
     """COMPRESSED: ``[stored <session_context> message, summary, ack, ...kept messages]``."""
+    from ctxtool.compress.strategies.base import text_record
+
     assert result.new_history is not None
     assert result.split_index is not None
     assert result.summary is not None
@@ -705,13 +701,8 @@ def _compressed(
     env_index = g.stored_env_index(messages)
     head = [messages[env_index]] if env_index is not None and env_index < keep_from else []
     ts = js_iso(job.now)
-    summary_msg = {"id": job.new_id(), "timestamp": ts, "type": "user", "content": [{"text": result.summary}]}
-    ack_msg = {
-        "id": job.new_id(),
-        "timestamp": ts,
-        "type": "gemini",
-        "content": [{"text": job.opts.texts.ack}],
-    }
+    summary_msg = text_record("user", result.summary, ts, job.new_id)
+    ack_msg = text_record("gemini", job.opts.texts.ack, ts, job.new_id)
     kept = _sync(messages[keep_from:], _replacements(contents[split:], result.kept_history), report)
     report.messages_kept = len(kept)
     report.messages_summarised = keep_from - len(head)

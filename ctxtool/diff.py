@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import orjson
@@ -107,24 +107,9 @@ class MessageDiff:
     changes: tuple[Change, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "match": self.match,
-            "before_index": self.before_index,
-            "after_index": self.after_index,
-            "id": self.id,
-            "type": self.type,
-            "note": self.note,
-            "preview": self.preview,
-            "tools": list(self.tools),
-            "chars_before": self.chars_before,
-            "chars_after": self.chars_after,
-            "estimated_before": self.estimated_before,
-            "estimated_after": self.estimated_after,
-            "recorded_before": self.recorded_before,
-            "recorded_after": self.recorded_after,
-            "changes": [c.as_dict() for c in self.changes],
-        }
+        """Every field in declaration order; the tuples as lists."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**out, "tools": list(self.tools), "changes": [c.as_dict() for c in self.changes]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -726,32 +711,16 @@ def _delta(before: int | None, after: int | None) -> str:
 def summary_rows(d: SessionDiff) -> list[tuple[str, str, str, str]]:
     """(measure, before, after, delta) rows: message counts, recorded and estimated tokens, context share."""
     b, a = d.before, d.after
+
+    def counted(measure: str, before: int, after: int) -> tuple[str, str, str, str]:
+        return measure, f"{before:,}", f"{after:,}", _delta(before, after)
+
     rows = [
-        (
-            "live messages",
-            f"{b.live_messages:,}",
-            f"{a.live_messages:,}",
-            _delta(b.live_messages, a.live_messages),
-        ),
-        (
-            "recorded requests",
-            f"{b.recorded['requests']:,}",
-            f"{a.recorded['requests']:,}",
-            _delta(b.recorded["requests"], a.recorded["requests"]),
-        ),
-        (
-            "recorded tokens (total)",
-            f"{b.recorded['total']:,}",
-            f"{a.recorded['total']:,}",
-            _delta(b.recorded["total"], a.recorded["total"]),
-        ),
-        (
-            "recorded context (last prompt)",
-            f"{b.recorded['context']:,}",
-            f"{a.recorded['context']:,}",
-            _delta(b.recorded["context"], a.recorded["context"]),
-        ),
-        ("estimated context", f"{b.estimated:,}", f"{a.estimated:,}", _delta(b.estimated, a.estimated)),
+        counted("live messages", b.live_messages, a.live_messages),
+        counted("recorded requests", b.recorded["requests"], a.recorded["requests"]),
+        counted("recorded tokens (total)", b.recorded["total"], a.recorded["total"]),
+        counted("recorded context (last prompt)", b.recorded["context"], a.recorded["context"]),
+        counted("estimated context", b.estimated, a.estimated),
         (
             f"context share (estimated, of {a.context_limit:,})",
             _pct(b.estimated_context_share),

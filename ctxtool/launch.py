@@ -157,7 +157,9 @@ FLAGS = frozenset(
 # standard library only: tests/test_headstart.py holds them equal) and every format is counted; another value
 # is a usage error, not worth a head start.
 _FRAMES = frozenset({"--top"})
-_TALLY_BY = frozenset({"turn", "request", "session", "model", "project", "day", "week", "month"})
+_TALLY_BY = frozenset(
+    {"turn", "request", "session", "model", "project", "day", "week", "month", "user", "machine"}
+)
 _TALLY_FORMATS = frozenset({"table", "json", "jsonl", "csv", "parquet"})
 
 

@@ -79,7 +79,10 @@ class StatsReport(msgspec.Struct, frozen=True):
 
         sums = report_totals(self.all_rows.columns, self.all_rows.to_dicts())
         if "sessions" in sums:
-            sums["sessions"] = sum(bool(s.costs) for s in self.tally.sessions)
+            sums["sessions"] = sum(
+                bool(s.costs) if s.requests is not None else s.row["requests"] > 0
+                for s in self.tally.sessions
+            )
         return sums
 
     def read_summary(self, use: CacheUse) -> dict[str, Any]:

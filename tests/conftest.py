@@ -64,6 +64,9 @@ def _isolated_env(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.setenv("NO_COLOR", "1")
+    # Who rows are of (`--by user|machine`, `export`): the same on every machine the tests run on.
+    monkeypatch.setenv("CTXTOOL_USER", "tester")
+    monkeypatch.setenv("CTXTOOL_MACHINE", "test-box")
     return
 
 

@@ -563,7 +563,7 @@ def test_one_meaning_per_short_flag() -> None:
 
 
 # --output names what a command writes: a file, except where it writes a folder of them.
-_OUTPUT_FOLDERS = {"ctxtool compact": "DIR|FILE", "ctxtool export": "DIR"}
+_OUTPUT_FOLDERS = {"ctxtool compact": "DIR|FILE", "ctxtool export": "DIR|URL"}
 
 
 def test_one_metavar_per_option() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from ctxtool import export
 from ctxtool.cli import run
+from ctxtool.session.discover import is_dataset
 from tests.conftest import FIXTURES
 
 DATA = FIXTURES / "gemini" / "tmp"
@@ -32,26 +33,49 @@ def test_export_then_stats_reads_the_dataset(
     code, out, err = cli(capsysbinary, "export", str(DATA), "--to", str(ds))
     assert code == 0
     assert out == b""
-    assert "Run 1: added 15 sessions and replaced 0 (33 requests)" in err
-    assert export.is_dataset(ds)
+    assert "Wrote 15 sessions (33 requests, 75 objects) to" in err
+    assert is_dataset(ds)
 
     # -o / --output name the same directory as --to (the other commands' output option).
     code, out, err = cli(capsysbinary, "export", str(DATA), "-o", str(ds), "--json")
     doc = orjson.loads(out)
     assert code == 0
-    assert doc["run"] is None
+    assert doc["written"] == []
     assert doc["unchanged"] == 15
-    assert doc["added"] == []
+    assert doc["schema_version"] == 2
+    assert set(doc) == {
+        "schema_version",
+        "dataset",
+        "user",
+        "machine",
+        "written",
+        "unchanged",
+        "removed",
+        "objects",
+        "rows",
+        "with_text",
+    }
 
-    for by in ("session", "turn", "day"):
-        _, direct, _ = cli(capsysbinary, "stats", str(DATA), "--by", by, "-f", "json")
-        code, from_ds, _ = cli(capsysbinary, "stats", str(ds), "--by", by, "-f", "json")
+    # (the reports that sum requests are summed by polars where the requests are: export._RequestSums)
+    grains = [[b] for b in ("session", "turn", "day", "model", "week", "month", "user")]
+    for by, *tz in [
+        *grains,
+        ["day", "--timezone", "Pacific/Kiritimati"],
+        ["month", "--timezone", "Asia/Tokyo"],
+    ]:
+        _, direct, _ = cli(capsysbinary, "stats", str(DATA), "--by", by, "-f", "json", *tz)
+        code, from_ds, _ = cli(capsysbinary, "stats", str(ds), "--by", by, "-f", "json", *tz)
         assert code == 0
         want, got = orjson.loads(direct), orjson.loads(from_ds)
         rows = got["rows"]
-        if by == "session":  # the file column names the absolute path the export read
-            for r in [*rows, *want["rows"]]:
+        for r in [*rows, *want["rows"]]:
+            if by == "session":  # the file column names the absolute path the export read
                 r["file"] = Path(r["file"]).name
+                r["project"] = export.project_name(r["project"])  # a dataset names a project, not its path
+            if by == "turn":  # no text leaves the machine without --with-text
+                r.pop("prompt")
+        if by == "turn":
+            assert all(r["prompt"] is None for r in orjson.loads(from_ds)["rows"])
         assert rounded(rows) == rounded(want["rows"])
         assert got["read"]["total_tokens"] == want["read"]["total_tokens"]
 
@@ -78,7 +102,7 @@ def test_usage_errors(capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
     (tmp_path / "full" / "x.txt").write_text("x", encoding="utf-8")
     code, _, err = cli(capsysbinary, "export", str(DATA), "--to", str(tmp_path / "full"))
     assert code == 2
-    assert "not empty" in err
+    assert "is a folder that is not a ctxtool dataset" in err
     assert err.rstrip().endswith("wrote")
     code, _, err = cli(capsysbinary, "export", str(DATA))
     assert code == 2
@@ -96,14 +120,15 @@ def test_default_root_and_strict(
     monkeypatch.setenv("GEMINI_CLI_HOME", str(home))
     code, _, err = cli(capsysbinary, "export", "--to", str(tmp_path / "ds"), "--strict")
     assert code == 1
-    assert "Run 1: added 15" in err
+    assert "Wrote 15 sessions" in err
 
 
 def test_help(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     code, out, _ = cli(capsysbinary, "export", "--help")
     assert code == 0
-    assert b"_ctxtool_manifest.json" in out
-    assert b"--no-prompts" in out
+    assert b"machine=<machine>/<session>.parquet" in out
+    for option in (b"--with-text", b"--user", b"--machine", b"s3://"):
+        assert option in out
 
 
 def test_written_files_get_the_mode_a_plain_open_gives(

@@ -4,15 +4,17 @@ left, no hang, and a write either done whole (with its backup) or not begun.
 The signal instants are counted from the moment the process has its handlers (read from /proc: the moment
 its SigCgt mask shows SIGTERM caught, which the entry point's first line does, before typer, rich or polars
 are imported), not from the spawn, so a slow machine moves every instant the same way; the instants that must
-land while worker processes parse are counted from the first worker's appearance. Each run is the leader of
-its own process group, which its workers join: once the run has exited, that group must be empty at once
-(the main process kills and reaps its workers before it exits; nothing is left for init to collect later).
+land while worker processes parse are counted from the first worker's appearance (which the worker reports
+the moment it is forked: ``Forks``). Each run is the leader of its own process group, which its workers join:
+once the run has exited, that group must be empty at once (the main process kills and reaps its workers
+before it exits; nothing is left for init to collect later).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -56,7 +58,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def start(args: list[str], log: Path, command: list[str] | None = None) -> subprocess.Popen[bytes]:
+def start(
+    args: list[str], log: Path, command: list[str] | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start ctxtool (stderr into ``log``) as the leader of a new process group, with default signal
     dispositions, and wait until its handlers are in place."""
     with log.open("wb") as err:
@@ -66,6 +70,7 @@ def start(args: list[str], log: Path, command: list[str] | None = None) -> subpr
             stderr=err,
             start_new_session=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            env=env,
         )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -105,15 +110,87 @@ def group(pgid: int) -> list[str]:
     return [f"{pid} {f[0]}" for pid, f in processes().items() if int(f[2]) == pgid]
 
 
-def workers_of(pid: int) -> list[int]:
-    return [child for child, f in processes().items() if int(f[1]) == pid]
+_REPORT_FORKS = """
+import os
+
+_FIFO = os.environ.get("CTXTOOL_TEST_FORKS")
 
 
-def wait_for_worker(proc: subprocess.Popen[bytes]) -> bool:
-    while proc.poll() is None:
-        if workers_of(proc.pid):
-            return True
-    return False
+def _report():
+    try:
+        fd = os.open(_FIFO, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        os.write(fd, b"%d %d\\n" % (os.getpid(), os.getppid()))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+if _FIFO:
+    os.register_at_fork(after_in_child=_report)
+"""
+
+
+class Forks:
+    """Each process a run forks (the scan's workers, the head start, a forkserver's workers) reports its id
+    and its parent's the moment it exists, through a FIFO (a ``sitecustomize`` module on the run's
+    ``PYTHONPATH`` has every Python process of the run report its forks, a forkserver's included).
+
+    Not found by polling /proc: a pool's workers live only while the files are parsed (0.13 s and up on 2
+    loaded cores), and one look through /proc took up to 0.55 s there (other tests running), so a run could
+    start its worker and end between two looks ("no worker process started"). A report waits in the FIFO
+    until it is read."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir()
+        (folder / "sitecustomize.py").write_text(_REPORT_FORKS)
+        self.folder = folder
+        self.fifo = folder / "forks"
+        os.mkfifo(self.fifo)
+        # Both ends held here: a report can always be written, and the FIFO never reads as ended.
+        self._reader = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK)
+        self._writer = os.open(self.fifo, os.O_WRONLY)
+        self._lines = b""
+
+    def watch(self) -> dict[str, str]:
+        """The environment of the next run: the reports of earlier runs are dropped."""
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._reader, 65536):
+                pass
+        self._lines = b""
+        path = os.pathsep.join(filter(None, [str(self.folder), os.environ.get("PYTHONPATH")]))
+        return {**os.environ, "PYTHONPATH": path, "CTXTOOL_TEST_FORKS": str(self.fifo)}
+
+    def first(self, proc: subprocess.Popen[bytes], *, grandchild: bool = False) -> int | None:
+        """The id of the first process that the run of ``proc`` forks (with ``grandchild``, that one of its
+        children forks), once it exists; None when the run ends without one, or none within 60 s."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ended = proc.poll() is not None  # (first: what was forked before the end is reported by then)
+            if select.select([self._reader], [], [], 0.05)[0]:
+                self._lines += os.read(self._reader, 65536)
+            while b"\n" in self._lines:
+                line, _, self._lines = self._lines.partition(b"\n")
+                pid, ppid = map(int, line.split())
+                if not grandchild or ppid != proc.pid:
+                    return pid
+            if ended:
+                return None
+        return None
+
+    def close(self) -> None:
+        os.close(self._reader)
+        os.close(self._writer)
+
+
+@pytest.fixture
+def forks(tmp_path: Path) -> Iterator[Forks]:
+    watcher = Forks(tmp_path / "site")
+    yield watcher
+    watcher.close()
 
 
 def send(proc: subprocess.Popen[bytes], sig: int, *, to_group: bool) -> None:
@@ -162,13 +239,13 @@ def test_ctrl_c_at_any_instant_of_a_first_scan_ends_it_whole(corpus: Path, tmp_p
     ids=["SIGINT", "SIGTERM"],
 )
 def test_a_signal_while_workers_parse_ends_and_reaps_them(
-    corpus: Path, tmp_path: Path, sig: signal.Signals, expected: tuple[int, str]
+    corpus: Path, tmp_path: Path, forks: Forks, sig: signal.Signals, expected: tuple[int, str]
 ) -> None:
     """From the moment the first worker exists (maybe still being started: the signal then waits until the
     pool has recorded it) to well before the parse can end."""
     for k, offset in enumerate((0.0, 0.0, 0.002, 0.005, 0.01, 0.03)):
-        proc = start(["stats", str(corpus), "--no-cache", "-f", "json"], tmp_path / "err")
-        assert wait_for_worker(proc), "no worker process started"
+        proc = start(["stats", str(corpus), "--no-cache", "-f", "json"], tmp_path / "err", env=forks.watch())
+        assert forks.first(proc), "no worker process started"
         time.sleep(offset)
         send(proc, sig, to_group=bool(k % 2))
         result, left = end(proc, tmp_path / "err", f"{sig.name} {offset} s after a worker started")
@@ -220,7 +297,9 @@ def test_a_failing_worker_leaves_no_process(corpus: Path, tmp_path: Path, failur
 _WITHOUT_HANDLERS = "import sys; from ctxtool.cli import main; sys.argv[0] = 'ctxtool'; main()"
 
 
-def test_ctrl_c_without_the_handlers_still_ends_the_workers(corpus: Path, tmp_path: Path) -> None:
+def test_ctrl_c_without_the_handlers_still_ends_the_workers(
+    corpus: Path, tmp_path: Path, forks: Forks
+) -> None:
     """A script that calls ``ctxtool.cli.main`` gets Python's KeyboardInterrupt, not ctxtool's handler: the
     scan kills and joins its workers before the interrupt goes on. (Where the KeyboardInterrupt lands is
     Python's business, e.g. in a callback that reports it and carries on, so only this is exact: no process
@@ -232,8 +311,9 @@ def test_ctrl_c_without_the_handlers_still_ends_the_workers(corpus: Path, tmp_pa
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 start_new_session=True,
+                env=forks.watch(),
             )
-        assert wait_for_worker(proc), "no worker process started"
+        assert forks.first(proc), "no worker process started"
         time.sleep(offset)
         send(proc, signal.SIGINT, to_group=bool(k % 2))
         (code, err_text), left = end(proc, tmp_path / "err", f"Ctrl-C {offset} s after a worker started")
@@ -242,12 +322,12 @@ def test_ctrl_c_without_the_handlers_still_ends_the_workers(corpus: Path, tmp_pa
             assert err_text == INTERRUPTED[1], offset
 
 
-def test_kill_9_takes_the_workers_with_it(corpus: Path, tmp_path: Path) -> None:
+def test_kill_9_takes_the_workers_with_it(corpus: Path, tmp_path: Path, forks: Forks) -> None:
     """SIGKILL cannot be handled: each worker asked the kernel to kill it when its parent dies (else it
     would wait on the pool's queue for ever). Dead, they wait for init to collect them (a zombie holds no
     memory), which may take a while on some machines; none may still run."""
-    proc = start(["stats", str(corpus), "--no-cache", "-f", "json"], tmp_path / "err")
-    assert wait_for_worker(proc), "no worker process started"
+    proc = start(["stats", str(corpus), "--no-cache", "-f", "json"], tmp_path / "err", env=forks.watch())
+    assert forks.first(proc), "no worker process started"
     time.sleep(0.02)  # past the worker's start
     proc.kill()
     proc.wait(timeout=30)
@@ -263,13 +343,6 @@ def test_kill_9_takes_the_workers_with_it(corpus: Path, tmp_path: Path) -> None:
     assert running == []
 
 
-def wait_for_forkserver_worker(proc: subprocess.Popen[bytes]) -> bool:
-    while proc.poll() is None:
-        if any(workers_of(child) for child in workers_of(proc.pid)):
-            return True
-    return False
-
-
 @pytest.fixture
 def socket_tmpdir() -> Iterator[Path]:
     """A short TMPDIR for a forkserver: its socket, TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, must fit the 107
@@ -280,7 +353,7 @@ def socket_tmpdir() -> Iterator[Path]:
 
 
 def test_ctrl_c_while_a_forkserver_pool_parses_leaves_nothing(
-    corpus: Path, tmp_path: Path, socket_tmpdir: Path, monkeypatch: pytest.MonkeyPatch
+    corpus: Path, tmp_path: Path, socket_tmpdir: Path, forks: Forks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A command that has loaded polars before it scans (``audit``) starts its workers through a forkserver,
     beside multiprocessing's resource tracker: both are ended too, the server's socket folder is removed
@@ -288,8 +361,9 @@ def test_ctrl_c_while_a_forkserver_pool_parses_leaves_nothing(
     monkeypatch.setenv("TMPDIR", str(socket_tmpdir))
     for k, offset in enumerate((0.0, 0.005, 0.02)):
         monkeypatch.setenv("CTXTOOL_CACHE_DIR", str(tmp_path / f"cache{k}"))  # a first scan each time
-        proc = start(["audit", str(corpus), "--max-session-tokens", "2M"], tmp_path / "err")
-        assert wait_for_forkserver_worker(proc), (tmp_path / "err").read_text() or "no worker started"
+        audit = ["audit", str(corpus), "--max-session-tokens", "2M"]
+        proc = start(audit, tmp_path / "err", env=forks.watch())
+        assert forks.first(proc, grandchild=True), (tmp_path / "err").read_text() or "no worker started"
         time.sleep(offset)
         send(proc, signal.SIGINT, to_group=bool(k % 2))
         result, left = end(proc, tmp_path / "err", f"Ctrl-C {offset} s after a worker started")

@@ -32,6 +32,7 @@ LAYERS = {
     "audit": 4,
     "compare": 4,
     "export": 4,
+    "store": 3,  # where a dataset lives (a folder or an object store), beside the frames
     "report": 4,
     "hooks": 4,
     "render": 5,

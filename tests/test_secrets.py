@@ -175,26 +175,29 @@ def test_the_real_sessions_leaks_are_found(
 
 
 def test_export_writes_no_secret_unless_asked(leaky: Path, tmp_path: Path) -> None:
+    """By default no text leaves the machine; --with-text writes it redacted; --show-secrets as it is."""
     import polars as pl
 
     root = str(leaky.parents[2])
-    assert run(["export", root, "--to", str(tmp_path / "ds")]) == 0
-    texts = []
-    for part in (tmp_path / "ds").rglob("*.parquet"):
-        frame = pl.read_parquet(part)
-        for column in ("preview", "prompt", "summary"):
-            if column in frame.columns:
-                texts += [v for v in frame.get_column(column).to_list() if v]
-    joined = "\n".join(texts)
+
+    def texts(ds: Path) -> str:
+        found = []
+        for part in ds.rglob("*.parquet"):
+            frame = pl.read_parquet(part)
+            for column in ("preview", "prompt", "summary", "target"):
+                if column in frame.columns:
+                    found += [v for v in frame.get_column(column).to_list() if v]
+        return "\n".join(found)
+
+    assert run(["export", root, "--to", str(tmp_path / "plain"), "--no-cache"]) == 0
+    assert texts(tmp_path / "plain") == ""
+    assert all(GOOGLE[:20].encode() not in p.read_bytes() for p in (tmp_path / "plain").rglob("*.parquet"))
+    assert run(["export", root, "--to", str(tmp_path / "ds"), "--with-text", "--no-cache"]) == 0
+    joined = texts(tmp_path / "ds")
     assert "[REDACTED:google-api-key]" in joined
     assert_no_secret(joined, "export")
-    assert run(["export", root, "--to", str(tmp_path / "raw"), "--show-secrets"]) == 0
-    raw = "\n".join(
-        v
-        for part in (tmp_path / "raw").rglob("*.parquet")
-        for c in ("preview", "prompt")
-        if c in (f := pl.read_parquet(part)).columns
-        for v in f.get_column(c).to_list()
-        if v
+    assert (
+        run(["export", root, "--to", str(tmp_path / "raw"), "--with-text", "--show-secrets", "--no-cache"])
+        == 0
     )
-    assert GOOGLE[:20] in raw
+    assert GOOGLE[:20] in texts(tmp_path / "raw")

@@ -172,19 +172,35 @@ def _invoke(args: list[str], *, overview_only: bool) -> object:
 
 
 # The options whose value is a URL (metavar URL); every other argument that looks like one is a path that
-# ctxtool cannot read or write there (``ctxtool.common.errors.refuse_url``).
+# ctxtool cannot read or write there (``ctxtool.common.errors.refuse_url``), but for a dataset in an object
+# store (``ctxtool.store``): the PATHS of the commands that read one, and the options naming where one goes.
 _URL_OPTIONS = ("--base-url",)
+_DATASET_READERS = ("stats", "audit", "report")
+_DATASET_OPTIONS = {"export": ("--to", "-t", "--output", "-o"), "archive": ("--to",), "hooks": ("--archive",)}
+_VALUED = ("--output", "-o", "--config", "--baseline", "--cache-dir", "--budgets")
 
 
 def _refuse_urls(args: Sequence[str]) -> None:
-    after_url_option = False
+    from ctxtool.store import is_store_url
+
+    command = _command_in(args)
+    allowed = _DATASET_OPTIONS.get(command or "", ())
+    after: str | None = None  # the option whose value this argument is
     for arg in args:
-        if after_url_option or arg.startswith(tuple(f"{o}=" for o in _URL_OPTIONS)):
-            after_url_option = False
+        name, eq, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+        if after is not None or eq:
+            option = after if after is not None else name
+            after = None
+            if option in _URL_OPTIONS or (option in allowed and is_store_url(value)):
+                continue
+            refuse_url(value, option)
             continue
-        after_url_option = arg in _URL_OPTIONS
-        name, _, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
-        refuse_url(value, name)
+        if arg.startswith("-"):
+            after = arg if arg in (*_URL_OPTIONS, *allowed, *_VALUED) else None
+            continue
+        if command in _DATASET_READERS and is_store_url(arg):
+            continue
+        refuse_url(arg)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import typer
 
@@ -15,33 +14,32 @@ from ctxtool.hooks import archive as hook
 HELP = """A Gemini CLI SessionEnd (and PreCompress) hook: keep the session.
 
 Gemini CLI runs it when a session ends (and before it compresses one) with the
-event as JSON on standard input; it adds that session to the Parquet dataset
-of `ctxtool export` in DIR: new sessions are added, grown ones replaced, never
-duplicated. Gemini CLI deletes sessions after 30 days; the dataset keeps them.
-When other hooks or an export are writing DIR (several Gemini CLI windows
-closing at once) it waits its turn, up to --wait seconds. A session it could
-not add (no turn in time, a full disk, the hook stopped) stays listed in
-DIR/.ctxtool-pending, and the next archive or export adds it.
+event as JSON on standard input; it writes that session into the Parquet
+dataset of `ctxtool export` at DIR or URL (s3://, gs://, az://): a grown session
+is written again in place, never duplicated, and any number of machines and
+windows may archive to one dataset at once. Gemini CLI deletes sessions after
+30 days; the dataset keeps them. A session it could not write (an unreachable
+store, a full disk, the hook stopped) stays noted in ctxtool's cache, and the
+next archive to the same dataset writes it. Rows carry $CTXTOOL_USER and
+$CTXTOOL_MACHINE (default: the login and host name).
 Errors never break Gemini CLI: one line on standard error, exit status 0.
 
 Examples:
 
 \b
   ctxtool hooks install --archive ~/gemini-history
+  ctxtool hooks install --archive s3://team-usage/gemini
   ctxtool stats ~/gemini-history --by month
   echo '{"transcript_path": "s.jsonl"}' | ctxtool archive --to history
 """
 
 
 def archive(
-    to: Path = typer.Option(..., "--to", metavar="DIR", help="The dataset directory (created if missing)."),
-    wait: float = typer.Option(
-        hook.ARCHIVE_WAIT,
-        "--wait",
-        metavar="SECONDS",
-        min=0,
-        envvar="CTXTOOL_ARCHIVE_WAIT",
-        help="How long to wait for another archive or export writing DIR (Gemini CLI stops a hook at 120 s).",
+    to: str = typer.Option(
+        ...,
+        "--to",
+        metavar="DIR|URL",
+        help="The dataset: a folder (created if missing) or s3://, gs://, az://….",
     ),
 ) -> int:
     try:
@@ -50,7 +48,7 @@ def archive(
             raise ValueError("no hook event (a JSON object) on standard input")
         from ctxtool.cli.export import describe
 
-        result = hook.archive(event, to, wait=wait)
+        result = hook.archive(event, to)
         print(f"ctxtool archive: {describe(result)}", file=sys.stderr)
         print("{}")  # an answer on stdout: Gemini CLI shows stderr only when stdout is empty
     except hook.NotArchived as exc:

@@ -257,7 +257,7 @@ def audit(
 
 def _load(request: AuditRequest, subagents: bool, no_cache: bool, cache_dir: Path | None) -> Corpus:
     """The sessions to audit, read as ``stats`` reads them (through ctxtool's index unless --no-cache)."""
-    from ctxtool.frames.loading import load_corpus
+    from ctxtool.export import load_sessions_or_dataset as load_corpus
 
     corpus, use = load_corpus(request.sources, subagents=subagents, cache=not no_cache, cache_dir=cache_dir)
     if use.notice:

@@ -1,4 +1,4 @@
-"""``ctxtool export [PATH...] --to DIR``: keep session history as a hive-partitioned Parquet dataset."""
+"""``ctxtool export [PATH...] --to DIR|URL``: a machine's usage into a Parquet dataset (a folder, a store)."""
 
 from __future__ import annotations
 
@@ -13,101 +13,96 @@ from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
 from ctxtool.common.errors import UsageError
 from ctxtool.common.wording import plural
-from ctxtool.export import EXPORT_WAIT
 
 if TYPE_CHECKING:
-    from ctxtool.export import ExportResult, PendingSession
+    from ctxtool.export import ExportResult
 
-HELP = """Copy the frames of Gemini CLI sessions into a Parquet dataset that outlives Gemini CLI's retention.
+HELP = """Copy the usage of Gemini CLI sessions into a Parquet dataset: a folder, or a team's object store.
 
 PATHS are session files, directories or globs; with none, the Gemini CLI data root is scanned
-($GEMINI_CLI_HOME/.gemini/tmp if set, else ~/.gemini/tmp). DIR gets one folder per table (sessions, messages,
-requests, tool_calls, turns), partitioned as project=<p>/day=<YYYY-MM-DD>, and a manifest
-_ctxtool_manifest.json. Run it as often as you like: new sessions are appended, sessions Gemini CLI appended
-to since are replaced (never duplicated), unchanged ones are skipped, and sessions whose files were deleted
-stay. Read it back with `ctxtool stats DIR`, or query it with DuckDB, Spark or polars.
+($GEMINI_CLI_HOME/.gemini/tmp if set, else ~/.gemini/tmp). --to is a folder or a URL: s3://bucket/prefix (S3
+and the S3-compatible stores: R2, MinIO, GCS's S3 API), gs://bucket/prefix or az://container/prefix, with
+credentials from the standard variables and chains (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_PROFILE,
+AWS_REGION; AWS_ALLOW_HTTP=true for an http:// endpoint; GOOGLE_APPLICATION_CREDENTIALS; AZURE_STORAGE_*).
 
-While another export or `ctxtool archive` writes DIR it waits (up to --wait seconds, saying so on standard
-error). Sessions an archive hook could not add (DIR/.ctxtool-pending) are added too. A run that was
-interrupted (killed, a full disk) is repaired by the next one: its leftover files are removed first.
+Each machine writes its own objects, <table>/machine=<machine>/<session>.parquet, one per session and table,
+each written whole: any number of machines may export to one URL at once, as often as they like, and a
+reader (ctxtool, DuckDB, Spark, polars) sees every billed request exactly once at every instant. A run
+writes only the sessions that changed since this machine's last run; sessions whose files were deleted
+stay. The dataset holds usage only (tokens, costs, models, tool names, times, ids, project names, user and
+machine); --with-text adds the text (prompt previews, session summaries, tool targets) for this run.
+Read it back with `ctxtool stats URL --by user` (docs/dataset.md has the schema and SQL for DuckDB and Spark).
 
 Examples:
 
 \b
   ctxtool export --to history
-  ctxtool stats history --by month
-  duckdb -c "select sum(total) from 'history/requests/**/*.parquet'"
+  ctxtool export --to s3://team-usage/gemini --user alice
+  ctxtool stats s3://team-usage/gemini --by user
 
-Exit status: 0 ok; 1 DIR could not be written (a full disk, no permission: one line naming the cause), or
-with --strict when a file could not be read in full; 2 usage error.
+Exit status: 0 ok; 1 the dataset could not be written (a full disk, an unreachable store, no permission: one
+line naming the cause), or with --strict when a file could not be read in full; 2 usage error.
 """
 
 
 def export(
     paths: list[str] = options.PATHS,
-    to: Path = typer.Option(
+    to: str = typer.Option(
         ...,
         "--to",
         "-t",
         "--output",
         "-o",
-        metavar="DIR",
-        help="The dataset directory (created if missing).",
+        metavar="DIR|URL",
+        help="The dataset: a folder (created if missing) or s3://, gs://, az://bucket/prefix.",
     ),
-    prompts: bool = typer.Option(
-        True,
-        "--prompts/--no-prompts",
-        help="Keep prompt text (turn prompts, message previews, session summaries) in the dataset.",
+    user: str | None = options.USER,
+    machine: str | None = options.MACHINE,
+    with_text: bool = typer.Option(
+        False,
+        "--with-text",
+        help="Also keep the text: prompt previews, session summaries, tool targets (this run only).",
     ),
     show_secrets: bool = options.SHOW_SECRETS,
     json_out: bool = typer.Option(False, "--json", help="Print what the run did as JSON on standard output."),
     strict: bool = options.STRICT,
     no_cache: bool = options.NO_CACHE,
     cache_dir: Path = options.CACHE_DIR,
-    wait: float = typer.Option(
-        EXPORT_WAIT,
-        "--wait",
-        metavar="SECONDS",
-        min=0,
-        envvar="CTXTOOL_EXPORT_WAIT",
-        help="How long to wait for another export or archive writing DIR (0: fail at once).",
-    ),
 ) -> int:
     from ctxtool import export as ex
-    from ctxtool.session.discover import is_dataset
+    from ctxtool.frames.loading import load_corpus
+    from ctxtool.render.formats import dumps
+    from ctxtool.session.discover import default_roots, is_dataset
 
     for p in paths or []:
         if is_dataset(p):
             raise UsageError(f"{p} is a ctxtool dataset, not sessions", "Pass session files or directories")
+    from ctxtool.common.identity import identity
 
-    from ctxtool.render.formats import dumps
-    from ctxtool.session.discover import default_roots
-
+    who = identity(user, machine)
+    roots = [str(root) for root in default_roots()]
     # Session keys are paths: make them absolute so a later run from another directory finds the same ones.
-    sources = [os.path.abspath(p) for p in paths] if paths else [str(root) for root in default_roots()]
-    from ctxtool.frames.loading import load_corpus
-
-    pending, extra = _claim_pending(to, sources)
-    try:
-        corpus, use = load_corpus([*sources, *extra], cache=not no_cache, cache_dir=cache_dir)
-        if use.notice:
-            print(f"notice: {use.notice}", file=sys.stderr)
-        for problem in corpus.problems:
-            print(f"warning: {problem}", file=sys.stderr)
-        result = ex.export_corpus(
-            corpus,
-            to,
-            prompts=prompts,
-            show_secrets=show_secrets,
-            wait=wait,
-            on_wait=lambda: _waiting(to, wait),
+    sources = [os.path.abspath(p) for p in paths] if paths else roots
+    corpus, use = load_corpus(sources, cache=not no_cache, cache_dir=cache_dir)
+    if use.notice:
+        print(f"notice: {use.notice}", file=sys.stderr)
+    for problem in corpus.problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    if with_text:
+        print(
+            "notice: --with-text: this run writes prompt and response text into the dataset", file=sys.stderr
         )
-        for entry in pending:
-            entry.done()
-    finally:
-        for entry in pending:
-            entry.release()
-
+    result = ex.export_corpus(
+        corpus,
+        to,
+        who,
+        roots=roots,
+        sources=sources,
+        with_text=with_text,
+        show_secrets=show_secrets,
+        state_dir=cache_dir,
+        remember=not no_cache,
+    )
     if json_out:
         sys.stdout.buffer.write(dumps(_json_doc(result)) + b"\n")
         sys.stdout.flush()
@@ -117,64 +112,36 @@ def export(
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
 
 
-def _claim_pending(to: Path, sources: list[str]) -> tuple[list[PendingSession], list[str]]:
-    """The sessions an archive hook left in the pending list of ``to`` (held by this run until it is done),
-    and their files that ``sources`` do not hold already (adding those would only change the cache's key)."""
-    from ctxtool import export as ex
-
-    pending = ex.claim_pending(to)
-    if pending:
-        what = plural(len(pending), "session")
-        print(f"notice: also adding {what} an earlier ctxtool archive could not add", file=sys.stderr)
-    roots = [Path(s) for s in sources]
-    extra = [f for f in ex.pending_files(pending) if not any(Path(f).is_relative_to(r) for r in roots)]
-    return pending, extra
-
-
-def _waiting(to: Path, wait: float) -> None:
-    print(
-        f"ctxtool export: another ctxtool export or archive is writing {to}; waiting up to {wait:g} s for it",
-        file=sys.stderr,
-    )
-
-
 def _json_doc(result: ExportResult) -> dict[str, Any]:
     from ctxtool import export as ex
 
     return {
         "schema_version": ex.DATASET_SCHEMA_VERSION,
-        "directory": str(result.directory),
-        "run": result.run,
-        "added": list(result.added),
-        "replaced": list(result.replaced),
+        "dataset": result.target,
+        "user": result.user,
+        "machine": result.machine,
+        "written": list(result.written),
         "unchanged": result.unchanged,
-        "retained": result.retained,
-        "sessions": result.sessions,
+        "removed": result.removed,
+        "objects": result.objects,
         "rows": result.rows,
-        "parts_written": result.parts_written,
-        "parts_removed": result.parts_removed,
-        "leftovers_removed": result.leftovers_removed,
+        "with_text": result.with_text,
     }
 
 
 def describe(result: ExportResult) -> str:
     """One line saying what an export run did."""
-    if result.run is None:
-        text = (
-            f"Nothing new: {plural(result.unchanged, 'session')} already in {result.directory} and unchanged."
-        )
-    else:
-        text = (
-            f"Run {result.run}: added {plural(len(result.added), 'session')} and replaced "
-            f"{len(result.replaced):,} ({plural(result.rows.get('requests', 0), 'request')}) "
-            f"in {result.directory}; "
-            f"{result.unchanged:,} unchanged."
-        )
-    if result.retained:
-        text += f" {result.retained:,} kept from earlier runs (not in this input)."
-    if result.leftovers_removed:
-        text += f" Removed {plural(result.leftovers_removed, 'file')} an interrupted run had left."
-    return text + f" The dataset holds {plural(result.sessions, 'session')}."
+    where = f"{result.target} (machine {result.machine}, user {result.user})"
+    if not result.written and not result.removed:
+        return f"Nothing new: {plural(result.unchanged, 'session')} already in {where} and unchanged."
+    text = (
+        f"Wrote {plural(len(result.written), 'session')} "
+        f"({plural(result.rows.get('requests', 0), 'request')}, "
+        f"{plural(result.objects, 'object')}) to {where}; {result.unchanged:,} unchanged."
+    )
+    if result.removed:
+        text += f" Removed {plural(result.removed, 'session')} that became part of another."
+    return text
 
 
 def register(app: typer.Typer) -> None:

@@ -62,8 +62,9 @@ def install(
     archive: str = typer.Option(
         None,
         "--archive",
-        metavar="DIR",
-        help="The dataset `ctxtool archive` keeps (default: ctxtool's data dir/history).",
+        metavar="DIR|URL",
+        help="The dataset `ctxtool archive` writes: a folder or s3://, gs://, az://… "
+        "(default: ctxtool's data dir/history).",
     ),
     no_archive: bool = typer.Option(False, "--no-archive", help="Install the guard only."),
 ) -> int:
@@ -82,7 +83,12 @@ def install(
             "--max-context-share",
         )
     opts.scope = scope if scope != "user" else None
-    archive_to = None if no_archive else str(Path(archive or _default_archive()).expanduser().resolve())
+    from ctxtool.store import is_store_url
+
+    archive_to = None
+    if not no_archive:
+        where = archive or _default_archive()
+        archive_to = where if is_store_url(where) else str(Path(where).expanduser().resolve())
     path = settings.settings_path(scope)
     change = settings.install(path, settings.hooks_for(opts.argv(), archive_to))
     _report(change, "installed in" if change.changed else "already installed, unchanged:")

@@ -53,6 +53,15 @@ BASE_URL = typer.Option(
     help="Gemini API URL (env GOOGLE_GEMINI_BASE_URL).",
 )
 SHOW_SECRETS = typer.Option(False, "--show-secrets", help="Show secrets, not [REDACTED:kind].")
+USER = typer.Option(
+    None, "--user", metavar="NAME", help="Who the rows are of (default: $CTXTOOL_USER, else the login name)."
+)
+MACHINE = typer.Option(
+    None,
+    "--machine",
+    metavar="NAME",
+    help="The machine the rows come from (default: $CTXTOOL_MACHINE, else the host name).",
+)
 WIDE = typer.Option(False, "--wide", help="Every column, even past the width.")
 
 

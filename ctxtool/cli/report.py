@@ -133,7 +133,7 @@ def _write(
     show_secrets: bool,
     status: _Status,
 ) -> int:
-    from ctxtool.frames.loading import load_corpus
+    from ctxtool.export import load_sessions_or_dataset as load_corpus
 
     corpus, cache_use = load_corpus(
         paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir, progress=status.reading

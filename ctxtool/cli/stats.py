@@ -293,9 +293,18 @@ def _report(
     subagents = request.query.subagents
     if request.dataset is not None:
         from ctxtool import export
+        from ctxtool.stats import needs_detail, tally_report
 
+        query = request.query
+        if query.top is None and not needs_detail(query) and query.by is not None:
+            # A report that sums requests or lists sessions: the dataset's messages are not read.
+            sums = (query.by, query.timezone) if query.by != "session" else True
+            t = export.load_dataset(request.dataset, subagents=subagents, sums=sums).tally
+            made = tally_report(t, query, warn=warn)
+            if made is not None:
+                return made, CacheUse()
         corpus = export.load_dataset(request.dataset, subagents=subagents)
-        return stats_report(corpus, request.query, warn=warn), CacheUse()
+        return stats_report(corpus, query, warn=warn), CacheUse()
     if request.fmt == "table":
         # The table's printer (rich: 0.03-0.04 s to import) now, while a head start's process reads the files
         # beside this one (``ctxtool.launch``): after the reading, that process would wait for it.
@@ -431,14 +440,19 @@ def _exit_status(paths: list[str], report: StatsReport, *, strict: bool) -> int:
 
 
 def _unmatched(paths: list[str]) -> list[str]:
-    """The PATH arguments that name no existing file, directory or glob match."""
+    """The PATH arguments that name no existing file, directory or glob match (a store URL is a dataset,
+    which reading it checked)."""
     import glob
     import os
+
+    from ctxtool.store import is_store_url
 
     return [
         p
         for p in paths
-        if not Path(p).expanduser().exists() and not glob.glob(os.path.expanduser(p), recursive=True)
+        if not is_store_url(p)
+        and not Path(p).expanduser().exists()
+        and not glob.glob(os.path.expanduser(p), recursive=True)
     ]
 
 

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-BY_CHOICES: tuple[str, ...] = ("turn", "request", "session", "model", "project", "day", "week", "month")
+BY_CHOICES: tuple[str, ...] = (
+    "turn",
+    "request",
+    "session",
+    "model",
+    "project",
+    "day",
+    "week",
+    "month",
+    "user",
+    "machine",
+)
 MACHINE_FORMATS: tuple[str, ...] = ("json", "jsonl", "csv", "parquet")
 FORMATS: tuple[str, ...] = ("table", *MACHINE_FORMATS)
 

@@ -49,7 +49,8 @@ def refuse_url(value: str | Path, what: str = "") -> None:
         scheme = text.split("://", 1)[0]
         named = f"{what} {text}" if what else text
         raise UsageError(
-            f"{named} is a URL ({scheme}://); ctxtool reads and writes local files and folders only",
+            f"{named} is a URL ({scheme}://); ctxtool reads and writes local files and folders here (only a "
+            "dataset, of export, archive, stats, audit and report, may be at s3://, gs:// or az://)",
             "Pass a local path (copy the data there first)",
         )
 

@@ -391,7 +391,7 @@ def tally_of_frames(corpus: Corpus) -> Tally:
     message columns from its messages frame, its requests' costs as they were priced when exported (billed
     once), its row from the sessions frame; so that every report, filter and view of a dataset is made by
     the engine, as of the sessions themselves."""
-    from ctxtool.frames.tally import Columns, Requests, canonical_times, mismatched
+    from ctxtool.frames.tally import Columns, Requests, canonical_times
     from ctxtool.measure.usage import filled
 
     by_key = {
@@ -423,19 +423,51 @@ def tally_of_frames(corpus: Corpus) -> Tally:
             [[c[MESSAGE_COLUMNS.index(k)][i] for i in at] for k in TOKEN_COLUMNS],
             costs.get(key, [])[: len(at)],
         )
-        row = {name: meta[name] for name in meta}
-        s = Session(key, meta["parent_session_key"], row, requests, project_dir=meta["project_dir"] or "")
-        s.columns, s.meta, s.parent_ref = c, meta, meta["parent_ref"]
-        s.mismatches = mismatched(requests.tokens)
-        sessions.append(s)
+        sessions.append(_dataset_session(meta, requests, c))
+    return _dataset_tally(sessions, corpus)
+
+
+def tally_of_sessions(
+    sessions: pl.DataFrame, read: Corpus, sums: Any, mismatches: Mapping[str, int]
+) -> Tally:
+    """``tally_of_frames`` of a dataset's sessions alone, their requests left where they are: ``sums`` makes
+    the groups of the reports that sum requests (``Tally.sums``), ``mismatches`` counts each session's
+    requests whose recorded total is not the sum of its parts. What ``stats`` reads without a filter,
+    ``--live`` or the turn and request grains; ``read`` holds what reading met."""
+    out = []
+    for meta in sessions.iter_rows(named=True):
+        s = _dataset_session(meta, None, None)
+        s.mismatches = mismatches.get(s.key, 0)
+        out.append(s)
+    t = _dataset_tally(out, read)
+    t.sums = sums
+    return t
+
+
+def _dataset_session(meta: dict[str, Any], requests: Any, columns: Any) -> Session:
+    from ctxtool.frames.tally import mismatched
+
+    s = Session(
+        meta["session_key"],
+        meta["parent_session_key"],
+        dict(meta),
+        requests,
+        project_dir=meta["project_dir"] or "",
+    )
+    s.columns, s.meta, s.parent_ref = columns, meta, meta["parent_ref"]
+    s.mismatches = mismatched(requests.tokens) if requests is not None else 0
+    return s
+
+
+def _dataset_tally(sessions: list[Session], read: Corpus) -> Tally:
     return Tally(
         sessions=sessions,
-        problems=list(corpus.problems),
-        warnings=list(corpus.warnings),
-        files_read=corpus.files_read,
-        bytes_read=corpus.bytes_read,
-        broken_lines=corpus.broken_lines,
-        skipped=list(corpus.skipped),
+        problems=list(read.problems),
+        warnings=list(read.warnings),
+        files_read=read.files_read,
+        bytes_read=read.bytes_read,
+        broken_lines=read.broken_lines,
+        skipped=list(read.skipped),
         broken=[
             (
                 s.row["file"],

@@ -28,9 +28,9 @@ SCHEMA_VERSION = 3
 COMPOSITION_COLUMNS = ("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io")
 
 # The reports, as ``--by`` names them (``ctxtool.common.choices.BY_CHOICES``), in its order.
-GRAINS = ("turn", "request", "session", "model", "project", "day", "week", "month")
+GRAINS = ("turn", "request", "session", "model", "project", "day", "week", "month", "user", "machine")
 _ROWS = ("turn", "request", "session")  # the reports of one row per turn, request or session
-_GROUPS = ("model", "project", "day", "week", "month")  # the reports that sum requests by one key
+_GROUPS = ("model", "project", "day", "week", "month", "user", "machine")  # sums of requests by one key
 _ALL = GRAINS
 _BUT_REQUEST = tuple(g for g in GRAINS if g != "request")
 
@@ -199,6 +199,12 @@ COLUMNS: tuple[ColumnSpec, ...] = (
                table=("week",), place=80),
     ColumnSpec("month", "str", "text", ("month",), "`YYYY-MM` of the requests, in UTC or `--timezone`",
                table=("month",), place=90),
+    ColumnSpec("user", "str", "text", ("user",),
+               "who the requests are of: a dataset's `user` (`export --user`), else `$CTXTOOL_USER` or the "
+               "login name", table=("user",), place=92, least=8, most=24),
+    ColumnSpec("machine", "str", "text", ("machine",),
+               "the machine the requests come from: a dataset's `machine` (`export --machine`), else "
+               "`$CTXTOOL_MACHINE` or the host name", table=("machine",), place=94, least=8, most=24),
     ColumnSpec("start", "datetime", "minute", ("turn", "session"), "first timestamp of the turn or session",
                table=("turn", "session"), place=100, drop=120),
     ColumnSpec("end", "datetime", "minute", ("session",), "last timestamp of the session"),

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ctxtool.session.index import FileIndex
 
 # The reports this module makes; the others (turn, request, --top, filters, --live) need the frames.
-BY = ("session", "model", "project", "day", "week", "month")
+BY = ("session", "model", "project", "day", "week", "month", "user", "machine")
 HIDDEN_CALLS_PER_COMPRESSION = 2  # = frames.sessions.HIDDEN_CALLS_PER_COMPRESSION (a test holds them equal)
 
 
@@ -259,6 +259,9 @@ class Tally(msgspec.Struct):
     skipped: list[tuple[str, str]]
     broken: list[tuple[str, int, int, int | None]]  # (file, broken lines, first, first overlong) per session
     invalid_utf8: list[tuple[str, int, int | None]]  # (file, lines, first) per session
+    # A dataset's sessions hold no requests: ``sums(by, timezone)`` gives the groups of ``request_rows`` as
+    # ``_add_requests`` makes them, summed where the requests are (``export.load_dataset(sums=True)``).
+    sums: Any = None
 
     @property
     def requests(self) -> int:
@@ -819,10 +822,19 @@ def _keys(by: str, s: Session, timezone: str | None = None) -> list[Any]:
         return [m if m is not None else "(unknown)" for m in s.models]
     if by == "project":
         return [s.row["project"]] * len(s.models)
+    if by in ("user", "machine"):  # a dataset's rows carry them; local sessions are this machine's
+        return [s.row.get(by) or _local(by)] * len(s.models)
     times = s.times if timezone is None else _local_times(s.times, timezone)
     if by == "month":
         return [None if ts is None else ts[:7] for ts in times]
     return [None if ts is None else ts[:10] for ts in times]  # a day; a week is its Monday's
+
+
+def _local(by: str) -> str:
+    from ctxtool.common.identity import identity
+
+    who = identity()
+    return who.user if by == "user" else who.machine
 
 
 def _local_times(times: list[str | None], timezone: str) -> list[str | None]:
@@ -847,9 +859,18 @@ def _key_value(by: str, key: Any) -> Any:
 def request_rows(t: Tally, by: str, timezone: str | None = None) -> list[dict[str, Any]]:
     """The rows of ``stats --by model|project|day|week|month``, days in ``timezone`` (None: UTC)
     (``frames.query._agg_requests``)."""
-    groups: dict[Any, list[Any]] = {}  # key: [sessions, requests, six token sums, peak, known costs]
+    # key: [sessions, requests, six token sums, peak, known costs, requests of known cost]
+    groups: dict[Any, list[Any]] = {}
     values: dict[Any, Any] = {}  # the day (or week) of each key met
-    for s in t.sessions:
+    if t.sums is not None:
+        for key, g in t.sums(by, timezone).items():
+            if by in ("day", "week") and key is not None:
+                key = _key_value(by, key)
+                if key in groups:  # (the days of one week)
+                    _merge_group(groups[key], g)
+                    continue
+            groups[key] = g
+    for s in t.sessions if t.sums is None else ():
         for key, at in _spans(_keys(by, s, timezone)).items():
             if by in ("day", "week"):
                 if key not in values:
@@ -858,11 +879,11 @@ def request_rows(t: Tally, by: str, timezone: str | None = None) -> list[dict[st
             _add_requests(groups, key, s, at)
     rows = []
     for key in sorted(groups, key=lambda k: (k is not None, k if k is not None else "")):  # nulls first
-        keys_seen, n, sums, peak, known = groups[key]
+        keys_seen, n, sums, peak, known, n_known = groups[key]
         row: dict[str, Any] = {by: key, "sessions": len(keys_seen), "requests": n}
         row.update(zip(TOKEN_COLUMNS, sums, strict=True))
         row["peak_context"] = peak
-        row["unpriced"] = n - len(known)
+        row["unpriced"] = n - n_known
         row["cost"] = None if not known and row["unpriced"] else math.fsum(known)
         row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
         rows.append(shown(row, by))
@@ -884,7 +905,7 @@ def _add_requests(groups: dict[Any, list[Any]], key: Any, s: Session, at: list[i
     """Add the requests of ``s`` at positions ``at`` (None: all) to the group of ``key``."""
     g = groups.get(key)
     if g is None:
-        g = groups[key] = [set(), 0, [0, 0, 0, 0, 0, 0], None, []]
+        g = groups[key] = [set(), 0, [0, 0, 0, 0, 0, 0], None, [], 0]
     tokens, costs = s.tokens, s.costs
     if at is not None:
         tokens, costs = [[col[i] for i in at] for col in tokens], [costs[i] for i in at]
@@ -896,7 +917,20 @@ def _add_requests(groups: dict[Any, list[Any]], key: Any, s: Session, at: list[i
     peak = max((v for v in tokens[0] if v is not None), default=None)
     if peak is not None and (g[3] is None or peak > g[3]):
         g[3] = peak
-    g[4].extend(cost for cost in costs if cost is not None)
+    known = [cost for cost in costs if cost is not None]
+    g[4].extend(known)
+    g[5] += len(known)
+
+
+def _merge_group(g: list[Any], other: list[Any]) -> None:
+    """Add the group ``other`` (``_add_requests``'s shape) to ``g``."""
+    g[0] |= other[0]
+    g[1] += other[1]
+    g[2] = [a + b for a, b in zip(g[2], other[2], strict=True)]
+    if other[3] is not None and (g[3] is None or other[3] > g[3]):
+        g[3] = other[3]
+    g[4].extend(other[4])
+    g[5] += other[5]
 
 
 def warnings_of(t: Tally) -> list[str]:

@@ -48,11 +48,6 @@ SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 _TYPES = {"Q": "quantitative", "N": "nominal", "O": "ordinal", "T": "temporal"}
 
 
-def _data(values: list[dict[str, Any]]) -> dict[str, Any]:
-    """Inline chart data (the page fetches nothing)."""
-    return {"values": values}
-
-
 def _field(shorthand: str, **props: Any) -> dict[str, Any]:
     """An encoding from Vega-Lite's shorthand, ``[aggregate(]field[)]:T``, plus ``props``."""
     name, kind = shorthand.rsplit(":", 1)
@@ -63,8 +58,8 @@ def _field(shorthand: str, **props: Any) -> dict[str, Any]:
 
 
 def _chart(values: list[dict[str, Any]], mark: str | dict[str, Any], **props: Any) -> dict[str, Any]:
-    """One view: its inline data, its mark and ``props`` (encoding, title, width…)."""
-    return {"data": _data(values), "mark": {"type": mark} if isinstance(mark, str) else mark, **props}
+    """One view: its inline data (the page fetches nothing), its mark and ``props`` (encoding, title…)."""
+    return {"data": {"values": values}, "mark": {"type": mark} if isinstance(mark, str) else mark, **props}
 
 
 def _top(spec: dict[str, Any]) -> dict[str, Any]:
@@ -117,24 +112,27 @@ def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
     req = corpus.requests.filter(pl.col("ts").is_not_null()).with_columns(
         day=pl.col("ts").dt.date(), model=pl.col("model").fill_null("(unknown)")
     )
-    # group_by gives its groups in no fixed order: sort on every key, so a page is the same bytes each run
-    by_model = (
-        req.group_by("day", "model")
-        .agg(pl.col("cost").sum(), pl.col("total").sum())
-        .sort("day", "model", nulls_last=True)
-    )
-    by_project = (
-        req.group_by("day", "project")
-        .agg(pl.col("cost").sum(), pl.col("total").sum())
-        .sort("day", "project", nulls_last=True)
-    )
+
+    def per_day(key: str) -> pl.DataFrame:
+        # group_by gives its groups in no fixed order: sort on every key, so a page is the same bytes each run
+        return (
+            req.group_by("day", key)
+            .agg(pl.col("cost").sum(), pl.col("total").sum())
+            .sort("day", key, nulls_last=True)
+        )
+
     cost = _field("sum(cost):Q", format="$.4f")
     tokens = _field("sum(total):Q", format=",")
     cost_day = _per_day(
-        by_model, "model", "sum(cost):Q", "cost (USD)", [cost, tokens], "Spend per day, by model"
+        per_day("model"), "model", "sum(cost):Q", "cost (USD)", [cost, tokens], "Spend per day, by model"
     )
     tokens_day = _per_day(
-        by_project, "project", "sum(total):Q", "tokens billed", [tokens, cost], "Tokens per day, by project"
+        per_day("project"),
+        "project",
+        "sum(total):Q",
+        "tokens billed",
+        [tokens, cost],
+        "Tokens per day, by project",
     )
     totals = (
         req.group_by("project")
@@ -389,17 +387,10 @@ def compare_charts(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, 
     for r in rows:
         session = str(r.get("session", "")).rsplit("/", 1)[-1]
         if r.get("tokens_after") is not None:
-            tokens.append(
-                {
-                    "session": session,
-                    "strategy": r["strategy"],
-                    "when": "before",
-                    "tokens": r["tokens_before"],
-                }
-            )
-            tokens.append(
-                {"session": session, "strategy": r["strategy"], "when": "after", "tokens": r["tokens_after"]}
-            )
+            tokens += [
+                {"session": session, "strategy": r["strategy"], "when": when, "tokens": r[f"tokens_{when}"]}
+                for when in ("before", "after")
+            ]
         if r.get("retention") is not None:
             kept.append({"session": session, "strategy": r["strategy"], "retention": r["retention"]})
     before_after = _chart(

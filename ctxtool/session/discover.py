@@ -79,13 +79,22 @@ _SPECIAL = (
 )
 
 
-# The file that makes a folder a dataset ``ctxtool export`` wrote (a PATH ``stats`` reads as such).
+# The file that makes a folder a dataset ``ctxtool export`` wrote (a PATH ``stats`` reads as such): the
+# marker of schema 2 (ctxtool.export), or the manifest of schema 1.
+DATASET_MARKER = "_ctxtool_dataset.json"
 DATASET_MANIFEST = "_ctxtool_manifest.json"
+_STORE_URL = re.compile(r"^(s3|gs|az)://[^/]+")
 
 
 def is_dataset(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a directory ``ctxtool export`` wrote (it holds the manifest)."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, DATASET_MANIFEST))
+    """True when ``path`` is a store URL (``s3://``, ``gs://``, ``az://``: only a dataset is read there) or a
+    directory ``ctxtool export`` wrote (it holds the marker, or the manifest of schema 1)."""
+    text = os.fspath(path)
+    if _STORE_URL.match(text):
+        return True
+    return os.path.isdir(text) and any(
+        os.path.isfile(os.path.join(text, name)) for name in (DATASET_MARKER, DATASET_MANIFEST)
+    )
 
 
 def os_reason(exc: OSError) -> tuple[str, str]:
@@ -410,7 +419,7 @@ def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = Non
     out: list[str] = []
     candidates: list[SessionPath] | None = None
     for arg in args:
-        if os.path.lexists(os.path.expanduser(arg)) or glob.has_magic(arg):
+        if os.path.lexists(os.path.expanduser(arg)) or glob.has_magic(arg) or _STORE_URL.match(arg):
             out.append(arg)
             continue
         if _SHORT_ID_ARG.fullmatch(arg):  # `4dd`: most likely a session id cut too short

@@ -211,6 +211,18 @@ def report(
         df = _agg_requests(corpus.requests.with_columns(pl.col("model").fill_null("(unknown)")), ["model"])
     elif by == "project":
         df = _agg_requests(corpus.requests, ["project"])
+    elif by in ("user", "machine"):  # the sessions' own (a dataset's), else this machine's
+        from ctxtool.common.identity import identity
+
+        local = getattr(identity(), by)
+        who = corpus.sessions.select("session_key", by) if by in corpus.sessions.columns else None
+        req = corpus.requests
+        req = (
+            req.join(who, on="session_key", how="left").with_columns(pl.col(by).fill_null(local))
+            if who is not None
+            else req.with_columns(pl.lit(local).alias(by))
+        )
+        df = _agg_requests(req, [by])
     else:
         local = pl.col("ts").dt.convert_time_zone(timezone) if timezone else pl.col("ts")
         key = {

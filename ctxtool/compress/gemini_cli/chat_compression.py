@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import IntEnum
+from itertools import accumulate
 from typing import Any
 
 from ctxtool.common.jsvalue import (
@@ -142,10 +143,7 @@ def _has_truthy(parts: Iterable[Any], key: str) -> bool:
 
 def _flatten_parts(contents: Iterable[Content]) -> list[Any]:
     """``contents.flatMap(c => c.parts || [])``."""
-    out: list[Any] = []
-    for c in contents:
-        out.extend(_parts(c))
-    return out
+    return [p for c in contents for p in _parts(c)]
 
 
 def _is_plain_user_turn(content: Content) -> bool:
@@ -200,12 +198,7 @@ def find_index_after_fraction(history: Sequence[Content], fraction: float) -> in
     _check_fraction(fraction)
     counts = [json_length(c) for c in history]
     target = sum(counts) * fraction
-    so_far = 0
-    for i, n in enumerate(counts):
-        so_far += n
-        if so_far >= target:
-            return i
-    return len(history)
+    return next((i for i, so_far in enumerate(accumulate(counts)) if so_far >= target), len(history))
 
 
 def legacy_split_point(history: Sequence[Content], fraction: float) -> int:
@@ -236,7 +229,6 @@ def _has_media(parts: Iterable[Any]) -> bool:
 # --------------------------------------------------------------------------------------------------
 # Token limits and the summarizer model (sections 2.3, 7.4, 9.6)
 
-_GEMMA_4_MODELS = frozenset({"gemma-4-31b-it", "gemma-4-26b-a4b-it"})
 _LEGACY_LIMITS = {"gemini-1.5-pro": 2_097_152, "gemini-2.0-flash-preview-image-generation": 32_000}
 
 
@@ -296,16 +288,12 @@ def summarizer_model(model: str) -> str:
 _AUTO_MODELS = {"auto-gemini-3": "gemini-3-pro-preview", "auto-gemini-2.5": "gemini-2.5-pro"}
 
 
-def _resolve_model(model: str) -> str:
-    return _AUTO_MODELS.get(model, model)
-
-
 def _is_gemini2_model(model: str) -> bool:
     return re.match(r"^gemini-2(\.|$)", model) is not None  # config/models.ts isGemini2Model
 
 
 def _supports_modern_features(model: str) -> bool:
-    resolved = _resolve_model(model)
+    resolved = _AUTO_MODELS.get(model, model)
     is_gemini3 = re.match(r"^gemini-3(\.|-|$)", resolved) is not None
     return is_gemini3 or not resolved.startswith("gemini-")  # isGemini3Model || isCustomModel
 
@@ -490,43 +478,30 @@ def part_list_union_to_string(value: Any) -> str:
         return "".join(part_list_union_to_string(p) for p in value)
     if not isinstance(value, dict):
         return ""
-    for key, label in (
-        ("videoMetadata", "[Video Metadata]"),
-        ("thought", None),
-        ("codeExecutionResult", "[Code Execution Result]"),
-        ("executableCode", "[Executable Code]"),
-        ("fileData", "[File Data]"),
-        ("functionCall", None),
-        ("functionResponse", None),
-        ("inlineData", None),
-    ):
-        if key not in value:
-            continue
-        v = value[key]
-        if key == "thought":
-            return f"[Thought: {js_template(v)}]"
-        if key == "functionCall":
-            return f"[Function Call: {js_template(_get(v, 'name'), missing=_get(v, 'name') is None)}]"
-        if key == "functionResponse":
-            return f"[Function Response: {js_template(_get(v, 'name'), missing=_get(v, 'name') is None)}]"
-        if key == "inlineData":
-            mime = _get(v, "mimeType")
-            return f"<{js_template(mime, missing=mime is None)}>"
-        assert label is not None
-        return label
+    if "videoMetadata" in value:
+        return "[Video Metadata]"
+    if "thought" in value:
+        return f"[Thought: {js_template(value['thought'])}]"
+    if "codeExecutionResult" in value:
+        return "[Code Execution Result]"
+    if "executableCode" in value:
+        return "[Executable Code]"
+    if "fileData" in value:
+        return "[File Data]"
+    for key, label in (("functionCall", "Function Call"), ("functionResponse", "Function Response")):
+        if key in value:
+            name = _get(value[key], "name")
+            return f"[{label}: {js_template(name, missing=name is None)}]"
+    if "inlineData" in value:
+        mime = _get(value["inlineData"], "mimeType")
+        return f"<{js_template(mime, missing=mime is None)}>"
     text = value.get("text")
     return "" if text is None else js_template(text)
 
 
 def is_ignored_user_content(trimmed: str) -> bool:
     """``isIgnoredUserContent`` (utils/sessionUtils.ts, HEAD)."""
-    return (
-        trimmed == ""
-        or trimmed.startswith("/")
-        or trimmed.startswith("?")
-        or trimmed.startswith("<session_context>")
-        or trimmed.startswith("<hook_context>")
-    )
+    return trimmed == "" or trimmed.startswith(("/", "?", "<session_context>", "<hook_context>"))
 
 
 def convert_session_to_client_history(messages: Sequence[dict[str, Any]]) -> list[Turn]:
@@ -560,10 +535,11 @@ def convert_session_to_client_history(messages: Sequence[dict[str, Any]]) -> lis
                     model_parts.append(_thought_part(thought))
                 model_parts.extend(content_parts)
                 for tc in tool_calls:
-                    call: dict[str, Any] = {}
-                    for key in ("id", "name", "args"):
-                        if isinstance(tc, dict) and key in tc:
-                            call[key] = copy.deepcopy(tc[key])
+                    call = {
+                        k: copy.deepcopy(tc[k])
+                        for k in ("id", "name", "args")
+                        if isinstance(tc, dict) and k in tc
+                    }
                     model_parts.append({"functionCall": call})
             if not model_parts:
                 continue
@@ -575,11 +551,7 @@ def convert_session_to_client_history(messages: Sequence[dict[str, Any]]) -> lis
                     continue
                 result = copy.deepcopy(result)
                 if isinstance(result, str):
-                    fr: dict[str, Any] = {}
-                    if "id" in tc:
-                        fr["id"] = tc["id"]
-                    if "name" in tc:
-                        fr["name"] = tc["name"]
+                    fr: dict[str, Any] = {k: tc[k] for k in ("id", "name") if k in tc}
                     fr["response"] = {"output": result}
                     responses.append({"functionResponse": fr})
                 elif isinstance(result, list):
@@ -659,14 +631,11 @@ def ensure_stable_tool_ids(history: list[Turn]) -> None:
                         fc["id"] = target
                         fr["id"] = target
         for part_idx, part in enumerate(_parts(content)):
-            fc = _get(part, "functionCall")
-            if js_truthy(fc) and isinstance(fc, dict) and not js_truthy(fc.get("id")):
-                name = js_template(fc["name"]) if js_truthy(fc.get("name")) else "tool"
-                fc["id"] = f"synth_{name}_{derive_stable_id([turn_id, str(i), str(part_idx)])}"
-            fr = _get(part, "functionResponse")
-            if js_truthy(fr) and isinstance(fr, dict) and not js_truthy(fr.get("id")):
-                name = js_template(fr["name"]) if js_truthy(fr.get("name")) else "tool"
-                fr["id"] = f"synth_orph_{name}_{derive_stable_id([turn_id, str(i), str(part_idx)])}"
+            for key, prefix in (("functionCall", "synth"), ("functionResponse", "synth_orph")):
+                obj = _get(part, key)
+                if js_truthy(obj) and isinstance(obj, dict) and not js_truthy(obj.get("id")):
+                    name = js_template(obj["name"]) if js_truthy(obj.get("name")) else "tool"
+                    obj["id"] = f"{prefix}_{name}_{derive_stable_id([turn_id, str(i), str(part_idx)])}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -742,14 +711,9 @@ def strip_thoughts(turns: Sequence[Turn]) -> list[Turn]:
             continue
         kept = [p for p in parts if js_truthy(p) and not js_truthy(_get(p, "thought"))]
         if content.get("role") == "model":
-            patched = False
-            for j, p in enumerate(kept):
-                if not patched and js_truthy(_get(p, "functionCall")):
-                    patched = True
-                    if not js_truthy(p.get("thoughtSignature")):
-                        new_p = dict(p)
-                        new_p["thoughtSignature"] = SYNTHETIC_THOUGHT_SIGNATURE
-                        kept[j] = new_p
+            j = next((j for j, p in enumerate(kept) if js_truthy(_get(p, "functionCall"))), None)
+            if j is not None and not js_truthy(kept[j].get("thoughtSignature")):
+                kept[j] = {**kept[j], "thoughtSignature": SYNTHETIC_THOUGHT_SIGNATURE}
         if kept:
             new_turn = dict(turn)
             new_turn["content"] = {**content, "parts": kept}
@@ -774,12 +738,12 @@ def coalesce_consecutive_roles(turns: Sequence[Turn]) -> list[Turn]:
             turn_parts = _get(content, "parts")
             merged = {k: v for k, v in last["content"].items() if k != "parts"}
             if js_truthy(last_parts) or js_truthy(turn_parts):
-                merged_parts = list(last_parts if isinstance(last_parts, list) else [])
-                merged_parts.extend(turn_parts if isinstance(turn_parts, list) else [])
+                merged_parts = [
+                    *(last_parts if isinstance(last_parts, list) else []),
+                    *(turn_parts if isinstance(turn_parts, list) else []),
+                ]
                 # {...last.content, parts} keeps `parts` where last.content had it
-                rebuilt = dict(last["content"])
-                rebuilt["parts"] = merged_parts
-                merged = rebuilt
+                merged = {**last["content"], "parts": merged_parts}
             out[-1] = {"id": last["id"], "content": merged}
         else:
             out.append({"id": turn.get("id"), "content": dict(content) if isinstance(content, dict) else {}})
@@ -797,11 +761,6 @@ class CuratedSession:
     @property
     def contents(self) -> list[Content]:
         return [t["content"] for t in self.turns]
-
-
-def _find_stored_env(messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    i = stored_env_index(messages)
-    return messages[i] if i is not None else None
 
 
 def synthesize_env_text(
@@ -856,10 +815,10 @@ def _client_history(
 ) -> tuple[list[Turn], Turn, bool]:
     """What a resumed chat holds: converted turns behind an env turn, with stable tool ids."""
     turns = convert_session_to_client_history(messages)
-    stored = _find_stored_env(messages)
+    stored = stored_env_index(messages)
     synthesized = False
     if stored is not None:
-        env_parts = _ensure_part_array(copy.deepcopy(stored.get("content")))
+        env_parts = _ensure_part_array(copy.deepcopy(messages[stored].get("content")))
     elif env_turn_text is not None:
         env_parts = [{"text": env_turn_text}]
     else:
@@ -1321,9 +1280,7 @@ def plan_tool_output_masking(
         parts = _parts(history[i])
         for j in range(len(parts) - 1, -1, -1):
             fr = _get(parts[j], "functionResponse")
-            if not js_truthy(fr):
-                continue
-            if _get(fr, "name") in MASKING_EXEMPT_TOOLS:
+            if not js_truthy(fr) or _get(fr, "name") in MASKING_EXEMPT_TOOLS:
                 continue
             response = _get(fr, "response")
             if not js_truthy(response):
@@ -1342,6 +1299,4 @@ def plan_tool_output_masking(
                 boundary = True
             chosen.append((i, j, tokens))
             total += tokens
-    if total < min_prunable_tokens:
-        return MaskingPlan([], total)
-    return MaskingPlan(chosen, total)
+    return MaskingPlan(chosen if total >= min_prunable_tokens else [], total)

@@ -167,14 +167,11 @@ class _Rules:
         return self._test_one(path)
 
     def _test_one(self, path: str) -> bool:
-        ignored = False
         for rule in reversed(self.rules):
             found = rule.regex.search(path)
-            if found is None or (rule.inside_only and found.end() == len(path)):
-                continue
-            ignored = not rule.negative
-            break
-        return ignored
+            if found is not None and not (rule.inside_only and found.end() == len(path)):
+                return not rule.negative
+        return False
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,10 +300,9 @@ class GitIgnoreParser:
                     self.load_patterns_for_file(exclude) if os.path.exists(exclude) else _Rules()
                 )
             ig.add(self.global_patterns)
-            parts = normalized.split("/")
             current = self.project_root
-            dirs_to_visit = [self.project_root]
-            for part in parts[:-1]:
+            dirs_to_visit = [current]
+            for part in normalized.split("/")[:-1]:
                 current = os.path.join(current, part)
                 dirs_to_visit.append(current)
             for folder in dirs_to_visit:
@@ -397,8 +393,6 @@ class _Folder:
     path: str
     files: list[str] = field(default_factory=list)
     sub_folders: list[_Folder] = field(default_factory=list)
-    total_children: int = 0
-    total_files: int = 0
     has_more_files: bool = False
     has_more_subfolders: bool = False
     is_ignored: bool = False
@@ -472,8 +466,6 @@ def read_full_structure(
                 continue
             files.append(name)
             count += 1
-            folder.total_files += 1
-            folder.total_children += 1
         folder.files = files
         sub_folders: list[_Folder] = []
         for name, _, is_dir in entries:
@@ -487,7 +479,6 @@ def read_full_structure(
             sub = _Folder(name, sub_path, is_ignored=name in ignored_folders or ignored)
             sub_folders.append(sub)
             count += 1
-            folder.total_children += 1
             if not sub.is_ignored:
                 queue.append((sub, sub_path))
         folder.sub_folders = sub_folders

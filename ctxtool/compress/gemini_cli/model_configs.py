@@ -188,12 +188,8 @@ def policy_chain(preferred: str, configured: str, flags: LaunchFlags) -> list[st
     originally_3 = _is_gemini3(preferred, flags)
     auto_preferred, auto_configured = _is_auto(preferred), _is_auto(configured)
     wraps = auto_preferred or auto_configured or originally_3
-    if resolved == flags.default_flash_lite:
-        chain = [
-            flags.default_flash_lite,
-            flags.default_flash,
-            DEFAULT_GEMINI_MODEL,
-        ]  # getFlashLitePolicyChain
+    if resolved == flags.default_flash_lite:  # getFlashLitePolicyChain
+        chain = [flags.default_flash_lite, flags.default_flash, DEFAULT_GEMINI_MODEL]
     elif originally_3 or auto_preferred or auto_configured:
         preview = (
             flags.has_preview

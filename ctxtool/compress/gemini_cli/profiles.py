@@ -94,6 +94,21 @@ def _era(**changes: object) -> Profile:
     return replace(_HEAD, **changes)  # type: ignore[arg-type]
 
 
+# What the eras before 0.20 (e1d2653a7a) share: no budget truncation, no probe or fallback, the new count
+# by JSON length, the first estimator and token limits, the v4 prompt, no curation changes, the chat model.
+_BEFORE_0_20: dict[str, object] = {
+    "budget_truncation": "none",
+    "verification_probe": False,
+    "truncation_only_fallback": False,
+    "new_count": "json_length",
+    "estimator": ESTIMATOR_2025_11_26,
+    "legacy_token_limits": True,
+    "prompt_version": "v4",
+    "coalesce_curated": False,
+    "head_valid_content": False,
+    "compression_alias": False,
+}
+
 _ALL: tuple[Profile, ...] = (
     _era(
         name="gemini-cli@0.3",
@@ -103,17 +118,8 @@ _ALL: tuple[Profile, ...] = (
         description="0.7, findIndexAfterFraction then skip to a non-tool user turn; inflation check",
         default_threshold=0.7,
         split_rule="index_after_fraction",
-        budget_truncation="none",
-        verification_probe=False,
-        truncation_only_fallback=False,
+        **_BEFORE_0_20,
         noop_on_empty_split=False,
-        new_count="json_length",
-        estimator=ESTIMATOR_2025_11_26,
-        legacy_token_limits=True,
-        prompt_version="v4",
-        coalesce_curated=False,
-        head_valid_content=False,
-        compression_alias=False,
         env_ack_turn=True,
     ),
     _era(
@@ -124,17 +130,8 @@ _ALL: tuple[Profile, ...] = (
         description="0.7 threshold, findCompressSplitPoint counting the candidate before the check",
         default_threshold=0.7,
         split_rule="compress_split_point_pre",
-        budget_truncation="none",
-        verification_probe=False,
-        truncation_only_fallback=False,
+        **_BEFORE_0_20,
         noop_on_empty_split=False,
-        new_count="json_length",
-        estimator=ESTIMATOR_2025_11_26,
-        legacy_token_limits=True,
-        prompt_version="v4",
-        coalesce_curated=False,
-        head_valid_content=False,
-        compression_alias=False,
         env_ack_turn=True,
     ),
     _era(
@@ -144,16 +141,7 @@ _ALL: tuple[Profile, ...] = (
         commit="a3fe9279d8",
         description="0.7 threshold, HEAD split rule, NOOP on empty split, new count = JSON length / 4",
         default_threshold=0.7,
-        budget_truncation="none",
-        verification_probe=False,
-        truncation_only_fallback=False,
-        new_count="json_length",
-        estimator=ESTIMATOR_2025_11_26,
-        legacy_token_limits=True,
-        prompt_version="v4",
-        coalesce_curated=False,
-        head_valid_content=False,
-        compression_alias=False,
+        **_BEFORE_0_20,
     ),
     _era(
         name="gemini-cli@0.13",
@@ -162,16 +150,7 @@ _ALL: tuple[Profile, ...] = (
         commit="68afb7200e",
         description="default threshold 0.2 (v0.13-v0.16); otherwise as 0.10",
         default_threshold=0.2,
-        budget_truncation="none",
-        verification_probe=False,
-        truncation_only_fallback=False,
-        new_count="json_length",
-        estimator=ESTIMATOR_2025_11_26,
-        legacy_token_limits=True,
-        prompt_version="v4",
-        coalesce_curated=False,
-        head_valid_content=False,
-        compression_alias=False,
+        **_BEFORE_0_20,
     ),
     _era(
         name="gemini-cli@0.20",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxtool.common.errors import SummarizerError, UsageError
+from ctxtool.common.jsvalue import js_trim
 from ctxtool.compress.gemini_cli.texts import CompressionTexts, EnvSlot, EnvTemplate
 
 # Points at an installed Gemini CLI: a package directory, a node_modules directory or one .js file.
@@ -108,19 +109,6 @@ def ctxtool_compression_prompt(approved_plan_path: str | None = None) -> str:
     if not approved_plan_path:
         return CTXTOOL_COMPRESSION_PROMPT
     return _PROMPT_HEAD + _PLAN_BLOCK.format(path=approved_plan_path) + _PROMPT_TAIL
-
-
-# ECMAScript WhiteSpace and LineTerminator code points: what String.prototype.trim removes.
-# Python's str.strip() differs (it also strips U+001C..U+001F and U+0085), so trim with this set.
-_JS_WHITESPACE = (
-    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-    "\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
-
-
-def js_trim(text: str) -> str:
-    """``String.prototype.trim``."""
-    return text.strip(_JS_WHITESPACE)
 
 
 def load_prompt_file(path: Path | str) -> str:

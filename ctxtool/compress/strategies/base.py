@@ -144,15 +144,13 @@ def record_wire(record: Record) -> list[Content]:
 
 
 def _text_parts(content: Content, *, thought: bool) -> list[str]:
-    out = []
-    for part in content.get("parts") or []:
-        if (
-            isinstance(part, dict)
-            and isinstance(part.get("text"), str)
-            and bool(part.get("thought")) == thought
-        ):
-            out.append(part["text"])
-    return out
+    return [
+        part["text"]
+        for part in content.get("parts") or []
+        if isinstance(part, dict)
+        and isinstance(part.get("text"), str)
+        and bool(part.get("thought")) == thought
+    ]
 
 
 def response_text(response: Any) -> str:

@@ -144,21 +144,17 @@ def transcript_files(messages: Sequence[s.Record]) -> tuple[list[str], dict[str,
                 if not isinstance(path, str):
                     continue
                 res = results.get(c.id)
+                ok = res is None or not res.is_error
                 if c.name == "read_file":
                     last_read[path] = order
                     if res is not None and not res.is_error:
                         content[path] = res.text
                 elif c.name == "write_file" and isinstance(c.args.get("content"), str):
-                    if res is None or not res.is_error:
+                    if ok:
                         content[path] = str(c.args["content"])
                 elif c.name in ("replace", "edit", "smart_edit") and path in content:
                     old, new = c.args.get("old_string"), c.args.get("new_string")
-                    if (
-                        isinstance(old, str)
-                        and isinstance(new, str)
-                        and old
-                        and (res is None or not res.is_error)
-                    ):
+                    if isinstance(old, str) and isinstance(new, str) and old and ok:
                         count = c.args.get("expected_replacements")
                         n = int(count) if isinstance(count, int) and count > 0 else 1
                         content[path] = content[path].replace(old, new, n)

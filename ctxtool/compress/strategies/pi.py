@@ -157,7 +157,6 @@ class Preparation:
     to_summarize: list[int]
     turn_prefix: list[int]
     previous_summary: str | None
-    previous_index: int | None
     tokens_before: int
     read_files: list[str] = field(default_factory=list)
     modified_files: list[str] = field(default_factory=list)
@@ -233,7 +232,6 @@ def prepare(records: Sequence[s.Record], keep_recent_tokens: int) -> Preparation
         to_summarize=to_summarize,
         turn_prefix=prefix,
         previous_summary=previous_summary,
-        previous_index=prev,
         tokens_before=tokens_before,
     )
     read, modified = file_ops([u for i in (*to_summarize, *prefix) for u in units[i]], previous_summary)
@@ -329,6 +327,11 @@ def offline_turn_prefix(summ: OfflineSummarizer, records: Sequence[s.Record]) ->
     )
 
 
+def _conversation(records: Sequence[s.Record], first_index: int) -> str:
+    units = [u for i, r in enumerate(records) for u in s.record_units(first_index + i, r)]
+    return "<conversation>\n" + serialize_conversation(units) + "\n</conversation>\n\n"
+
+
 def generate_summary(
     summarizer: Summarizer,
     records: Sequence[s.Record],
@@ -343,8 +346,7 @@ def generate_summary(
 ) -> str | None:
     """``generateSummary``: one call on the serialised conversation (update prompt with a previous
     summary)."""
-    units = [u for i, r in enumerate(records) for u in s.record_units(first_index + i, r)]
-    prompt = "<conversation>\n" + serialize_conversation(units) + "\n</conversation>\n\n"
+    prompt = _conversation(records, first_index)
     if previous_summary:
         prompt += "<previous-summary>\n" + previous_summary + "\n</previous-summary>\n\n"
     prompt += UPDATE_SUMMARIZATION_PROMPT if previous_summary else SUMMARIZATION_PROMPT
@@ -373,13 +375,7 @@ def generate_turn_prefix_summary(
     reserve_tokens: int,
     calls: list[ModelCall],
 ) -> str | None:
-    units = [u for i, r in enumerate(records) for u in s.record_units(first_index + i, r)]
-    prompt = (
-        "<conversation>\n"
-        + serialize_conversation(units)
-        + "\n</conversation>\n\n"
-        + TURN_PREFIX_SUMMARIZATION_PROMPT
-    )
+    prompt = _conversation(records, first_index) + TURN_PREFIX_SUMMARIZATION_PROMPT
     call = s.model_call(
         model,
         SYSTEM_PROMPT,

@@ -104,10 +104,6 @@ class ErrorFact:
     message: str
     subject: str = ""  # the path or command the failing call was about, when known
 
-    @property
-    def key(self) -> str:
-        return error_key(self.message)
-
 
 @dataclass(frozen=True)
 class TodoFact:
@@ -211,10 +207,6 @@ def word_clip(text: str, limit: int) -> str:
     return text[:end].rstrip() + ("…" if end < len(text) else "")
 
 
-def _verbatim_clip(text: str, limit: int) -> str:
-    return word_clip(text, limit)
-
-
 def first_line(message: str) -> str:
     """The first non-empty line of a message as written (terminal colour codes removed)."""
     for line in _ANSI_RE.sub("", message).splitlines():
@@ -273,97 +265,14 @@ def real_user_prompts(history: Sequence[Mapping[str, Any]]) -> Iterator[tuple[in
 # --------------------------------------------------------------------------------------------- paths
 
 _TRAIL_PUNCT = ".,;:!?)]}>'\"`*。，、；：！？）」』】"
+# File extensions that make a bare name a path (a word list, split once at import).
 _KNOWN_EXT = frozenset(
-    {
-        "py",
-        "pyi",
-        "ipynb",
-        "ts",
-        "tsx",
-        "js",
-        "jsx",
-        "mjs",
-        "cjs",
-        "json",
-        "jsonl",
-        "md",
-        "mdx",
-        "txt",
-        "rst",
-        "yaml",
-        "yml",
-        "toml",
-        "ini",
-        "cfg",
-        "conf",
-        "env",
-        "lock",
-        "rs",
-        "go",
-        "java",
-        "kt",
-        "kts",
-        "scala",
-        "c",
-        "h",
-        "cc",
-        "cpp",
-        "hpp",
-        "cs",
-        "swift",
-        "rb",
-        "php",
-        "pl",
-        "lua",
-        "r",
-        "sh",
-        "bash",
-        "zsh",
-        "fish",
-        "ps1",
-        "bat",
-        "cmd",
-        "html",
-        "htm",
-        "css",
-        "scss",
-        "sass",
-        "less",
-        "vue",
-        "svelte",
-        "sql",
-        "db",
-        "sqlite",
-        "csv",
-        "tsv",
-        "xml",
-        "svg",
-        "png",
-        "jpg",
-        "jpeg",
-        "gif",
-        "webp",
-        "pdf",
-        "log",
-        "gradle",
-        "properties",
-        "dockerfile",
-        "tf",
-        "hcl",
-        "proto",
-        "graphql",
-        "gql",
-        "mk",
-        "cmake",
-        "dart",
-        "ex",
-        "exs",
-        "erl",
-        "hs",
-        "ml",
-        "clj",
-        "nix",
-    }
+    """
+    py pyi ipynb ts tsx js jsx mjs cjs json jsonl md mdx txt rst yaml yml toml ini cfg conf env lock rs
+    go java kt kts scala c h cc cpp hpp cs swift rb php pl lua r sh bash zsh fish ps1 bat cmd html htm
+    css scss sass less vue svelte sql db sqlite csv tsv xml svg png jpg jpeg gif webp pdf log gradle
+    properties dockerfile tf hcl proto graphql gql mk cmake dart ex exs erl hs ml clj nix
+    """.split()  # noqa: SIM905
 )
 _WIN_PATH_RE = re.compile(r"^[A-Za-z]:[\\/]")
 _EXT_RE = re.compile(r"\.([A-Za-z0-9]{1,10})$")
@@ -373,14 +282,9 @@ _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf9
 
 
 def _looks_like_path(candidate: str, quoted: bool) -> bool:
-    if (
-        not candidate
-        or len(candidate) > 260
-        or "://" in candidate
-        or candidate.startswith(("http:", "https:"))
-    ):
+    if not candidate or len(candidate) > 260 or "://" in candidate or "*" in candidate or "\n" in candidate:
         return False
-    if "*" in candidate or "\n" in candidate or candidate.startswith("--"):
+    if candidate.startswith(("http:", "https:", "--")):
         return False
     if _CJK_RE.search(candidate) and not _WIN_PATH_RE.match(candidate) and "/" not in candidate:
         return False
@@ -649,11 +553,7 @@ def is_directive(sentence: str) -> bool:
 
 
 def directives_in_text(text: str) -> list[str]:
-    out: list[str] = []
-    for sentence in _sentences(text):
-        if is_directive(sentence):
-            out.append(normalize_ws(_LEAD_RE.sub("", sentence)))
-    return out
+    return [normalize_ws(_LEAD_RE.sub("", s)) for s in _sentences(text) if is_directive(s)]
 
 
 def normalize_directive(sentence: str) -> str:
@@ -695,13 +595,12 @@ def _iter_calls(history: Sequence[Mapping[str, Any]]) -> Iterator[tuple[int, str
 
 
 def _responses(history: Sequence[Mapping[str, Any]]) -> list[tuple[int, str, str, Mapping[str, Any]]]:
-    out: list[tuple[int, str, str, Mapping[str, Any]]] = []
-    for index, content in enumerate(history):
-        for part in _parts(content):
-            payload = _response_payload(part)
-            if payload is not None:
-                out.append((index, *payload))
-    return out
+    return [
+        (index, *payload)
+        for index, content in enumerate(history)
+        for part in _parts(content)
+        if (payload := _response_payload(part)) is not None
+    ]
 
 
 def _match_response(
@@ -789,7 +688,7 @@ def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
         subject = _subject(name, args)
         outcome = ""
         if name in _SHELL_TOOLS and isinstance(args.get("command"), str):
-            command = _verbatim_clip(str(args["command"]).strip(), COMMAND_MAX_CHARS)
+            command = word_clip(str(args["command"]).strip(), COMMAND_MAX_CHARS)
             outcome, message = _shell_outcome(response) if response is not None else ("", "")
             if command:
                 commands[command] = CommandFact(command, outcome, name)  # latest outcome wins
@@ -831,7 +730,7 @@ def _add_path(paths: _Ordered, path: str, how: str) -> None:
 
 
 def _add_error(errors: _Ordered, tool: str, message: str, subject: str) -> None:
-    line = _verbatim_clip(first_line(message), ERROR_MAX_CHARS)
+    line = word_clip(first_line(message), ERROR_MAX_CHARS)
     if len(line) < 4:
         return
     errors.add(error_key(line), ErrorFact(tool, line, subject))
@@ -849,7 +748,7 @@ def _first_seen_commands(
     order: dict[str, None] = {}
     for _index, name, _id, args in _iter_calls(history):
         if name in _SHELL_TOOLS and isinstance(args.get("command"), str):
-            command = _verbatim_clip(str(args["command"]).strip(), COMMAND_MAX_CHARS)
+            command = word_clip(str(args["command"]).strip(), COMMAND_MAX_CHARS)
             if command:
                 order.setdefault(command, None)
     return tuple(latest[c] for c in order if c in latest)
@@ -939,13 +838,7 @@ def retention(facts: Facts, text: str | Iterable[str]) -> Retention:
         for fact in facts.items(kind):
             (kept if fact_kept(kind, fact, joined) else lost).append(fact)
         per_kind[kind] = KindRetention(kind, tuple(kept), tuple(lost))
-    return Retention(
-        requests=per_kind["requests"],
-        paths=per_kind["paths"],
-        commands=per_kind["commands"],
-        errors=per_kind["errors"],
-        directives=per_kind["directives"],
-    )
+    return Retention(**per_kind)
 
 
 def history_text(history: Sequence[Mapping[str, Any]]) -> str:

@@ -164,10 +164,9 @@ class GeminiSummarizer:
             retry_options=None,  # no SDK retries: generate() owns the policy
         )
         try:
-            if self._vertex:
-                self._client = genai.Client(vertexai=True, api_key=self._api_key, http_options=http_options)
-            else:
-                self._client = genai.Client(vertexai=False, api_key=self._api_key, http_options=http_options)
+            self._client = genai.Client(
+                vertexai=self._vertex, api_key=self._api_key, http_options=http_options
+            )
         except Exception as exc:  # ValueError or google.auth's DefaultCredentialsError
             raise SummarizerError(
                 f"could not set up the Gemini client: {self._clean(str(exc))}",

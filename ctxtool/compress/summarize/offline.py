@@ -26,6 +26,7 @@ Same input, same bytes: nothing here depends on time, randomness or hash order.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,11 +170,6 @@ _GROUP_TITLES = {
     ("task_state", "carried"): "from before:",
     ("task_state", "current"): "current request:",
 }
-
-
-def _group_header(section: str, group: str) -> str:
-    title = _GROUP_TITLES.get((section, group), "")
-    return title
 
 
 class _Roots:
@@ -467,7 +463,7 @@ def _select(items: Sequence[_Item], budget: int) -> list[_Item]:
 
     def cost_with_header(item: _Item) -> int:
         key = (item.section, item.group)
-        title = _group_header(item.section, item.group)
+        title = _GROUP_TITLES.get(key, "")
         return item.cost + (len(title) + 1 if title and key not in headers else 0)
 
     for tier in _TIERS:
@@ -487,12 +483,7 @@ def _select(items: Sequence[_Item], budget: int) -> list[_Item]:
 def _left_out(items: Sequence[_Item], chosen: Sequence[_Item]) -> dict[str, int]:
     """How many facts of each kind the budget left out (for the snapshot's own header)."""
     kept = {id(i) for i in chosen}
-    out: dict[str, int] = {}
-    for item in items:
-        name = _LEFT_OUT_NAMES.get(item.kind)
-        if name is not None and id(item) not in kept:
-            out[name] = out.get(name, 0) + 1
-    return out
+    return Counter(n for i in items if (n := _LEFT_OUT_NAMES.get(i.kind)) is not None and id(i) not in kept)
 
 
 def _drop_one(chosen: list[_Item]) -> list[_Item]:
@@ -524,12 +515,9 @@ def _render(header: str, chosen: Sequence[_Item]) -> str:
         if section == "overall_goal":
             lines.extend(snapshot_text(i.text) for i in section_items)
         else:
-            group_order: list[str] = []
-            for item in section_items:
-                if item.group not in group_order:
-                    group_order.append(item.group)
+            group_order = list(dict.fromkeys(i.group for i in section_items))
             for group in _ordered_groups(section, group_order):
-                title = _group_header(section, group)
+                title = _GROUP_TITLES.get((section, group), "")
                 if title:
                     lines.append(title)
                 lines.extend(i.line for i in section_items if i.group == group)
