@@ -34,6 +34,7 @@ import os
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -368,16 +369,24 @@ class _State:
 
 
 def load_dataset(
-    where: str | os.PathLike[str], *, subagents: bool = True, sums: bool | tuple[str, str | None] = False
+    where: str | os.PathLike[str],
+    *,
+    subagents: bool = True,
+    sums: bool | tuple[str, str | None] = False,
+    days: tuple[date | None, date | None] | None = None,
 ) -> Corpus:
     """Read a dataset (a folder or a store URL) back as a Corpus, so every report works on it as on the
     sessions themselves, with ``user`` and ``machine`` on every row. Columns follow the current frames (one an
     older export lacks comes back null). ``subagents=False`` leaves out subagent sessions.
 
     ``sums`` (True, or the report to make: ``(by, timezone)``, summed in the same scan): read only the
-    sessions and, of the requests, what the reports that sum them read (their model,
-    time, tokens and cost), not the largest tables: the corpus's other frames are empty, and its tally holds
-    no message columns (enough for ``stats`` without a filter, ``--live`` or the turn and request grains)."""
+    sessions and, of the requests, what the reports that sum them read (their model, time, tokens and cost),
+    not the largest tables: the corpus's other frames are empty, and its tally holds no message columns
+    (enough for ``stats`` without a filter, ``--live`` or the turn and request grains).
+
+    ``days`` (``--since``, ``--until``: UTC days, an open end None): of a session whose first and last times
+    both fall outside them only its row is read, its other objects not (it holds nothing a view of those days
+    keeps: ``frames.views.view`` drops a session with no message in them)."""
     import polars as pl
 
     from ctxtool import frames
@@ -393,22 +402,9 @@ def load_dataset(
     if marker is not None:
         _schema_of(store, marker)
     template = frames.build_corpus([])
-    tables: dict[str, pl.DataFrame] = {}
-    files = size = 0
-    requests: list[str] = []
-    for table in TABLES:
-        base: pl.DataFrame = getattr(template, table)
-        if sums and table not in ("sessions", "requests"):
-            tables[table] = base
-            continue
-        found = _objects(store, table, marker is None)
-        files += len(found)
-        size += sum(n for _, n in found)
-        keys = [k for k, _ in found]
-        if sums and table == "requests":
-            requests, tables[table] = keys, base
-            continue
-        tables[table] = _read_table(store, table, keys, base, schema_1=marker is None)
+    tables, requests, files, size = _read_tables(
+        store, template, schema_1=marker is None, sums=bool(sums), days=days
+    )
     sessions = tables["sessions"]
     if not subagents:
         keep = sessions.filter(pl.col("parent_session_key").is_null() & (pl.col("kind") != "subagent"))
@@ -435,6 +431,41 @@ def load_dataset(
     else:
         corpus.tally = tally_of_frames(corpus)
     return corpus
+
+
+def _read_tables(
+    store: Store,
+    template: Corpus,
+    *,
+    schema_1: bool,
+    sums: bool,
+    days: tuple[date | None, date | None] | None,
+) -> tuple[dict[str, pl.DataFrame], list[str], int, int]:
+    """``load_dataset``'s tables (with ``sums``: the sessions alone, and the keys of the requests' objects),
+    and the objects and bytes read."""
+
+    tables: dict[str, pl.DataFrame] = {}
+    files = size = 0
+    requests: list[str] = []
+    wanted: set[str] | None = None  # the sessions whose other objects are read (None: all)
+    for table in ("sessions", *(t for t in TABLES if t != "sessions")):
+        base: pl.DataFrame = getattr(template, table)
+        if sums and table not in ("sessions", "requests"):
+            tables[table] = base
+            continue
+        found = _objects(store, table, schema_1)
+        if wanted is not None:
+            found = [(k, n) for k, n in found if k.rsplit("/", 1)[-1].removesuffix(".parquet") in wanted]
+        files += len(found)
+        size += sum(n for _, n in found)
+        keys = [k for k, _ in found]
+        if sums and table == "requests":
+            requests, tables[table] = keys, base
+            continue
+        tables[table] = _read_table(store, table, keys, base, schema_1=schema_1)
+        if table == "sessions" and days is not None and not schema_1:
+            wanted = _overlapping(tables["sessions"], *days)
+    return tables, requests, files, size
 
 
 class _RequestSums:
@@ -616,6 +647,20 @@ def _scan(store: Store, keys: list[str], schema_1: bool) -> pl.LazyFrame:
         missing_columns="insert",
         extra_columns="ignore",
     )
+
+
+def _overlapping(sessions: pl.DataFrame, since: date | None, until: date | None) -> set[str]:
+    """The sessions some of whose times may fall on a UTC day in [since, until]: all but those that end
+    before ``since`` or start after ``until`` (a session without times is kept)."""
+    import polars as pl
+
+    day_start, day_end = pl.col("start").dt.date(), pl.col("end").dt.date()
+    keep = pl.lit(True)
+    if since is not None:
+        keep = keep & (day_end.is_null() | (day_end >= since))
+    if until is not None:
+        keep = keep & (day_start.is_null() | (day_start <= until))
+    return set(sessions.filter(keep).get_column("session_key").to_list())
 
 
 def _with_subagent_counts(sessions: pl.DataFrame) -> pl.DataFrame:

@@ -10,7 +10,7 @@ import pytest
 from ctxtool import export
 from ctxtool.cli import run
 from ctxtool.session.discover import is_dataset
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, REAL_SESSIONS
 
 DATA = FIXTURES / "gemini" / "tmp"
 
@@ -146,3 +146,42 @@ def test_written_files_get_the_mode_a_plain_open_gives(
     written = [tmp_path / "r.csv", *(tmp_path / "ds").rglob("*.parquet"), *(tmp_path / "ds").glob("*.json")]
     assert len(written) > 3
     assert {oct(p.stat().st_mode & 0o777) for p in written} == {"0o644"}
+
+
+@pytest.mark.skipif(not REAL_SESSIONS.is_dir(), reason="the real sessions are not on this machine")
+def test_dated_reports_of_a_dataset_read_only_the_sessions_of_those_days(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
+) -> None:
+    """`--since`/`--until` over a dataset read only the objects of sessions that may hold those days
+    (export.load_dataset(days=…)), and every report is still the one of the sessions themselves."""
+    import polars as pl
+
+    ds = tmp_path / "history"
+    assert cli(capsysbinary, "export", str(REAL_SESSIONS), "--to", str(ds))[0] == 0
+    sessions = pl.read_parquet(ds / "sessions" / "**" / "*.parquet")
+    messages = pl.read_parquet(ds / "messages" / "**" / "*.parquet")
+    span = messages.group_by("session_key").agg(
+        pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")
+    )
+    both = sessions.join(span, on="session_key")
+    assert (both["start"] <= both["lo"]).all()
+    assert (both["end"] >= both["hi"]).all()
+    days = sorted(set(messages.get_column("ts").dt.date().drop_nulls().to_list()))
+    middle = days[len(days) // 2].isoformat()
+    windows = [["--since", middle], ["--until", middle], ["--since", middle, "--until", middle]]
+    for window in windows:
+        for by in ("session", "turn", "request", "day", "user"):
+            args = ("--by", by, "-f", "json", *window)
+            _, direct, _ = cli(capsysbinary, "stats", str(REAL_SESSIONS), *args)
+            _, from_ds, _ = cli(capsysbinary, "stats", str(ds), *args)
+            want, got = orjson.loads(direct), orjson.loads(from_ds)
+            for r in [*want["rows"], *got["rows"]]:
+                r.pop("file", None)
+                r.pop("prompt", None)
+                if "project" in r:
+                    r["project"] = export.project_name(r["project"])
+            assert rounded(got["rows"]) == rounded(want["rows"]), (window, by)
+            assert got["totals"] == want["totals"], (window, by)
+    assert got["read"]["files"] < len(
+        list(ds.rglob("*.parquet"))
+    )  # the other sessions' objects were not read
