@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import date
@@ -154,15 +154,19 @@ def private_frames(
                 swaps.append(pl.lit(None, dtype=pl.String).alias(c))
             elif not show_secrets:
                 swaps.append(pl.col(c).map_elements(redact, return_dtype=pl.String, skip_nulls=True))
-        for c in _PATHS:
-            if c in df.columns:
-                swaps.append(
-                    pl.col(c).map_elements(lambda p: relative_place(p, roots), return_dtype=pl.String)
-                )
+        swaps += [_each_once(df, c, lambda p: relative_place(p, roots)) for c in _PATHS if c in df.columns]
         if "project" in df.columns:
-            swaps.append(pl.col("project").map_elements(project_name, return_dtype=pl.String))
+            swaps.append(_each_once(df, "project", project_name))
         out[table] = df.with_columns(swaps).with_columns(user=pl.lit(who.user, dtype=pl.String))
     return out
+
+
+def _each_once(df: pl.DataFrame, column: str, rename: Callable[[str], str | None]) -> pl.Expr:
+    """``column`` with each value renamed, each distinct value once (a project names every request)."""
+    import polars as pl
+
+    names = {v: rename(v) for v in df.get_column(column).drop_nulls().unique().to_list()}
+    return pl.col(column).replace_strict(names, default=None, return_dtype=pl.String)
 
 
 def fingerprints(tables: Mapping[str, pl.DataFrame], salt: str) -> dict[str, str]:
@@ -559,17 +563,12 @@ def load_sessions_or_dataset(
     """``frames.loading.load_corpus`` of ``paths``, or, for a dataset given alone (a folder ``ctxtool export``
     wrote, or a store URL), the dataset read back (``audit`` and ``report`` take either)."""
     from ctxtool.frames.loading import CacheUse, load_corpus
-    from ctxtool.session.discover import is_dataset
+    from ctxtool.session.discover import dataset_in
 
-    datasets = [str(p) for p in paths if is_dataset(p)]
-    if not datasets:
+    dataset = dataset_in(paths)
+    if dataset is None:
         return load_corpus(paths, subagents=subagents, **reading)
-    if len(paths) > 1:
-        raise UsageError(
-            "a ctxtool dataset cannot be combined with other paths",
-            f"Pass {datasets[0]} alone, or export the sessions into it first (ctxtool export PATH --to DIR)",
-        )
-    return load_dataset(datasets[0], subagents=subagents), CacheUse()
+    return load_dataset(dataset, subagents=subagents), CacheUse()
 
 
 def _objects(store: Store, table: str, schema_1: bool) -> list[tuple[str, int]]:

@@ -404,17 +404,13 @@ def test_the_setups_read_objects_of_an_older_release(
         assert (row["n"], row["v"]) == _present(fleet, table, column), f"{engine}: {table}.{column}"
 
 
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
 @pytest.mark.parametrize("report", list(REPORTS))
-def test_duckdb_gives_the_reports_of_stats(report: str, duckdb_run: Run, stats: Stats) -> None:
+def test_each_engine_gives_the_reports_of_stats(
+    report: str, engine: str, request: pytest.FixtureRequest, stats: Stats
+) -> None:
+    run: Run = request.getfixturevalue(f"{engine}_run")
     started = time.perf_counter()
-    rows = duckdb_run(queries()[report])
-    TIMES["duckdb queries"] = TIMES.get("duckdb queries", 0) + time.perf_counter() - started
-    check_report(report, rows, stats, "duckdb")
-
-
-@pytest.mark.parametrize("report", list(REPORTS))
-def test_spark_gives_the_reports_of_stats(report: str, spark_run: Run, stats: Stats) -> None:
-    started = time.perf_counter()
-    rows = spark_run(queries()[report])
-    TIMES["spark queries"] = TIMES.get("spark queries", 0) + time.perf_counter() - started
-    check_report(report, rows, stats, "spark")
+    rows = run(queries()[report])
+    TIMES[f"{engine} queries"] = TIMES.get(f"{engine} queries", 0) + time.perf_counter() - started
+    check_report(report, rows, stats, engine)

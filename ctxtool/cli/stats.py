@@ -152,15 +152,9 @@ class StatsRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of s
             raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
         options.check_timezone(timezone)
         filters = options.filter_args(since, until, project, session, model)
-        from ctxtool.session.discover import is_dataset
+        from ctxtool.session.discover import dataset_in
 
-        datasets = [p for p in paths or () if is_dataset(p)]
-        if datasets and len(paths or ()) > 1:
-            raise UsageError(
-                "a ctxtool dataset cannot be combined with other paths",
-                f"Pass {datasets[0]} alone, or export the sessions into it first "
-                "(ctxtool export PATH --to DIR)",
-            )
+        dataset = dataset_in(paths or [])
         given = (
             *([f"--since {since}"] if since else []),
             *([f"--until {until}"] if until else []),
@@ -182,7 +176,7 @@ class StatsRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of s
             limit=limit,
             show_secrets=show_secrets,
         )
-        return cls(paths or [], datasets[0] if datasets else None, query, fmt, output, given)
+        return cls(paths or [], dataset, query, fmt, output, given)
 
 
 def stats(
@@ -301,8 +295,8 @@ def _report(
             sums = (query.by, query.timezone) if query.by != "session" else True
             t = export.load_dataset(request.dataset, subagents=subagents, sums=sums).tally
             made = tally_report(t, query, warn=warn)
-            if made is not None:
-                return made, CacheUse()
+            assert made is not None  # (no message columns needed: needs_detail)
+            return made, CacheUse()
         days = (query.filters.get("since"), query.filters.get("until"))
         dated = days != (None, None) and query.top is None
         corpus = export.load_dataset(request.dataset, subagents=subagents, days=days if dated else None)

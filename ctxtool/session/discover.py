@@ -97,6 +97,20 @@ def is_dataset(path: str | os.PathLike[str]) -> bool:
     )
 
 
+def dataset_in(paths: Sequence[str]) -> str | None:
+    """The dataset PATHS name (a folder ``ctxtool export`` wrote, or a store URL), which must come alone;
+    None for session files and folders."""
+    from ctxtool.common.errors import UsageError
+
+    datasets = [str(p) for p in paths if is_dataset(p)]
+    if datasets and len(paths) > 1:
+        raise UsageError(
+            "a ctxtool dataset cannot be combined with other paths",
+            f"Pass {datasets[0]} alone, or export the sessions into it first (ctxtool export PATH --to DIR)",
+        )
+    return datasets[0] if datasets else None
+
+
 def os_reason(exc: OSError) -> tuple[str, str]:
     """(key, message) for a filesystem error on one entry."""
     found = _OS_REASONS.get(exc.errno or 0)
