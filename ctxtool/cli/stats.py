@@ -11,6 +11,7 @@ import typer
 
 from ctxtool.cli import options
 from ctxtool.cli.status import ExitStatus
+from ctxtool.common.choices import BY_CHOICES
 from ctxtool.common.errors import UsageError, use_one_of
 from ctxtool.common.wording import plural
 
@@ -79,7 +80,7 @@ BY = typer.Option(
     "--by",
     "-b",
     metavar="ROWS",
-    help="turn, request, session, model, project, day, week, month.",
+    help=", ".join(BY_CHOICES) + ".",
 )
 FORMAT = typer.Option(
     None,
