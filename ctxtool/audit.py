@@ -1,12 +1,11 @@
 """Budgets for Gemini CLI sessions: rules in, checks out. Knows nothing about exit codes or terminals.
 
-Owns: the rule set (flags and the ``ctxtool.toml`` / ``[tool.ctxtool.audit]`` configuration, flags winning,
-``--rule`` choosing among them), scoping rules to projects and models, measuring every metric per session
-(subagents rolled up into their parent, as ``ctxtool stats --by session`` does) or per day, naming the
-offending turn, request or tool call, the comparison with an earlier report (``--baseline``), the audit as the
-command runs it (``audit_corpus``: the filters, what a check quotes redacted, the baseline), and the report
-formats that are data (JSON, JUnit XML, markdown, GitHub workflow annotations). The CLI turns an
-``AuditReport`` into an exit status.
+Owns: the rule set (flags, winning over ``ctxtool.toml`` / ``[tool.ctxtool.audit]``; ``--rule`` choosing
+among them) scoped to projects, models and users; every metric measured per session (subagents rolled up into
+their parent, as ``ctxtool stats --by session``) or per day, naming the offending turn, request or tool call;
+the ``--baseline`` comparison; the audit as the command runs it (``audit_corpus``); and the report formats
+that are data (JSON, JUnit XML, markdown, GitHub annotations). The CLI turns an ``AuditReport`` into an exit
+status.
 
 Metric definitions (the README repeats them):
 
@@ -31,7 +30,7 @@ import math
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 from xml.etree import ElementTree as ET
@@ -43,12 +42,7 @@ from ctxtool.common.identity import identity
 from ctxtool.common.markup import escape_markdown, workflow_data, workflow_property, xml_document
 from ctxtool.common.wording import plural
 from ctxtool.frames.model import SCHEMA_VERSION, Corpus, Problem
-from ctxtool.frames.query import (
-    filter_corpus,
-    read_summary,
-    read_warnings,
-    report,
-)
+from ctxtool.frames.query import filter_corpus, read_summary, read_warnings, report
 from ctxtool.frames.reading import describe_problems, problem_counts
 from ctxtool.measure.tokens import cache_ratio
 
@@ -58,28 +52,22 @@ CheckStatus = Literal["pass", "fail", "skip"]
 
 @dataclass(frozen=True, slots=True)
 class Metric:
-    name: str
     kind: Kind
-    lower_is_better: bool  # False only for min-cache-ratio
-    help: str
+    lower_is_better: bool = True  # False only for min-cache-ratio
 
 
 METRICS: dict[str, Metric] = {
-    m.name: m
-    for m in (
-        Metric("max-session-tokens", "tokens", True, "total tokens of a session (subagents included)"),
-        Metric("max-turn-tokens", "tokens", True, "total tokens of one turn"),
-        Metric("max-request-tokens", "tokens", True, "total tokens of one request"),
-        Metric("max-context-share", "share", True, "one request's prompt over the model's context window"),
-        Metric("max-session-cost", "cost", True, "cost of a session in USD"),
-        Metric("max-daily-cost", "cost", True, "all audited sessions' cost per day (UTC or --timezone), USD"),
-        Metric("min-cache-ratio", "share", False, "cached over input tokens of a session"),
-        Metric("max-compressions", "count", True, "compression events in a session"),
-        Metric("max-tool-output-share", "share", True, "tool-result characters over all content characters"),
-        Metric("max-secrets", "count", True, "secrets (API keys, tokens, private keys) held in a session"),
-    )
+    "max-session-tokens": Metric("tokens"),
+    "max-turn-tokens": Metric("tokens"),
+    "max-request-tokens": Metric("tokens"),
+    "max-context-share": Metric("share"),
+    "max-session-cost": Metric("cost"),
+    "max-daily-cost": Metric("cost"),  # all audited sessions' cost per day (UTC or --timezone)
+    "min-cache-ratio": Metric("share", lower_is_better=False),
+    "max-compressions": Metric("count"),
+    "max-tool-output-share": Metric("share"),
+    "max-secrets": Metric("count"),  # secrets (API keys, tokens, private keys) held in a session
 }
-CONFIG_FILE = "ctxtool.toml"
 _FIX_CONFIG = "See `ctxtool audit --help` and the README section on the configuration file"
 
 
@@ -89,8 +77,8 @@ class Rule:
     limit: float
     projects: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
-    source: str = "flag"  # "flag", or the config file it came from
     users: tuple[str, ...] = ()  # a team's dataset: whose sessions (and days) the rule is for, each apart
+    source: str = "flag"  # "flag", or the config file it came from
 
     @property
     def scoped(self) -> bool:
@@ -98,24 +86,12 @@ class Rule:
 
     @property
     def scope(self) -> str:
-        parts = []
-        if self.projects:
-            parts.append("projects " + ",".join(self.projects))
-        if self.models:
-            parts.append("models " + ",".join(self.models))
-        if self.users:
-            parts.append("users " + ",".join(self.users))
-        return "; ".join(parts)
+        named = (("projects", self.projects), ("models", self.models), ("users", self.users))
+        return "; ".join(f"{name} {','.join(values)}" for name, values in named if values)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "rule": self.metric,
-            "limit": json_number(self.metric, self.limit),
-            "projects": list(self.projects),
-            "models": list(self.models),
-            "users": list(self.users),
-            "source": self.source,
-        }
+        fields = asdict(self)
+        return {"rule": fields.pop("metric"), **fields, "limit": json_number(self.metric, self.limit)}
 
 
 def json_number(metric: str, value: Any) -> Any:
@@ -141,64 +117,57 @@ def parse_limit(metric: str, value: Any, where: str = "") -> float:
         raise UsageError(f"{where}unknown rule {metric!r}", use_one_of(metric, METRICS))
     label = f"{where}{metric} {value!r}"
     if isinstance(value, bool):
-        raise UsageError(f"{label} is not a number", _example(m))
+        raise UsageError(f"{label} is not a number", _example(metric))
     if m.kind == "share":
         if isinstance(value, str) and value.strip().endswith("%"):
-            number = _number(value.strip()[:-1], label, m) / 100
+            number = _number(value.strip()[:-1], label, metric) / 100
         else:
-            number = _number(value, label, m)
+            number = _number(value, label, metric)
             if number > 1:
                 raise UsageError(f"{label} is a share above 1", f"Write it as a percentage, e.g. {number:g}%")
         if not 0 <= number <= 1:
-            raise UsageError(f"{label} is outside 0-100%", _example(m))
+            raise UsageError(f"{label} is outside 0-100%", _example(metric))
         return number
     if m.kind == "cost":
         text = value.strip().removeprefix("$") if isinstance(value, str) else value
-        number = _number(text, label, m)
+        number = _number(text, label, metric)
     elif m.kind == "tokens" and isinstance(value, str):
         match = _TOKENS_RE.match(value)
         if not match:
-            raise UsageError(f"{label} is not a token count", _example(m))
+            raise UsageError(f"{label} is not a token count", _example(metric))
         scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[match.group(2).lower()]
         number = float(match.group(1).replace("_", "").replace(",", "")) * scale
     else:
-        number = _number(value, label, m)
+        number = _number(value, label, metric)
     if number < 0:
-        raise UsageError(f"{label} is negative", _example(m))
+        raise UsageError(f"{label} is negative", _example(metric))
     return number
 
 
-def _number(value: Any, label: str, m: Metric) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value.strip().replace("_", ""))
-        except ValueError:
-            raise UsageError(f"{label} is not a number", _example(m)) from None
-    else:
-        raise UsageError(f"{label} is not a number", _example(m))
-    if math.isnan(number) or math.isinf(number):
-        raise UsageError(f"{label} is not a finite number", _example(m))
+def _number(value: Any, label: str, metric: str) -> float:
+    try:  # (a bool is refused before: parse_limit)
+        number = float(value.strip().replace("_", "") if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{label} is not a number", _example(metric)) from None
+    if not math.isfinite(number):
+        raise UsageError(f"{label} is not a finite number", _example(metric))
     return number
 
 
-def _example(m: Metric) -> str:
+def _example(metric: str) -> str:
     examples = {"tokens": "2000000 or 2M", "share": "60% or 0.6", "cost": "5 or 2.50 (USD)", "count": "3"}
-    return f"Write {m.name} as e.g. {examples[m.kind]}"
+    return f"Write {metric} as e.g. {examples[METRICS[metric].kind]}"
 
 
 def parse_tolerance(value: str) -> float:
     """``10%`` or ``0.1`` → 0.1."""
-    text = value.strip()
+    text, fix = value.strip(), "Write it as e.g. 10% or 0.1"
     try:
         number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise UsageError(
-            f"--tolerance {value!r} is not a percentage", "Write it as e.g. 10% or 0.1"
-        ) from None
+        raise UsageError(f"--tolerance {value!r} is not a percentage", fix) from None
     if number < 0 or math.isnan(number) or math.isinf(number):
-        raise UsageError(f"--tolerance {value!r} must be 0 or more", "Write it as e.g. 10% or 0.1")
+        raise UsageError(f"--tolerance {value!r} must be 0 or more", fix)
     return number
 
 
@@ -209,7 +178,7 @@ def find_config(start: Path) -> Path | None:
     """The nearest ``ctxtool.toml``, or ``pyproject.toml`` with ``[tool.ctxtool.audit]``, in ``start`` or a
     parent directory."""
     for folder in [start, *start.parents]:
-        candidate = folder / CONFIG_FILE
+        candidate = folder / "ctxtool.toml"
         if candidate.is_file():
             return candidate
         pyproject = folder / "pyproject.toml"
@@ -249,14 +218,13 @@ def load_config(path: Path) -> list[Rule]:
     if not isinstance(section, dict):
         raise UsageError(f"{path}: {where} is not a table", _FIX_CONFIG)
     rules: list[Rule] = []
+    prefix = f"{path.name} {where}: "
     for key, value in section.items():
         metric = key.replace("_", "-")
-        prefix = f"{path.name} {where}: "
         if metric not in METRICS:
             raise UsageError(f"{prefix}unknown rule {key!r}", use_one_of(key, METRICS))
         entries = value if isinstance(value, list) else [value]
-        for entry in entries:
-            rules.append(_rule_from_toml(metric, entry, prefix, str(path)))
+        rules += [_rule_from_toml(metric, entry, prefix, str(path)) for entry in entries]
     return rules
 
 
@@ -279,14 +247,7 @@ def _rule_from_toml(metric: str, entry: Any, prefix: str, source: str) -> Rule:
         if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
             raise UsageError(f"{prefix}{metric}.{name} is not a list of strings", f'Write {name} = ["…"]')
         scopes[name] = tuple(raw)
-    return Rule(
-        metric,
-        parse_limit(metric, entry["limit"], prefix),
-        projects=scopes["projects"],
-        models=scopes["models"],
-        source=source,
-        users=scopes["users"],
-    )
+    return Rule(metric, parse_limit(metric, entry["limit"], prefix), source=source, **scopes)
 
 
 def merge_rules(config: Sequence[Rule], flags: Mapping[str, float | None]) -> list[Rule]:
@@ -332,19 +293,8 @@ class Check:
     scope: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "subject": self.subject,
-            "session_id": self.session_id,
-            "project": self.project,
-            "file": self.file,
-            "status": self.status,
-            "value": json_number(self.rule, self.value),
-            "limit": json_number(self.rule, self.limit),
-            "offender": self.offender,
-            "message": self.message,
-            "scope": self.scope,
-        }
+        value, limit = json_number(self.rule, self.value), json_number(self.rule, self.limit)
+        return {**asdict(self), "value": value, "limit": limit}
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,6 +413,7 @@ def _rules_for(
 
 
 def _fmt(metric: str, value: float | None) -> str:
+    """A metric's value as the reports show it (tokens with separators, shares as %, costs in USD)."""
     if value is None:
         return "n/a"
     kind = METRICS[metric].kind
@@ -473,9 +424,7 @@ def _fmt(metric: str, value: float | None) -> str:
     return f"{value:,.0f}"
 
 
-def format_value(metric: str, value: float | None) -> str:
-    """A metric's value as the reports show it (tokens with separators, shares as %, costs in USD)."""
-    return _fmt(metric, value)
+format_value = _fmt  # the public name, for the CLI and the renderer
 
 
 @dataclass(slots=True)
@@ -491,36 +440,22 @@ class _Families:
 
     def __init__(self, corpus: Corpus) -> None:
         roots = corpus.sessions.select("session_key", "root_session_key")
-
-        def split(df: pl.DataFrame) -> tuple[dict[Any, pl.DataFrame], pl.DataFrame]:
+        self.parts: list[tuple[dict[Any, pl.DataFrame], pl.DataFrame]] = []  # by root key, and none
+        for df in (corpus.requests, corpus.turns, corpus.tool_calls, corpus.messages):
             if "root_session_key" not in df.columns:
                 df = df.join(roots, on="session_key", how="left")
-            return df.partition_by("root_session_key", as_dict=True), df.clear()
+            self.parts.append((df.partition_by("root_session_key", as_dict=True), df.clear()))
 
-        self.requests, self._no_requests = split(corpus.requests)
-        self.turns, self._no_turns = split(corpus.turns)
-        self.tools, self._no_tools = split(corpus.tool_calls)
-        self.messages, self._no_messages = split(corpus.messages)
-
-    def of(self, key: str) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        k = (key,)
-        return (
-            self.requests.get(k, self._no_requests),
-            self.turns.get(k, self._no_turns),
-            self.tools.get(k, self._no_tools),
-            self.messages.get(k, self._no_messages),
-        )
+    def of(self, key: str) -> tuple[pl.DataFrame, ...]:
+        """The requests, turns, tool calls and messages of the root session ``key``."""
+        return tuple(parts.get((key,), empty) for parts, empty in self.parts)
 
 
 def _session_measures(
-    corpus: Corpus,
-    key: str,
-    row: Mapping[str, Any],
-    models: Sequence[str] | None,
-    families: _Families | None = None,
+    families: _Families, key: str, row: Mapping[str, Any], models: Sequence[str] | None
 ) -> dict[str, _Measure]:
     """Every session metric of one root session (and its subagents), optionally restricted to models."""
-    req, turns, tools, msgs = (families or _Families(corpus)).of(key)
+    req, turns, tools, msgs = families.of(key)
     if models is not None:
         req = req.filter(pl.col("model").is_in(list(models)))
     out: dict[str, _Measure] = {}
@@ -529,31 +464,24 @@ def _session_measures(
         sub = f" of subagent {r['session']}" if r["session_key"] != key else ""
         return f"turn {r['turn']}{sub}"
 
-    total = int(req.get_column("total").sum() or 0) if models is not None else int(row["total"] or 0)
-    top_turn = None
-    if req.height:
-        per_turn = (
-            req.group_by("session_key", "session", "turn")
-            .agg(pl.col("total").sum())
-            .sort("total", "session_key", "turn", descending=[True, False, False])
+    def top(df: pl.DataFrame, *by: str, nulls_last: bool = False) -> dict[str, Any]:
+        """The row of the largest ``by[0]``, ties to the first by the rest."""
+        return df.sort(*by, descending=[True] + [False] * (len(by) - 1), nulls_last=nulls_last).row(
+            0, named=True
         )
-        top_turn = per_turn.row(0, named=True)
+
+    total = int(req.get_column("total").sum() or 0) if models is not None else int(row["total"] or 0)
+    per_turn = req.group_by("session_key", "session", "turn").agg(pl.col("total").sum())
+    top_turn = top(per_turn, "total", "session_key", "turn") if req.height else None
     out["max-session-tokens"] = _Measure(
         float(total), f"{where(top_turn)} ({plural(top_turn['total'], 'token')})" if top_turn else None
     )
-    if models is None and turns.height:
-        t = turns.sort("total", "session_key", "turn", descending=[True, False, False]).row(0, named=True)
-        out["max-turn-tokens"] = _Measure(float(t["total"]), where(t))
-    elif top_turn:
-        out["max-turn-tokens"] = _Measure(float(top_turn["total"]), where(top_turn))
-    else:
-        out["max-turn-tokens"] = _Measure(0.0)
+    t = top(turns, "total", "session_key", "turn") if models is None and turns.height else top_turn
+    out["max-turn-tokens"] = _Measure(float(t["total"]), where(t)) if t else _Measure(0.0)
     if req.height:
-        r = req.sort("total", "position", descending=[True, False]).row(0, named=True)
+        r = top(req, "total", "position")
         out["max-request-tokens"] = _Measure(float(r["total"]), f"{where(r)}, request {r['message_id']}")
-        c = req.sort("context_share", "position", descending=[True, False], nulls_last=True).row(
-            0, named=True
-        )
+        c = top(req, "context_share", "position", nulls_last=True)
         out["max-context-share"] = _Measure(
             c["context_share"],
             f"{where(c)}, request {c['message_id']} "
@@ -582,9 +510,7 @@ def _session_measures(
     share = result_bytes / stored if stored else 0.0
     top_tool = None
     if tools.height and result_bytes:
-        tt = tools.sort("result_bytes", "session_key", "turn", descending=[True, False, False]).row(
-            0, named=True
-        )
+        tt = top(tools, "result_bytes", "session_key", "turn")
         top_tool = f"{tt['name']} in {where(tt)} ({plural(tt['result_bytes'], 'byte')})"
     out["max-tool-output-share"] = _Measure(share, top_tool)
     return out
@@ -620,14 +546,11 @@ def audit_corpus(corpus: Corpus, query: AuditQuery, *, warn: Callable[[str], Non
         warn(warning)
     if corpus.sessions.height == 0:
         problems = describe_problems(problem_counts(corpus.problems))
+        filtered = any(query.filters.values())
         raise CtxtoolError(
             "no session to audit"
             + (f" ({problems})" if problems else "")
-            + (
-                " matches the --since/--until/--project/--session/--model filters"
-                if any(query.filters.values())
-                else ""
-            ),
+            + (" matches the --since/--until/--project/--session/--model filters" if filtered else ""),
             "Check the PATHS (or GEMINI_CLI_HOME); Gemini CLI writes <home>/.gemini/tmp/<project>/chats",
         )
     result = run_audit(corpus, query.rules, timezone=query.timezone)
@@ -648,49 +571,32 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = N
     """Apply ``rules`` to every root session of ``corpus`` (and to each day for max-daily-cost: a UTC day,
     or one of ``timezone``, an IANA name)."""
     sessions = report(corpus, "session")
-    key_of = dict(
-        zip(corpus.sessions.get_column("file"), corpus.sessions.get_column("session_key"), strict=True)
-    )
-    dirs = dict(
-        zip(corpus.sessions.get_column("session_key"), corpus.sessions.get_column("project_dir"), strict=True)
-    )
+    column = corpus.sessions.get_column
+    key_of = dict(zip(column("file"), column("session_key"), strict=True))
+    dirs = dict(zip(column("session_key"), column("project_dir"), strict=True))
 
     checks: list[Check] = []
     metrics: dict[str, dict[str, float | None]] = {}
     info: dict[str, dict[str, Any]] = {}
     families = _Families(corpus)
     me = identity().user  # local sessions are this user's; a dataset's rows say whose they are
-    users = (
-        dict(zip(corpus.sessions.get_column("session_key"), corpus.sessions.get_column("user"), strict=True))
-        if "user" in corpus.sessions.columns
-        else {}
-    )
+    has_user = "user" in corpus.sessions.columns
+    users = dict(zip(column("session_key"), column("user"), strict=True)) if has_user else {}
     for row in sessions.iter_rows(named=True):
         key = key_of[row["file"]]
         models = [m for m in (row["models"] or "").split(",") if m]
         projects = [row["project"], dirs.get(key)]
-        info[key] = {
-            "session": row["session"],
-            "session_id": row["session_id"],
-            "project": row["project"],
-            "file": row["file"],
-            "models": models,
-        }
-        measures = _session_measures(corpus, key, row, None, families)
+        info[key] = {**{k: row[k] for k in ("session", "session_id", "project", "file")}, "models": models}
+        measures = _session_measures(families, key, row, None)
         if any(r.metric == "max-secrets" for r in rules):  # reads the whole file: only when asked
             measures["max-secrets"] = _secrets_measure(row["file"])
-        metrics[key] = {name: m.value for name, m in measures.items() if name != "max-daily-cost"}
-        for metric in METRICS:
-            if metric == "max-daily-cost":
-                continue
+        metrics[key] = {name: m.value for name, m in measures.items()}
+        for metric in [m for m in METRICS if m != "max-daily-cost"]:
             for rule in _rules_for(rules, metric, projects, models, users.get(key) or me):
-                measure = (
-                    _session_measures(corpus, key, row, _models_matching(rule.models, models), families)[
-                        metric
-                    ]
-                    if rule.models
-                    else measures[metric]
-                )
+                measure = measures[metric]
+                if rule.models:
+                    only = [m for m in models if _matches(rule.models, (m,))]
+                    measure = _session_measures(families, key, row, only)[metric]
                 checks.append(
                     _check(rule, measure, row["session"], row["session_id"], row["project"], row["file"])
                 )
@@ -699,16 +605,11 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = N
     for metric, m in METRICS.items():
         values = [x for v in metrics.values() if (x := v.get(metric)) is not None]
         summary[metric] = None if not values else (max(values) if m.lower_is_better else min(values))
-    daily = _daily_costs(corpus, None, None, timezone)
-    summary["max-daily-cost"] = max((c for _, c in daily if c is not None), default=None) if daily else None
+    daily = _daily_costs(corpus, timezone)
+    summary["max-daily-cost"] = max((c for _, c in daily if c is not None), default=None)
     for rule in [r for r in rules if r.metric == "max-daily-cost"]:
         for user in _users_of(corpus, rule, me):  # a rule for users: each one's days apart
-            scoped = (
-                _daily_costs(corpus, rule.projects or None, rule.models or None, timezone, user)
-                if rule.scoped
-                else daily
-            )
-            for day, cost in scoped:
+            for day, cost in _daily_costs(corpus, timezone, rule, user) if rule.scoped else daily:
                 subject = day if user is None else f"{day} {user}"
                 measure = _Measure(cost, None, "" if cost is not None else "no price known")
                 checks.append(_check(rule, measure, subject, None, None, None))
@@ -738,10 +639,6 @@ def _secrets_measure(file: str | None) -> _Measure:
         return _Measure(0.0)
     kinds = sorted({f.kind for f in found})
     return _Measure(float(len(found)), f"message {found[0].message_id}: {', '.join(kinds)}")
-
-
-def _models_matching(patterns: Sequence[str], models: Sequence[str]) -> list[str]:
-    return [m for m in models if any(fnmatch.fnmatchcase(m, p) for p in patterns)]
 
 
 def _check(
@@ -786,25 +683,22 @@ def _users_of(corpus: Corpus, rule: Rule, me: str) -> list[str | None]:
 
 
 def _daily_costs(
-    corpus: Corpus,
-    projects: Sequence[str] | None,
-    models: Sequence[str] | None,
-    timezone: str | None = None,
-    user: str | None = None,
+    corpus: Corpus, timezone: str | None, rule: Rule | None = None, user: str | None = None
 ) -> list[tuple[str, float | None]]:
+    """The cost of each day (of ``timezone``) of the requests ``rule``'s scope and ``user`` keep."""
     req = corpus.requests
     if user is not None and "user" in corpus.sessions.columns:
         mine = corpus.sessions.filter(pl.col("user") == user).get_column("session_key")
         req = req.filter(pl.col("session_key").is_in(mine.implode()))
-    if projects:
+    if rule is not None and rule.projects:
         keys = [
             k
             for k, name, folder in corpus.sessions.select("session_key", "project", "project_dir").iter_rows()
-            if _matches(projects, (name, folder))
+            if _matches(rule.projects, (name, folder))
         ]
         req = req.filter(pl.col("session_key").is_in(keys))
-    if models:
-        names = [m for m in req.get_column("model").unique().to_list() if m and _matches(models, (m,))]
+    if rule is not None and rule.models:
+        names = [m for m in req.get_column("model").unique().to_list() if m and _matches(rule.models, (m,))]
         req = req.filter(pl.col("model").is_in(names))
     if req.height == 0:
         return []
@@ -828,6 +722,7 @@ def _daily_costs(
 def load_baseline(path: Path) -> dict[str, Any]:
     import orjson
 
+    fix = "Pass a report written by `ctxtool audit --format json`"
     try:
         doc = orjson.loads(path.read_bytes())
     except OSError as exc:
@@ -836,14 +731,9 @@ def load_baseline(path: Path) -> dict[str, Any]:
             "Pass a report written by `ctxtool audit --format json --output FILE`",
         ) from None
     except orjson.JSONDecodeError:
-        raise UsageError(
-            f"--baseline {path}: is not JSON", "Pass a report written by `ctxtool audit --format json`"
-        ) from None
+        raise UsageError(f"--baseline {path}: is not JSON", fix) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict) or "schema_version" not in doc:
-        raise UsageError(
-            f"--baseline {path}: is not a ctxtool audit report",
-            "Pass a report written by `ctxtool audit --format json`",
-        )
+        raise UsageError(f"--baseline {path}: is not a ctxtool audit report", fix)
     return doc
 
 
@@ -893,44 +783,34 @@ def junit_xml(report_: AuditReport) -> bytes:
     """JUnit XML: one test case per session and rule (classname ``ctxtool.audit.<session>``), one per
     unreadable file (an error) and one per baseline regression (a failure)."""
     suite = ET.Element("testsuite", name="ctxtool audit")
+
+    def case(classname: str, name: str) -> ET.Element:
+        return ET.SubElement(suite, "testcase", classname=f"ctxtool.audit.{classname}", name=name, time="0")
+
     for c in report_.checks:
-        case = ET.SubElement(
-            suite,
-            "testcase",
-            classname=f"ctxtool.audit.{c.subject}",
-            name=c.rule + (f" [{c.scope}]" if c.scope else ""),
-            time="0",
-        )
+        check = case(c.subject, c.rule + (f" [{c.scope}]" if c.scope else ""))
         if c.file:
-            case.set("file", c.file)
+            check.set("file", c.file)
         if c.status == "fail":
-            failure = ET.SubElement(case, "failure", message=c.message, type="BudgetExceeded")
-            failure.text = c.message
+            ET.SubElement(check, "failure", message=c.message, type="BudgetExceeded").text = c.message
         elif c.status == "skip":
-            ET.SubElement(case, "skipped", message=c.message)
+            ET.SubElement(check, "skipped", message=c.message)
         else:
-            out = ET.SubElement(case, "system-out")
-            out.text = c.message
-    for e in report_.errors:
-        case = ET.SubElement(suite, "testcase", classname="ctxtool.audit.read", name=e["file"], time="0")
-        error = ET.SubElement(case, "error", message=e["message"], type="SessionFormatError")
-        error.text = e["message"]
-    for e in report_.unmatched:
-        case = ET.SubElement(suite, "testcase", classname="ctxtool.audit.read", name=e["path"], time="0")
-        error = ET.SubElement(case, "error", message=e["message"], type="NoSessionFound")
-        error.text = e["message"]
+            ET.SubElement(check, "system-out").text = c.message
+    for entries, key, kind in (
+        (report_.errors, "file", "SessionFormatError"),
+        (report_.unmatched, "path", "NoSessionFound"),
+    ):
+        for e in entries:
+            ET.SubElement(case("read", e[key]), "error", message=e["message"], type=kind).text = e["message"]
     for r in report_.regressions:
-        case = ET.SubElement(
-            suite, "testcase", classname="ctxtool.audit.baseline", name=f"{r.metric} [{r.subject}]", time="0"
-        )
         text = regression_text(r)
-        failure = ET.SubElement(case, "failure", message=text, type="Regression")
-        failure.text = text
+        failed = case("baseline", f"{r.metric} [{r.subject}]")
+        ET.SubElement(failed, "failure", message=text, type="Regression").text = text
     cases = suite.findall("testcase")
     suite.set("tests", str(len(cases)))
-    suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
-    suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
-    suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
+    for tag, attr in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
+        suite.set(attr, str(sum(1 for c in cases if c.find(tag) is not None)))
     suite.set("time", "0")
     root = ET.Element("testsuites", name="ctxtool")
     for attr in ("tests", "failures", "errors", "skipped", "time"):
@@ -948,17 +828,13 @@ def regression_text(r: Regression) -> str:
 
 
 def verdict(report_: AuditReport) -> str:
-    n_fail, n_reg, n_err = len(report_.failures), len(report_.regressions), len(report_.errors)
-    n_unmatched = len(report_.unmatched)
-    parts = []
-    if n_fail:
-        parts.append(f"{plural(n_fail, 'budget')} exceeded")
-    if n_reg:
-        parts.append(plural(n_reg, "regression"))
-    if n_err:
-        parts.append(f"{plural(n_err, 'file')} unreadable")
-    if n_unmatched:
-        parts.append(f"{plural(n_unmatched, 'PATH')} without sessions")
+    counts = (
+        (report_.failures, "budget", " exceeded"),
+        (report_.regressions, "regression", ""),
+        (report_.errors, "file", " unreadable"),
+        (report_.unmatched, "PATH", " without sessions"),
+    )
+    parts = [plural(len(items), word) + tail for items, word, tail in counts if items]
     if not parts:
         return f"within budget ({plural(len(report_.checks), 'check')} passed or skipped)"
     return ", ".join(parts)
@@ -982,11 +858,11 @@ def markdown(report_: AuditReport) -> str:
             )
         lines.append("")
     if report_.baseline is not None:
-        lines.append(
+        lines += [
             f"Baseline {md(report_.baseline)} (tolerance {(report_.tolerance or 0) * 100:g}%): "
-            f"{plural(report_.baseline_compared, 'metric')} compared, {len(report_.regressions)} regressed."
-        )
-        lines.append("")
+            f"{plural(report_.baseline_compared, 'metric')} compared, {len(report_.regressions)} regressed.",
+            "",
+        ]
         if report_.regressions:
             lines += ["| metric | subject | baseline | now | change |", "|---|---|---:|---:|---:|"]
             for r in report_.regressions:
@@ -996,33 +872,25 @@ def markdown(report_: AuditReport) -> str:
                     f"{_fmt(r.metric, r.current)} | {change} |"
                 )
             lines.append("")
-    if report_.errors:
-        lines.append("Files that could not be read:")
-        lines.append("")
-        lines += [f"- {md(str(Problem(e['file'], e['message'])))}" for e in report_.errors]
-        lines.append("")
-    if report_.unmatched:
-        lines.append("PATHs that gave no session:")
-        lines.append("")
-        lines += [f"- {md(str(Problem(e['path'], e['message'])))}" for e in report_.unmatched]
-        lines.append("")
+    for heading, entries, key in (
+        ("Files that could not be read:", report_.errors, "file"),
+        ("PATHs that gave no session:", report_.unmatched, "path"),
+    ):
+        if entries:
+            lines += [heading, "", *(f"- {md(str(Problem(e[key], e['message'])))}" for e in entries), ""]
     return "\n".join(lines)
 
 
 def github_annotations(report_: AuditReport) -> list[str]:
     """GitHub Actions workflow commands (``::error …::…``) for failures and regressions, and warnings for
     unreadable files and PATHs that gave no session."""
-    out = []
-    for c in report_.failures:
-        title = workflow_property(f"ctxtool audit: {c.rule}")
-        out.append(f"::error title={title}::{workflow_data(f'{c.subject}: {c.message}')}")
-    for r in report_.regressions:
-        title = workflow_property(f"ctxtool audit: {r.metric} regressed")
-        out.append(f"::error title={title}::{workflow_data(regression_text(r))}")
-    for e in report_.errors:
-        title = workflow_property("ctxtool audit: unreadable file")
-        out.append(f"::warning title={title}::{workflow_data(e['message'])}")
-    for e in report_.unmatched:
-        title = workflow_property("ctxtool audit: no session")
-        out.append(f"::warning title={title}::{workflow_data(str(Problem(e['path'], e['message'])))}")
-    return out
+    notes = [
+        *(("error", c.rule, f"{c.subject}: {c.message}") for c in report_.failures),
+        *(("error", f"{r.metric} regressed", regression_text(r)) for r in report_.regressions),
+        *(("warning", "unreadable file", e["message"]) for e in report_.errors),
+        *(("warning", "no session", str(Problem(e["path"], e["message"]))) for e in report_.unmatched),
+    ]
+    return [
+        f"::{level} title={workflow_property('ctxtool audit: ' + title)}::{workflow_data(text)}"
+        for level, title, text in notes
+    ]

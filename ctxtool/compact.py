@@ -4,34 +4,23 @@ Owns the mapping between the port (``ctxtool.compress.gemini_cli.chat_compressio
 history turns) and session files (message records), where the result goes, and the per-session report. It is
 pure apart from the writes it is asked to do; it never prints.
 
-How the output is built (spec gemini-cli-compression.md sections 4, 10-13):
+The output (spec gemini-cli-compression.md sections 4, 10-13): the session is read as Gemini CLI resumes it
+(``SessionFile.messages``), curated (section 11.4) and handed to ``compress``, whose split lands on a plain
+user turn (or past the end), found by the id of the user message that opened it (``coalesceConsecutiveRoles``
+keeps the first id). Every session message from that one on is kept in its original order, including the
+records ``convertSessionToClientHistory`` skips; every message before it is summarised away.
 
-* Every message needs a unique string id (the split point is found by id, and Gemini CLI keys messages by
-  it): a legacy ``.json`` message without one, or repeating an earlier one, gets an id derived from its
-  position, written into the output; a ``.jsonl`` whose message records lack ids is refused
-  (``_with_message_ids``).
-* The session is read as Gemini CLI would resume it (``SessionFile.messages``), converted and curated
-  (section 11.4) and handed to ``compress``. Its split index points into the curated turns. The split always
-  lands on a plain user turn (or past the end), whose id is the id of the user message that opened it
-  (``coalesceConsecutiveRoles`` keeps the first id). Every session message from that one on is kept,
-  including ``info``/``error``/``warning`` messages and the other records ``convertSessionToClientHistory``
-  skips, in their original order; every message before it is summarised away.
-* COMPRESSED writes ``[stored <session_context> message (if the session had one), summary (user),
-  "Got it. Thanks for the additional context!" (gemini), ...kept messages]``. Summary and ack have the HEAD
-  shapes of section 12 (``{id, timestamp, type, content: [{text}]}``). Kept messages are the records as
-  loaded, re-serialised canonically, so they keep their ids and bytes; the one exception is a tool output
-  that upstream's budget truncation (section 6) replaced inside the kept span: its ``toolCalls[].result`` (or
-  ``functionResponse`` part) is set to the truncated response, as Gemini CLI's masking sync does, and the
-  report lists those message ids in ``synced_messages``.
+* COMPRESSED writes ``[stored <session_context> message (if the session had one), summary (user), ack
+  (gemini), ...kept messages]``, summary and ack in the HEAD shapes of section 12. Kept messages are the
+  records as loaded, re-serialised canonically; a tool output that upstream's budget truncation (section 6)
+  replaced is set to the truncated response, as Gemini CLI's masking sync does (``synced_messages``).
 * CONTENT_TRUNCATED (``truncate_only``, or an automatic attempt after an inflated result) writes every
-  message, with truncated tool outputs synced the same way.
-* NOOP, COMPRESSION_FAILED_EMPTY_SUMMARY and COMPRESSION_FAILED_INFLATED_TOKEN_COUNT write nothing.
-* Truncated tool outputs are saved to ``<project temp dir of the output>/tool-outputs/`` (upstream's
-  ``saveTruncatedToolOutput`` without a session id), named ``<tool>_<n>.txt``; ``n`` starts after the highest
-  number already in that folder, so compacting several sessions of one project never overwrites a file.
+  message, truncated tool outputs synced the same way.
+* NOOP and the COMPRESSION_FAILED statuses write nothing.
 
-The two summarizer calls are the only non-deterministic step; with the offline summarizer, an injected clock
-and id generator, the same input gives the same bytes.
+Truncated tool outputs are saved to ``<project temp dir of the output>/tool-outputs/`` (upstream's
+``saveTruncatedToolOutput`` without a session id). With the offline summarizer, an injected clock and id
+generator, the same input gives the same bytes.
 """
 
 from __future__ import annotations
@@ -44,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 import msgspec
 
@@ -55,11 +44,18 @@ from ctxtool.common.wording import plural
 from ctxtool.compress.gemini_cli import chat_compression as g
 from ctxtool.compress.gemini_cli.profiles import DEFAULT_PROFILE, Profile, get_profile
 from ctxtool.compress.gemini_cli.texts import CTXTOOL_TEXTS, CompressionTexts
+from ctxtool.compress.strategies.base import (
+    StrategyOptions,
+    StrategyResult,
+    gemini_estimate,
+    text_record,
+    wire_history,
+)
 from ctxtool.compress.summarize.facts import extract_facts, history_text, retention
 from ctxtool.compress.summarize.offline import KeepFacts, OfflineSummarizer
 from ctxtool.compress.summarizer import Content, Summarizer
-from ctxtool.session.columns import TurnCounts, turn_counts
-from ctxtool.session.discover import SessionPath
+from ctxtool.session.columns import TurnCounts, classify_user, message_text, turn_counts
+from ctxtool.session.discover import SessionPath, discover
 from ctxtool.session.ids import idless_lines, with_unique_ids
 from ctxtool.session.read import Era, SessionFile, parse_session_bytes
 from ctxtool.session.write import (
@@ -72,9 +68,6 @@ from ctxtool.session.write import (
     stringify,
     write_backup,
 )
-
-if TYPE_CHECKING:
-    from ctxtool.compress.strategies.base import StrategyResult
 
 Mode = Literal["out", "new-session", "in-place"]
 FAILED = "FAILED"  # status of a file that could not be read or written (not an upstream status)
@@ -108,10 +101,8 @@ class CompactOptions:
 
 @dataclass(frozen=True)
 class Destination:
-    """Where compacted files go: ``out`` (a separate tree), ``new-session`` or ``in-place``.
-
-    ``out_file`` (``out`` mode, one input only) names the output file itself instead of a tree.
-    """
+    """Where compacted files go: ``out`` (a separate tree, or ``out_file`` for one input), ``new-session`` or
+    ``in-place``."""
 
     mode: Mode = "out"
     out_dir: Path = Path(DEFAULT_OUT_DIR)
@@ -185,12 +176,7 @@ class CompactionReport:
 
 
 def measure_history(messages: Sequence[Mapping[str, Any]], model: str) -> int:
-    """Tokens before/after, as ``compact``, ``compare`` and ``diff`` report them: Gemini CLI's local estimate
-    (``estimateTokenCountSync``) of the history a resume of ``messages`` sends, env turn included. One
-    function, so the three commands agree to the token (the recorded prompt tokens of the last request are
-    reported beside it, under their own name)."""
-    from ctxtool.compress.strategies.base import gemini_estimate
-
+    """Tokens before/after, as ``compact``, ``compare`` and ``diff`` report them (``gemini_estimate``)."""
     return gemini_estimate([dict(m) for m in messages], model)
 
 
@@ -203,9 +189,8 @@ def _clean_leftovers(report: CompactionReport, *folders: Path) -> None:
 
 
 def _redacted(messages: Sequence[Mapping[str, Any]], report: CompactionReport) -> list[dict[str, Any]]:
-    """``--redact-secrets``: the messages with every secret in their text, thoughts and tool calls written as
-    ``[REDACTED:kind]`` (ctxtool.common.secret_scan), so a leaked key does not travel on into the next
-    conversation; the report notes how many."""
+    """``--redact-secrets``: every secret in the messages written as ``[REDACTED:kind]``, so a leaked key does
+    not travel on into the next conversation."""
     from ctxtool.common.secret_scan import in_messages, redact_value
 
     found = in_messages(messages)
@@ -225,14 +210,12 @@ def as_copies(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def compacted_title(session: SessionFile) -> str:
     """The one-line title Gemini CLI's session list shows for a compacted copy (its ``summary``)."""
-    from ctxtool.session.columns import classify_user, message_text
-
     title = session.metadata.get("summary")
     if not isinstance(title, str) or not title.strip():
         # The session's first prompt ever (the billed view: a compression may have dropped it since).
         prompts = (m.get("content") for m in session.billed if m.get("type") == "user")
         first = next((c for c in prompts if classify_user(c)[0]), None)
-        title = " ".join(message_text(first).split()) if first is not None else "session"
+        title = message_text(first) if first is not None else "session"
     title = " ".join(title.split())
     return f"{title[:100]} (compacted by ctxtool)"
 
@@ -256,7 +239,8 @@ _NUMBERED = re.compile(r"_(\d+)\.txt$|^(\d+)\.txt$")
 
 
 def next_truncation_id(directory: Path) -> int:
-    """One more than the highest ``<n>`` of the ``…_<n>.txt`` files already in ``directory``."""
+    """One more than the highest ``<n>`` of the ``…_<n>.txt`` files in ``directory``: compacting several
+    sessions of one project never overwrites one."""
     try:
         names = [p.name for p in directory.iterdir()]
     except OSError:
@@ -315,9 +299,8 @@ def _environment_text(
     )
 
     project = opts.workspace if opts.workspace is not None else recorded_project_root(path)
-    temp_dir = project_temp_dir(path)
     if project is not None and project.is_dir():
-        built = build_environment_text(opts.texts.env, project, temp_dir)
+        built = build_environment_text(opts.texts.env, project, project_temp_dir(path))
         report.env_source = "built"
         report.notes.extend(built.notes)
         return built.text
@@ -396,8 +379,6 @@ def _sync_message(msg: dict[str, Any], rep: Mapping[str, dict[str, Any]], used: 
 def _sync(
     messages: Sequence[dict[str, Any]], rep: Mapping[str, dict[str, Any]], report: CompactionReport
 ) -> list[dict[str, Any]]:
-    if not rep:
-        return list(messages)
     used: set[str] = set()
     out: list[dict[str, Any]] = []
     for msg in messages:
@@ -480,6 +461,7 @@ def compact_session(
     session, id_note = _with_message_ids(parse_session_bytes(data, sp.path), data)
     messages = cast(list[dict[str, Any]], session.messages)
     model = opts.chat_model or chat_model(messages)
+    out = _place(sp, session, opts, profile, dest, now, new_id)
     report = CompactionReport(
         input_path=str(sp.path),
         status=FAILED,
@@ -491,12 +473,10 @@ def compact_session(
         deterministic=summarizer.deterministic,
         messages_total=len(messages),
         session_id=session.session_id,
+        notes=[id_note] if id_note is not None else [],
         strategy=opts.strategy,
+        output_era=out.era,
     )
-    if id_note is not None:
-        report.notes.append(id_note)
-    out = _place(sp, session, opts, profile, dest, now, new_id)
-    report.output_era = out.era
     job = _Job(
         sp.path, data, stamp, session, model, summarizer, opts, profile, out, now, new_id, before_replace
     )
@@ -542,7 +522,6 @@ def _compact_with_port(job: _Job, report: CompactionReport) -> CompactionReport:
     messages = _rebuilt(job, curated, result, report)
     if result.new_history is not None and messages is not None:
         _note_masking(curated, result.new_history, report)
-    _note_failure(result, report)
     if messages is None:
         return report
     report.tokens_after = measure_history(messages, job.model)
@@ -649,7 +628,7 @@ def _replay(
 
 
 def _report_result(result: g.CompressionResult, turns: int, force: bool, report: CompactionReport) -> None:
-    """What the replay decided, on ``turns`` curated turns."""
+    """What the replay decided, on ``turns`` curated turns, and why a failed compression wrote nothing."""
     report.status = result.status.name
     report.threshold = result.threshold
     report.token_limit = result.token_limit
@@ -665,6 +644,15 @@ def _report_result(result: g.CompressionResult, turns: int, force: bool, report:
     if result.split_index is not None:
         report.turns_summarised = result.split_index
         report.turns_kept = turns - result.split_index
+    if result.status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT:
+        report.notes.append(
+            f"the new history would be larger ({result.new_token_count} > "
+            f"{plural(result.original_token_count, 'token')}); nothing was written"
+        )
+        report.reason = _not_beneficial(result.original_token_count, result.new_token_count)
+    elif result.status == g.CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY:
+        report.notes.append("the summarizer returned an empty summary; nothing was written")
+        report.reason = "the summarizer returned an empty summary"
 
 
 def _rebuilt(
@@ -681,8 +669,7 @@ def _rebuilt(
     out_messages = _sync(job.messages, _replacements(contents, result.new_history), report)
     report.messages_kept = len(out_messages)
     report.messages_summarised = 0
-    facts = extract_facts(contents)
-    report.retention = retention(facts, history_text(result.new_history)).as_dict()
+    report.retention = retention(extract_facts(contents), history_text(result.new_history)).as_dict()
     return out_messages
 
 
@@ -690,8 +677,6 @@ def _compressed(
     job: _Job, curated: g.CuratedSession, result: g.CompressionResult, report: CompactionReport
 ) -> list[dict[str, Any]]:
     """COMPRESSED: ``[stored <session_context> message, summary, ack, ...kept messages]``."""
-    from ctxtool.compress.strategies.base import text_record
-
     assert result.new_history is not None
     assert result.split_index is not None
     assert result.summary is not None
@@ -700,15 +685,14 @@ def _compressed(
     report.split_message_id = messages[keep_from]["id"] if keep_from < len(messages) else None
     env_index = g.stored_env_index(messages)
     head = [messages[env_index]] if env_index is not None and env_index < keep_from else []
+    report.messages_summarised = keep_from - len(head)
     ts = js_iso(job.now)
-    summary_msg = text_record("user", result.summary, ts, job.new_id)
-    ack_msg = text_record("gemini", job.opts.texts.ack, ts, job.new_id)
+    head.append(text_record("user", result.summary, ts, job.new_id))
+    head.append(text_record("gemini", job.opts.texts.ack, ts, job.new_id))
     kept = _sync(messages[keep_from:], _replacements(contents[split:], result.kept_history), report)
     report.messages_kept = len(kept)
-    report.messages_summarised = keep_from - len(head)
-    facts = extract_facts(contents[:split])
-    report.retention = retention(facts, history_text(result.new_history)).as_dict()
-    return [*head, summary_msg, ack_msg, *kept]
+    report.retention = retention(extract_facts(contents[:split]), history_text(result.new_history)).as_dict()
+    return [*head, *kept]
 
 
 def _note_masking(curated: g.CuratedSession, new_history: list[Content], report: CompactionReport) -> None:
@@ -721,19 +705,6 @@ def _note_masking(curated: g.CuratedSession, new_history: list[Content], report:
             f"({plural(plan.prunable_tokens, 'token')}) the next time it sends it (tool output masking); "
             "the token counts here are before that"
         )
-
-
-def _note_failure(result: g.CompressionResult, report: CompactionReport) -> None:
-    """Why a failed compression wrote nothing."""
-    if result.status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT:
-        report.notes.append(
-            f"the new history would be larger ({result.new_token_count} > "
-            f"{plural(result.original_token_count, 'token')}); nothing was written"
-        )
-        report.reason = _not_beneficial(result.original_token_count, result.new_token_count)
-    elif result.status == g.CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY:
-        report.notes.append("the summarizer returned an empty summary; nothing was written")
-        report.reason = "the summarizer returned an empty summary"
 
 
 # Gemini CLI 0.61.0 words an inflated result by the size of the history (CompressionMessage.tsx): under
@@ -794,7 +765,7 @@ def _apply(
     with interrupt.deferred(), _Written() as written:
         for saved in tool_outputs:
             written.write(Path(saved.path), saved.text.encode("utf-8", "surrogatepass"))
-        return _write_compacted(report, job, messages)
+        return _write_compacted(report, job, messages, written)
 
 
 # The key ctxtool adds to the ``$set`` record it appends for ``--in-place`` (Gemini CLI merges unknown
@@ -802,13 +773,12 @@ def _apply(
 COMPACTION_MARK = "ctxtoolCompaction"
 
 
-def _write_compacted(report: CompactionReport, job: _Job, messages: list[dict[str, Any]]) -> CompactionReport:
-    """Write the compacted session where ``job.out.dest`` says, never changing what was billed.
-
-    Every message written again is a copy without ``tokens`` (``as_copies``). ``--as-new-session`` and
-    ``--out`` write a session marked ``derivedFrom`` the original's id. ``--in-place`` keeps the recorded
-    history (``_write_in_place``).
-    """
+def _write_compacted(
+    report: CompactionReport, job: _Job, messages: list[dict[str, Any]], written: _Written
+) -> CompactionReport:
+    """Write the compacted session where ``job.out.dest`` says, every message a copy (``as_copies``):
+    ``--as-new-session`` and ``--out`` a session ``derivedFrom`` the original's id, ``--in-place`` beside the
+    recorded history (``_write_in_place``)."""
     copies = as_copies(messages)
     ts = js_iso(job.now)
     dest, session = job.out.dest, job.session
@@ -825,18 +795,12 @@ def _write_compacted(report: CompactionReport, job: _Job, messages: list[dict[st
         metadata["startTime"] = ts
         metadata["summary"] = compacted_title(session)
         report.session_id = job.out.new_session_id
-    payload = session_bytes(job.out.era, metadata, copies)
-    created = _missing_dirs(job.out.target.parent)
-    try:
-        atomic_write(
-            job.out.target,
-            payload,
-            exclusive=dest.mode == "new-session" or dest.out_file is not None,
-            like=job.path if dest.mode == "new-session" else None,  # beside the original: its privacy
-        )
-    except BaseException:
-        _remove_dirs(created)
-        raise
+    written.write(
+        job.out.target,
+        session_bytes(job.out.era, metadata, copies),
+        exclusive=dest.mode == "new-session" or dest.out_file is not None,
+        like=job.path if dest.mode == "new-session" else None,  # beside the original: its privacy
+    )
     report.written = True
     return report
 
@@ -850,28 +814,35 @@ def _write_in_place(report: CompactionReport, job: _Job, copies: list[dict[str, 
     assert job.stamp is not None
     source, data = job.path, job.data
     mark = {"at": ts, "strategy": report.strategy, "summarizer": report.summarizer}
+    record = {"$set": {"messages": copies, "lastUpdated": ts, COMPACTION_MARK: mark}}
     if job.session.era == "jsonl":
-        backup = write_backup(source, data, job.now)
         head = data if data.endswith(b"\n") or not data else data + b"\n"
-        record = {"$set": {"messages": copies, "lastUpdated": ts, COMPACTION_MARK: mark}}
-        try:
-            replace_checked(
-                source, head + stringify(record) + b"\n", job.stamp, before_replace=job.before_replace
-            )
-        except BaseException:
-            backup.unlink(missing_ok=True)  # nothing changed: no backup of it either
-            raise
+        new = head + stringify(record) + b"\n"
+        backup = _replace_after_backup(source, data, new, job.stamp, job.now, job.before_replace)
         report.backup_path = str(backup)
         return
     beside = source.with_suffix(".jsonl")
     mark["created"] = beside.name
-    metadata = {**job.session.metadata, "lastUpdated": ts}
-    lines = [stringify(metadata)]
+    lines = [stringify({**job.session.metadata, "lastUpdated": ts})]
     lines += [stringify(m) for m in job.session.messages]
-    lines.append(stringify({"$set": {"messages": copies, "lastUpdated": ts, COMPACTION_MARK: mark}}))
+    lines.append(stringify(record))
     atomic_write(beside, b"\n".join(lines) + b"\n", exclusive=True, like=source)
     report.output_path = str(beside)
     report.output_era = "jsonl"
+
+
+def _replace_after_backup(
+    path: Path, data: bytes, new: bytes, stamp: FileStamp, now: datetime, before: Callable[[], object] | None
+) -> Path:
+    """Back ``data`` (``path`` as read) up, then replace ``path`` with ``new`` unless it changed since; the
+    backup's path."""
+    backup = write_backup(path, data, now)
+    try:
+        replace_checked(path, new, stamp, before_replace=before)
+    except BaseException:
+        backup.unlink(missing_ok=True)  # nothing changed: no backup of it either
+        raise
+    return backup
 
 
 class _Written:
@@ -881,9 +852,12 @@ class _Written:
         self.files: list[Path] = []
         self.dirs: list[Path] = []
 
-    def write(self, path: Path, data: bytes) -> None:
-        self.dirs += _missing_dirs(path.parent)
-        atomic_write(path, data)
+    def write(self, path: Path, data: bytes, *, exclusive: bool = False, like: Path | None = None) -> None:
+        folder = path.parent
+        while not folder.exists() and folder.parent != folder:  # what atomic_write's mkdir will create
+            self.dirs.append(folder)
+            folder = folder.parent
+        atomic_write(path, data, exclusive=exclusive, like=like)
         self.files.append(path)
 
     def __enter__(self) -> _Written:
@@ -894,23 +868,9 @@ class _Written:
             return
         for path in self.files:
             path.unlink(missing_ok=True)
-        _remove_dirs(self.dirs)
-
-
-def _missing_dirs(folder: Path) -> list[Path]:
-    """The folders ``folder.mkdir(parents=True)`` would create, deepest first."""
-    out = []
-    while not folder.exists() and folder.parent != folder:
-        out.append(folder)
-        folder = folder.parent
-    return out
-
-
-def _remove_dirs(dirs: Sequence[Path]) -> None:
-    """Remove folders made for a write that failed, deepest first, if they are empty."""
-    for folder in sorted(set(dirs), key=lambda p: -len(p.parts)):
-        with contextlib.suppress(OSError):
-            folder.rmdir()
+        for folder in sorted(set(self.dirs), key=lambda p: -len(p.parts)):  # deepest first, if empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 @dataclass
@@ -928,16 +888,13 @@ class UndoReport:
         return dict(self.__dict__)
 
 
-def undo_compaction(
-    path: Path, *, force: bool = False, clock: Callable[[], datetime] | None = None
-) -> UndoReport:
+def undo_compaction(path: Path, *, force: bool = False) -> UndoReport:
     """Drop the ``$set.messages`` record the last ``compact --in-place`` appended to ``path`` (a ``.jsonl``;
     for a legacy ``.json``, the ``.jsonl`` ctxtool wrote beside it). The recorded history is untouched, so
     the session is again what it was before. Records appended after the compaction (Gemini CLI resumed the
     compacted session) are kept; undoing then needs ``force``, since they answered the compacted history.
     Raises CtxtoolError when the file cannot be undone.
     """
-    now = (clock or (lambda: datetime.now(UTC)))()
     path = Path(path)
     if path.suffix == ".json" and path.with_suffix(".jsonl").exists():
         path = path.with_suffix(".jsonl")
@@ -948,18 +905,15 @@ def undo_compaction(
     for index in range(len(lines) - 1, -1, -1):
         line = lines[index]
         if COMPACTION_MARK.encode() in line and line.startswith(b'{"$set"'):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record.get("$set"), dict) and COMPACTION_MARK in record["$set"]:
-                found = (index, record["$set"][COMPACTION_MARK])
-                break
+            with contextlib.suppress(ValueError):
+                patch = json.loads(line)["$set"]
+                if isinstance(patch, dict) and COMPACTION_MARK in patch:
+                    found = (index, patch[COMPACTION_MARK])
+                    break
     if found is None:
         return UndoReport(str(path), "NOTHING")
     index, mark = found
     after = sum(1 for line in lines[index + 1 :] if line.strip())
-    report = UndoReport(str(path), FAILED, records_after=after)
     if after and not force:
         raise UsageError(
             f"{path}: Gemini CLI recorded {plural(after, 'record')} after the compaction (the compacted "
@@ -967,28 +921,19 @@ def undo_compaction(
             "the compacted history",
             "Pass --force to undo anyway",
         )
-    created = isinstance(mark, dict) and mark.get("created") == path.name
-    if created and not after:
+    if isinstance(mark, dict) and mark.get("created") == path.name and not after:
         path.unlink()
-        report.status, report.removed = "UNDONE", "file"
-        return report
+        return UndoReport(str(path), "UNDONE", "file", records_after=after)
+    new = b"\n".join(lines[:index] + lines[index + 1 :])
     with interrupt.deferred():
-        backup = write_backup(path, data, now)
-        try:
-            replace_checked(path, b"\n".join(lines[:index] + lines[index + 1 :]), stamp)
-        except BaseException:
-            backup.unlink(missing_ok=True)
-            raise
-    report.backup_path = str(backup)
-    report.status, report.removed = "UNDONE", "record"
-    return report
+        backup = _replace_after_backup(path, data, new, stamp, datetime.now(UTC), None)
+    return UndoReport(str(path), "UNDONE", "record", backup_path=str(backup), records_after=after)
 
 
 def _compact_with_strategy(job: _Job, report: CompactionReport) -> CompactionReport:
     """``compact_session`` for a strategy of ``ctxtool.compress.strategies`` other than gemini-cli: the
     strategy plans the new message list, this writes it the way the gemini-cli path does."""
     from ctxtool.compress.strategies import registry
-    from ctxtool.compress.strategies.base import StrategyOptions
 
     opts = job.opts
     strategy = registry.get_strategy(opts.strategy)
@@ -999,8 +944,8 @@ def _compact_with_strategy(job: _Job, report: CompactionReport) -> CompactionRep
         custom_instructions=opts.custom_instructions,
         threshold=opts.threshold,
     )
-    plan_summarizer = _plan_summarizer(job, report)
-    result = strategy.plan(job.messages, plan_summarizer, s_opts, now=job.now, new_id=job.new_id)
+    summarizer = _plan_summarizer(job, report)
+    result = strategy.plan(job.messages, summarizer, s_opts, now=job.now, new_id=job.new_id)
     _report_plan(job, strategy.name, result, report)
     if result.messages is None:
         return report
@@ -1040,8 +985,6 @@ def _report_strategy_output(
     job: _Job, result: StrategyResult, new: list[dict[str, Any]], report: CompactionReport
 ) -> None:
     """The new message list another strategy planned, measured as the gemini-cli path measures its own."""
-    from ctxtool.compress.strategies.base import wire_history
-
     messages = job.messages
     report.tokens_after = measure_history(new, job.model)
     report.messages_kept = result.messages_kept
@@ -1098,8 +1041,6 @@ def _with_message_ids(session: SessionFile, data: bytes) -> tuple[SessionFile, s
 
 
 def _describe(path: Path) -> SessionPath:
-    from ctxtool.session.discover import discover
-
     found = discover([path]).files
     if not found:
         raise UsageError(f"{path} is not a session file", "Pass a Gemini CLI session file")
@@ -1167,15 +1108,13 @@ def superseded_by_resume(sources: Sequence[SessionPath]) -> dict[Path, Path]:
     """Legacy ``session-X.json`` inputs whose ``session-X.jsonl`` (Gemini CLI's resumed copy of the same
     session, a superset of it) is an input too, mapped to that ``.jsonl``. With ``--era`` under ``--out DIR``
     both would be written to one output file."""
-    by_group: dict[str, list[SessionPath]] = {}
-    for sp in sources:
-        by_group.setdefault(sp.group_key, []).append(sp)
-    out: dict[Path, Path] = {}
-    for group in by_group.values():
-        resumed = next((sp.path for sp in group if sp.path.suffix == ".jsonl"), None)
-        if resumed is not None:
-            out.update({sp.path: resumed for sp in group if sp.path.suffix == ".json"})
-    return out
+    # reversed: the first .jsonl of a session is the one named
+    resumed = {sp.group_key: sp.path for sp in reversed(sources) if sp.path.suffix == ".jsonl"}
+    return {
+        sp.path: resumed[sp.group_key]
+        for sp in sources
+        if sp.path.suffix == ".json" and sp.group_key in resumed
+    }
 
 
 def superseded_report(source: SessionPath, resumed: Path) -> CompactionReport:

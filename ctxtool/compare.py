@@ -4,34 +4,37 @@ Owns: ``compare_sessions`` (one row per session and strategy), the flat row sche
 json and csv outputs, and the chart file (matplotlib, imported lazily, Agg backend). Must not print or
 import rich/typer.
 
-Every strategy is run through ``ctxtool.compact.compact_session`` with ``force`` (so that each one shows
-what it would produce even when its trigger would not fire; whether and where the trigger fires is reported
-separately), its output is written to a directory (a temporary one unless ``keep_dir`` is given) and read
-back with ``read_session``, so every measured result is a session file Gemini CLI can load. Tokens before
-and after are Gemini CLI's local estimate over the resumed history for every strategy; each strategy's own
-measure is reported beside it. Fact retention compares the facts of the whole original history with the
-text of the whole new history.
+Every strategy runs through ``ctxtool.compact.compact_session`` with ``force`` (whether and where its own
+trigger fires is reported separately), into a directory (a temporary one unless ``keep_dir`` is given) read
+back with ``read_session``, so every measured result is a session file Gemini CLI can load. Tokens are Gemini
+CLI's local estimate of the resumed history, each strategy's own measure beside it; fact retention compares
+the facts of the whole original history with the text of the whole new one.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ctxtool.common.errors import CtxtoolError, OutputError, UsageError
+from ctxtool.compact import (
+    CompactionReport,
+    CompactOptions,
+    Destination,
+    chat_model,
+    compact_session,
+    measure_history,
+)
 from ctxtool.compress.strategies import registry
 from ctxtool.compress.strategies.base import StrategyOptions, wire_history
 from ctxtool.compress.summarize.facts import FACT_KINDS, Facts, extract_facts, history_text, retention
 from ctxtool.compress.summarizer import Summarizer
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import read_session
-
-if TYPE_CHECKING:
-    from ctxtool.compact import CompactionReport
 
 DEFAULT_STRATEGIES = registry.STRATEGY_NAMES  # every strategy, each with its default settings
 COLUMNS = (
@@ -80,16 +83,6 @@ def _empty_row(session: str, strategy: str) -> dict[str, Any]:
     return row
 
 
-def _each(
-    sources: Sequence[SessionPath | Path], advance: Callable[[str], None] | None
-) -> Iterator[SessionPath | Path]:
-    """The sources, calling ``advance`` after the loop body has handled each (however it ended)."""
-    for source in sources:
-        yield source
-        if advance is not None:
-            advance((source.path if isinstance(source, SessionPath) else Path(source)).name)
-
-
 @dataclass(frozen=True)
 class _Run:
     """What every strategy row of one ``compare_sessions`` call shares."""
@@ -113,8 +106,6 @@ class _Original:
 
     @classmethod
     def of(cls, source: SessionPath | Path, path: Path, messages: list[dict[str, Any]]) -> _Original:
-        from ctxtool.compact import chat_model, measure_history
-
         model = chat_model(messages)
         tokens = measure_history(messages, model)
         return cls(source, path, messages, model, tokens, extract_facts(wire_history(messages)))
@@ -134,7 +125,7 @@ def compare_sessions(
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ctxtool-compare-") as tmp:
         run = _Run(summarizer, context_window, keep_dir if keep_dir is not None else Path(tmp), keep_dir)
-        for source in _each(sources, advance):
+        for source in sources:
             path = source.path if isinstance(source, SessionPath) else Path(source)
             try:
                 session = read_session(path)
@@ -142,29 +133,22 @@ def compare_sessions(
                 rows += [
                     {**_empty_row(str(path), name), "status": "FAILED", "error": str(exc)} for name in names
                 ]
-                continue
-            original = _Original.of(source, path, [dict(m) for m in session.messages])
-            rows += [_strategy_row(original, name, run) for name in names]
+            else:
+                original = _Original.of(source, path, [dict(m) for m in session.messages])
+                rows += [_strategy_row(original, name, run) for name in names]
+            if advance is not None:
+                advance(path.name)
     return rows
 
 
 def _strategy_row(original: _Original, name: str, run: _Run) -> dict[str, Any]:
     """The row of one strategy on one session: its trigger, then its compaction measured."""
-    from ctxtool.compact import CompactOptions, Destination, compact_session
-
     row = _empty_row(str(original.path), name)
     row.update(tokens_before=original.tokens, messages_before=len(original.messages))
     trig = registry.get_strategy(name).trigger(
         original.messages, StrategyOptions(chat_model=original.model, context_window=run.context_window)
     )
-    row.update(
-        would_trigger=trig.would_trigger,
-        trigger_turn=trig.turn,
-        trigger_message_id=trig.message_id,
-        trigger_measure=trig.measure,
-        trigger_limit=trig.limit,
-        trigger_tokens=trig.tokens,
-    )
+    row.update({k if k == "would_trigger" else f"trigger_{k}": v for k, v in trig.as_dict().items()})
     options = CompactOptions(strategy=name, force=True, context_window=run.context_window)
     destination = Destination("out", run.base / name.replace(":", "_"))
     start = time.perf_counter()
@@ -184,18 +168,14 @@ def _strategy_row(original: _Original, name: str, run: _Run) -> dict[str, Any]:
 def _own_measure(name: str, report: CompactionReport) -> dict[str, Any]:
     """The strategy's own measure of the tokens before and after (the gemini-cli threshold check's for it)."""
     if report.strategy_tokens:
-        return {
-            "own_measure": report.strategy_tokens["measure"],
-            "own_tokens_before": report.strategy_tokens["before"],
-            "own_tokens_after": report.strategy_tokens["after"],
-        }
-    if name.partition(":")[0] == "gemini-cli":
-        return {
-            "own_measure": f"gemini-cli threshold check ({report.threshold_tokens_source})",
-            "own_tokens_before": report.threshold_tokens,
-            "own_tokens_after": report.tokens_after,
-        }
-    return {}
+        own = report.strategy_tokens
+        measure, before, after = own["measure"], own["before"], own["after"]
+    elif name.partition(":")[0] == "gemini-cli":
+        measure = f"gemini-cli threshold check ({report.threshold_tokens_source})"
+        before, after = report.threshold_tokens, report.tokens_after
+    else:
+        return {}
+    return {"own_measure": measure, "own_tokens_before": before, "own_tokens_after": after}
 
 
 def _measure_result(
@@ -203,8 +183,6 @@ def _measure_result(
 ) -> None:
     """The row's columns of what the compaction wrote, read back as Gemini CLI loads it (the original when
     nothing was written): messages, tokens and fact retention."""
-    from ctxtool.compact import measure_history
-
     after_messages = original.messages
     if report.written and report.output_path:
         after_messages = [dict(m) for m in read_session(report.output_path).messages]
@@ -233,26 +211,23 @@ def _measure_result(
 
 def strategy_means(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per strategy (first-seen order): mean tokens before/after and mean retention over its rows."""
-    out: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        if row.get("tokens_after") is None:
-            continue
-        acc = out.setdefault(row["strategy"], {"strategy": row["strategy"], "n": 0, "b": 0, "a": 0, "r": []})
-        acc["n"] += 1
-        acc["b"] += row["tokens_before"]
-        acc["a"] += row["tokens_after"]
-        if row.get("retention") is not None:
-            acc["r"].append(row["retention"])
-    return [
-        {
-            "strategy": a["strategy"],
-            "sessions": a["n"],
-            "tokens_before": a["b"] / a["n"],
-            "tokens_after": a["a"] / a["n"],
-            "retention": sum(a["r"]) / len(a["r"]) if a["r"] else None,
-        }
-        for a in out.values()
-    ]
+        if row.get("tokens_after") is not None:
+            groups.setdefault(row["strategy"], []).append(row)
+    means = []
+    for strategy, group in groups.items():
+        kept = [r["retention"] for r in group if r.get("retention") is not None]
+        means.append(
+            {
+                "strategy": strategy,
+                "sessions": len(group),
+                "tokens_before": sum(r["tokens_before"] for r in group) / len(group),
+                "tokens_after": sum(r["tokens_after"] for r in group) / len(group),
+                "retention": sum(kept) / len(kept) if kept else None,
+            }
+        )
+    return means
 
 
 def write_chart(rows: Sequence[dict[str, Any]], path: Path) -> Path:

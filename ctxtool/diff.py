@@ -9,24 +9,22 @@ Two token measures, never mixed:
 
 * **recorded**: the ``tokens`` fields written in the files, summed over the billed view (every request the
   file records, rewound or checkpointed ones included), counted as ``stats`` counts them
-  (``ctxtool.measure.tokens.report_tokens``: ``input`` without the cached tokens, ``prompt_tokens`` with them,
-  a ``total`` recorded as 0 or missing taken as the sum of its parts). Only ``gemini`` messages carry them, so
-  recorded tokens have no per-tool split.
+  (``ctxtool.measure.tokens.report_tokens``). Only ``gemini`` messages carry them, so recorded tokens have
+  no per-tool split.
 * **estimated**: Gemini CLI's local estimate (``estimate_token_count``) of the live history in wire form
   (``convert_session_to_client_history``). Each message is estimated on its own (floored per wire turn),
   so the per-message figures add up to the per-group figures; the session total is one estimate over the
   whole history, as Gemini CLI computes it, and may exceed the sum of the parts by less than one token per
   wire turn.
 
-A message a file writes again without the record of its request (``tokens``, ``model``, and ``toolCalls``
-when they add nothing to what it sends; Gemini CLI's copies and ``ctxtool compact``'s) is kept, not changed:
-the request was billed once, in the file that recorded it.
+A message written again without the record of its request (``REQUEST_RECORD_KEYS``) is kept, not changed.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -34,12 +32,8 @@ import orjson
 
 from ctxtool.common.markup import escape_markdown, markdown_code_block
 from ctxtool.common.wording import plural
-from ctxtool.compress.gemini_cli.chat_compression import (
-    DEFAULT_CHAT_MODEL,
-    convert_session_to_client_history,
-    estimate_token_count,
-)
-from ctxtool.compress.strategies.base import gemini_estimate
+from ctxtool.compress.gemini_cli.chat_compression import DEFAULT_CHAT_MODEL, estimate_token_count
+from ctxtool.compress.strategies.base import gemini_estimate, record_wire, wire_history
 from ctxtool.compress.summarize.facts import (
     FACT_KINDS,
     FactKind,
@@ -55,13 +49,12 @@ from ctxtool.measure.tokens import (
     token_limit,
     total_disagrees,
 )
-from ctxtool.session.columns import clip_preview
+from ctxtool.session.columns import clip_preview, message_text
 from ctxtool.session.read import SessionFile
 
 Status = Literal["removed", "kept", "changed", "added"]
 Match = Literal["id", "hash"]
 STATUSES: tuple[Status, ...] = ("removed", "kept", "changed", "added")
-RECORDED_KEYS = REPORT_TOKEN_KEYS  # stats' token fields, counted as stats counts them
 # What a message written again loses of the request that produced it: Gemini CLI rewrites kept messages
 # without them on a ``$set.messages`` checkpoint (chatRecordingService.ts ``updateMessagesFromHistory``; seen
 # on the resumes tests/recorded holds) and ``ctxtool.compact.as_copies`` drops ``tokens``. The request was
@@ -84,7 +77,7 @@ class Change:
     after: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"field": self.field, "detail": self.detail, "before": self.before, "after": self.after}
+        return _fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +100,7 @@ class MessageDiff:
     changes: tuple[Change, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field in declaration order; the tuples as lists."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {**out, "tools": list(self.tools), "changes": [c.as_dict() for c in self.changes]}
+        return {**_fields(self), "tools": list(self.tools), "changes": [c.as_dict() for c in self.changes]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +141,8 @@ class SideSummary:
     model: str | None
     context_limit: int
     recorded: dict[str, int]  # sums over billed requests, plus "requests" and "context" (last live prompt)
+    total_mismatches: int  # billed requests whose recorded total is not the sum of its parts
     estimated: int
-    total_mismatches: int = 0  # billed requests whose recorded total is not the sum of its parts
 
     @property
     def recorded_context_share(self) -> float | None:
@@ -163,22 +154,8 @@ class SideSummary:
         return self.estimated / self.context_limit
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "session_id": self.session_id,
-            "era": self.era,
-            "live_messages": self.live_messages,
-            "billed_messages": self.billed_messages,
-            "model": self.model,
-            "context_limit": self.context_limit,
-            "recorded": dict(self.recorded),
-            "total_mismatches": self.total_mismatches,
-            "estimated": self.estimated,
-            "context_share": {
-                "recorded": self.recorded_context_share,
-                "estimated": self.estimated_context_share,
-            },
-        }
+        shares = {"recorded": self.recorded_context_share, "estimated": self.estimated_context_share}
+        return {**_fields(self), "recorded": dict(self.recorded), "context_share": shares}
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +167,10 @@ class SessionDiff:
     snapshots: tuple[str, ...]  # text of <state_snapshot> messages the after file added
     retention: Retention | None  # facts of the removed and changed messages found in the after history
     facts_from: int = 0  # how many messages the facts were extracted from
-    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {status: sum(m.status == status for m in self.messages) for status in STATUSES}
 
     @property
     def differs(self) -> bool:
@@ -212,12 +192,12 @@ class SessionDiff:
             "schema_version": SCHEMA_VERSION,
             "command": "diff",
             "differs": self.differs,
-            "counts": dict(self.counts),
+            "counts": self.counts,
             "before": self.before.as_dict(),
             "after": self.after.as_dict(),
             "tokens": {
                 "recorded_delta": {
-                    k: rec_a.get(k, 0) - rec_b.get(k, 0) for k in (*RECORDED_KEYS, "requests")
+                    k: rec_a.get(k, 0) - rec_b.get(k, 0) for k in (*REPORT_TOKEN_KEYS, "requests")
                 },
                 "estimated_delta": self.after.estimated - self.before.estimated,
                 "groups": [g.as_dict() for g in self.groups],
@@ -230,6 +210,11 @@ class SessionDiff:
         }
 
 
+def _fields(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields in declaration order (the JSON form's order)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
 def _retention_dict(r: Retention) -> dict[str, Any]:
     out = r.as_dict()
     for kind in FACT_KINDS:
@@ -240,15 +225,14 @@ def _retention_dict(r: Retention) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def _canonical(msg: Mapping[str, Any], *, drop: Iterable[str] = ()) -> bytes:
-    skip = set(drop)
-    return orjson.dumps({k: v for k, v in msg.items() if k not in skip}, option=orjson.OPT_SORT_KEYS)
+def _canonical(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
 def content_hash(msg: Mapping[str, Any]) -> str:
     """Hash of what a message says (type, content, tool calls), not of when or under which id."""
     body = {"type": msg.get("type"), "content": msg.get("content"), "toolCalls": _calls_without_ts(msg)}
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return hashlib.sha256(_canonical(body)).hexdigest()
 
 
 def _calls_without_ts(msg: Mapping[str, Any]) -> list[Any]:
@@ -286,19 +270,6 @@ def result_chars(result: Any) -> int:
             elif isinstance(part.get("text"), str):
                 total += len(part["text"])
     return total
-
-
-def message_text(content: Any) -> str:
-    """The text parts of a message's content (a string, or its ``text`` parts joined)."""
-    if isinstance(content, str):
-        return content
-    parts = [content] if isinstance(content, dict) else content if isinstance(content, list) else []
-    return "".join(
-        p if isinstance(p, str) else p["text"]
-        for p in parts
-        if isinstance(p, str)
-        or (isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought"))
-    )
 
 
 def _preview(msg: Mapping[str, Any]) -> str:
@@ -355,8 +326,7 @@ class _Estimate:
 def _estimate_message(msg: Mapping[str, Any]) -> _Estimate:
     """Gemini CLI's local estimate of the wire turns one message becomes, split by role and by tool."""
     est = _Estimate()
-    for turn in convert_session_to_client_history([dict(msg)]):
-        content = turn["content"]
+    for content in record_wire(dict(msg)):
         role = str(content.get("role", "user"))
         parts = content.get("parts") or []
         n = estimate_token_count(parts)
@@ -382,13 +352,13 @@ def _last_model(sf: SessionFile) -> str | None:
 
 
 def _side(sf: SessionFile, model: str | None) -> SideSummary:
-    recorded = dict.fromkeys(RECORDED_KEYS, 0)
-    requests = mismatches = 0
+    recorded = dict.fromkeys((*REPORT_TOKEN_KEYS, "requests", "context"), 0)
+    mismatches = 0
     for msg in sf.billed:
         counts = _recorded(msg)
         if counts is not None:
-            requests += 1
-            for k in RECORDED_KEYS:
+            recorded["requests"] += 1
+            for k in REPORT_TOKEN_KEYS:
                 recorded[k] += counts[k]
             mismatches += total_disagrees(
                 counts["total"], counts["prompt_tokens"], counts["output"], counts["thoughts"], counts["tool"]
@@ -396,18 +366,12 @@ def _side(sf: SessionFile, model: str | None) -> SideSummary:
     # The prompt of the last live request, as stats' ``context``: a live message written again without its
     # tokens (a checkpoint's copy) is the request its first record billed.
     billed = {m["id"]: m for m in sf.billed if isinstance(m.get("id"), str)}
-    context = 0
     for msg in reversed(sf.messages):
         mid = msg.get("id")
         counts = _recorded(billed.get(mid, msg) if isinstance(mid, str) else msg)
         if counts is not None:
-            context = counts["prompt_tokens"]
+            recorded["context"] = counts["prompt_tokens"]
             break
-    recorded["requests"] = requests
-    recorded["context"] = context
-    # One estimate over the whole history, as Gemini CLI computes it (not the sum of per-message floors):
-    # the measure `compact` and `compare` report as tokens before/after (strategies.gemini_estimate).
-    estimated = gemini_estimate([dict(m) for m in sf.messages], model or DEFAULT_CHAT_MODEL)
     return SideSummary(
         path=str(sf.path),
         session_id=sf.session_id,
@@ -417,8 +381,10 @@ def _side(sf: SessionFile, model: str | None) -> SideSummary:
         model=model,
         context_limit=token_limit(model),
         recorded=recorded,
-        estimated=estimated,
         total_mismatches=mismatches,
+        # One estimate over the whole history, as Gemini CLI computes it (not the sum of per-message
+        # floors): the measure `compact` and `compare` report as tokens before/after.
+        estimated=gemini_estimate([dict(m) for m in sf.messages], model or DEFAULT_CHAT_MODEL),
     )
 
 
@@ -434,33 +400,21 @@ def align(
     follows the after file, with removed messages shown where they stood: before the first later message
     that both files share.
     """
-    by_id: dict[str, list[int]] = {}
-    for j, msg in enumerate(after):
-        mid = msg.get("id")
-        if isinstance(mid, str):
-            by_id.setdefault(mid, []).append(j)
     pair_of_after: dict[int, tuple[int, Match]] = {}
     matched_before: set[int] = set()
-    for i, msg in enumerate(before):
-        mid = msg.get("id")
-        candidates = by_id.get(mid, []) if isinstance(mid, str) else []
-        while candidates:
-            j = candidates.pop(0)
-            if j not in pair_of_after:
-                pair_of_after[j] = (i, "id")
+    keys: tuple[tuple[Match, Callable[[Mapping[str, Any]], str | None]], ...] = (
+        ("id", lambda m: m.get("id") if isinstance(m.get("id"), str) else None),
+        ("hash", content_hash),
+    )
+    for how, key in keys:
+        unmatched: dict[str, list[int]] = {}
+        for j, msg in enumerate(after):
+            if j not in pair_of_after and (k := key(msg)) is not None:
+                unmatched.setdefault(k, []).append(j)
+        for i, msg in enumerate(before):
+            if i not in matched_before and (k := key(msg)) is not None and unmatched.get(k):
+                pair_of_after[unmatched[k].pop(0)] = (i, how)
                 matched_before.add(i)
-                break
-    by_hash: dict[str, list[int]] = {}
-    for j, msg in enumerate(after):
-        if j not in pair_of_after:
-            by_hash.setdefault(content_hash(msg), []).append(j)
-    for i, msg in enumerate(before):
-        if i in matched_before:
-            continue
-        candidates = by_hash.get(content_hash(msg), [])
-        if candidates:
-            pair_of_after[candidates.pop(0)] = (i, "hash")
-            matched_before.add(i)
 
     # For each after position, the before index of the next matched message (where removed ones go).
     next_before = [len(before)] * (len(after) + 1)
@@ -468,21 +422,16 @@ def align(
         next_before[j] = pair_of_after[j][0] if j in pair_of_after else next_before[j + 1]
 
     out: list[tuple[int | None, int | None, Match | None]] = []
-    emitted: set[int] = set()
+    removed = [i for i in range(len(before)) if i not in matched_before]
 
     def flush(upto: int) -> None:
-        for i in range(upto):
-            if i not in matched_before and i not in emitted:
-                emitted.add(i)
-                out.append((i, None, None))
+        while removed and removed[0] < upto:
+            out.append((removed.pop(0), None, None))
 
     for j in range(len(after)):
         flush(next_before[j])
-        if j in pair_of_after:
-            i, how = pair_of_after[j]
-            out.append((i, j, how))
-        else:
-            out.append((None, j, None))
+        matched, by = pair_of_after.get(j, (None, None))
+        out.append((matched, j, by))
     flush(len(before))
     return out
 
@@ -498,7 +447,7 @@ def dropped_request_record(b: Mapping[str, Any], a: Mapping[str, Any]) -> set[st
             continue
         if key == "toolCalls":
             without = {k: v for k, v in b.items() if k != key}
-            if _canonical({"w": _wire([b])}) != _canonical({"w": _wire([without])}):
+            if _canonical(wire_history([dict(b)])) != _canonical(wire_history([without])):
                 continue  # the calls and their outputs were part of the history: a change
         dropped.add(key)
     return dropped
@@ -509,25 +458,22 @@ def _changes(b: Mapping[str, Any], a: Mapping[str, Any]) -> tuple[Change, ...]:
     dropped = dropped_request_record(b, a)
     if b.get("id") != a.get("id"):
         changes.append(Change("id", f"id {b.get('id')} → {a.get('id')}"))
-    if _canonical({"c": b.get("content")}) != _canonical({"c": a.get("content")}):
+    if _canonical(b.get("content")) != _canonical(a.get("content")):
         cb, ca = value_chars(b.get("content")), value_chars(a.get("content"))
         changes.append(Change("content", _size_detail("content", cb, ca), cb, ca))
     if "toolCalls" not in dropped:
         changes.extend(_tool_changes(b, a))
     for key in sorted((set(b) | set(a)) - {"id", "content", "toolCalls"} - dropped):
-        if _canonical({"v": b.get(key)}) != _canonical({"v": a.get(key)}):
+        if _canonical(b.get(key)) != _canonical(a.get(key)):
             if key in ("thoughts", "displayContent"):
                 cb, ca = value_chars(b.get(key)), value_chars(a.get(key))
                 changes.append(Change(key, _size_detail(key, cb, ca), cb, ca))
             elif key == "tokens":
                 changes.append(Change(key, f"tokens.total {_recorded_total(b)} → {_recorded_total(a)}"))
             else:
-                changes.append(Change(key, f"{key} changed" if key in a and key in b else _presence(key, a)))
+                how = "changed" if key in a and key in b else "added" if key in a else "removed"
+                changes.append(Change(key, f"{key} {how}"))
     return tuple(changes)
-
-
-def _presence(key: str, a: Mapping[str, Any]) -> str:
-    return f"{key} added" if key in a else f"{key} removed"
 
 
 def _size_detail(what: str, before: int, after: int) -> str:
@@ -540,7 +486,7 @@ def _size_detail(what: str, before: int, after: int) -> str:
 def _tool_changes(b: Mapping[str, Any], a: Mapping[str, Any]) -> list[Change]:
     calls_b = [c for c in (b.get("toolCalls") or []) if isinstance(c, dict)]
     calls_a = [c for c in (a.get("toolCalls") or []) if isinstance(c, dict)]
-    if _canonical({"c": calls_b}) == _canonical({"c": calls_a}):
+    if _canonical(calls_b) == _canonical(calls_a):
         return []
     out: list[Change] = []
     after_by_id = {c.get("id"): c for c in calls_a if isinstance(c.get("id"), str)}
@@ -554,7 +500,7 @@ def _tool_changes(b: Mapping[str, Any], a: Mapping[str, Any]) -> list[Change]:
             out.append(Change(where, f"{name} call removed", result_chars(cb.get("result")), None))
             continue
         seen.add(id(ca))
-        if _canonical({"r": cb.get("result")}) != _canonical({"r": ca.get("result")}):
+        if _canonical(cb.get("result")) != _canonical(ca.get("result")):
             rb, ra = result_chars(cb.get("result")), result_chars(ca.get("result"))
             out.append(Change(f"{where}.result", _size_detail(f"{name} output", rb, ra), rb, ra))
         rest_b = {k: v for k, v in cb.items() if k != "result"}
@@ -577,18 +523,14 @@ def diff_sessions(before: SessionFile, after: SessionFile) -> SessionDiff:
     bm, am = before.messages, after.messages
     est_b = [_estimate_message(m) for m in bm]
     est_a = [_estimate_message(m) for m in am]
-    pairs = align(bm, am)
-
     messages: list[MessageDiff] = []
-    counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
-    for i, j, how in pairs:
+    for i, j, how in align(bm, am):
         b = bm[i] if i is not None else None
         a = am[j] if j is not None else None
         changes = _changes(b, a) if b is not None and a is not None else ()
         status: Status = (
             "removed" if a is None else "added" if b is None else "changed" if changes else "kept"
         )
-        counts[status] += 1
         shown = a if a is not None else b
         assert shown is not None
         mtype = shown.get("type")
@@ -615,64 +557,45 @@ def diff_sessions(before: SessionFile, after: SessionFile) -> SessionDiff:
         )
 
     model = _last_model(after) or _last_model(before)
-    side_b = _side(before, model)
-    side_a = _side(after, model)
-    groups = _groups(before, after, est_b, est_a)
-
     snapshots = tuple(
         message_text(am[m.after_index].get("content")).strip()
         for m in messages
         if m.status == "added" and m.note == "state snapshot" and m.after_index is not None
     )
     gone = [
-        bm[m.before_index]
+        dict(bm[m.before_index])
         for m in messages
         if m.status in ("removed", "changed") and m.before_index is not None
     ]
     kept_retention: Retention | None = None
     if gone:
-        facts = extract_facts(_wire(gone))
-        kept_retention = retention(facts, history_text(_wire(am)))
+        after_text = history_text(wire_history([dict(m) for m in am]))
+        kept_retention = retention(extract_facts(wire_history(gone)), after_text)
     return SessionDiff(
-        before=side_b,
-        after=side_a,
+        before=_side(before, model),
+        after=_side(after, model),
         messages=tuple(messages),
-        groups=groups,
+        groups=_groups(before, after, est_b, est_a),
         snapshots=snapshots,
         retention=kept_retention,
         facts_from=len(gone),
-        counts=counts,
     )
-
-
-def _wire(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
-    return [t["content"] for t in convert_session_to_client_history([dict(m) for m in messages])]
 
 
 def _groups(
     before: SessionFile, after: SessionFile, est_b: Sequence[_Estimate], est_a: Sequence[_Estimate]
 ) -> tuple[GroupDelta, ...]:
-    def recorded_by(sf: SessionFile, key: str) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for msg in sf.billed:
-            total = _recorded_total(msg)
-            if total is not None:
-                name = "gemini" if key == "type" else "model"
-                out[name] = out.get(name, 0) + total
-        return out
+    def recorded_by(sf: SessionFile, dim: str) -> dict[str, int]:
+        # Only gemini messages (model turns) record a request.
+        totals = [t for msg in sf.billed if (t := _recorded_total(msg)) is not None]
+        return {"gemini" if dim == "type" else "model": sum(totals)} if totals else {}
 
     def estimated_by(sf: SessionFile, ests: Sequence[_Estimate], dim: str) -> dict[str, int]:
-        out: dict[str, int] = {}
+        out: Counter[str] = Counter()
         for msg, est in zip(sf.messages, ests, strict=True):
-            if dim == "type":
-                mtype = msg.get("type")
-                items: Mapping[str, int] = {mtype if isinstance(mtype, str) else "unknown": est.total}
-            elif dim == "role":
-                items = est.by_role
-            else:
-                items = est.by_tool
-            for k, v in items.items():
-                out[k] = out.get(k, 0) + v
+            mtype = msg.get("type")
+            kind = mtype if isinstance(mtype, str) else "unknown"
+            out.update({"type": {kind: est.total}, "role": est.by_role, "tool": est.by_tool}[dim])
         return out
 
     groups: list[GroupDelta] = []
@@ -715,7 +638,7 @@ def summary_rows(d: SessionDiff) -> list[tuple[str, str, str, str]]:
     def counted(measure: str, before: int, after: int) -> tuple[str, str, str, str]:
         return measure, f"{before:,}", f"{after:,}", _delta(before, after)
 
-    rows = [
+    return [
         counted("live messages", b.live_messages, a.live_messages),
         counted("recorded requests", b.recorded["requests"], a.recorded["requests"]),
         counted("recorded tokens (total)", b.recorded["total"], a.recorded["total"]),
@@ -729,35 +652,30 @@ def summary_rows(d: SessionDiff) -> list[tuple[str, str, str, str]]:
         ),
         ("context share (recorded)", _pct(b.recorded_context_share), _pct(a.recorded_context_share), ""),
     ]
-    return rows
 
 
 def group_rows(d: SessionDiff) -> list[tuple[str, ...]]:
     """(group, recorded before, recorded after, estimated before, estimated after, estimated delta) per
     message type, wire role and tool; recorded is blank where the files record nothing (tools)."""
-    rows: list[tuple[str, ...]] = []
-    for g in d.groups:
-        rec_b = "" if g.recorded_before is None else f"{g.recorded_before:,}"
-        rec_a = "" if g.recorded_after is None else f"{g.recorded_after:,}"
-        rows.append(
-            (
-                f"{g.dimension} {g.key}",
-                rec_b,
-                rec_a,
-                f"{g.estimated_before:,}",
-                f"{g.estimated_after:,}",
-                _delta(g.estimated_before, g.estimated_after),
-            )
+
+    def figure(n: int | None) -> str:
+        return "" if n is None else f"{n:,}"
+
+    return [
+        (
+            f"{g.dimension} {g.key}",
+            figure(g.recorded_before),
+            figure(g.recorded_after),
+            figure(g.estimated_before),
+            figure(g.estimated_after),
+            _delta(g.estimated_before, g.estimated_after),
         )
-    return rows
+        for g in d.groups
+    ]
 
 
 def counts_line(d: SessionDiff) -> str:
-    c = d.counts
-    return (
-        f"{c.get('removed', 0)} removed, {c.get('kept', 0)} kept, {c.get('changed', 0)} changed, "
-        f"{c.get('added', 0)} added"
-    )
+    return ", ".join(f"{d.counts.get(status, 0)} {status}" for status in STATUSES)
 
 
 def message_content(m: MessageDiff) -> str:

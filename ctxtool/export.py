@@ -55,13 +55,8 @@ if TYPE_CHECKING:
 
 DATASET_FORMAT = "ctxtool-dataset"
 DATASET_SCHEMA_VERSION = 2
-TABLES: tuple[str, ...] = (
-    "messages",
-    "tool_calls",
-    "turns",
-    "requests",
-    "sessions",
-)  # sessions last: see put
+# (sessions last: see export_corpus)
+TABLES: tuple[str, ...] = ("messages", "tool_calls", "turns", "requests", "sessions")
 _KEYS = ("session_key", "parent_session_key", "root_session_key")
 # Text that leaves a machine only with --with-text (then with its secrets redacted, but for --show-secrets).
 _TEXT = {"messages": ("preview",), "turns": ("prompt",), "sessions": ("summary",), "tool_calls": ("target",)}
@@ -288,26 +283,26 @@ def _check_or_mark(store: Store) -> None:
     """Make ``store`` a dataset (its marker: the same bytes from every writer, so writing it twice changes
     nothing), or check that it is one this ctxtool writes; refuse a folder that holds something else."""
     found = store.get(DATASET_MARKER)
-    if found is None:
-        if not store.remote and os.path.isfile(os.path.join(store.where, DATASET_MANIFEST)):
+    if found is not None:
+        _schema_of(store, found)
+        return
+    if not store.remote:
+        if os.path.isfile(os.path.join(store.where, DATASET_MANIFEST)):
             raise UsageError(
                 f"{store} is a dataset of schema 1 (written by ctxtool before 0.2), which this ctxtool reads "
                 "but no longer writes",
                 f"Export into a new folder or URL, e.g. ctxtool export --to {store}-v2 (stats reads both)",
             )
-        if not store.remote and os.path.isdir(store.where) and _foreign(store.where):
+        if os.path.isdir(store.where) and _foreign(store.where):
             raise UsageError(
                 f"{store} is a folder that is not a ctxtool dataset",
                 "Pass --to a new or empty folder, or a dataset ctxtool wrote",
             )
-        if not store.remote:
-            try:
-                Path(store.where).mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise OutputError(store.where, exc) from exc
-        store.put(DATASET_MARKER, _marker())
-        return
-    _schema_of(store, found)
+        try:
+            Path(store.where).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(store.where, exc) from exc
+    store.put(DATASET_MARKER, _marker())
 
 
 def _foreign(folder: str) -> list[str]:
@@ -318,7 +313,7 @@ def _foreign(folder: str) -> list[str]:
     return [n for n in os.listdir(folder) if n not in (*TABLES, DATASET_MARKER) and TEMP_MARK not in n]
 
 
-def _schema_of(store: Store, marker: bytes) -> int:
+def _schema_of(store: Store, marker: bytes) -> None:
     try:
         doc = orjson.loads(marker)
     except orjson.JSONDecodeError:
@@ -333,7 +328,6 @@ def _schema_of(store: Store, marker: bytes) -> int:
             f"{store} was written by a newer ctxtool (dataset schema_version {version})",
             f"Upgrade ctxtool (this is {__version__}, which reads schema_version {DATASET_SCHEMA_VERSION})",
         )
-    return version
 
 
 class _State:
@@ -447,7 +441,6 @@ def _read_tables(
 ) -> tuple[dict[str, pl.DataFrame], list[str], int, int]:
     """``load_dataset``'s tables (with ``sums``: the sessions alone, and the keys of the requests' objects),
     and the objects and bytes read."""
-
     tables: dict[str, pl.DataFrame] = {}
     files = size = 0
     requests: list[str] = []
@@ -466,7 +459,7 @@ def _read_tables(
         if sums and table == "requests":
             requests, tables[table] = keys, base
             continue
-        tables[table] = _read_table(store, table, keys, base, schema_1=schema_1)
+        tables[table] = _read_table(store, table, keys, base, schema_1)
         if table == "sessions" and days is not None and not schema_1:
             wanted = _overlapping(tables["sessions"], *days)
     return tables, requests, files, size
@@ -590,29 +583,24 @@ def _objects(store: Store, table: str, schema_1: bool) -> list[tuple[str, int]]:
 
 
 def _read_table(
-    store: Store,
-    table: str,
-    keys: list[str],
-    base: pl.DataFrame,
-    *,
-    schema_1: bool = False,
+    store: Store, table: str, keys: list[str], base: pl.DataFrame, schema_1: bool = False
 ) -> pl.DataFrame:
     """A table's objects as one frame of ``base``'s columns (and ``user``, ``machine``), in the frames' row
-    order. The partition columns (``machine``; ``project``, ``day`` in schema 1) come from
-    the keys."""
+    order. The partition columns (``machine``; ``project``, ``day`` in schema 1) come from the keys."""
     import polars as pl
 
     schema: dict[str, Any] = {**base.schema, "user": pl.String, "machine": pl.String}
     if not keys:
         return pl.DataFrame(schema=schema)
     try:
-        # A few thousand objects at a time: polars holds each file's metadata until a read ends (4 GB for the
-        # 79,000 of a fleet's sessions at once, under 1 GB this way: bench/fleet.py).
+        # A few thousand objects at a time, each batch made one chunk: polars holds each file's metadata until
+        # a read ends, and keeps each file's rows as chunks of their own (bench/fleet.py: a fleet's 79,000
+        # sessions take 4 GB at once, 1 GB in batches, ... in batches of one chunk each).
         pieces = []
         for at in range(0, len(keys), _BATCH):
             lazy = _scan(store, keys[at : at + _BATCH], schema_1)
             have = lazy.collect_schema().names()
-            pieces.append(lazy.select([c for c in schema if c in have]).collect())  # (only what is asked)
+            pieces.append(lazy.select([c for c in schema if c in have]).collect().rechunk())
         df = pl.concat(pieces, how="diagonal_relaxed")
     except Exception as exc:
         raise CtxtoolError(

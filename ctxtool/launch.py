@@ -1,33 +1,23 @@
 """The launcher: what a ``ctxtool stats`` run starts from its command line before its command is imported.
 
-The only module besides ``ctxtool.cli`` that reads the command line, and it reads only ``stats``' (called by
+The only module besides ``ctxtool.cli`` that reads the command line, and only ``stats``' (called by
 ``ctxtool.__main__`` before typer, rich or polars are imported, which take most of a second):
 
-- **the replay** (``try_replay``). When every session file is unchanged since the last run that was served
-  entirely from ctxtool's index, the report it printed is the report this run would print. That run kept
-  its exact output (``ctxtool.frames.replays``, the store) under a key of everything that can change it:
-  the arguments, the working folder, the environment variables that steer discovery, colour and width,
-  whether each stream is a terminal and its size, the ctxtool code and the day (prices are dated). A new run
-  with the same key writes that output and exits when its inputs are as they were; any other ``stats`` run
-  that may be replayed later has its output kept there (``replays.arm``). Only ``stats`` without
-  ``--no-cache``, ``--output`` or ``--help`` is replayed (``eligible``); ``CTXTOOL_NO_REPLAY=1`` turns the
-  replay off.
-- **the head start** (``begin``). On two cores, a first run (or one with ``--no-cache``) spends its first
-  0.1-0.2 s in one process importing typer and the command while the other core idles, and only then starts
-  its worker. ``begin`` guesses from the arguments which files the run will read and forks a process that
-  reads them already (``ctxtool.session.headstart``); the scan adopts it as its worker
-  (``ctxtool.frames.adoption``, in ``ctxtool.frames.loading.read_plain``) when it found exactly the run's
-  files and measures them as the run does (``tally.count_and_price``). A wrong guess costs a process that is
-  stopped, never a result.
+- **the replay** (``try_replay``). A warm run kept its exact output (``ctxtool.frames.replays``) under a key
+  of everything that can change it: the arguments, the working folder, the environment variables that steer
+  discovery, colour and width, whether each stream is a terminal and its size, the ctxtool code and the day
+  (prices are dated). A run with the same key writes that output when its inputs are as they were. Only
+  ``stats`` without ``--no-cache``, ``--output`` or ``--help`` is replayed (``eligible``);
+  ``CTXTOOL_NO_REPLAY=1`` turns the replay off.
+- **the head start** (``begin``). On two cores, a first run spends its first 0.1-0.2 s importing typer and
+  the command while the other core idles. ``begin`` guesses from the arguments which files the run will read
+  and forks a process that reads them already (``ctxtool.session.headstart``), which the scan adopts as its
+  worker (``ctxtool.frames.adoption``) when it found exactly the run's files. A wrong guess costs a process
+  that is stopped, never a result. Not started: with ``CTXTOOL_NO_HEADSTART=1``; off Linux; on one core; with
+  an argument it does not know, ``--top``, or a ``--by`` or ``--format`` value that names no report or
+  format; and when the index already exists.
 
-  Not started: with ``CTXTOOL_NO_HEADSTART=1``; off Linux; on one core; with ``--help``; with an argument it
-  does not know; with the one option that makes ``stats`` build frames (``--top``) or a ``--by`` or
-  ``--format`` value that names no report or format; and when the index already exists (a second run reads
-  little). Not adopted (stopped, and the pool started as before) where the pool would run more than two
-  processes: a large home on more than two cores.
-
-Standard library only at module level, with the replay store (itself standard library only, plus ctxtool's
-discovery): it runs before any heavy import.
+Standard library only at module level, with the replay store and ``common``: it runs before any heavy import.
 """
 
 from __future__ import annotations
@@ -39,6 +29,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ctxtool.common.choices import BY_CHOICES, FORMATS
 from ctxtool.common.digest import blake2b
 from ctxtool.frames import replays
 
@@ -152,15 +143,9 @@ FLAGS = frozenset(
         "--wide",
     }
 )
-# What makes ``stats`` build frames instead of counting where it reads (``ctxtool.stats.read_report``):
-# only ``--top``. Every ``--by`` (``ctxtool.common.choices.BY_CHOICES``, written out to keep this module
-# standard library only: tests/test_headstart.py holds them equal) and every format is counted; another value
-# is a usage error, not worth a head start.
-_FRAMES = frozenset({"--top"})
-_TALLY_BY = frozenset(
-    {"turn", "request", "session", "model", "project", "day", "week", "month", "user", "machine"}
-)
-_TALLY_FORMATS = frozenset({"table", "json", "jsonl", "csv", "parquet"})
+# Every ``--by`` and every format is counted where it is read; another value is a usage error, not worth a
+# head start.
+_TALLY_BY, _TALLY_FORMATS = frozenset(BY_CHOICES), frozenset(FORMATS)
 
 
 def begin(argv: Sequence[str]) -> None:
@@ -202,7 +187,7 @@ def _guess(argv: Sequence[str]) -> tuple[list[str], bool] | None:
                     return None
                 i += 1
                 value = args[i]
-            if name in _FRAMES:
+            if name == "--top":  # (builds frames instead of counting where it reads)
                 return None
             if (name in ("--by", "-b") and value not in _TALLY_BY) or (
                 name in ("--format", "-f") and value not in _TALLY_FORMATS
@@ -211,7 +196,7 @@ def _guess(argv: Sequence[str]) -> tuple[list[str], bool] | None:
             if name == "--cache-dir":
                 cache_dir = value
         elif eq or (arg.startswith("-") and arg != "-"):
-            if arg not in FLAGS or arg in _FRAMES:
+            if arg not in FLAGS:
                 return None
             if arg in ("--subagents", "--no-subagents"):
                 subagents = arg == "--subagents"
@@ -220,12 +205,6 @@ def _guess(argv: Sequence[str]) -> tuple[list[str], bool] | None:
         else:
             paths.append(arg)
         i += 1
-    return _targets(paths, subagents, cache, cache_dir)
-
-
-def _targets(
-    paths: list[str], subagents: bool, cache: bool, cache_dir: str | None
-) -> tuple[list[str], bool] | None:
     from ctxtool.session.stamp import STAMP, cache_path
 
     if cache and os.path.exists(os.path.join(cache_path(cache_dir), "index", f"{STAMP}.sqlite")):

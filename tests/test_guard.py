@@ -405,6 +405,7 @@ def test_a_folder_changed_just_before_a_scan_is_listed_again(
 
 def test_the_tally_prices_as_pricing_does() -> None:
     from ctxtool.measure.pricing import cost_of, price_table
+    from ctxtool.measure.usage import cost
 
     table = price_table(["gemini-2.5-pro", "gemini-2.5-flash", "gemini-3.1-pro-preview", "no-such-model"])
     tiers = figures.rates_of(table)
@@ -419,7 +420,7 @@ def test_the_tally_prices_as_pricing_does() -> None:
             thoughts = rng.choice([None, rng.randrange(0, 5000)])
             tool = rng.choice([None, 0, rng.randrange(0, 900)])
             counts = (prompt, cached, output, thoughts, tool)
-            assert figures.cost(tiers[model], *counts) == cost_of(rates, *counts), (model, counts)
+            assert cost(tiers[model], *counts) == cost_of(rates, *counts), (model, counts)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the quick answer is Linux's")

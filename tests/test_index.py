@@ -334,10 +334,13 @@ def test_an_index_held_by_another_run_is_left_alone(
     st.lists(st.integers(min_value=0, max_value=10**7), max_size=400), st.integers(min_value=1, max_value=8)
 )
 def test_batches_cover_every_file_once_costliest_first_and_end_small(costs: list[int], workers: int) -> None:
-    from ctxtool.session.scan import _BATCH_FILES, _batches
+    from ctxtool.session.scan import _BATCH_FILES, _Carver
 
     cost = dict(enumerate(costs))
-    batches = _batches(list(cost), cost, workers)
+    carver = _Carver(list(cost), cost, workers)
+    batches: list[list[int]] = []
+    while carver:  # every batch cut from the costly end (a scan without this process)
+        batches.append(carver.cut(costly=True))
     assert sorted(i for b in batches for i in b) == list(cost)
     assert all(0 < len(b) <= _BATCH_FILES for b in batches)
     flat = [cost[i] for b in batches for i in b]

@@ -418,13 +418,13 @@ def test_a_run_over_unchanged_files_measures_none_of_them_again(
 
     monkeypatch.setattr(T, "_measure", counting)
     priced: list[int] = []
-    real_costs = T._costs
+    real_price = T._price
 
-    def pricing(table: Any, models: list[Any], tokens: Any, warnings: Any) -> Any:
-        priced.append(len(models))
-        return real_costs(table, models, tokens, warnings)
+    def pricing(m: Any, table: Any, rates: Any) -> Any:
+        priced.append(len(m.requests.models))
+        return real_price(m, table, rates)
 
-    monkeypatch.setattr(T, "_costs", pricing)
+    monkeypatch.setattr(T, "_price", pricing)
     runs = []
     outputs = []
     for _ in range(2):

@@ -394,3 +394,22 @@ def test_a_reader_never_loads_genai_prices(
     assert out["genai_prices"] == []
     can = answers in ("snapshot", "memo")
     assert out["priced"] == {sid: can and sid != "eeeeeeee" for sid in SESSIONS}
+
+
+def test_a_kept_measure_priced_again_at_new_rates_is_kept_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A measure the index kept, priced again at other rates, is written back: the next run at those rates
+    does not price it again."""
+    from ctxtool.frames.loading import read_tally
+
+    root, cache = _home(tmp_path / "home"), tmp_path / "index"
+    read_tally([root], cache=True, cache_dir=cache, workers=1)
+    real = T._rates_key
+    monkeypatch.setattr(T, "_rates_key", lambda table, models: real(table, models) + "-new")
+    with _pricing() as priced:
+        read_tally([root], cache=True, cache_dir=cache, workers=1)
+    assert len(priced) == len(SESSIONS)
+    with _pricing() as priced:
+        read_tally([root], cache=True, cache_dir=cache, workers=1)
+    assert priced == []

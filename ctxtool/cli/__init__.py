@@ -60,16 +60,16 @@ def overview(width: int | None = None) -> str:
     lines = [*wrap("ctxtool: token usage, compaction, diffs and CI budgets of Gemini CLI sessions."), ""]
     found_any = False
     for root in default_roots():
+        lines.append(f"Looks in {root}:")
         if root.is_dir():
             found = discover([str(root)])
             folders = len({sp.project_dir for sp in found.files})
             found_any = found_any or bool(found.files)
-            lines += [
-                f"Looks in {root}:",
-                f"  {plural(len(found.files), 'session file')} in {plural(folders, 'project folder')}.",
-            ]
+            lines.append(
+                f"  {plural(len(found.files), 'session file')} in {plural(folders, 'project folder')}."
+            )
         else:
-            lines += [f"Looks in {root}:", "  not there yet (run Gemini CLI, or set GEMINI_CLI_HOME)."]
+            lines.append("  not there yet (run Gemini CLI, or set GEMINI_CLI_HOME).")
     if found_any:
         lines += ["", *wrap(_requests_found())]
     lines += ["", "Main commands:"]
@@ -123,21 +123,22 @@ def _root(
     """Token usage, compaction replay, diffs and CI budgets for Gemini CLI sessions."""
 
 
-# Each command lives in its own module; only the one being run is imported (start-up stays lean: the
-# compaction strategies alone take tens of milliseconds to import). ``--help`` and unknown words load all.
-_COMMANDS = {
-    "stats": "ctxtool.cli.stats",
-    "compact": "ctxtool.cli.compact",
-    "compare": "ctxtool.cli.compare",
-    "diff": "ctxtool.cli.diff",
-    "audit": "ctxtool.cli.audit",
-    "export": "ctxtool.cli.export",
-    "report": "ctxtool.cli.report",
-    "cache": "ctxtool.cli.cache",
-    "guard": "ctxtool.cli.guard",
-    "archive": "ctxtool.cli.archive",
-    "hooks": "ctxtool.cli.hooks",
-}
+# Each command lives in its own module, ctxtool.cli.<command>; only the one being run is imported (start-up
+# stays lean: the compaction strategies alone take tens of milliseconds to import). ``--help`` and unknown
+# words load all, in this, their documented order.
+_COMMANDS = (
+    "stats",
+    "compact",
+    "compare",
+    "diff",
+    "audit",
+    "export",
+    "report",
+    "cache",
+    "guard",
+    "archive",
+    "hooks",
+)
 _registered: set[str] = set()
 
 
@@ -145,9 +146,9 @@ def register(names: Sequence[str] | None = None) -> None:
     """Add the named commands (default: all, in their documented order) to ``app``, once each."""
     import importlib
 
-    for name in names if names is not None else list(_COMMANDS):
+    for name in names if names is not None else _COMMANDS:
         if name not in _registered:
-            importlib.import_module(_COMMANDS[name]).register(app)
+            importlib.import_module(f"ctxtool.cli.{name}").register(app)
             _registered.add(name)
     from ctxtool.cli.usage import readable_usage
 
@@ -155,20 +156,7 @@ def register(names: Sequence[str] | None = None) -> None:
 
 
 def _command_in(args: Sequence[str]) -> str | None:
-    for arg in args:
-        if not arg.startswith("-"):
-            return arg
-    return None
-
-
-def _invoke(args: list[str], *, overview_only: bool) -> object:
-    """Bare ``ctxtool``: the overview; otherwise the command ``args`` name, loaded alone when known."""
-    if overview_only:
-        print(overview())
-        return ExitStatus.OK
-    command = _command_in(args)
-    register([command] if command in _COMMANDS else None)
-    return app(args=args, prog_name="ctxtool", standalone_mode=False)
+    return next((arg for arg in args if not arg.startswith("-")), None)
 
 
 # The options whose value is a URL (metavar URL); every other argument that looks like one is a path that
@@ -217,12 +205,17 @@ def run(argv: Sequence[str] | None = None) -> int:
     want_traceback = "--traceback" in args
     try:
         _refuse_urls(args)
-        result = _invoke(args, overview_only=not args and not completing)
+        if not args and not completing:  # bare ``ctxtool``: the overview
+            print(overview())
+            return ExitStatus.OK
+        command = _command_in(args)
+        register([command] if command in _COMMANDS else None)  # the command alone, when known
+        result = app(args=args, prog_name="ctxtool", standalone_mode=False)
     except typer.Exit as exc:
         if exc.exit_code == ExitStatus.INTERRUPTED:  # typer turns Ctrl-C into Exit(130)
             print("Interrupted.", file=sys.stderr)
         return int(exc.exit_code)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         print("Interrupted.", file=sys.stderr)
         return ExitStatus.INTERRUPTED
     except typer.TyperException as exc:
@@ -233,19 +226,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"Error: {exc.format_message()}", file=sys.stderr)
         return ExitStatus.USAGE if exc.exit_code == 2 else int(exc.exit_code)
-    except KeyboardInterrupt:
-        print("Interrupted.", file=sys.stderr)
-        return ExitStatus.INTERRUPTED
-    except UsageError as exc:
-        if want_traceback:
-            raise
-        print(f"Error: {exc}", file=sys.stderr)
-        return ExitStatus.USAGE
     except CtxtoolError as exc:
         if want_traceback:
             raise
         print(f"Error: {exc}", file=sys.stderr)
-        return ExitStatus.ERROR
+        return ExitStatus.USAGE if isinstance(exc, UsageError) else ExitStatus.ERROR
     except BrokenPipeError:
         return ExitStatus.OK
     except Exception as exc:

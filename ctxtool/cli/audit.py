@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -16,7 +15,7 @@ from ctxtool.common.errors import UsageError
 from ctxtool.common.wording import plural
 
 if TYPE_CHECKING:
-    from ctxtool.audit import AuditQuery, AuditReport
+    from ctxtool.audit import AuditReport
     from ctxtool.frames.model import Corpus
 
 FORMATS = ("table", "json", "junit", "markdown")
@@ -41,136 +40,39 @@ over 1); 1 an error (a session file could not be read, or no session was found);
 
 
 PATHS = typer.Argument(
-    None,
-    metavar="PATH...",
-    help="Session files, folders, globs or ids (default: the data root).",
+    None, metavar="PATH...", help="Session files, folders, globs or ids (default: the data root)."
 )
-MAX_SESSION_TOKENS = typer.Option(
-    None, "--max-session-tokens", metavar="TOKENS", help="Tokens of a session, subagents included."
+
+
+def _budget(flag: str, metavar: str, help: str) -> Any:
+    return typer.Option(None, flag, metavar=metavar, help=help)
+
+
+MAX_SESSION_TOKENS = _budget("--max-session-tokens", "TOKENS", "Tokens of a session, subagents included.")
+MAX_TURN_TOKENS = _budget("--max-turn-tokens", "TOKENS", "Tokens of one turn.")
+MAX_REQUEST_TOKENS = _budget("--max-request-tokens", "TOKENS", "Tokens of one request.")
+MAX_CONTEXT_SHARE = _budget("--max-context-share", "SHARE", "A prompt over the model's context window.")
+MAX_SESSION_COST = _budget("--max-session-cost", "USD", "Cost of a session.")
+MAX_DAILY_COST = _budget("--max-daily-cost", "USD", "Cost of all sessions per day (--timezone).")
+MIN_CACHE_RATIO = _budget("--min-cache-ratio", "SHARE", "Cached over input tokens, at least.")
+MAX_COMPRESSIONS = _budget("--max-compressions", "N", "Compression events in a session.")
+MAX_TOOL_OUTPUT_SHARE = _budget(
+    "--max-tool-output-share", "SHARE", "Tool results over all text of a session."
 )
-MAX_TURN_TOKENS = typer.Option(None, "--max-turn-tokens", metavar="TOKENS", help="Tokens of one turn.")
-MAX_REQUEST_TOKENS = typer.Option(
-    None, "--max-request-tokens", metavar="TOKENS", help="Tokens of one request."
-)
-MAX_CONTEXT_SHARE = typer.Option(
-    None, "--max-context-share", metavar="SHARE", help="A prompt over the model's context window."
-)
-MAX_SESSION_COST = typer.Option(None, "--max-session-cost", metavar="USD", help="Cost of a session.")
-MAX_DAILY_COST = typer.Option(
-    None, "--max-daily-cost", metavar="USD", help="Cost of all sessions per day (--timezone)."
-)
-MIN_CACHE_RATIO = typer.Option(
-    None, "--min-cache-ratio", metavar="SHARE", help="Cached over input tokens, at least."
-)
-MAX_COMPRESSIONS = typer.Option(
-    None, "--max-compressions", metavar="N", help="Compression events in a session."
-)
-MAX_TOOL_OUTPUT_SHARE = typer.Option(
-    None,
-    "--max-tool-output-share",
-    metavar="SHARE",
-    help="Tool results over all text of a session.",
-)
-MAX_SECRETS = typer.Option(
-    None,
-    "--max-secrets",
-    metavar="N",
-    help="Secrets a session may hold (0: none).",
-)
+MAX_SECRETS = _budget("--max-secrets", "N", "Secrets a session may hold (0: none).")
 CONFIG = typer.Option(None, "--config", "-c", metavar="FILE", help="Budgets from this TOML file.")
 NO_CONFIG = typer.Option(False, "--no-config", help="Ignore any configuration file.")
-FORMAT = typer.Option(
-    None,
-    "--format",
-    "-f",
-    metavar="FORMAT",
-    help="table, json, junit or markdown.",
-)
+FORMAT = typer.Option(None, "--format", "-f", metavar="FORMAT", help="table, json, junit or markdown.")
 OUTPUT = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to FILE.")
 GITHUB = typer.Option(False, "--github", help="GitHub annotations on stdout; table to stderr.")
 BASELINE = typer.Option(
     None, "--baseline", metavar="FILE", help="An earlier audit --format json, to compare."
 )
 TOLERANCE = typer.Option(
-    "10%",
-    "--tolerance",
-    metavar="SHARE",
-    show_default=False,
-    help="Allowed worsening over --baseline (10%).",
-)
-SUBAGENTS = typer.Option(
-    True,
-    "--subagents/--no-subagents",
-    show_default=False,
-    help="Count subagents in their parent (default).",
+    "10%", "--tolerance", metavar="SHARE", show_default=False, help="Allowed worsening over --baseline (10%)."
 )
 SHOW_ALL = typer.Option(False, "--all", help="Table: list the passed checks too.")
 RULE = typer.Option(None, "--rule", metavar="NAME", help="Check only this budget (max-session-cost...).")
-
-
-class AuditRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of start-up (--help)
-    """One run's options, checked: the session files to read (``sources``), what to check on them and the
-    report's format."""
-
-    sources: list[str]
-    query: AuditQuery
-    fmt: str
-
-    @classmethod
-    def from_options(
-        cls,
-        paths: list[str] | None,
-        *,
-        limits: Mapping[str, str | None],
-        config: Path | None,
-        no_config: bool,
-        fmt: str | None,
-        output: Path | None,
-        github: bool,
-        baseline: Path | None,
-        tolerance: str,
-        since: str | None,
-        until: str | None,
-        project: list[str] | None,
-        session: list[str] | None,
-        model: list[str] | None,
-        timezone: str | None,
-        rule: list[str] | None,
-        show_secrets: bool,
-    ) -> AuditRequest:
-        """Checks in the order the first error is reported: --format, the filters, --timezone, the options
-        that contradict each other, the budgets (``limits``: flag values by metric), --tolerance, the
-        configuration file, --rule, then the baseline and the PATHS."""
-        from ctxtool import audit as lib
-        from ctxtool.common.choices import output_format
-        from ctxtool.session.discover import default_roots, resolve_session_args
-
-        fmt = output_format(fmt, output, FORMATS, "audit")
-        filters = options.filter_args(since, until, project, session, model)
-        options.check_timezone(timezone)
-        if github and fmt != "table" and output is None:
-            # GitHub reads workflow commands from standard output: with --github it holds them alone.
-            raise UsageError(
-                f"--github writes GitHub's annotations alone to standard output, so the {fmt} report needs a "
-                "file",
-                f"Pass --output FILE for it (without --format {fmt}, the table goes to standard error)",
-            )
-        if config is not None and no_config:
-            raise UsageError("--config and --no-config contradict each other", "Pass only one of them")
-        flags = {m: None if v is None else lib.parse_limit(m, v, "--") for m, v in limits.items()}
-        tol = lib.parse_tolerance(tolerance)
-        config_path = None if no_config else (config if config is not None else lib.find_config(Path.cwd()))
-        rules = lib.rules_to_check(flags, config_path, rule)
-        if not rules and baseline is None:
-            raise UsageError(
-                "no budget to check",
-                "Pass a budget flag such as --max-session-tokens 2M, --baseline REPORT.json, or write a "
-                "ctxtool.toml with an [audit] table",
-            )
-        base = None if baseline is None else lib.Baseline(lib.load_baseline(baseline), tol, str(baseline))
-        query = lib.AuditQuery(rules, filters, timezone, base, show_secrets)
-        sources = resolve_session_args(paths) if paths else [str(root) for root in default_roots()]
-        return cls(sources, query, fmt)
 
 
 def audit(
@@ -192,7 +94,7 @@ def audit(
     github: bool = GITHUB,
     baseline: Path = BASELINE,
     tolerance: str = TOLERANCE,
-    subagents: bool = SUBAGENTS,
+    subagents: bool = options.SUBAGENTS,
     show_secrets: bool = options.SHOW_SECRETS,
     show_all: bool = SHOW_ALL,
     color: options.Color = options.COLOR,
@@ -207,59 +109,62 @@ def audit(
     no_cache: bool = options.NO_CACHE,
     cache_dir: Path = options.CACHE_DIR,
 ) -> int:
-    request = AuditRequest.from_options(
-        paths,
-        limits={
-            "max-session-tokens": max_session_tokens,
-            "max-turn-tokens": max_turn_tokens,
-            "max-request-tokens": max_request_tokens,
-            "max-context-share": max_context_share,
-            "max-session-cost": max_session_cost,
-            "max-daily-cost": max_daily_cost,
-            "min-cache-ratio": min_cache_ratio,
-            "max-compressions": max_compressions,
-            "max-tool-output-share": max_tool_output_share,
-            "max-secrets": max_secrets,
-        },
-        config=config,
-        no_config=no_config,
-        fmt=fmt,
-        output=output,
-        github=github,
-        baseline=baseline,
-        tolerance=tolerance,
-        since=since,
-        until=until,
-        project=project,
-        session=session,
-        model=model,
-        timezone=timezone,
-        rule=rule,
-        show_secrets=show_secrets,
-    )
     from ctxtool import audit as lib
+    from ctxtool.common.choices import output_format
 
-    result = lib.audit_corpus(_load(request, subagents, no_cache, cache_dir), request.query, warn=_warn)
-    if github:
-        for line in lib.github_annotations(result):
-            print(line, flush=True)
-    # With --github and no --output, standard output holds the annotations alone; the table goes to stderr.
-    table_to_stderr = github and output is None
-    _write_report(
-        result, request.fmt, output, width=width, color=color, show_all=show_all, to_stderr=table_to_stderr
-    )
-    if output is not None:
-        options.say_written(output)
+    # Checked in the order the first error is reported: --format, the filters, --timezone, the options that
+    # contradict each other, the budgets, --tolerance, the configuration file, --rule, the baseline, PATHS.
+    fmt = output_format(fmt, output, FORMATS, "audit")
+    filters = options.filter_args(since, until, project, session, model)
+    options.check_timezone(timezone)
+    if github and fmt != "table" and output is None:
+        # GitHub reads workflow commands from standard output: with --github it holds them alone.
+        raise UsageError(
+            f"--github writes GitHub's annotations alone to standard output, so the {fmt} report needs a "
+            "file",
+            f"Pass --output FILE for it (without --format {fmt}, the table goes to standard error)",
+        )
+    if config is not None and no_config:
+        raise UsageError("--config and --no-config contradict each other", "Pass only one of them")
+    limits = {
+        "max-session-tokens": max_session_tokens,
+        "max-turn-tokens": max_turn_tokens,
+        "max-request-tokens": max_request_tokens,
+        "max-context-share": max_context_share,
+        "max-session-cost": max_session_cost,
+        "max-daily-cost": max_daily_cost,
+        "min-cache-ratio": min_cache_ratio,
+        "max-compressions": max_compressions,
+        "max-tool-output-share": max_tool_output_share,
+        "max-secrets": max_secrets,
+    }
+    flags = {m: None if v is None else lib.parse_limit(m, v, "--") for m, v in limits.items()}
+    tol = lib.parse_tolerance(tolerance)
+    config_path = None if no_config else (config if config is not None else lib.find_config(Path.cwd()))
+    rules = lib.rules_to_check(flags, config_path, rule)
+    if not rules and baseline is None:
+        raise UsageError(
+            "no budget to check",
+            "Pass a budget flag such as --max-session-tokens 2M, --baseline REPORT.json, or write a "
+            "ctxtool.toml with an [audit] table",
+        )
+    base = None if baseline is None else lib.Baseline(lib.load_baseline(baseline), tol, str(baseline))
+    query = lib.AuditQuery(rules, filters, timezone, base, show_secrets)
+    result = lib.audit_corpus(_load(paths, subagents, no_cache, cache_dir), query, warn=options.warn)
+    _write_report(result, fmt, output, github=github, width=width, color=color, show_all=show_all)
     if result.exceeded:
         return ExitStatus.BUDGET_EXCEEDED
     return ExitStatus.ERROR if result.incomplete else ExitStatus.OK
 
 
-def _load(request: AuditRequest, subagents: bool, no_cache: bool, cache_dir: Path | None) -> Corpus:
-    """The sessions to audit, read as ``stats`` reads them (through ctxtool's index unless --no-cache)."""
+def _load(paths: list[str] | None, subagents: bool, no_cache: bool, cache_dir: Path | None) -> Corpus:
+    """The sessions PATHS name (default: the data roots), read as ``stats`` reads them (through ctxtool's
+    index unless --no-cache)."""
     from ctxtool.export import load_sessions_or_dataset as load_corpus
+    from ctxtool.session.discover import default_roots, resolve_session_args
 
-    corpus, use = load_corpus(request.sources, subagents=subagents, cache=not no_cache, cache_dir=cache_dir)
+    sources = resolve_session_args(paths) if paths else [str(root) for root in default_roots()]
+    corpus, use = load_corpus(sources, subagents=subagents, cache=not no_cache, cache_dir=cache_dir)
     if use.notice:
         print(f"notice: {use.notice}", file=sys.stderr)
     return corpus
@@ -270,81 +175,68 @@ def _write_report(
     fmt: str,
     output: Path | None,
     *,
+    github: bool,
     width: int | None,
     color: str | None,
-    show_all: bool = False,
-    to_stderr: bool = False,
+    show_all: bool,
 ) -> None:
+    """The report in ``fmt``, said on standard error once written to ``output``; with --github, the
+    annotations before it on standard output, which holds them alone when there is no --output (the table goes
+    to standard error)."""
     from ctxtool import audit as lib
     from ctxtool.render import formats as out
 
-    if fmt == "table":
-        _print_table(result, output, width=width, color=color, show_all=show_all, to_stderr=to_stderr)
-        return
+    if github:
+        for line in lib.github_annotations(result):
+            print(line, flush=True)
     if fmt == "json":
-        data = out.dumps(result.as_dict()) + b"\n"
-    elif fmt == "junit":
-        data = lib.junit_xml(result)
+        out.write_output(out.dumps(result.as_dict()) + b"\n", output)
+    elif fmt != "table":
+        out.write_output(lib.junit_xml(result) if fmt == "junit" else lib.markdown(result).encode(), output)
     else:
-        data = lib.markdown(result).encode()
-    out.write_output(data, output)
+        from ctxtool.render import tables as render
 
-
-def _print_table(
-    result: AuditReport,
-    output: Path | None,
-    *,
-    width: int | None,
-    color: str | None,
-    show_all: bool = False,
-    to_stderr: bool = False,
-) -> None:
-    from ctxtool import audit as lib
-    from ctxtool.render import tables as render
-
-    order = {"fail": 0, "skip": 1, "pass": 2}
-    rows = [
-        {
-            "status": c.status,
-            "subject": c.subject,
-            "rule": c.rule + (f" [{c.scope}]" if c.scope else ""),
-            "value": lib.format_value(c.rule, c.value),
-            "limit": lib.format_value(c.rule, c.limit),
-            "offender": c.offender,
-        }
-        for c in sorted(result.checks, key=lambda c: order[c.status])
-        if show_all or c.status != "pass"
-    ]
-    passed = sum(1 for c in result.checks if c.status == "pass")
-    hidden = 0 if show_all else passed
-    console_of = (
-        contextlib.nullcontext(render.make_console(sys.stderr, width=width, color=color))
-        if to_stderr
-        else render.output_console(output, width=width, color=color)
-    )
-    with console_of as console:
-        verdict = ("FAIL: " if result.exceeded or result.incomplete else "PASS: ") + lib.verdict(result)
-        if hidden and rows:
-            verdict += f"; {passed:,} of {plural(len(result.checks), 'check')} passed (--all lists them)."
-        elif hidden:
-            verdict += "; --all lists the checks."
-        if rows:
-            table = render.audit_table(
-                rows,
-                title="ctxtool audit",
-                caption=verdict,
-                width=console.width,
-                subjects=[c.subject for c in result.checks],
-            )
-            render.print_table(console, table)
-        else:
-            console.print(verdict)
-        for r in result.regressions:
-            console.print(lib.regression_text(r), markup=False, highlight=False)
-
-
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+        order = {"fail": 0, "skip": 1, "pass": 2}
+        rows = [
+            {
+                "status": c.status,
+                "subject": c.subject,
+                "rule": c.rule + (f" [{c.scope}]" if c.scope else ""),
+                "value": lib.format_value(c.rule, c.value),
+                "limit": lib.format_value(c.rule, c.limit),
+                "offender": c.offender,
+            }
+            for c in sorted(result.checks, key=lambda c: order[c.status])
+            if show_all or c.status != "pass"
+        ]
+        passed = sum(1 for c in result.checks if c.status == "pass")
+        hidden = 0 if show_all else passed
+        console_of = (
+            contextlib.nullcontext(render.make_console(sys.stderr, width=width, color=color))
+            if github and output is None
+            else render.output_console(output, width=width, color=color)
+        )
+        with console_of as console:
+            verdict = ("FAIL: " if result.exceeded or result.incomplete else "PASS: ") + lib.verdict(result)
+            if hidden and rows:
+                verdict += f"; {passed:,} of {plural(len(result.checks), 'check')} passed (--all lists them)."
+            elif hidden:
+                verdict += "; --all lists the checks."
+            if rows:
+                table = render.audit_table(
+                    rows,
+                    title="ctxtool audit",
+                    caption=verdict,
+                    width=console.width,
+                    subjects=[c.subject for c in result.checks],
+                )
+                render.print_table(console, table)
+            else:
+                console.print(verdict)
+            for r in result.regressions:
+                console.print(lib.regression_text(r), markup=False, highlight=False)
+    if output is not None:
+        options.say_written(output)
 
 
 def register(app: typer.Typer) -> None:

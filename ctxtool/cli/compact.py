@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -185,7 +187,7 @@ FORMAT = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table o
 
 @dataclass(frozen=True)
 class CompactRequest:
-    """The options of one ``ctxtool compact`` run (``--undo`` aside), as given. ``check`` refuses what
+    """The parameters of one ``ctxtool compact`` run (``--undo`` aside), as given. ``check`` refuses what
     cannot run; the other methods resolve the options for the library, in the order the command needs
     them (so that of several mistakes the same one is always reported)."""
 
@@ -217,6 +219,10 @@ class CompactRequest:
     project: list[str] | None
     session: list[str] | None
     only_model: list[str] | None
+    show_secrets: bool
+    color: options.Color
+    width: int | None
+    wide: bool
 
     def check(self) -> None:
         """Raise a UsageError for the first option, or combination of options, that cannot run (an unknown
@@ -280,8 +286,6 @@ class CompactRequest:
         from ctxtool.compress.gemini_cli.texts import CTXTOOL_TEXTS
 
         if self.prompt_file is not None:
-            from dataclasses import replace
-
             from ctxtool.compress.gemini_cli.prompts import load_prompt_file
 
             return replace(CTXTOOL_TEXTS, system_prompt=load_prompt_file(self.prompt_file))
@@ -292,7 +296,6 @@ class CompactRequest:
         return CTXTOOL_TEXTS
 
     def make_summarizer(self) -> Summarizer:
-        """The summarizer --summarizer names (``compaction.make_summarizer``)."""
         return compaction.make_summarizer(
             self.summarizer, self.model, self.base_url, budget=self.summary_budget, keep_facts=self.keep_facts
         )
@@ -311,9 +314,7 @@ class CompactRequest:
                     f"Name the output *.{self.era}, or drop --era",
                 )
         else:
-            destination = lib.Destination(
-                mode, self.out if self.out is not None else Path(lib.DEFAULT_OUT_DIR)
-            )
+            destination = lib.Destination(mode, self.out or Path(lib.DEFAULT_OUT_DIR))
         lib.check_destination(sources, destination)
         return destination
 
@@ -377,52 +378,18 @@ def compact(
     session: list[str] = options.SESSION,
     only_model: list[str] = options.MODEL,
 ) -> int:
-    out = _one_output(out, out_alias)
+    if out is not None and out_alias is not None:  # --out: the former name of --output, hidden
+        raise UsageError("--output and --out are the same option", "Pass it once, as --output")
+    out = out if out is not None else out_alias
     if undo:
-        return _undo(paths, force=force, fmt=fmt, width=width, color=color)
-    request = CompactRequest(
-        out=out,
-        as_new_session=as_new_session,
-        in_place=in_place,
-        era=era,
-        dry_run=dry_run,
-        force=force,
-        threshold=threshold,
-        truncate_only=truncate_only,
-        summarizer=summarizer,
-        profile=profile,
-        chat_model=chat_model,
-        model=model,
-        base_url=base_url,
-        prompt_file=prompt_file,
-        prompt_from_gemini_cli=prompt_from_gemini_cli,
-        workspace=workspace,
-        summary_budget=summary_budget,
-        strategy=strategy,
-        context_window=context_window,
-        instructions=instructions,
-        keep_facts=keep_facts,
-        redact_secrets=redact_secrets,
-        fmt=fmt,
-        since=since,
-        until=until,
-        project=project,
-        session=session,
-        only_model=only_model,
-    )
+        return _undo(paths, force=force, fmt=fmt)
+    given = locals()
+    request = CompactRequest(**{f.name: given[f.name] for f in fields(CompactRequest)})
     request.check()
-    return _run(request, paths, show_secrets=show_secrets, width=width, color=color, wide=wide)
+    return _run(request, paths)
 
 
-def _run(
-    request: CompactRequest,
-    paths: list[str],
-    *,
-    show_secrets: bool,
-    width: int,
-    color: options.Color,
-    wide: bool,
-) -> int:
+def _run(request: CompactRequest, paths: list[str]) -> int:
     """The checked request, run: texts and summarizer, the sessions named, the compactions, the output."""
     texts = request.texts()
     summ = request.make_summarizer()
@@ -432,14 +399,7 @@ def _run(
     destination = request.destination(sources)
     opts = request.compact_options(texts, destination)
     reports = _compact_all(sources, found.missing, summ, opts, destination)
-    return _show(reports, request, show_secrets=show_secrets, width=width, color=color, wide=wide)
-
-
-def _one_output(out: Path, alias: Path) -> Path:
-    """``--output``, or ``--out`` (its old name, hidden): one of them at most."""
-    if out is not None and alias is not None:
-        raise UsageError("--output and --out are the same option", "Pass it once, as --output")
-    return out if out is not None else alias
+    return _show(reports, request)
 
 
 def _compact_all(
@@ -460,62 +420,65 @@ def _compact_all(
         for sp in sources:
             if sp.path in superseded:
                 reports.append(lib.superseded_report(sp, superseded[sp.path]))
-                advance(sp.path.name)
-                continue
-            try:
-                report = lib.compact_session(sp, summ, opts, destination)
-            except (CtxtoolError, OSError) as exc:
-                message = str(exc) if isinstance(exc, CtxtoolError) else f"{sp.path}: {exc}"
-                report = lib.CompactionReport.failed(sp.path, message)
-            reports.append(report)
+            else:
+                try:
+                    reports.append(lib.compact_session(sp, summ, opts, destination))
+                except (CtxtoolError, OSError) as exc:
+                    reports.append(lib.CompactionReport.failed(sp.path, _failure(sp.path, exc)))
             advance(sp.path.name)
     return reports
 
 
-def _show(
-    reports: list[lib.CompactionReport],
-    request: CompactRequest,
-    *,
-    show_secrets: bool,
-    width: int | None,
-    color: options.Color,
-    wide: bool,
-) -> int:
+def _failure(path: Path, exc: Exception) -> str:
+    """A CtxtoolError names its file; an OSError is given it."""
+    return str(exc) if isinstance(exc, CtxtoolError) else f"{path}: {exc}"
+
+
+def _rows(reports: Sequence[lib.CompactionReport | lib.UndoReport]) -> list[dict[str, Any]]:
+    """The reports as rows, after naming each error on stderr."""
+    for report in reports:
+        if report.error:
+            print(f"Error: {report.error}", file=sys.stderr)
+    return [r.as_dict() for r in reports]
+
+
+def _print_json(command: str, **doc: Any) -> None:
+    from ctxtool.frames.model import SCHEMA_VERSION
+    from ctxtool.render import formats as output
+
+    doc = {"schema_version": SCHEMA_VERSION, "command": command, **doc}
+    output.write_stdout(output.dumps(doc) + b"\n", sys.stdout.buffer)
+
+
+def _status(reports: Sequence[lib.CompactionReport | lib.UndoReport]) -> int:
+    from ctxtool import compact as lib
+
+    return ExitStatus.ERROR if any(r.status == lib.FAILED for r in reports) else ExitStatus.OK
+
+
+def _show(reports: list[lib.CompactionReport], request: CompactRequest) -> int:
     """The errors on stderr, the reports on stdout in the --format asked (none when every session failed),
     and the exit status."""
     from ctxtool import compact as lib
 
-    for report in reports:
-        if report.error:
-            print(f"Error: {report.error}", file=sys.stderr)
-    rows = [r.as_dict() for r in reports]
-    if not show_secrets:  # a report quotes facts of the sessions (retention's lost facts, notes)
+    rows = _rows(reports)
+    if not request.show_secrets:  # a report quotes facts of the sessions (retention's lost facts, notes)
         from ctxtool.common.secret_scan import redact_value
 
         rows = redact_value(rows)
     if all(r.status == lib.FAILED for r in reports):
         return ExitStatus.ERROR  # nothing was compacted: the errors above say why; stdout stays empty
     if request.fmt == "json":
-        from ctxtool.frames.model import SCHEMA_VERSION
-        from ctxtool.render import formats as output
-
-        doc = {
-            "schema_version": SCHEMA_VERSION,
-            "command": "compact",
-            "dry_run": request.dry_run,
-            "totals": _compact_totals(rows),
-            "sessions": rows,
-        }
-        output.write_stdout(output.dumps(doc) + b"\n", sys.stdout.buffer)
+        _print_json("compact", dry_run=request.dry_run, totals=_compact_totals(rows), sessions=rows)
     else:
         from ctxtool.render import tables as render
 
-        console = render.make_console(width=width, color=color)
+        console = render.make_console(width=request.width, color=request.color)
         title = "ctxtool compact" + (" --dry-run (nothing written)" if request.dry_run else "")
         table, notes = render.compact_table(
-            rows, title=title, plan=request.dry_run, width=console.width, wide=wide
+            rows, title=title, plan=request.dry_run, width=console.width, wide=request.wide
         )
-        render.print_table(console, table, wide=wide)
+        render.print_table(console, table, wide=request.wide)
         for note in notes:
             console.print(note, markup=False, highlight=False)
         # A path to copy is never shortened: each file written, whole, on a line of its own (not through
@@ -524,10 +487,10 @@ def _show(
             if r.get("written") and r.get("output_path"):
                 backup = f" (backup: {r['backup_path']})" if r.get("backup_path") else ""
                 sys.stdout.write(f"wrote {Path(r['output_path']).absolute()}{backup}\n")
-    return ExitStatus.ERROR if any(r.status == lib.FAILED for r in reports) else ExitStatus.OK
+    return _status(reports)
 
 
-def _undo(paths: list[str], *, force: bool, fmt: str, width: int, color: object) -> int:
+def _undo(paths: list[str], *, force: bool, fmt: str) -> int:
     """``compact --undo``: one row per file, FAILED rows named on stderr."""
     from ctxtool import compact as lib
     from ctxtool.session.discover import discover, matches_nothing, resolve_session_args
@@ -542,26 +505,18 @@ def _undo(paths: list[str], *, force: bool, fmt: str, width: int, color: object)
         try:
             reports.append(lib.undo_compaction(sp.path, force=force))
         except (CtxtoolError, OSError) as exc:
-            message = str(exc) if isinstance(exc, CtxtoolError) else f"{sp.path}: {exc}"
-            reports.append(lib.UndoReport(str(sp.path), lib.FAILED, error=message))
-    for report in reports:
-        if report.error:
-            print(f"Error: {report.error}", file=sys.stderr)
-    rows = [r.as_dict() for r in reports]
+            reports.append(lib.UndoReport(str(sp.path), lib.FAILED, error=_failure(sp.path, exc)))
+    rows = _rows(reports)
     if fmt == "json":
-        from ctxtool.frames.model import SCHEMA_VERSION
-        from ctxtool.render import formats as output
-
-        doc = {"schema_version": SCHEMA_VERSION, "command": "compact --undo", "sessions": rows}
-        output.write_stdout(output.dumps(doc) + b"\n", sys.stdout.buffer)
+        _print_json("compact --undo", sessions=rows)
     else:
+        what = {"record": "dropped the appended compaction", "file": "removed the .jsonl ctxtool wrote"}
         for r in rows:
-            what = {"record": "dropped the appended compaction", "file": "removed the .jsonl ctxtool wrote"}
             detail = what.get(r["removed"] or "", "no compaction by ctxtool at the end of the file")
             if r["status"] != lib.FAILED:
                 backup = f" (backup: {r['backup_path']})" if r["backup_path"] else ""
                 print(f"{r['status']:<8} {r['path']}: {detail}{backup}")
-    return ExitStatus.ERROR if any(r.status == lib.FAILED for r in reports) else ExitStatus.OK
+    return _status(reports)
 
 
 def register(app: typer.Typer) -> None:
@@ -570,13 +525,10 @@ def register(app: typer.Typer) -> None:
 
 def _compact_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """What a JSON reader wants at a glance: sessions by status, files written, tokens before and after."""
-    statuses: dict[str, int] = {}
-    for r in rows:
-        statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
     return {
         "sessions": len(rows),
         "written": sum(bool(r.get("written")) for r in rows),
-        "by_status": statuses,
+        "by_status": dict(Counter(str(r.get("status")) for r in rows)),
         "tokens_before": sum(int(r.get("tokens_before") or 0) for r in rows),
         "tokens_after": sum(int(r.get("tokens_after") or 0) for r in rows),
     }

@@ -84,9 +84,7 @@ class LazySummarizer:
         return self._inner.generate(call)
 
     def close(self) -> None:
-        close = getattr(self._inner, "close", None)
-        if callable(close):
-            close()
+        _close(self._inner)
 
 
 def session_files(paths: list[str], filters: dict[str, Any]) -> tuple[Discovery, list[SessionPath]]:
@@ -105,46 +103,34 @@ def session_files(paths: list[str], filters: dict[str, Any]) -> tuple[Discovery,
     return found, sources
 
 
-class ProgressBar:
-    """A progress bar on stderr (only where ``enabled``, and for more than one session), one step per
-    session."""
-
-    def __init__(self, total: int, enabled: bool, label: str) -> None:
-        self.bar: Any = None
-        if enabled and total > 1:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-            self.bar = Progress(
-                TextColumn(label),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.description}"),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("", total=total)
-
-    def advance(self, name: str) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, advance=1, description=name)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 @contextmanager
 def batch(summarizer: Summarizer, total: int, label: str) -> Iterator[Callable[[str], None]]:
-    """A batch of ``total`` sessions: yields the step of its progress bar (shown where
-    ``options.progress_wanted``), called with each session's file name once it is done. However the batch
-    ends, the bar is gone and the summarizer closed afterwards."""
-    progress = ProgressBar(total, options.progress_wanted(), label)
+    """A batch of ``total`` sessions: yields the step of its progress bar on stderr (shown where
+    ``options.progress_wanted``, for more than one session), called with each session's file name once it
+    is done. However the batch ends, the bar is gone and the summarizer closed afterwards."""
+    bar: Any = None
+    if options.progress_wanted() and total > 1:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"))
+        bar = Progress(*columns, console=Console(stderr=True), transient=True)
+        bar.start()
+        task = bar.add_task("", total=total)
+
+    def advance(name: str) -> None:
+        if bar is not None:
+            bar.update(task, advance=1, description=name)
+
     try:
-        yield progress.advance
+        yield advance
     finally:
-        progress.close()
-        close = getattr(summarizer, "close", None)
-        if callable(close):
-            close()
+        if bar is not None:
+            bar.stop()
+        _close(summarizer)
+
+
+def _close(summarizer: object) -> None:
+    close = getattr(summarizer, "close", None)
+    if callable(close):
+        close()

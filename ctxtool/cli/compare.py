@@ -152,33 +152,23 @@ def _write_rows(rows: list[dict[str, Any]], names: list[str], fmt: str, output_p
     from ctxtool import compare as lib
     from ctxtool.render import formats as output
 
-    frame = pl.DataFrame(rows, schema=_schema(lib.COLUMNS))
-    data = output.encode(frame, fmt, command="compare", strategies=names)
-    if output_path is not None:
-        output.atomic_write(output_path, data)
-    else:
-        output.write_stdout(data, sys.stdout.buffer)
+    frame = pl.DataFrame(rows, schema={c: _dtype(c) for c in lib.COLUMNS})
+    output.write_output(output.encode(frame, fmt, command="compare", strategies=names), output_path)
 
 
-def _schema(columns: tuple[str, ...]) -> dict[str, Any]:
+# The integer columns, besides every *_kept and *_total count.
+_INTS: tuple[str, ...] = ("trigger_turn", "trigger_limit", "trigger_tokens", "tokens_before", "tokens_after")
+_INTS += ("messages_before", "messages_after", "messages_summarised", "own_tokens_before", "own_tokens_after")
+
+
+def _dtype(column: str) -> Any:
     import polars as pl
 
-    ints = {"trigger_turn", "trigger_limit", "trigger_tokens", "tokens_before", "tokens_after"}
-    ints |= {"messages_before", "messages_after", "messages_kept", "messages_summarised"}
-    ints |= {"own_tokens_before", "own_tokens_after"}
-    ints |= {c for c in columns if c.endswith(("_kept", "_total")) and c not in ("messages_kept",)}
-    floats = {"reduction", "retention", "seconds"} | {c for c in columns if c.endswith("_retention")}
-    schema: dict[str, Any] = {}
-    for c in columns:
-        if c in ints:
-            schema[c] = pl.Int64
-        elif c in floats:
-            schema[c] = pl.Float64
-        elif c == "would_trigger":
-            schema[c] = pl.Boolean
-        else:
-            schema[c] = pl.Utf8
-    return schema
+    if column in _INTS or column.endswith(("_kept", "_total")):
+        return pl.Int64
+    if column in ("reduction", "retention", "seconds") or column.endswith("_retention"):
+        return pl.Float64
+    return pl.Boolean if column == "would_trigger" else pl.Utf8
 
 
 def register(app: typer.Typer) -> None:

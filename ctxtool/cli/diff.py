@@ -69,6 +69,7 @@ def diff(
 ) -> int:
     from ctxtool import diff as diff_lib
     from ctxtool.common.choices import output_format
+    from ctxtool.common.secret_scan import redact_value
     from ctxtool.render import formats as out
     from ctxtool.session.discover import resolve_session_args
     from ctxtool.session.read import read_session
@@ -79,32 +80,17 @@ def diff(
     for warning in result.warnings():
         print(f"warning: {warning}", file=sys.stderr)
 
-    hide = _hider(show_secrets)
+    # What every text shown passes through: secrets redacted unless --show-secrets.
+    hide: Callable[[Any], Any] = (lambda value: value) if show_secrets else redact_value
     if fmt == "json":
-        data = out.dumps(hide(result.as_dict())) + b"\n"
+        out.write_output(out.dumps(hide(result.as_dict())) + b"\n", output)
     elif fmt == "markdown":
-        data = diff_lib.markdown(result, hide=hide).encode()  # redacted before it is escaped
-    else:
-        data = b""
-    if fmt != "table":
-        if output:
-            out.atomic_write(output, data)
-        else:
-            out.write_stdout(data, sys.stdout.buffer)
+        out.write_output(diff_lib.markdown(result, hide=hide).encode(), output)  # redacted, then escaped
     else:
         _print_table(result, output, width=width, color=color, hide=hide)
     if output is not None:
         options.say_written(output)
     return ExitStatus.ERROR if exit_code and result.differs else ExitStatus.OK
-
-
-def _hider(show: bool) -> Callable[[Any], Any]:
-    """What every text shown passes through: secrets redacted unless --show-secrets."""
-    if show:
-        return lambda value: value
-    from ctxtool.common.secret_scan import redact_value
-
-    return redact_value
 
 
 def _print_table(
@@ -119,11 +105,8 @@ def _print_table(
 
     from ctxtool import diff as diff_lib
     from ctxtool.render import tables as render
-    from ctxtool.render.formats import open_text
 
-    stream = open_text(output) if output else None
-    try:
-        console = render.make_console(stream, width=width, color=color)
+    with render.output_console(output, width=width, color=color) as console:
         title = render.two_paths(
             "ctxtool diff", str(result.before.path), str(result.after.path), console.width
         )
@@ -147,7 +130,7 @@ def _print_table(
                 title="Tokens by message type, wire role and tool",
                 headers=(
                     "group",
-                    *(f"{kind}\n{side}" for kind, side in [("rec.", "before"), ("rec.", "after")]),
+                    *(f"rec.\n{side}" for side in ("before", "after")),
                     *(f"est.\n{side}" for side in ("before", "after", "delta")),
                 ),
                 width=console.width,
@@ -169,9 +152,6 @@ def _print_table(
                 hide(diff_lib.message_rows(result)), title="Messages", width=console.width
             ),
         )
-    finally:
-        if stream is not None:
-            stream.close()
 
 
 def register(app: typer.Typer) -> None:

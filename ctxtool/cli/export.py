@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -69,6 +69,8 @@ def export(
     no_cache: bool = options.NO_CACHE,
     cache_dir: Path = options.CACHE_DIR,
 ) -> int:
+    from dataclasses import asdict
+
     from ctxtool import export as ex
     from ctxtool.frames.loading import load_corpus
     from ctxtool.render.formats import dumps
@@ -104,29 +106,14 @@ def export(
         remember=not no_cache,
     )
     if json_out:
-        sys.stdout.buffer.write(dumps(_json_doc(result)) + b"\n")
+        doc = asdict(result)
+        doc = {"schema_version": ex.DATASET_SCHEMA_VERSION, "dataset": doc.pop("target"), **doc}
+        sys.stdout.buffer.write(dumps(doc) + b"\n")
         sys.stdout.flush()
     else:
         print(describe(result), file=sys.stderr)
     failed = bool(corpus.problems) or corpus.broken_lines > 0
     return ExitStatus.ERROR if strict and failed else ExitStatus.OK
-
-
-def _json_doc(result: ExportResult) -> dict[str, Any]:
-    from ctxtool import export as ex
-
-    return {
-        "schema_version": ex.DATASET_SCHEMA_VERSION,
-        "dataset": result.target,
-        "user": result.user,
-        "machine": result.machine,
-        "written": list(result.written),
-        "unchanged": result.unchanged,
-        "removed": result.removed,
-        "objects": result.objects,
-        "rows": result.rows,
-        "with_text": result.with_text,
-    }
 
 
 def describe(result: ExportResult) -> str:

@@ -66,23 +66,12 @@ FALLBACK_MODEL = typer.Option(
 FAIL_CLOSED = typer.Option(False, "--fail-closed", help="On an error in the guard, stop the session.")
 
 
-def budgets(
-    max_session_cost: str | None,
-    max_session_tokens: str | None,
-    max_daily_cost: str | None,
-    max_context_share: str | None,
-    warn_at: str | None,
-    fallback_model: str | None,
-) -> list[tuple[str, str | None]]:
-    """The budget options' values by flag, for ``ctxtool.hooks.guard.to_argv``."""
-    return [
-        ("--max-session-cost", max_session_cost),
-        ("--max-session-tokens", max_session_tokens),
-        ("--max-daily-cost", max_daily_cost),
-        ("--max-context-share", max_context_share),
-        ("--warn-at", warn_at),
-        ("--fallback-model", fallback_model),
-    ]
+_BUDGETS = (MAX_SESSION_COST, MAX_SESSION_TOKENS, MAX_DAILY_COST, MAX_CONTEXT_SHARE, WARN_AT, FALLBACK_MODEL)
+
+
+def budgets(*values: str | None) -> list[tuple[str, str | None]]:
+    """The values of the ``_BUDGETS`` options, in order, by flag (for ``ctxtool.hooks.guard.to_argv``)."""
+    return [(option.param_decls[0], value) for option, value in zip(_BUDGETS, values, strict=True)]
 
 
 def guard(

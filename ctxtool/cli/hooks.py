@@ -9,6 +9,7 @@ import typer
 
 from ctxtool.cli import guard as budget
 from ctxtool.cli.status import ExitStatus
+from ctxtool.common.errors import UsageError
 
 hooks_app = typer.Typer(
     help=(
@@ -43,12 +44,6 @@ Examples:
 """
 
 
-def _default_archive() -> str:
-    from platformdirs import user_data_dir
-
-    return str(Path(user_data_dir("ctxtool", appauthor=False)) / "history")
-
-
 @hooks_app.command("install", help=INSTALL_HELP)
 def install(
     scope: str = _SCOPE,
@@ -68,7 +63,6 @@ def install(
     ),
     no_archive: bool = typer.Option(False, "--no-archive", help="Install the guard only."),
 ) -> int:
-    from ctxtool.common.errors import UsageError
     from ctxtool.hooks import guard, settings
 
     values = budget.budgets(
@@ -83,15 +77,22 @@ def install(
             "--max-context-share",
         )
     opts.scope = scope if scope != "user" else None
+    from platformdirs import user_data_dir
+
     from ctxtool.store import is_store_url
 
     archive_to = None
     if not no_archive:
-        where = archive or _default_archive()
+        where = archive or str(Path(user_data_dir("ctxtool", appauthor=False)) / "history")
         archive_to = where if is_store_url(where) else str(Path(where).expanduser().resolve())
     path = settings.settings_path(scope)
     change = settings.install(path, settings.hooks_for(opts.argv(), archive_to))
-    _report(change, "installed in" if change.changed else "already installed, unchanged:")
+    verb = "installed in" if change.changed else "already installed, unchanged:"
+    print(f"ctxtool hooks {verb} {change.path}", file=sys.stderr)
+    for hook in change.hooks:
+        print(f"  {hook['event']}: {hook['command']}", file=sys.stderr)
+    if change.backup is not None:
+        print(f"  backup of the previous file: {change.backup}", file=sys.stderr)
     if scope == "project":
         print(
             "note: Gemini CLI runs project hooks only in a trusted folder (/permissions, or "
@@ -140,17 +141,6 @@ def status(scope: str = _SCOPE) -> int:
     for hook in found:
         print(f"  {hook['event']}: {hook.get('command')}")
     return ExitStatus.OK
-
-
-def _report(change: object, verb: str) -> None:
-    from ctxtool.hooks.settings import Change
-
-    assert isinstance(change, Change)
-    print(f"ctxtool hooks {verb} {change.path}", file=sys.stderr)
-    for hook in change.hooks:
-        print(f"  {hook['event']}: {hook['command']}", file=sys.stderr)
-    if change.backup is not None:
-        print(f"  backup of the previous file: {change.backup}", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

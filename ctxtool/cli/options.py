@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import date
+import os
+import sys
+from datetime import date, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from ctxtool.common.errors import UsageError
+
 
 def progress_wanted() -> bool:
     """A progress bar goes to stderr only when it is a terminal and not under CI (``CI=true``, which CI
     services set even when they give the job a pseudo-terminal): pipes and logs get none."""
-    import os
-    import sys
-
     return sys.stderr.isatty() and os.environ.get("CI", "").lower() not in ("true", "1")
 
 
@@ -63,13 +64,18 @@ MACHINE = typer.Option(
     help="The machine the rows come from (default: $CTXTOOL_MACHINE, else the host name).",
 )
 WIDE = typer.Option(False, "--wide", help="Every column, even past the width.")
+SUBAGENTS = typer.Option(
+    True, "--subagents/--no-subagents", show_default=False, help="Count subagents in their parent (default)."
+)
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def say_written(output: Path) -> None:
     """The line a command says on standard error once ``--output`` FILE is written, the same for every
     command (``report``, ``stats``, ``audit``, ``diff``), so standard output holds only the data."""
-    import sys
-
     print(f"report written to {output}", file=sys.stderr)
 
 
@@ -82,19 +88,9 @@ PROJECT = typer.Option(
     None, "--project", "-p", metavar="NAME", help="Only this project (name or path); repeatable."
 )
 SESSION = typer.Option(
-    None,
-    "--session",
-    "-s",
-    metavar="ID",
-    help="Only this session (id or file); repeatable.",
+    None, "--session", "-s", metavar="ID", help="Only this session (id or file); repeatable."
 )
-MODEL = typer.Option(
-    None,
-    "--model",
-    "-m",
-    metavar="MODEL",
-    help="Only this model (or prefix); repeatable.",
-)
+MODEL = typer.Option(None, "--model", "-m", metavar="MODEL", help="Only this model (or prefix); repeatable.")
 
 
 def filter_args(
@@ -107,8 +103,6 @@ def filter_args(
     """The session filters as ``frames.filter_corpus`` keywords; a bad date is a usage error."""
     since_d, until_d = parse_date(since, "--since"), parse_date(until, "--until")
     if since_d and until_d and since_d > until_d:
-        from ctxtool.common.errors import UsageError
-
         raise UsageError(f"--since {since} is after --until {until}", "Swap the two dates")
     return {
         "since": since_d,
@@ -122,10 +116,6 @@ def filter_args(
 def parse_date(value: str | None, option: str) -> date | None:
     if value is None:
         return None
-    from datetime import datetime
-
-    from ctxtool.common.errors import UsageError
-
     try:
         return datetime.strptime(value, "%Y-%m-%d").date()
     except ValueError:
@@ -150,11 +140,7 @@ def filter_sources(sources: list[Any], filters: dict[str, Any]) -> list[Any]:
 
 
 TIMEZONE = typer.Option(
-    None,
-    "--timezone",
-    "--tz",
-    metavar="ZONE",
-    help="IANA zone of days, e.g. Europe/Paris.",
+    None, "--timezone", "--tz", metavar="ZONE", help="IANA zone of days, e.g. Europe/Paris."
 )
 
 
@@ -163,8 +149,6 @@ def check_timezone(timezone: str | None) -> None:
     if timezone is None:
         return
     import zoneinfo
-
-    from ctxtool.common.errors import UsageError
 
     try:
         zoneinfo.ZoneInfo(timezone)

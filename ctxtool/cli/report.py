@@ -74,23 +74,44 @@ def report(
         raise UsageError(
             f"--output {output} is not an HTML file", "Name it *.html, e.g. --output report.html"
         )
+    from ctxtool.export import load_sessions_or_dataset as load_corpus
+
     status = _Status(options.progress_wanted())
     try:
-        return _write(
-            paths,
-            output,
-            sessions,
-            top,
-            compare,
-            subagents,
-            strict,
-            no_cache,
-            cache_dir,
-            show_secrets,
-            status,
+        corpus, cache_use = load_corpus(
+            paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir, progress=status.reading
         )
+        if cache_use.notice:
+            print(f"notice: {cache_use.notice}", file=sys.stderr)
+        from ctxtool import frames
+
+        for warning in frames.read_warnings(corpus):
+            print(f"warning: {warning}", file=sys.stderr)
+        if corpus.requests.height == 0:
+            where = " ".join(paths) if paths else "the Gemini CLI data root"
+            print(
+                f"Error: no request recorded in {where}. Pass session files or a chats/ folder",
+                file=sys.stderr,
+            )
+            return ExitStatus.ERROR
+        from ctxtool.render import formats as out
+        from ctxtool.report import page as html_report
+
+        compare_rows = _compare(corpus, sessions, show_secrets, status) if compare else None
+        status.step("drawing the page")
+        page = html_report.build_report(
+            corpus, sessions=sessions, top=top, compare_rows=compare_rows, redact=not show_secrets
+        )
+        out.atomic_write(output, page.encode("utf-8"))
     finally:
         status.close()
+    options.say_written(output)
+    counts = frames.problem_counts(corpus.problems)
+    if paths and (counts["missing"] or counts["no_sessions"]):
+        # A PATH given explicitly matched no session (warned above): an error, though the rest is written.
+        return ExitStatus.ERROR
+    failed = bool(corpus.problems) or corpus.broken_lines > 0
+    return ExitStatus.ERROR if strict and failed else ExitStatus.OK
 
 
 class _Status:
@@ -120,67 +141,16 @@ class _Status:
             self.live = None
 
 
-def _write(
-    paths: list[str] | None,
-    output: Path,
-    sessions: int,
-    top: int,
-    compare: bool,
-    subagents: bool,
-    strict: bool,
-    no_cache: bool,
-    cache_dir: Path,
-    show_secrets: bool,
-    status: _Status,
-) -> int:
-    from ctxtool.export import load_sessions_or_dataset as load_corpus
-
-    corpus, cache_use = load_corpus(
-        paths or [], subagents=subagents, cache=not no_cache, cache_dir=cache_dir, progress=status.reading
-    )
-    if cache_use.notice:
-        print(f"notice: {cache_use.notice}", file=sys.stderr)
-    from ctxtool import frames
-
-    for warning in frames.read_warnings(corpus):
-        print(f"warning: {warning}", file=sys.stderr)
-    if corpus.requests.height == 0:
-        where = " ".join(paths) if paths else "the Gemini CLI data root"
-        print(
-            f"Error: no request recorded in {where}. Pass session files or a chats/ folder", file=sys.stderr
-        )
-        return ExitStatus.ERROR
-
-    from ctxtool.render import formats as out
-    from ctxtool.report import charts
-    from ctxtool.report import page as html_report
-
-    compare_rows = None
-    if compare:
-        status.step("running the compaction strategies")
-        compare_rows = _compare(corpus, charts.largest_sessions(corpus, sessions), show_secrets)
-    status.step("drawing the page")
-    page = html_report.build_report(
-        corpus, sessions=sessions, top=top, compare_rows=compare_rows, redact=not show_secrets
-    )
-    out.atomic_write(output, page.encode("utf-8"))
-    status.close()
-    options.say_written(output)
-    counts = frames.problem_counts(corpus.problems)
-    if paths and (counts["missing"] or counts["no_sessions"]):
-        # A PATH given explicitly matched no session (warned above): an error, though the rest is written.
-        return ExitStatus.ERROR
-    failed = bool(corpus.problems) or corpus.broken_lines > 0
-    return ExitStatus.ERROR if strict and failed else ExitStatus.OK
-
-
-def _compare(corpus: Corpus, keys: list[str], show_secrets: bool) -> list[dict[str, Any]]:
-    """``ctxtool compare``'s rows (offline summarizer, every strategy) for the sessions ``keys`` name."""
+def _compare(corpus: Corpus, sessions: int, show_secrets: bool, status: _Status) -> list[dict[str, Any]]:
+    """``ctxtool compare``'s rows (offline summarizer, every strategy) for the ``sessions`` largest."""
     import polars as pl
 
     from ctxtool import compare as lib
     from ctxtool.compress.summarize.offline import OfflineSummarizer
+    from ctxtool.report import charts
 
+    status.step("running the compaction strategies")
+    keys = charts.largest_sessions(corpus, sessions)
     files = (
         corpus.sessions.filter(pl.col("session_key").is_in(keys) & pl.col("file").is_not_null())
         .get_column("file")

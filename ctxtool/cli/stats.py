@@ -75,43 +75,22 @@ class _DelayedProgress:
             self.bar.stop()
 
 
-BY = typer.Option(
-    None,
-    "--by",
-    "-b",
-    metavar="ROWS",
-    help=", ".join(BY_CHOICES) + ".",
-)
+BY = typer.Option(None, "--by", "-b", metavar="ROWS", help=", ".join(BY_CHOICES) + ".")
 FORMAT = typer.Option(
-    None,
-    "--format",
-    "-f",
-    metavar="FORMAT",
-    help="table, json, jsonl, csv, parquet (default: suffix).",
+    None, "--format", "-f", metavar="FORMAT", help="table, json, jsonl, csv, parquet (default: suffix)."
 )
 OUTPUT = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE, not standard output.")
 SORT = typer.Option(None, "--sort", metavar="COLUMN", help="Sort rows by COLUMN.")
 DESC = typer.Option(False, "--desc", help="With --sort: largest first.")
 LIMIT = typer.Option(None, "--limit", "-n", min=1, metavar="N", help="At most N rows, after sorting.")
-TOP = typer.Option(
-    None,
-    "--top",
-    min=1,
-    metavar="N",
-    help="The N largest items in each context, not --by.",
-)
+TOP = typer.Option(None, "--top", min=1, metavar="N", help="The N largest items in each context, not --by.")
 LIVE = typer.Option(False, "--live", help="Only requests in the history a resume sends.")
-SUBAGENTS = typer.Option(
-    True,
-    "--subagents/--no-subagents",
-    show_default=False,
-    help="Count subagents in their parent (default).",
-)
 
 
 class StatsRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of start-up (--help)
     """One run's options, checked: the PATHS (or the one ``ctxtool export`` dataset among them), the report
-    asked for and where it goes. ``given`` are the filters as typed, named when they leave nothing."""
+    asked for and where it goes. ``given`` are the filters as typed, named when they leave
+    nothing."""
 
     paths: list[str]
     dataset: str | None
@@ -119,65 +98,9 @@ class StatsRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of s
     fmt: str
     output: Path | None
     given: tuple[str, ...]
-
-    @classmethod
-    def from_options(
-        cls,
-        paths: list[str] | None,
-        *,
-        by: str | None,
-        fmt: str | None,
-        output: Path | None,
-        timezone: str | None,
-        since: str | None,
-        until: str | None,
-        project: list[str] | None,
-        session: list[str] | None,
-        model: list[str] | None,
-        sort: str | None,
-        desc: bool,
-        limit: int | None,
-        top: int | None,
-        live: bool,
-        subagents: bool,
-        show_secrets: bool,
-    ) -> StatsRequest:
-        """Checks in the order the first error is reported: --by, --format, --timezone, the filters, then a
-        dataset among other PATHS."""
-        from ctxtool.common.choices import BY_CHOICES, FORMATS, output_format
-
-        if by is not None and by not in BY_CHOICES:
-            raise UsageError(f"--by {by!r} is not a report", use_one_of(by, BY_CHOICES))
-        fmt = output_format(fmt, output, FORMATS)
-        if fmt == "parquet" and output is None and sys.stdout.isatty():
-            raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
-        options.check_timezone(timezone)
-        filters = options.filter_args(since, until, project, session, model)
-        from ctxtool.session.discover import dataset_in
-
-        dataset = dataset_in(paths or [])
-        given = (
-            *([f"--since {since}"] if since else []),
-            *([f"--until {until}"] if until else []),
-            *(f"--project {p}" for p in project or []),
-            *(f"--session {s}" for s in session or []),
-            *(f"--model {m}" for m in model or []),
-        )
-        from ctxtool.stats import StatsQuery
-
-        query = StatsQuery(
-            by=by,
-            top=top,
-            filters=filters,
-            live=live,
-            subagents=subagents,
-            timezone=timezone,
-            sort=sort,
-            desc=desc,
-            limit=limit,
-            show_secrets=show_secrets,
-        )
-        return cls(paths or [], dataset, query, fmt, output, given)
+    color: options.Color
+    width: int | None
+    wide: bool
 
 
 def stats(
@@ -196,7 +119,7 @@ def stats(
     limit: int = LIMIT,
     top: int = TOP,
     live: bool = LIVE,
-    subagents: bool = SUBAGENTS,
+    subagents: bool = options.SUBAGENTS,
     strict: bool = options.STRICT,
     no_cache: bool = options.NO_CACHE,
     cache_dir: Path = options.CACHE_DIR,
@@ -205,76 +128,83 @@ def stats(
     width: int = options.WIDTH,
     wide: bool = options.WIDE,
 ) -> int:
-    request = StatsRequest.from_options(
-        paths,
+    from ctxtool.common.choices import FORMATS, output_format
+    from ctxtool.session.discover import dataset_in
+
+    # Checked in the order the first error is reported: --by, --format, --timezone, the filters, then a
+    # dataset among other PATHS.
+    if by is not None and by not in BY_CHOICES:
+        raise UsageError(f"--by {by!r} is not a report", use_one_of(by, BY_CHOICES))
+    fmt = output_format(fmt, output, FORMATS)
+    if fmt == "parquet" and output is None and sys.stdout.isatty():
+        raise UsageError("parquet is binary and stdout is a terminal", "Pass --output FILE.parquet")
+    options.check_timezone(timezone)
+    filters = options.filter_args(since, until, project, session, model)
+    dataset = dataset_in(paths or [])
+    given = (
+        *([f"--since {since}"] if since else []),
+        *([f"--until {until}"] if until else []),
+        *(f"--project {p}" for p in project or []),
+        *(f"--session {s}" for s in session or []),
+        *(f"--model {m}" for m in model or []),
+    )
+    from ctxtool.stats import StatsQuery
+
+    query = StatsQuery(
         by=by,
-        fmt=fmt,
-        output=output,
+        top=top,
+        filters=filters,
+        live=live,
+        subagents=subagents,
         timezone=timezone,
-        since=since,
-        until=until,
-        project=project,
-        session=session,
-        model=model,
         sort=sort,
         desc=desc,
         limit=limit,
-        top=top,
-        live=live,
-        subagents=subagents,
         show_secrets=show_secrets,
     )
+    request = StatsRequest(paths or [], dataset, query, fmt, output, given, color, width, wide)
+    return _run(request, strict=strict, cache=not no_cache, cache_dir=cache_dir)
+
+
+def _run(request: StatsRequest, *, strict: bool, cache: bool, cache_dir: Path | None) -> int:
     warnings: list[str] = []
-    report, cache_use = _report(request, cache=not no_cache, cache_dir=cache_dir, warn=warnings.append)
+    report, cache_use = _report(request, cache=cache, cache_dir=cache_dir, warn=warnings.append)
     unmatched = _unmatched(request.paths)
     # Only PATHs that name nothing: one line says so (from _exit_status), not a warning, an empty
     # "Read 0 files" caption and then that line.
     only_unmatched = bool(unmatched) and report.sessions_read == 0
     for message in warnings:
         if not (only_unmatched and any(message.startswith(f"{p}: matches no file") for p in unmatched)):
-            _warn(message)
+            options.warn(message)
     if report.by == "top":
-        _write_top(report, request, color=color, width=width, wide=wide)
+        _write_top(report, request)
         if request.output is not None:
             options.say_written(request.output)
         return ExitStatus.OK
     from ctxtool.frames import replays
+    from ctxtool.frames.loading import CacheUse
 
     def show(summary: dict[str, Any]) -> None:
         if request.fmt == "table" and report.rows.height == 0:
             if not only_unmatched:
                 _nothing_to_report(report, summary, request.given)
         elif request.fmt == "table":
-            _print_report(report, summary, request, color=color, width=width, wide=wide)
+            _print_report(report, summary, request)
         else:
             _write_report(report, summary, request)
 
     start = replays.mark()
     show(report.read_summary(cache_use))
-    _foresee(start, show, report, request, cache_use)
+    # When the index holds every file now, the next run over them prints this report served from it: keep
+    # that output (``frames.replays.foresee``), so the first re-run is already replayed.
+    stamps, inputs = cache_use.stamps, cache_use.inputs
+    fresh = not (cache_use.corpus_hit or cache_use.notice or report.problems)
+    if stamps is not None and inputs is not None and fresh:
+        served = CacheUse(enabled=True, corpus_hit=True, files_cached=len(stamps))
+        replays.foresee(start, lambda: show(report.read_summary(served)), inputs)
     if request.output is not None and not (request.fmt == "table" and report.rows.height == 0):
         options.say_written(request.output)  # an empty table writes nothing: _nothing_to_report says so
-    return _exit_status(request.paths, report, strict=strict)
-
-
-def _foresee(
-    start: int,
-    show: Callable[[dict[str, Any]], None],
-    report: StatsReport,
-    request: StatsRequest,
-    cache_use: CacheUse,
-) -> None:
-    """When the index holds every file now, the next run over them prints this report served from it:
-    keep that output (``frames.replays.foresee``), so the first re-run is already replayed."""
-    if cache_use.stamps is None or cache_use.inputs is None:
-        return
-    if cache_use.corpus_hit or cache_use.notice or report.problems:
-        return
-    from ctxtool.frames import replays
-    from ctxtool.frames.loading import CacheUse
-
-    served = CacheUse(enabled=True, corpus_hit=True, files_cached=len(cache_use.stamps))
-    replays.foresee(start, lambda: show(report.read_summary(served)), cache_use.inputs)
+    return _exit_status(request.paths, report, unmatched, strict=strict)
 
 
 def _report(
@@ -325,9 +255,7 @@ def _report(
     return report, cache_use
 
 
-def _write_top(
-    report: StatsReport, request: StatsRequest, *, color: options.Color, width: int | None, wide: bool
-) -> None:
+def _write_top(report: StatsReport, request: StatsRequest) -> None:
     """``stats --top N``: the largest items in each session's context at its last request."""
     n = request.query.top
     if request.fmt != "table":
@@ -337,10 +265,10 @@ def _write_top(
         return
     from ctxtool.render import tables as render
 
-    with render.output_console(request.output, width=width, color=color) as console:
+    with render.output_console(request.output, width=request.width, color=request.color) as console:
         title = f"ctxtool stats --top {n}: the largest items in context at each session's last request"
-        table, notes = render.top_table(report.rows, title=title, width=console.width, wide=wide)
-        render.print_table(console, table, wide=wide)
+        table, notes = render.top_table(report.rows, title=title, width=console.width, wide=request.wide)
+        render.print_table(console, table, wide=request.wide)
         for note in notes:
             console.print(note)
 
@@ -359,20 +287,12 @@ def _nothing_to_report(report: StatsReport, summary: dict[str, Any], given: tupl
     print(f"{frames.describe_read(summary)} Nothing to report.{why}", file=sys.stderr)
 
 
-def _print_report(
-    report: StatsReport,
-    summary: dict[str, Any],
-    request: StatsRequest,
-    *,
-    color: options.Color,
-    width: int | None,
-    wide: bool,
-) -> None:
+def _print_report(report: StatsReport, summary: dict[str, Any], request: StatsRequest) -> None:
     """The table, with a totals row of every row (whatever --limit shows) and a caption of what was read."""
     from ctxtool import frames
     from ctxtool.render import tables as render
 
-    with render.output_console(request.output, width=width, color=color) as console:
+    with render.output_console(request.output, width=request.width, color=request.color) as console:
         title = f"ctxtool stats --by {report.by}" + (" (live history only)" if request.query.live else "")
         if report.limited:
             shown, every = report.rows.height, report.all_rows.height
@@ -391,9 +311,9 @@ def _print_report(
             caption="\n".join(n for n in notes if n),
             single_session=report.single_session,
             width=console.width,
-            wide=wide,
+            wide=request.wide,
         )
-        render.print_table(console, table, wide=wide)
+        render.print_table(console, table, wide=request.wide)
 
 
 def _write_report(report: StatsReport, summary: dict[str, Any], request: StatsRequest) -> None:
@@ -413,13 +333,12 @@ def _write_report(report: StatsReport, summary: dict[str, Any], request: StatsRe
     out.write_output(out.encode(report.rows, request.fmt, **envelope), request.output)
 
 
-def _exit_status(paths: list[str], report: StatsReport, *, strict: bool) -> int:
+def _exit_status(paths: list[str], report: StatsReport, unmatched: list[str], *, strict: bool) -> int:
     """1 when a PATH given explicitly names nothing (said on stderr) or could not be read, or with --strict
     when anything could not be read in full."""
     from ctxtool import frames
     from ctxtool.session.discover import matches_nothing, refused_paths
 
-    unmatched = _unmatched(paths)
     for path in unmatched:
         print(f"Error: {matches_nothing(path)}", file=sys.stderr)
     if paths and report.sessions_read == 0 and not unmatched:
@@ -451,10 +370,6 @@ def _unmatched(paths: list[str]) -> list[str]:
         and not Path(p).expanduser().exists()
         and not glob.glob(os.path.expanduser(p), recursive=True)
     ]
-
-
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,20 +12,13 @@ import typer
 import typer.core
 
 
-def argument_metavar(param: Any) -> str:
-    """``SESSION...`` for a required argument taking several values, ``[PATH]...`` for an optional one."""
-    name = param.metavar or (param.name or "").upper()
-    many = param.nargs != 1
-    name = name.removesuffix("...")
-    return (name if param.required else f"[{name}]") + ("..." if many else "")
-
-
 class ReadableCommand(typer.core.TyperCommand):
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
-            if param.param_type_name == "argument":
-                pieces.append(argument_metavar(param))
+            if param.param_type_name == "argument":  # SESSION... (required), [PATH]... (optional)
+                name = (param.metavar or (param.name or "").upper()).removesuffix("...")
+                pieces.append((name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else ""))
             else:
                 pieces.extend(param.get_usage_pieces(ctx))
         return pieces

@@ -45,10 +45,8 @@ SUFFIX_FORMATS: dict[str, str] = {
 
 
 def output_format(fmt: str | None, output: object, supported: tuple[str, ...], command: str = "") -> str:
-    """The format to write: the one ``--output``'s suffix names, else ``--format``, else ``table``.
-
-    A suffix naming a format this command cannot write, or one that contradicts ``--format``, is a usage
-    error (ctxtool never writes a box-drawn table into ``x.csv``)."""
+    """The format to write: the one ``--output``'s suffix names, else ``--format``, else ``table``. A suffix
+    naming a format this command cannot write, or contradicting ``--format``, is a usage error."""
     from pathlib import PurePath
 
     from ctxtool.common.errors import UsageError, use_one_of

@@ -84,13 +84,12 @@ class OutputError(CtxtoolError):
             errno.EROFS: "Name a path on a writable disk",
             errno.EACCES: "Name a path you may write to, or get write permission on its folder",
             errno.EPERM: "Name a path you may write to, or get write permission on its folder",
+            errno.EEXIST: "It exists already: move it away or name another",
         }
         if under is not None:  # a file where a folder of the path should be
             fix = f"{under} is a file, not a folder: name a path under a folder"
         elif exc.errno in by_errno:
             fix = by_errno[exc.errno]
-        elif exc.errno == errno.EEXIST:
-            fix = "It exists already: move it away or name another"
         elif exc.errno == errno.EISDIR or self.path.is_dir():
             fix = "Name a file, not a folder"
         else:

@@ -1,27 +1,14 @@
 """Ctrl-C and SIGTERM: one line, a documented exit status, no traceback, no process left, no hang.
 
-Owns: the signal handlers the console entry point installs before it imports anything else
-(``ctxtool.__main__``), the worker processes' own setting, and ``deferred()``, the sections that must finish
-once begun (the renames that complete a write, the start of worker processes), so that an interrupted run
-leaves either the untouched session or the completed one with its backup, never a half.
+Owns: the signal handlers ``ctxtool.__main__`` installs before it imports anything else, the worker
+processes' own setting, and ``deferred()``, the sections that must finish once begun (the renames that
+complete a write), so an interrupted run leaves the untouched session or the completed one, never a half.
 
-How it stays free of hangs by construction: the handler does not raise into whatever the interpreter was
-doing (a lock held inside an import, a pool's result pipe half read); it kills the processes this process
-started (SIGKILL: they hold nothing that must be flushed), waits for each to be gone (reaped: a child that
-this process leaves unreaped stays in the process table until init collects it, seconds later on some
-machines), writes "Interrupted." with ``os.write`` and leaves with ``os._exit``. Inside a ``deferred()``
-section it only notes the signal; the section ends in milliseconds, and an alarm ends the process after
-``DEADLINE_S`` if it does not. Should this process die without its handler (``kill -9``), each worker has
-asked the kernel to kill it too (``worker_init``).
-
-Until ``install()`` runs, a Ctrl-C is Python's: a KeyboardInterrupt and its traceback. So this module is
-imported first, and at the top it imports only modules the interpreter has loaded before any of ctxtool's
-code runs (``os``, ``sys``, ``time``, the C half of ``signal``; ``signal`` itself would import ``enum``), and
-``ctxtool/__init__.py`` imports nothing. What is left before ``install()`` is the interpreter's own
-start-up (``site`` and its ``.pth`` files), which no code of ctxtool's can reach, and the import system
-loading these three small modules: well under a millisecond with their bytecode cached.
-
-Imports only the standard library; must not import anything of ctxtool's.
+The handler never raises into whatever the interpreter was doing (a lock held inside an import): it SIGKILLs
+and reaps the processes this process started, writes "Interrupted." with ``os.write`` and leaves with
+``os._exit``; inside a ``deferred()`` section it only notes the signal (an alarm ends the process after
+``DEADLINE_S``). Imported first, so it imports only what the interpreter has loaded before ctxtool runs
+(``os``, ``sys``, ``time``, the C half of ``signal``), and nothing of ctxtool's.
 """
 
 import _signal  # type: ignore[import-not-found]  # (no stubs) what ``signal`` wraps, without its enums
@@ -45,11 +32,8 @@ _noted = False  # a Ctrl-C came during that section
 
 
 def install() -> None:
-    """Handle SIGINT and SIGTERM in this (the main) process from now on.
-
-    A worker that a forkserver starts runs the console script again to find its ``__main__``
-    (multiprocessing's ``prepare``), so this runs in it too, before ``worker_init``: there it ignores SIGINT
-    at once, as ``worker_init`` will, and leaves SIGTERM as it is (the default: death)."""
+    """Handle SIGINT and SIGTERM in this (the main) process from now on. A worker that a forkserver starts
+    runs the console script again (multiprocessing's ``prepare``): there it ignores SIGINT at once."""
     process = sys.modules.get("multiprocessing.process")
     if process is not None and getattr(process.current_process(), "_inheriting", False):
         _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
@@ -65,11 +49,10 @@ def installed() -> bool:
 
 
 def worker_init(parent: int | None = None) -> None:
-    """In a worker process: Ctrl-C at the terminal reaches the whole process group, and the main process
-    ends the workers itself, so a worker ignores SIGINT (no second message, no traceback) and dies on
-    SIGTERM. On Linux it also dies when the process that started it does, however that one ends (``kill
-    -9`` included): otherwise it would wait on the pool's queue for ever. ``parent`` is that process's id
-    when known (a worker forked or spawned by it), to catch a parent gone before the request was made."""
+    """In a worker process: the main process ends the workers itself, so a worker ignores SIGINT (which
+    reaches the whole process group) and dies on SIGTERM. On Linux it also dies when the process that
+    started it does, however that one ends: otherwise it would wait on the pool's queue for ever. ``parent``
+    is that process's id when known, to catch a parent gone before the request was made."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -88,11 +71,8 @@ def worker_init(parent: int | None = None) -> None:
 
 
 class deferred:  # (named as the function it was: ``with interrupt.deferred():``)
-    """A section that must complete once begun: a signal during it takes effect when it ends.
-
-    With ctxtool's handlers, the run then ends as for any signal. Without them (ctxtool used as a library),
-    a Ctrl-C during the section raises its KeyboardInterrupt when the section ends, not inside it (in the
-    main thread, where Python handles signals, and while SIGINT has Python's own handler).
+    """A section that must complete once begun: a signal during it takes effect when it ends. Without
+    ctxtool's handlers (a library use), a Ctrl-C during it raises its KeyboardInterrupt when it ends.
 
     A class, not a ``contextlib.contextmanager``: this module must not import ``contextlib`` (see above)."""
 
@@ -152,13 +132,8 @@ def _leave(status: int) -> None:
 
 def _end_children() -> None:
     """SIGKILL the processes this process started and wait until each is gone (``DEADLINE_S`` at most), then
-    release what multiprocessing's own exit would have (``_release_multiprocessing``).
-
-    First the worker processes multiprocessing tracks (whichever start method made them; a forkserver's
-    workers are that server's children, which it reaps), then this process's other children: the forkserver
-    and multiprocessing's resource tracker, a subprocess, a worker forked so recently that multiprocessing
-    has not recorded it yet (worker starts are ``deferred()`` sections, so on the scan's path there is none).
-    """
+    release what multiprocessing's own exit would have: first the workers multiprocessing tracks, then this
+    process's other children (the forkserver, the resource tracker, a subprocess)."""
     deadline = time.monotonic() + DEADLINE_S
     for listing in (_workers, _children):
         pids = listing() - {os.getpid()}
@@ -209,11 +184,9 @@ def _children() -> set[int]:
 
 def _release_multiprocessing() -> None:
     """Once the children are gone: unlink the named semaphores of this process's pools and remove
-    multiprocessing's temporary folder (the forkserver's socket), as multiprocessing does at a normal exit
-    and ``os._exit`` skips. Only pools started by a forkserver (once polars is loaded) or spawned have
-    either; the resource tracker that would have unlinked the semaphores later, with a warning on stderr,
-    was killed with the other children. Calls the two cleanups directly, not multiprocessing's finalizers:
-    those report to the tracker under a lock that the interrupted code may hold."""
+    multiprocessing's temporary folder, as a normal exit does and ``os._exit`` skips (the resource tracker
+    that would have, with a warning, was killed). Calls the two cleanups directly, not multiprocessing's
+    finalizers: those report to the tracker under a lock that the interrupted code may hold."""
     registry = _multiprocessing_part("util", "_finalizer_registry")
     unlink = _multiprocessing_part("synchronize", "sem_unlink")
     semaphore_cleanup = getattr(_multiprocessing_part("synchronize", "SemLock"), "_cleanup", None)

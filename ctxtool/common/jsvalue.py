@@ -1,13 +1,9 @@
 """JavaScript-exact JSON values: ``JSON.stringify``, ``Number::toString``, UTF-16 strings, truthiness.
 
 Gemini CLI measures history in UTF-16 code units of ``JSON.stringify`` output, slices strings by code units,
-formats numbers the ECMAScript way and tests ``part.functionResponse`` by JS truthiness. Python differs on
-every one of these (``1.0`` vs ``1``, ``1e+21`` vs ``1e21``, code points vs code units, ``{}`` being falsy,
-lone surrogates left raw). This module owns those differences so the port can be written as plainly as
-the upstream TypeScript (spec: gemini-cli-compression.md section 16).
-
-Values are what ``json.loads``/``orjson.loads`` produce: dict, list, str, int, float, bool, None. A key that
-JS would hold as ``undefined`` is simply absent. No I/O.
+formats numbers the ECMAScript way and tests ``part.functionResponse`` by JS truthiness; Python differs on
+every one. This module owns those differences so the port can be written as plainly as the upstream
+TypeScript (spec: gemini-cli-compression.md section 16). Values are what ``json.loads`` produces. No I/O.
 """
 
 from __future__ import annotations
@@ -47,18 +43,11 @@ def js_trim(s: str) -> str:
 
 def js_truthy(value: Any) -> bool:
     """JS truthiness of a JSON value: ``{}`` and ``[]`` are truthy; ``""``, ``0``, ``NaN``, null are not."""
-    if value is None or value is False:
-        return False
-    if isinstance(value, bool):
-        return True
-    if isinstance(value, int | float):
-        return not (value == 0 or (isinstance(value, float) and math.isnan(value)))
-    if isinstance(value, str):
-        return value != ""
+    if value is None or isinstance(value, bool | int | float | str):
+        return bool(value) and value == value  # (NaN is the one value not equal to itself)
     return True
 
 
-# --------------------------------------------------------------------------------------------------
 # UTF-16
 
 
@@ -74,9 +63,8 @@ def utf16_len(s: str) -> int:
 
 
 def utf16_counts_pure(s: str, /) -> tuple[int, int]:
-    """(``s.length`` in JS, how many of its characters are ASCII): the counts Gemini CLI's token estimate
-    takes of a text (``ctxtool.measure.estimator``). ``utf16_counts`` is this function, or its compiled
-    kernel (``ctxtool/_kernels.c``) when built."""
+    """(``s.length`` in JS, how many of its characters are ASCII). ``utf16_counts`` is this function, or its
+    compiled kernel (``ctxtool/_kernels.c``) when built."""
     if s.isascii():
         return len(s), len(s)
     return len(_utf16(s)) // 2, len(s.encode("ascii", "ignore"))
@@ -95,10 +83,7 @@ def _from_utf16(b: bytes) -> str:
 
 
 def js_slice(s: str, start: int, end: int | None = None) -> str:
-    """``String.prototype.slice(start, end)`` on code units; may split a surrogate pair as JS does.
-
-    Negative indexes count from the end and ``slice(-0)`` is ``slice(0)``: the whole string.
-    """
+    """``String.prototype.slice(start, end)`` on code units (a surrogate pair may be split, as in JS)."""
     n = utf16_len(s)
     lo = max(n + start, 0) if start < 0 else min(start, n)
     hi = n if end is None else (max(n + end, 0) if end < 0 else min(end, n))
@@ -110,17 +95,12 @@ def js_slice(s: str, start: int, end: int | None = None) -> str:
 
 
 def normalize_surrogates(s: str) -> str:
-    """Join surrogate halves that Python holds as two code points into one character.
-
-    JS sees a high surrogate followed by a low one as a pair whatever produced them; Python keeps them
-    apart when a string is built by concatenation, which would make them look lone.
-    """
+    """Join surrogate halves that Python holds as two code points into one character, as JS sees them."""
     if _SURROGATE.search(s) is None:
         return s
     return _from_utf16(_utf16(s))
 
 
-# --------------------------------------------------------------------------------------------------
 # Numbers
 
 
@@ -165,7 +145,6 @@ def _json_number(x: int | float) -> str:
     return js_number_to_string(x)
 
 
-# --------------------------------------------------------------------------------------------------
 # JSON.stringify
 
 
@@ -200,56 +179,41 @@ def js_key_order(obj: dict[str, Any]) -> list[str]:
 
 
 def js_stringify(value: Any, indent: int | None = None) -> str:
-    """``JSON.stringify(value)`` or ``JSON.stringify(value, null, indent)``.
-
-    Raises TypeError for values JSON cannot hold (JS would give ``undefined`` for the whole call).
-    """
+    """``JSON.stringify(value)`` or ``JSON.stringify(value, null, indent)``; TypeError for values JSON cannot
+    hold (JS would give ``undefined`` for the whole call)."""
     parts: list[str] = []
     _emit(value, parts, indent, "")
     return "".join(parts)
 
 
+_LITERALS = {None: "null", True: "true", False: "false"}
+
+
 def _emit(value: Any, out: list[str], indent: int | None, cur: str) -> None:
-    if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
+    if value is None or isinstance(value, bool):
+        out.append(_LITERALS[value])
     elif isinstance(value, str):
         out.append(_quote(value))
     elif isinstance(value, int | float):
         out.append(_json_number(value))
-    elif isinstance(value, dict):
+    elif isinstance(value, dict | list | tuple):
+        is_object = isinstance(value, dict)
+        opening, closing = "{}" if is_object else "[]"
         if not value:
-            out.append("{}")
+            out.append(opening + closing)
             return
         inner = cur + " " * indent if indent else cur
-        sep = ",\n" + inner if indent else ","
-        out.append("{\n" + inner if indent else "{")
-        first = True
-        for key in js_key_order(value):
-            if not isinstance(key, str):
-                raise TypeError(f"object keys must be strings, not {type(key).__name__}")
-            if not first:
-                out.append(sep)
-            first = False
-            out.append(_quote(key))
-            out.append(": " if indent else ":")
-            _emit(value[key], out, indent, inner)
-        out.append("\n" + cur + "}" if indent else "}")
-    elif isinstance(value, list | tuple):
-        if not value:
-            out.append("[]")
-            return
-        inner = cur + " " * indent if indent else cur
-        sep = ",\n" + inner if indent else ","
-        out.append("[\n" + inner if indent else "[")
-        for i, item in enumerate(value):
+        out.append(opening + "\n" + inner if indent else opening)
+        entries = js_key_order(value) if isinstance(value, dict) else value
+        for i, entry in enumerate(entries):
             if i:
-                out.append(sep)
-            _emit(item, out, indent, inner)
-        out.append("\n" + cur + "]" if indent else "]")
+                out.append(",\n" + inner if indent else ",")
+            if is_object:
+                if not isinstance(entry, str):
+                    raise TypeError(f"object keys must be strings, not {type(entry).__name__}")
+                out.append(_quote(entry) + (": " if indent else ":"))
+            _emit(value[entry] if is_object else entry, out, indent, inner)
+        out.append("\n" + cur + closing if indent else closing)
     else:
         raise TypeError(f"{type(value).__name__} is not a JSON value")
 
@@ -263,12 +227,8 @@ def js_template(value: Any, *, missing: bool = False) -> str:
     """How a value prints inside a JS template literal (``${value}``); ``missing`` means ``undefined``."""
     if missing:
         return "undefined"
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
+    if value is None or isinstance(value, bool):
+        return _LITERALS[value]
     if isinstance(value, str):
         return value
     if isinstance(value, int | float):

@@ -1,19 +1,8 @@
 """Session text inside the markup ctxtool writes: markdown, HTML, XML and GitHub workflow commands.
 
-Owns the one escaping function of each markup; every report that writes one (``diff`` and ``audit``
-markdown, ``audit`` JUnit XML and GitHub annotations, ``report``'s HTML page) goes through these, never an
-escaper of its own. Text from a session (a prompt, a tool name or output, a model name, a path) may hold
-anything: ``<script>``, ``|``, backticks, ``]]>``, ``&``, line breaks, control characters.
-
-What escaping promises: the markup stays well formed (a markdown table row keeps its cells, no tag of the
-data becomes a tag of the page), and a renderer shows the original characters, because every escape is one
-the renderer undoes (a character reference, a markdown backslash escape, ``<br>`` for a line break). It
-changes only how the text is written into the report, never a figure ctxtool measures. The exceptions are
-characters the markup cannot hold at all, written as U+FFFD: in XML 1.0 the C0 controls but tab, line feed
-and carriage return, lone surrogates and U+FFFE/U+FFFF; in HTML lone surrogates and NUL. (A markdown
-renderer also turns NUL into U+FFFD, as CommonMark requires.)
-
-Standard library only, and imports nothing of ctxtool: any layer may use it.
+Owns the one escaping function of each markup: every report that writes one goes through these, never an
+escaper of its own, since text from a session may hold anything. A renderer shows the original characters;
+those the markup cannot hold at all are written as U+FFFD. Standard library only: any layer may use it.
 """
 
 from __future__ import annotations
@@ -22,21 +11,18 @@ import html
 import re
 from xml.etree import ElementTree as ET
 
-# ASCII punctuation that starts inline markdown in a table cell or after a list marker: code spans,
-# emphasis and strikethrough, links and images, table pipes, GitHub's math (``$…$``), and the backslash
-# itself. Each is written with a backslash (CommonMark lets any ASCII punctuation be escaped so). Digits,
-# ``.``, ``,``, ``+``, ``-`` and ``%`` are left alone, so numbers read as numbers in the file too; block
-# syntax (``#``, ``>``, ``1.``) needs the start of a line, which the escaped text never has (a line break
-# becomes ``<br>``).
+# ASCII punctuation that starts inline markdown in a table cell or after a list marker (code spans,
+# emphasis, links, table pipes, GitHub's math, the backslash itself), written with a backslash. Digits and
+# ``.,+-%`` are left alone, so numbers read as numbers; block syntax needs the start of a line, which the
+# escaped text never has (a line break becomes ``<br>``).
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]~|$])")
 _MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": "<br>", "\r": "&#13;"}
 _MD_ENTITY = re.compile("[&<>\n\r]")
 
 
 def escape_markdown(text: str) -> str:
-    """``text`` as inline GitHub-flavoured markdown that shows exactly ``text``: safe in a table cell (its
-    pipes do not split the cell, its line breaks do not end the row: they are ``<br>``), in a list item or
-    a paragraph. HTML in it is shown as text (``<script>`` is ``&lt;script&gt;``)."""
+    """``text`` as inline GitHub-flavoured markdown that shows exactly ``text``: safe in a table cell, a
+    list item or a paragraph. HTML in it is shown as text (``<script>`` is ``&lt;script&gt;``)."""
     text = _MD_SPECIAL.sub(r"\\\1", text)
     return _MD_ENTITY.sub(lambda m: _MD_ENTITIES[m.group()], text)
 
@@ -80,10 +66,8 @@ _XML_ATTRIBUTE_RE = re.compile('[&<>\r"\n\t]')
 
 
 def escape_xml(text: str, *, attribute: bool = False) -> str:
-    """``text`` as XML 1.0 character data, or (``attribute``) as a double-quoted attribute value. A parser
-    gives back ``text`` exactly: a carriage return is a reference (parsers turn a literal one into a line
-    feed), and in an attribute so are line feeds and tabs (parsers turn those into spaces). ``]]>`` cannot
-    appear, since every ``>`` is ``&gt;``."""
+    """``text`` as XML 1.0 character data, or (``attribute``) as a double-quoted attribute value, which a
+    parser gives back exactly (a carriage return, and in an attribute a line feed or tab, as a reference)."""
     text = _XML_INVALID.sub("\ufffd", text)
     table, pattern = (_XML_ATTRIBUTE, _XML_ATTRIBUTE_RE) if attribute else (_XML_TEXT, _XML_TEXT_RE)
     return pattern.sub(lambda m: table[m.group()], text)

@@ -1,14 +1,9 @@
 """A reader that stops early (``ctxtool stats | head -1``): the run goes on quietly and ends with its status.
 
 Owns: the standard streams of a command-line run. Python ignores SIGPIPE, so a write to a pipe whose reader
-has gone raises BrokenPipeError from wherever it happens (a rich table half printed, ``print``, a JSON
-document's bytes, the interpreter's last flush), and typer turns it into a silent exit 1. ``install()``
-puts standard output and error on files that take such a write as written and drop everything after it:
-the command finishes as it would have, with its own exit status (``audit`` still says 3 when a budget was
-exceeded), the same whether the pipe's buffer happened to hold all of the output or not.
-
-Standard library only; used by the console entry point (``ctxtool.__main__``, ``ctxtool.cli.main``), never
-under tests that capture the streams (those are not the process's own).
+has gone raises BrokenPipeError from wherever it happens, and typer turns it into a silent exit 1.
+``install()`` puts standard output and error on files that take such a write as written and drop everything
+after it: the command finishes with its own exit status (``audit`` still says 3). Standard library only.
 """
 
 from __future__ import annotations

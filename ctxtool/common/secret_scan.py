@@ -1,11 +1,9 @@
 """Secrets in session text: found with detect-secrets' detectors, shown as ``[REDACTED:kind]``.
 
 Owns: which detectors run, finding secrets in a text, replacing them, and counting them in a session's
-messages. The patterns are detect-secrets' own (its regex-based plugins: AWS, GitHub, GitLab, Slack,
-Stripe, OpenAI, private keys, JWTs, SendGrid, Twilio, npm, PyPI, Discord, Telegram, Mailchimp, basic-auth
-URLs, ...), applied to whole matches; Gemini CLI's own kind of key, the Google API key (``AIza…``), which
-detect-secrets has no plugin for, is added by its documented format. The high-entropy and keyword plugins
-are left out: on the real sessions they flag hashes, base64 images and every ``password`` variable name.
+messages. The patterns are detect-secrets' regex-based plugins, plus the Google API key (``AIza…``), which it
+has no plugin for. The high-entropy and keyword plugins are left out: on real sessions they flag hashes,
+base64 images and every ``password`` variable name.
 
 Must not import typer or rich; detect-secrets is imported on first use only.
 """
@@ -93,8 +91,7 @@ def redact(text: str) -> str:
     out: list[str] = []
     at = 0
     for secret in found:
-        out.append(text[at : secret.start])
-        out.append(f"[REDACTED:{secret.kind}]")
+        out.extend((text[at : secret.start], f"[REDACTED:{secret.kind}]"))
         at = secret.end
     out.append(text[at:])
     return "".join(out)
@@ -114,11 +111,8 @@ def redact_value(value: Any) -> Any:
 def _strings(value: Any) -> Iterator[str]:
     if isinstance(value, str):
         yield value
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-    elif isinstance(value, dict):
-        for v in value.values():
+    elif isinstance(value, list | dict):
+        for v in value.values() if isinstance(value, dict) else value:
             yield from _strings(v)
 
 

@@ -1,7 +1,5 @@
-"""How ctxtool words a count for people: ``1 file``, ``2 files``, ``1,234 requests``.
-
-Owns the one plural helper every message, caption and report line uses, so no text says ``1 requests`` or
-``file(s)``. Standard library only; sits at the bottom layer (the session layer may import it).
+"""How ctxtool words a count for people: ``1 file``, ``2 files``, ``1,234 requests``: the one plural helper
+every message uses, so no text says ``1 requests`` or ``file(s)``. Standard library only.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The seam between a compaction algorithm and whatever writes the summary.
 
-A strategy (Gemini CLI's port, Kode, Pi, ...) decides *what* is summarised and builds each model call;
-a summarizer only answers one call at a time. The offline summarizer answers deterministically from the
-history it is shown; the Gemini summarizer sends the call through google-genai. Choosing the final text
-(probe answer or first summary) is the strategy's job, never the summarizer's, so that the upstream rule
-is applied the same way whichever back end runs.
-
-This module owns no I/O and imports nothing heavy.
+A strategy (Gemini CLI's port, Kode, Pi, ...) decides *what* is summarised and builds each model call; a
+summarizer (offline, or Gemini through google-genai) only answers one call at a time. Choosing the final
+text (probe answer or first summary) is the strategy's job, never the summarizer's, so that the upstream
+rule is applied the same way whichever back end runs. Owns no I/O and imports nothing heavy.
 """
 
 from __future__ import annotations

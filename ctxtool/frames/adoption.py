@@ -1,13 +1,9 @@
 """The head start's process, from the launcher that starts it to the scan that adopts it.
 
-``ctxtool.launch.begin`` forks, before the command line is parsed, a process that finds and reads the files
-a first ``stats`` will read (``ctxtool.session.headstart``), and hands it here (``hand``). The scan of that
-run (``ctxtool.frames.loading.read_plain``) adopts it as its worker (``take``) when it reads as that process
-does (``tally.count_and_price``, which ``reader`` names); any other reading, or a run that ends without one,
-stops it (``take``, ``discard``). A wrong guess costs a process that is stopped, never a result.
-
-Knows nothing of the command line (``ctxtool.launch`` does). Standard library only at module level: it runs
-before any heavy import.
+``ctxtool.launch.begin`` forks, before the command line is parsed, a process that reads the files a first
+``stats`` will read (``ctxtool.session.headstart``), and hands it here (``hand``). The scan adopts it as its
+worker (``take``) when it reads as that process does (``reader``); any other reading, or a run that ends
+without one, stops it. Knows nothing of the command line. Standard library only at module level.
 """
 
 from __future__ import annotations
@@ -34,16 +30,15 @@ def waiting() -> bool:
 
 
 def reader() -> Reader:
-    """In the head start: what it reads with (``tally.count_and_price``, as the scan's ``then``), and how it
-    hands each measure back."""
+    """In the head start: what it reads with (the scan's ``then``), and how it hands each measure back."""
     from ctxtool.frames.tally import count_and_price, pack_measure
 
     return count_and_price, pack_measure  # type: ignore[return-value]
 
 
 def take(then: Callable[[FileColumns], object] | None) -> Started | None:
-    """The running head start, to be adopted by a scan whose ``then`` is the one it reads with; None (and it
-    is stopped) for any other scan. Once."""
+    """The running head start, for a scan whose ``then`` is the one it reads with; None (and it is stopped)
+    for any other scan. Once."""
     global _running
     started, _running = _running, None
     if started is None:

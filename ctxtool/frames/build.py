@@ -1,6 +1,5 @@
-"""Assembling a ``Corpus``: find and read the files (in worker processes beside this one), measure them with
-the engine (``ctxtool.frames.tally``) and build the frames of its columns (``ctxtool.frames.corpus``).
-Never prints; the token semantics are the engine's.
+"""Assembling a ``Corpus``: find and read the files, measure them with the engine (``frames.tally``) and
+build the frames of its columns (``frames.corpus``). Never prints.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ctxtool.frames.model import Corpus, Progress
-    from ctxtool.measure.pricing import PriceTable
     from ctxtool.session.columns import FileColumns
     from ctxtool.session.discover import Discovery
 
@@ -40,19 +38,11 @@ def warm_up(*, price_memo: bool = True) -> None:
 
 
 def build_corpus(
-    results: list[FileColumns],
-    found: Discovery | None = None,
-    *,
-    price_memo: bool = True,
-    prices: PriceTable | None = None,
-    subagents: bool = True,
+    results: list[FileColumns], found: Discovery | None = None, *, subagents: bool = True
 ) -> Corpus:
-    """The frames of the sessions of ``results`` (their rows read), every figure the engine's. ``prices``: the
-    rates already resolved (by a worker), used when they cover every model read. ``subagents=False`` leaves
-    out every subagent session."""
+    """The frames of the sessions of ``results``. ``subagents=False`` leaves out every subagent session."""
     from ctxtool.frames.corpus import corpus_of
     from ctxtool.frames.tally import tally
     from ctxtool.measure.pricing import covering
 
-    rates = covering(prices, memo=price_memo)
-    return corpus_of(tally(results, found, rates, subagents=subagents, detail=True), results, found)
+    return corpus_of(tally(results, found, covering(None), subagents=subagents, detail=True), results, found)

@@ -1,23 +1,15 @@
 """What fills a session's context: the largest items at its last request (``ctxtool stats --top N``).
 
 Owns: naming the items of a history (a tool's output by tool and target, a prompt, a model turn, the overhead
-every request carries) and sizing them on the scale of the recorded prompt. The per-request split itself
-(``ctx_*`` columns) is built with the frames (``ctxtool.frames.messages._composition``); this module reads it.
-Never prints.
-
-Sizes are estimates: each item's Gemini CLI estimate (``ctxtool.session.columns``), multiplied by the
-factor that makes the history's estimates add up to the recorded prompt of the session's last live request
-less its overhead, so the items and the overhead add up to that request's ``context``.
+every request carries) and sizing them: each item's Gemini CLI estimate, scaled so that the history's
+estimates add up to the recorded prompt of the session's last live request less its overhead. Never prints.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import polars as pl
 
-if TYPE_CHECKING:
-    import polars as pl
-
-    from ctxtool.frames.model import Corpus
+from ctxtool.frames.model import COMPOSITION_COLUMNS, Corpus
 
 TOP_COLUMNS = ("session", "project", "rank", "item", "tool", "target", "count", "tokens", "share", "context")
 
@@ -25,10 +17,6 @@ TOP_COLUMNS = ("session", "project", "rank", "item", "tool", "target", "count", 
 def last_requests(corpus: Corpus) -> pl.DataFrame:
     """Per session, its last live request: ``session_key``, ``position``, ``context``, the ``ctx_*`` parts
     and ``scale`` (recorded tokens per estimated token of its history)."""
-    import polars as pl
-
-    from ctxtool.frames.model import COMPOSITION_COLUMNS
-
     last = (
         corpus.requests.filter(pl.col("live") & (pl.col("context") > 0))
         .sort("session_key", "position")
@@ -52,24 +40,10 @@ def top_consumers(corpus: Corpus, n: int) -> pl.DataFrame:
     """The ``n`` largest items in context at the last live request of each session, largest first: tool
     outputs summed by tool and target (file, command), prompts (what the user typed or pasted), model turns,
     and the overhead. ``tokens`` is on the recorded scale; ``share`` is of that request's ``context``."""
-    import polars as pl
-
     last = last_requests(corpus)
     if last.height == 0:
-        return pl.DataFrame(
-            schema={
-                "session": pl.String,
-                "project": pl.String,
-                "rank": pl.Int64,
-                "item": pl.String,
-                "tool": pl.String,
-                "target": pl.String,
-                "count": pl.Int64,
-                "tokens": pl.Int64,
-                "share": pl.Float64,
-                "context": pl.Int64,
-            }
-        )
+        types = (pl.String, pl.String, pl.Int64, pl.String, pl.String, pl.String, pl.Int64, pl.Int64)
+        return pl.DataFrame(schema=dict(zip(TOP_COLUMNS, (*types, pl.Float64, pl.Int64), strict=True)))
     cut = last.select("session_key", last_position="position")
     history = corpus.messages.join(cut, on="session_key").filter(
         pl.col("live") & (pl.col("position") < pl.col("last_position"))
@@ -92,7 +66,9 @@ def top_consumers(corpus: Corpus, n: int) -> pl.DataFrame:
     ranked = (
         pl.concat([items, overhead], how="vertical_relaxed")
         .with_columns(pl.col("tokens").round().cast(pl.Int64))
-        .sort(["session_key", "tokens", "item", "target"], descending=[False, True, False, False])
+        .sort(  # by all that tells the items of a session apart: a total order
+            ["session_key", "tokens", "item", "target", "tool"], descending=[False, True, False, False, False]
+        )
         .with_columns(rank=pl.int_range(1, pl.len() + 1).over("session_key"))
         .filter(pl.col("rank") <= n)
         .join(last.select("session_key", "session", "project", "context"), on="session_key")
@@ -109,8 +85,6 @@ def top_consumers(corpus: Corpus, n: int) -> pl.DataFrame:
 
 def _prompts(history: pl.DataFrame) -> pl.DataFrame:
     """Each prompt (or the summary a compression left) in ``history``, named by its text or its turn."""
-    import polars as pl
-
     return history.filter(pl.col("est_prompts") > 0).select(
         "session_key",
         item=pl.when(pl.col("is_snapshot")).then(pl.lit("summary")).otherwise(pl.lit("prompt")),
@@ -123,8 +97,6 @@ def _prompts(history: pl.DataFrame) -> pl.DataFrame:
 
 def _model_turns(history: pl.DataFrame) -> pl.DataFrame:
     """The model's messages in ``history``, summed per turn."""
-    import polars as pl
-
     return (
         history.filter(pl.col("est_model") > 0)
         .group_by("session_key", "turn")
@@ -142,8 +114,6 @@ def _model_turns(history: pl.DataFrame) -> pl.DataFrame:
 
 def _tool_outputs(corpus: Corpus, history: pl.DataFrame) -> pl.DataFrame:
     """The outputs of the tool calls in ``history``, summed by tool and target."""
-    import polars as pl
-
     in_history = history.select("session_key", "message_id")
     return (
         corpus.tool_calls.join(in_history, on=["session_key", "message_id"])

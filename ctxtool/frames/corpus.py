@@ -1,14 +1,15 @@
 """The frames of a ``Corpus``, built from the engine's columns: every figure in them is the engine's.
 
-The sessions, requests and turns frames take their rows from the tally (``ctxtool.frames.tally``) and its
-views (``ctxtool.frames.views``), the messages and tool calls frames the rows the sessions' files hold, so
-that a frame and a report can never disagree: polars is the library's face, not a second engine. A filter
-or the live view (``narrowed``) is a view of the tally made into frames the same way.
+The sessions, requests and turns frames take their rows from the tally and its views, the messages and tool
+calls frames the rows the sessions' files hold, so a frame and a report never disagree: polars is the
+library's face, not a second engine. A filter or the live view (``narrowed``) is made into frames the same
+way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -22,9 +23,8 @@ from ctxtool.frames.model import (
     TOOL_SCHEMA,
     TS_TYPE,
     Corpus,
-    Problem,
 )
-from ctxtool.frames.tally import _INFO, _LIVE, _SNAP, _TIME, _WRITTEN, Session, Tally
+from ctxtool.frames.tally import _ERRORS, _INFO, _LIVE, _MODEL, _SNAP, _TIME, _WRITTEN, Session, Tally
 from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
 
 if TYPE_CHECKING:
@@ -34,13 +34,9 @@ _U32 = pl.UInt32
 SESSIONS_SCHEMA: dict[str, Any] = {
     # What a session's files say of it (the times they record are in ``start`` and ``end``), then its figures.
     **{k: v for k, v in SESSION_META_SCHEMA.items() if k not in ("start_time", "last_updated")},
-    "billed_messages": _U32,
-    "turns": _U32,
-    "tool_calls": pl.Int64,
-    "tool_errors": pl.Int64,
-    "compression_infos": _U32,
-    "snapshots": _U32,
-    "requests": _U32,
+    **dict.fromkeys(("billed_messages", "turns"), _U32),
+    **dict.fromkeys(("tool_calls", "tool_errors"), pl.Int64),
+    **dict.fromkeys(("compression_infos", "snapshots", "requests"), _U32),
     **dict.fromkeys(TOKEN_COLUMNS, pl.Int64),
     "cost": pl.Float64,
     "unpriced": pl.Int64,
@@ -49,36 +45,26 @@ SESSIONS_SCHEMA: dict[str, Any] = {
     "live_requests": _U32,
     **dict.fromkeys(COMPOSITION_COLUMNS, pl.Int64),
     "hidden_requests": _U32,
-    "hidden_input": pl.Int64,
-    "hidden_output": pl.Int64,
+    **dict.fromkeys(("hidden_input", "hidden_output"), pl.Int64),
     "hidden_cost": pl.Float64,
-    "start": TS_TYPE,
-    "end": TS_TYPE,
+    **dict.fromkeys(("start", "end"), TS_TYPE),
     "compressions": _U32,
-    "context_share": pl.Float64,
-    "cache_ratio": pl.Float64,
+    **dict.fromkeys(("context_share", "cache_ratio"), pl.Float64),
     "subagents": _U32,
 }
 _IDS = ("session", "session_id", "project", "kind", "root_session_key")
 REQUESTS_SCHEMA: dict[str, Any] = {
-    "session_key": pl.String,
-    **dict.fromkeys(_IDS, pl.String),
-    "message_id": pl.String,
-    "position": pl.Int64,
-    "turn": pl.Int64,
+    **dict.fromkeys(("session_key", *_IDS, "message_id"), pl.String),
+    **dict.fromkeys(("position", "turn"), pl.Int64),
     "timestamp": pl.String,
     "ts": TS_TYPE,
     "live": pl.Boolean,
     "model": pl.String,
     "model_inferred": pl.Boolean,
     **dict.fromkeys(TOKEN_COLUMNS, pl.Int64),
-    "context": pl.Int64,
-    "context_limit": pl.Int64,
-    "context_share": pl.Float64,
-    "cache_ratio": pl.Float64,
-    "cost": pl.Float64,
-    "tool_calls": pl.Int64,
-    "tool_errors": pl.Int64,
+    **dict.fromkeys(("context", "context_limit"), pl.Int64),
+    **dict.fromkeys(("context_share", "cache_ratio", "cost"), pl.Float64),
+    **dict.fromkeys(("tool_calls", "tool_errors"), pl.Int64),
     **dict.fromkeys(COMPOSITION_COLUMNS, pl.Int64),
     "event": pl.String,
 }
@@ -86,26 +72,20 @@ TURNS_SCHEMA: dict[str, Any] = {
     "session_key": pl.String,
     "turn": pl.Int64,
     "prompt": pl.String,
-    "start": TS_TYPE,
-    "end": TS_TYPE,
+    **dict.fromkeys(("start", "end"), TS_TYPE),
     "live": pl.Boolean,
     "messages": _U32,
-    "tool_calls": pl.Int64,
-    "tool_errors": pl.Int64,
+    **dict.fromkeys(("tool_calls", "tool_errors"), pl.Int64),
     "compressed": pl.Boolean,
     "requests": _U32,
     **dict.fromkeys(TOKEN_COLUMNS, pl.Int64),
-    "peak_context": pl.Int64,
-    "context_limit": pl.Int64,
+    **dict.fromkeys(("peak_context", "context_limit"), pl.Int64),
     "cost": pl.Float64,
     "unpriced": pl.Int64,
     "models": pl.String,
     **dict.fromkeys(COMPOSITION_COLUMNS, pl.Int64),
-    "duration_s": pl.Float64,
-    "context_share": pl.Float64,
-    "cache_ratio": pl.Float64,
-    "session": pl.String,
-    "project": pl.String,
+    **dict.fromkeys(("duration_s", "context_share", "cache_ratio"), pl.Float64),
+    **dict.fromkeys(("session", "project"), pl.String),
 }
 MESSAGES_SCHEMA: dict[str, Any] = {
     "session_key": pl.String,
@@ -122,33 +102,27 @@ _CANONICAL = "%Y-%m-%dT%H:%M:%S%.fZ"  # tally.canonical_times: the one shape of 
 
 def corpus_of(t: Tally, results: Sequence[FileColumns], found: Any = None) -> Corpus:
     """The frames of ``t`` (made with ``detail``) and the account of what was read."""
-    good = [r for r in results if not r.error]
     corpus = Corpus(
         _sessions(t.sessions),
         _messages(t.sessions),
         _requests(t.sessions),
-        lambda: _tool_calls(t.sessions, calls, messages),
+        lambda: _tool_calls(t.sessions, calls, corpus.messages),
         lambda: _turns(t.sessions),
-        calls=None,
+        files_read=t.files_read,
+        files_found=len(results),
+        bytes_read=t.bytes_read,
+        problems=list(t.problems),
+        skipped=list(t.skipped),
+        warnings=list(t.warnings),
+        broken_lines=t.broken_lines,
+        calls=(calls := _calls(t.sessions, live=False)),
+        tally=t,
     )
-    calls = _calls(t.sessions, live=False)
-    messages = corpus.messages
-    corpus.calls = calls
-    corpus.tally = t
-    corpus.warnings = list(t.warnings)
-    corpus.problems = list(t.problems)
-    corpus.files_read = t.files_read
-    corpus.files_found = len(results)
-    corpus.bytes_read = t.bytes_read
-    corpus.broken_lines = t.broken_lines
-    corpus.skipped = list(t.skipped)
-    del good
     return corpus
 
 
 def narrowed(corpus: Corpus, filters: Mapping[str, Any], *, live: bool) -> Corpus:
-    """What ``filters`` (``frames.filter_corpus`` keywords) and ``live`` keep of ``corpus``, as frames of the
-    engine's view (``views.view``); the account of what was read stays the whole corpus's."""
+    """What ``filters`` and ``live`` keep of ``corpus``, as frames of the engine's view (``views.view``)."""
     if corpus.view_of is not None:  # a view of a view: of the corpus, with both's filters
         base, before = corpus.view_of
         return narrowed(base, {**before, **{k: v for k, v in filters.items() if v}}, live=live)
@@ -164,84 +138,71 @@ def narrowed(corpus: Corpus, filters: Mapping[str, Any], *, live: bool) -> Corpu
     else:
         calls = _calls(v.sessions, live=live)
         tool_calls = lambda: _tool_calls(v.sessions, calls, whole)  # noqa: E731
-    out = Corpus(
-        _sessions(v.sessions),
-        _messages(v.sessions),
-        _requests(v.sessions),
-        tool_calls,
-        lambda: _turns(v.sessions),
-        files_read=corpus.files_read,
-        files_found=corpus.files_found,
-        bytes_read=corpus.bytes_read,
-        problems=corpus.problems,
-        skipped=corpus.skipped,
-        warnings=corpus.warnings,
-        broken_lines=corpus.broken_lines,
+    return dataclasses.replace(
+        corpus,
+        sessions=_sessions(v.sessions),
+        messages=_messages(v.sessions),
+        requests=_requests(v.sessions),
+        tool_calls=tool_calls,
+        turns=lambda: _turns(v.sessions),
+        calls=None,
+        tally=v,
+        view_of=(corpus, dict(filters)),
     )
-    out.tally = v
-    out.view_of = (corpus, dict(filters))
-    return out
-
-
-def report_frame(by: str, rows: list[dict[str, Any]]) -> pl.DataFrame:
-    """The rows of ``--by BY`` (the engine's, Gemini CLI's ``input``) as a frame of ``REPORT_COLUMNS[by]``,
-    each column of its specification's dtype (``shape.frame_of``)."""
-    from ctxtool.frames.shape import REPORT_COLUMNS, RowTable, frame_of
-
-    return frame_of(RowTable(REPORT_COLUMNS[by], rows))
 
 
 def _frame(columns: dict[str, list[Any]], schema: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame({name: pl.Series(name, columns[name], dtype=dtype) for name, dtype in schema.items()})
 
 
+def _rows_frame(rows: Iterable[Mapping[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
+    out: dict[str, list[Any]] = {name: [] for name in schema}
+    for row in rows:
+        for name in schema:
+            out[name].append(row[name])
+    return _frame(out, schema)
+
+
 def _sessions(sessions: list[Session]) -> pl.DataFrame:
-    out: dict[str, list[Any]] = {name: [] for name in SESSIONS_SCHEMA}
-    for s in sessions:
-        if s.files is None:  # read from a dataset: its row there, with the figures of this view
-            out_row = {**s.meta, **s.row}
-            for name in SESSIONS_SCHEMA:
-                out[name].append(out_row[name])
-            continue
-        row, files = s.row, s.files
-        p = files[-1]
-        c = views.detail(s).columns
-        r = s.requests
-        assert r is not None
-        live = [c[_LIVE][i] for i in views.detail(s).at]
-        if s.kept is not None:
-            live = [live[j] for j in s.kept]
-        values = {
-            **row,
-            "session_key": s.key,
-            "group_key": p.group_key,
-            "parent_ref": s.parent_ref,
-            "project_dir": p.project_dir,
-            "project_hash": p.project_hash,
-            "parent_session_key": s.parent_key,
-            "root_session_key": s.parent_key or s.key,
-            "files": len(files),
-            "era": "+".join(f.era for f in files),
-            "summary": p.summary,
-            "broken_lines": sum(f.broken_lines for f in files),
-            "invalid_utf8_lines": sum(f.invalid_utf8_lines for f in files),
-            "first_invalid_utf8_line": next(
-                (f.first_invalid_utf8_line for f in files if f.first_invalid_utf8_line), None
-            ),
-            "first_broken_line": next((f.first_broken_line for f in files if f.first_broken_line), None),
-            "first_overlong_line": next(
-                (f.first_overlong_line for f in files if f.first_overlong_line), None
-            ),
-            "checkpoints": sum(f.checkpoints for f in files),
-            "live_messages": p.live_messages,
-            "billed_messages": len(c[_TIME]),
-            "compression_infos": sum(map(bool, c[_INFO])),
-            "snapshots": sum(map(bool, c[_SNAP])),
-            "live_requests": sum(map(bool, live)),
-        }
-        for name in SESSIONS_SCHEMA:
-            out[name].append(values[name])
-    return _frame(out, SESSIONS_SCHEMA)
+    return _rows_frame(map(_session_values, sessions), SESSIONS_SCHEMA)
+
+
+def _session_values(s: Session) -> dict[str, Any]:
+    if s.files is None:  # read from a dataset: its row there, with the figures of this view
+        return {**s.meta, **s.row}
+    files = s.files
+    p = files[-1]
+    d = views.detail(s)
+    c = d.columns
+    live = [c[_LIVE][i] for i in d.at]
+    if s.kept is not None:
+        live = [live[j] for j in s.kept]
+    return {
+        **s.row,
+        "session_key": s.key,
+        "group_key": p.group_key,
+        "parent_ref": s.parent_ref,
+        "project_dir": p.project_dir,
+        "project_hash": p.project_hash,
+        "parent_session_key": s.parent_key,
+        "root_session_key": s.parent_key or s.key,
+        "files": len(files),
+        "era": "+".join(f.era for f in files),
+        "summary": p.summary,
+        "broken_lines": sum(f.broken_lines for f in files),
+        "invalid_utf8_lines": sum(f.invalid_utf8_lines for f in files),
+        "first_invalid_utf8_line": next(
+            (f.first_invalid_utf8_line for f in files if f.first_invalid_utf8_line), None
+        ),
+        "first_broken_line": next((f.first_broken_line for f in files if f.first_broken_line), None),
+        "first_overlong_line": next((f.first_overlong_line for f in files if f.first_overlong_line), None),
+        "checkpoints": sum(f.checkpoints for f in files),
+        "live_messages": p.live_messages,
+        "billed_messages": len(c[_TIME]),
+        "compression_infos": sum(map(bool, c[_INFO])),
+        "snapshots": sum(map(bool, c[_SNAP])),
+        "live_requests": sum(map(bool, live)),
+    }
 
 
 def _messages(sessions: list[Session]) -> pl.DataFrame:
@@ -270,9 +231,8 @@ def _requests(sessions: list[Session]) -> pl.DataFrame:
     for s in sessions:
         d = views.detail(s)
         c = d.columns
-        rows = views.session_requests(s)
         kept = s.kept if s.kept is not None else range(len(d.at))
-        for row, j in zip(rows, kept, strict=True):
+        for row, j in zip(views.session_requests(s), kept, strict=True):
             i = d.at[j]
             row.update(
                 session_key=s.key,
@@ -282,7 +242,7 @@ def _requests(sessions: list[Session]) -> pl.DataFrame:
                 root_session_key=s.parent_key or s.key,
                 position=i,
                 ts=None,
-                tool_errors=c[_ERRORS_AT][i],
+                tool_errors=c[_ERRORS][i],
             )
             canonical.append(c[_TIME][i])
             for name in REQUESTS_SCHEMA:
@@ -297,32 +257,25 @@ def _times(canonical: list[str | None]) -> pl.Series:
     )
 
 
-_ERRORS_AT = MESSAGE_COLUMNS.index("tool_errors")
-
-
 def _turns(sessions: list[Session]) -> pl.DataFrame:
-    out: dict[str, list[Any]] = {name: [] for name in TURNS_SCHEMA}
-    for s in sessions:
-        for row in views.session_turns(s):
-            values = {**row, "session_key": s.key, "project": s.row["project"]}
-            for name in TURNS_SCHEMA:
-                out[name].append(values[name])
-    return _frame(out, TURNS_SCHEMA)
+    rows = (
+        {**row, "session_key": s.key, "project": s.row["project"]}
+        for s in sessions
+        for row in views.session_turns(s)
+    )
+    return _rows_frame(rows, TURNS_SCHEMA)
 
 
 def _calls(sessions: list[Session], *, live: bool) -> pl.DataFrame:
-    """The tool-call rows of ``sessions`` as read (``Corpus.calls``): a session of several files keeps those
-    of its last file and those of the older messages it keeps (``tally._merged``); ``live``: only the calls
-    of live messages (and of none known)."""
+    """The tool-call rows of ``sessions`` as read (``Corpus.calls``), of the messages each keeps
+    (``tally._merged``); ``live``: only the calls of live messages (and of none known)."""
     from ctxtool.session.columns import decode_columns
 
     out: dict[str, list[Any]] = {name: [] for name in CALLS_SCHEMA}
     strings = [i for i, name in enumerate(TOOL_COLUMNS) if TOOL_SCHEMA[name] == pl.String]
     for s in sessions:
-        d = views.detail(s)
-        c = d.columns
-        files = s.files
-        kept_older = _kept_older(c, files) if len(files) > 1 else None
+        c = views.detail(s).columns
+        files, older = s.files, c.older  # type: ignore[attr-defined]  # (tally.Columns)
         live_ids = {c[0][i] for i in range(len(c[0])) if c[_LIVE][i]} if live else None
         known = set(c[0]) if live else None
         for rank, f in enumerate(files):
@@ -334,11 +287,7 @@ def _calls(sessions: list[Session], *, live: bool) -> pl.DataFrame:
                 cols[i] = [None if v == "" else v for v in cols[i]]
             for k in range(len(cols[0])):
                 mid = cols[0][k]
-                if (
-                    kept_older is not None
-                    and rank < len(files) - 1
-                    and (mid is None or (rank, mid) not in kept_older)
-                ):
+                if rank < len(files) - 1 and (mid is None or older.get(mid) != rank):
                     continue
                 if live_ids is not None and mid is not None and mid in known and mid not in live_ids:  # type: ignore[operator]
                     continue
@@ -346,22 +295,6 @@ def _calls(sessions: list[Session], *, live: bool) -> pl.DataFrame:
                 for name, col in zip(TOOL_COLUMNS, cols, strict=True):
                     out[name].append(col[k])
     return _frame(out, CALLS_SCHEMA)
-
-
-def _kept_older(c: list[list[Any]], files: list[FileColumns]) -> set[tuple[int, str]]:
-    """(file rank, message id) of the older files' messages a session of several files keeps (``c``: its
-    merged columns, the last file's rows last, ``tally._merged``)."""
-    from ctxtool.frames.tally import _columns
-
-    primary = {mid for mid in c[0][len(c[0]) - files[-1].n_messages :] if mid is not None}
-    seen: set[str] = set()
-    out: set[tuple[int, str]] = set()
-    for rank, f in enumerate(files[:-1]):
-        for mid in _columns(f)[0]:
-            if mid is not None and mid not in primary and mid not in seen:
-                seen.add(mid)
-                out.add((rank, mid))
-    return out
 
 
 def _tool_calls(sessions: list[Session], calls: pl.DataFrame, messages: pl.DataFrame) -> pl.DataFrame:
@@ -382,16 +315,11 @@ def _tool_calls(sessions: list[Session], calls: pl.DataFrame, messages: pl.DataF
     ).join(ids, on="session_key", how="left", maintain_order="left")
 
 
-def problems_of(results: Sequence[FileColumns]) -> list[Problem]:
-    return [Problem(r.path, r.error) for r in results if r.error]
-
-
 def tally_of_frames(corpus: Corpus) -> Tally:
     """The engine's tally of a corpus read from an export's dataset (``export.load_dataset``): each session's
-    message columns from its messages frame, its requests' costs as they were priced when exported (billed
-    once), its row from the sessions frame; so that every report, filter and view of a dataset is made by
-    the engine, as of the sessions themselves."""
-    from ctxtool.frames.tally import Columns, Requests, canonical_times
+    message columns from its messages frame, its requests' costs as priced when exported (billed once), its
+    row from the sessions frame."""
+    from ctxtool.frames.tally import Columns, Requests, canonical_times, mismatched, requests_at
     from ctxtool.measure.usage import filled
 
     by_key = {
@@ -409,21 +337,17 @@ def tally_of_frames(corpus: Corpus) -> Tally:
         c = Columns(
             (frame.get_column(name).to_list() if frame is not None else []) for name in MESSAGE_COLUMNS
         )
-        c.lost = {}
-        c.append(c[MESSAGE_COLUMNS.index("timestamp")])
+        c.lost, c.older = {}, {}
+        c.append(c[_TIME])
         c[_TIME] = canonical_times(c[_WRITTEN])
-        at = [
-            i
-            for i, (k, v) in enumerate(zip(c[1], c[_INPUT_AT], strict=True))
-            if v is not None and k == "gemini"
-        ]
+        at = requests_at(c)
         requests = Requests(
-            filled([c[_MODEL_AT][i] for i in at]),
+            filled([c[_MODEL][i] for i in at]),
             [c[_TIME][i] for i in at],
             [[c[MESSAGE_COLUMNS.index(k)][i] for i in at] for k in TOKEN_COLUMNS],
             costs.get(key, [])[: len(at)],
         )
-        sessions.append(_dataset_session(meta, requests, c))
+        sessions.append(_dataset_session(meta, requests, c, mismatched(requests.tokens)))
     return _dataset_tally(sessions, corpus)
 
 
@@ -432,34 +356,22 @@ def tally_of_sessions(
 ) -> Tally:
     """``tally_of_frames`` of a dataset's sessions alone, their requests left where they are: ``sums`` makes
     the groups of the reports that sum requests (``Tally.sums``), ``mismatches`` counts each session's
-    requests whose recorded total is not the sum of its parts. What ``stats`` reads without a filter,
-    ``--live`` or the turn and request grains; ``read`` holds what reading met."""
-    out = []
-    for meta in sessions.iter_rows(named=True):
-        s = _dataset_session(meta, None, None)
-        s.mismatches = mismatches.get(s.key, 0)
-        out.append(s)
-    t = _dataset_tally(out, read)
-    t.sums = sums
-    return t
+    mismatched totals; ``read`` holds what reading met."""
+    rows = sessions.iter_rows(named=True)
+    out = [_dataset_session(meta, None, None, mismatches.get(meta["session_key"], 0)) for meta in rows]
+    return _dataset_tally(out, read, sums)
 
 
-def _dataset_session(meta: dict[str, Any], requests: Any, columns: Any) -> Session:
-    from ctxtool.frames.tally import mismatched
-
-    s = Session(
-        meta["session_key"],
-        meta["parent_session_key"],
-        dict(meta),
-        requests,
-        project_dir=meta["project_dir"] or "",
+def _dataset_session(meta: dict[str, Any], requests: Any, columns: Any, mismatches: int) -> Session:
+    key, parent, project_dir = meta["session_key"], meta["parent_session_key"], meta["project_dir"] or ""
+    made = Session(
+        key, parent, dict(meta), requests, mismatches, project_dir, columns, parent_ref=meta["parent_ref"]
     )
-    s.columns, s.meta, s.parent_ref = columns, meta, meta["parent_ref"]
-    s.mismatches = mismatched(requests.tokens) if requests is not None else 0
-    return s
+    made.meta = meta
+    return made
 
 
-def _dataset_tally(sessions: list[Session], read: Corpus) -> Tally:
+def _dataset_tally(sessions: list[Session], read: Corpus, sums: Any = None) -> Tally:
     return Tally(
         sessions=sessions,
         problems=list(read.problems),
@@ -483,8 +395,5 @@ def _dataset_tally(sessions: list[Session], read: Corpus) -> Tally:
             for s in sessions
             if s.meta["invalid_utf8_lines"]
         ],
+        sums=sums,
     )
-
-
-_INPUT_AT = MESSAGE_COLUMNS.index("input")
-_MODEL_AT = MESSAGE_COLUMNS.index("model")

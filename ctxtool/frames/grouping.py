@@ -25,9 +25,8 @@ def link_parents(sessions: Iterable[tuple[str, str, str | None, str | None]]) ->
 
     A nested file ``chats/<parent-id>/<id>.json[l]`` belongs to the session whose id is ``<parent-id>`` in
     the same project; ``chats/skill-extraction-<8hex>/`` to the session whose id starts with those 8 hex; a
-    legacy flat subagent file ``chats/session-<time>-<id8>.json[l]`` (its ``parent_ref`` is that short id,
-    see ``build_corpus``) to the session whose id starts with ``<id8>``, as Gemini CLI's ``deleteSession``
-    finds it (``short_id_of``).
+    legacy flat subagent file ``chats/session-<time>-<id8>.json[l]`` to the session whose id starts with
+    ``<id8>``, as Gemini CLI's ``deleteSession`` finds it (``short_id_of``).
     """
     rows = list(sessions)
     by_id: dict[tuple[str, str], str] = {}
@@ -40,13 +39,9 @@ def link_parents(sessions: Iterable[tuple[str, str, str | None, str | None]]) ->
         if parent_ref is None:
             continue
         parent = by_id.get((project_dir, parent_ref))
-        prefix = (
-            parent_ref.removeprefix("skill-extraction-")
-            if parent_ref.startswith("skill-extraction-")
-            else parent_ref
-            if _SHORT_REF.fullmatch(parent_ref)
-            else None
-        )
+        prefix: str | None = parent_ref.removeprefix("skill-extraction-")
+        if prefix == parent_ref and not _SHORT_REF.fullmatch(parent_ref):
+            prefix = None
         if parent is None and prefix is not None:
             if by_project is None:
                 by_project = {}
@@ -68,11 +63,8 @@ class _Session(msgspec.Struct):
 
 
 def session_key(where: str) -> str:
-    """A session's key: 12 hex digits of a hash of its file (or .json/.jsonl pair) path.
-
-    Short on purpose: it is repeated on every row of every frame, and polars stores strings of up to 12
-    bytes inline. 48 bits make a collision unlikely below millions of sessions; ``file`` names the place.
-    """
+    """A session's key: 12 hex digits of a hash of its file (or .json/.jsonl pair) path. Short on purpose:
+    polars stores strings of up to 12 bytes inline; 48 bits make a collision unlikely below millions."""
     from ctxtool.common.digest import blake2b
 
     return blake2b(where.encode("utf-8"), digest_size=6).hexdigest()
@@ -80,8 +72,7 @@ def session_key(where: str) -> str:
 
 def parent_ref_of(primary: FileColumns) -> str | None:
     """What names a session's parent: the folder of a nested subagent file (``chats/<parent-id>/``), or the
-    short id in the name of a legacy flat subagent file (``kind: "subagent"``, ``chats/session-*-<id8>``),
-    which Gemini CLI's ``deleteSession`` takes as the parent's (see ``short_id_of``)."""
+    short id in the name of a legacy flat subagent file (``chats/session-*-<id8>``, see ``short_id_of``)."""
     if primary.parent_ref is not None or primary.kind != "subagent":
         return primary.parent_ref
     return short_id_of(os.path.basename(primary.path))
@@ -89,7 +80,7 @@ def parent_ref_of(primary: FileColumns) -> str | None:
 
 def group_sessions(results: list[FileColumns]) -> list[_Session]:
     """Pair session-X.json with the session-X.jsonl Gemini CLI wrote on resume; everything else is its own,
-    but for the stray files of resumes (``_resume_strays``), which join the session they belong to."""
+    but for the stray files of resumes (``_resume_strays``)."""
     groups: dict[str, list[FileColumns]] = {}
     for fc in results:
         groups.setdefault(fc.group_key, []).append(fc)
@@ -98,11 +89,9 @@ def group_sessions(results: list[FileColumns]) -> list[_Session]:
     for key, members in groups.items():
         # .json before .jsonl: the .jsonl is the later copy and the one Gemini CLI resumes.
         members.sort(key=lambda f: (f.era != "json", f.path))
-        ids = {m.session_id for m in members}
-        if len(members) > 1 and len(ids) == 1:
-            sessions.append(_Session(session_key(key), [*strays.get(key, []), *members]))
-        elif len(members) == 1:
-            sessions.append(_Session(session_key(members[0].path), [*strays.get(key, []), *members]))
+        if len(members) == 1 or len({m.session_id for m in members}) == 1:
+            where = members[0].path if len(members) == 1 else key
+            sessions.append(_Session(session_key(where), [*strays.get(key, []), *members]))
         else:
             sessions.extend(_Session(session_key(m.path), [m]) for m in members)
     return sessions
@@ -111,13 +100,12 @@ def group_sessions(results: list[FileColumns]) -> list[_Session]:
 def _resume_strays(groups: dict[str, list[FileColumns]]) -> dict[str, list[FileColumns]]:
     """Files a resume left behind, by the group key of the session they belong to; removed from ``groups``.
 
-    On ``--resume``, Gemini CLI 0.61.0 first starts a new session file named for the current minute (a
-    metadata line and ``$set.messages`` with the environment message alone) and then switches to the
-    resumed one, which carries the same session id (gemini.tsx startup, then chatRecordingService.ts
-    ``initialize`` with ``resumedSessionData``). When the minute differs from the resumed file's, that start
-    stays behind as a file of its own: one message, set by a checkpoint, and the session id of a fuller file
-    in the same folder. It is part of that session (its rows merge away as copies), not a session of its
-    own. (Files that merely share an id, such as a2a-server sessions, are not strays: no checkpoint.)
+    On ``--resume``, Gemini CLI 0.61.0 first starts a new session file named for the current minute (the
+    environment message alone, by ``$set.messages``) and then switches to the resumed one, with the same
+    session id (gemini.tsx startup, then chatRecordingService.ts ``initialize`` with
+    ``resumedSessionData``). When the minute differs, that start stays behind: one message, set by a
+    checkpoint, with the session id of a fuller file in the same folder. (Files that merely share an id,
+    such as a2a-server sessions, have no checkpoint.)
     """
     owners: dict[tuple[str, str], tuple[int, str]] = {}
     for key, members in groups.items():

@@ -1,11 +1,8 @@
 """Find, read and build a corpus, using the incremental index when asked: the one way commands load sessions.
 
 Owns the order of work that makes a scan fast: files are found and worker processes started before anything
-heavy is imported (workers are forked from a lean process); what the index keeps of a file (its columns,
-and the engine's measure of it) is taken instead of reading it again, and a JSONL file Gemini CLI appended to
-is read from where it ended. The frames are built from what was read every time (``build.build_corpus``):
-no frames are kept between runs.
-
+heavy is imported; what the index keeps of a file (its columns, the engine's measure of it) is taken instead
+of reading it again, and a grown JSONL file is read from where it ended. No frames are kept between runs.
 Imports nothing heavy at module level.
 """
 
@@ -21,12 +18,10 @@ from ctxtool.session.discover import Discovery, default_roots, discover
 from ctxtool.session.stamp import cache_root
 
 if TYPE_CHECKING:
-    from ctxtool.frames.model import Corpus
+    from ctxtool.frames.model import Corpus, Progress
     from ctxtool.frames.tally import Tally
     from ctxtool.session.columns import FileColumns
     from ctxtool.session.index import FileIndex
-
-Progress = Callable[[int, int], None]
 
 
 class CacheUse(msgspec.Struct):
@@ -38,13 +33,11 @@ class CacheUse(msgspec.Struct):
     files_resumed: int = 0
     files_parsed: int = 0
     notice: str | None = None  # the index held something unusable and was rebuilt (one line for stderr)
-    # Each file's size and mtime before reading, when the index now holds every file read (``read_plain``):
-    # what the next run over unchanged files will find, so its output can be foreseen (``frames.replays``).
+    # Each file's size and mtime before reading, when the index now holds every file read: what the next run
+    # over unchanged files will find, so its output can be foreseen (``frames.replays``).
     stamps: dict[str, Any] | None = None
-    # Each file's size and mtime before reading (``read_plain`` with the index): what was read is of them.
-    before: dict[str, Any] | None = None
-    # With ``stamps``: what the report was computed from, as ``frames.replays`` keys a replay (``inputs_of``).
-    inputs: dict[str, Any] | None = None
+    before: dict[str, Any] | None = None  # each file's size and mtime before reading, with the index
+    inputs: dict[str, Any] | None = None  # with ``stamps``: what the report was computed from (``inputs_of``)
 
 
 def load_corpus(
@@ -56,8 +49,8 @@ def load_corpus(
     progress: Progress | None = None,
     workers: int | None = None,
 ) -> tuple[Corpus, CacheUse]:
-    """Sessions under ``paths`` (default: Gemini CLI's data root) as frames, and how the cache was used: read
-    and measured by the engine (``read_tally``), the frames built of its columns (``frames.corpus``)."""
+    """Sessions under ``paths`` (default: Gemini CLI's data root) as frames (``read_tally``, then
+    ``frames.corpus``), and how the cache was used."""
     from ctxtool.frames import adoption
 
     adoption.discard()  # the frames read through the pool
@@ -90,17 +83,11 @@ def read_tally(
     turns_of_one: bool = False,
     errand: bool = False,
 ) -> tuple[Tally, list[FileColumns], Discovery, CacheUse]:
-    """The engine's tally of the sessions under ``paths`` (``frames.tally``), the files read and how the
-    index served them: the one way every command reads sessions.
-
-    Each file is measured where it is read (a worker's share of the work), and priced there when the rates
-    come without genai-prices' data (``tally.count_and_price``); with the index, what was measured is kept
-    beside each file, so that a later run measures only the files that changed. That run reads no rows of
-    the files the index serves but those the tally reads again (a session of several files, a file without a
-    kept measure) and, with ``detail`` (a filter, the live view, the turn and request grains, the frames),
-    all. ``turns_of_one``: the columns too when one session is read (its default report is by turn).
-    ``errand``: on two cores, the one worker loads genai-prices' data when the rates must come from it
-    (``scan.Errand``), so that this process never holds it."""
+    """The engine's tally of the sessions under ``paths``, the files read and how the index served them: the
+    one way every command reads sessions. Each file is measured (and priced) where it is read, and the
+    measure kept in the index beside it. ``turns_of_one``: the columns too when one session is read (its
+    default report is by turn). ``errand``: on two cores, the one worker loads genai-prices' data when the
+    rates must come from it (``scan.Errand``), so this process never holds it."""
     from ctxtool.frames import tally
 
     measured: dict[str, tally.Measured | None] = {}
@@ -117,7 +104,7 @@ def read_tally(
         cache_dir=cache_dir,
         progress=progress,
         then=tally.count_and_price,  # in the process that read the file
-        kept=measured,  # type: ignore[arg-type]
+        kept=measured,
         index=index,
         workers=workers,
         errand=worker_rates,
@@ -126,7 +113,7 @@ def read_tally(
 
     def rows(files: Sequence[FileColumns]) -> None:
         if index is not None:
-            fill_rows(files, found, index, use, then=tally.count_and_price, kept=measured)  # type: ignore[arg-type]
+            fill_rows(files, found, index, use, then=tally.count_and_price, kept=measured)
 
     from ctxtool.measure.pricing import PriceTable, covering
 
@@ -151,35 +138,34 @@ def read_tally(
 
 
 def _keep(index: FileIndex, use: CacheUse, measured: dict[str, Any], kept: dict[str, Any]) -> None:
-    """Keep in the index the measures that are new: of a file read, or priced again at other rates."""
+    """Keep in the index the measures that are new: of a file read, or priced again (in place, by the tally)
+    at other rates than ``kept`` says the index held it at."""
     from ctxtool.frames import tally
 
     if use.before is None:
         return
-    priced = {p: m.priced_at for p, m in kept.items() if m is not None}
     new: dict[str, Any] = {}
     for path, m in measured.items():
-        fresh = m is not kept.get(path)  # measured as read, not taken from the index
-        if m is not None and (fresh or m.priced_at != priced.get(path)):
+        was, priced_at = kept.get(path, (None, None))
+        if m is not None and (m is not was or m.priced_at != priced_at):
             new[path] = m
     tally.keep_measures(index, use.before, new)
 
 
 def _kept(index: FileIndex | None, use: CacheUse, measured: dict[str, Any]) -> dict[str, Any]:
-    """The measures the index keeps of the files it served unchanged (``tally.kept_measures``), added to
-    ``measured`` (what was measured as the files were read wins)."""
+    """The measures the index keeps of the files it served unchanged, added to ``measured``; each with the
+    rates it was priced at."""
     from ctxtool.frames import tally
 
     if index is None or use.before is None:
         return {}
     kept = {p: m for p, m in tally.kept_measures(index, use.before).items() if p not in measured}
     measured.update(kept)
-    return kept
+    return {p: (m, m.priced_at) for p, m in kept.items()}
 
 
 def _errand() -> Any:
-    """What the one worker of a scan does beside its files (``scan.Errand``): load genai-prices' data (when
-    neither the shipped rates nor the day's memo answer) and resolve the rates of the models measured."""
+    """What the one worker of a scan does beside its files (``scan.Errand``): resolve the rates."""
     from functools import partial
 
     from ctxtool.measure import pricing
@@ -204,16 +190,14 @@ def read_plain(
     cache_dir: str | Path | None = None,
     progress: Progress | None = None,
     then: Callable[[FileColumns], object] | None = None,
-    kept: dict[str, object] | None = None,
+    kept: dict[str, Any] | None = None,
     index: FileIndex | None = None,
     workers: int | None = None,
     errand: Any = None,
 ) -> tuple[list[FileColumns], Discovery, CacheUse]:
     """The files under ``paths`` read (through the per-file index when ``cache``: ``index``, by default
-    ``cache_dir``'s), without building frames: what ``stats`` counts without polars (``ctxtool.frames.tally``;
-    ``then`` and ``kept`` as ``read_files`` takes them). When the index served every file, the ``CacheUse``
-    says so as a warm ``load_corpus`` does (``corpus_hit``), for the same caption. An index opened with
-    ``rows=False`` serves files without their rows: ``fill_rows`` adds them to those that need them."""
+    ``cache_dir``'s), without building frames (``then`` and ``kept`` as ``read_files`` takes them). An index
+    opened with ``rows=False`` serves files without their rows: ``fill_rows`` adds them where needed."""
     from ctxtool.frames import adoption
     from ctxtool.session.scan import read_files
 
@@ -264,12 +248,11 @@ def fill_rows(
     use: CacheUse,
     *,
     then: Callable[[FileColumns], object] | None = None,
-    kept: dict[str, object] | None = None,
+    kept: dict[str, Any] | None = None,
 ) -> None:
     """Give ``files``, of a ``read_plain`` through ``index`` (``rows=False``), the rows that index served
-    them without. A file whose rows it cannot give (damaged, not its own) is read again, into the same
-    ``FileColumns`` (``then`` and ``kept`` as ``read_plain`` took them), and ``use`` counts and says so as it
-    does an entry the lookup could not use."""
+    them without. A file whose rows it cannot give is read again, into the same ``FileColumns``, and ``use``
+    counts it as an entry the lookup could not use."""
     unusable = index.fill(files)
     if not unusable:
         return
@@ -292,10 +275,8 @@ def fill_rows(
 def _return_free_heap() -> None:
     """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
 
-    Reading leaves the heap of this process (which parses files too) about 15 MB larger than what it still
-    holds; the frames are built in polars' own allocator, which never reuses it. Returning it lowered the
-    peak of a first run on the bench corpus from 187-194 to 174-187 MB (5 alternated runs each, before the
-    price data moved to the worker)."""
+    Reading leaves this process's heap about 15 MB larger than what it holds, and polars' allocator never
+    reuses it: returning it lowered the peak of a first run on the bench corpus from 187-194 to 174-187 MB."""
     import ctypes
 
     try:

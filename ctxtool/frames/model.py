@@ -1,25 +1,22 @@
 """The model's types: ``Corpus`` (the frames of a set of sessions), its schemas, the problems met while
-reading, and the token and cost expressions every grain shares."""
+reading."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
-if TYPE_CHECKING:
-    pass
-
-
-from ctxtool.frames.reading import PROBLEM_KINDS, Problem, ProblemKind
+from ctxtool.frames.reading import Problem
 from ctxtool.frames.shape import COMPOSITION_COLUMNS, SCHEMA_VERSION
+from ctxtool.frames.tally import _TYPE_NAMES
 from ctxtool.session.schema import TOKEN_KEYS
 from ctxtool.session.stamp import MESSAGE_COLUMNS
 
 # Defined without polars (ctxtool.frames.reading, ctxtool.frames.shape) and re-exported here.
-__all__ = ["COMPOSITION_COLUMNS", "PROBLEM_KINDS", "SCHEMA_VERSION", "Problem", "ProblemKind"]
+__all__ = ["COMPOSITION_COLUMNS", "SCHEMA_VERSION", "Problem"]
 
 
 TOKEN_COLUMNS = TOKEN_KEYS  # the counts of a request, as Gemini CLI names them
@@ -27,11 +24,8 @@ Progress = Callable[[int, int], None]
 
 
 class _Later:
-    """A frame field that may be given as a function that computes the frame, run when it is first read.
-
-    Reports that never read a frame (``stats --by session`` reads neither turns nor tool calls) skip the
-    work of building it; anything that reads it gets the same frame as if it had been built at once.
-    """
+    """A frame field that may be given as a function that computes the frame, run when it is first read:
+    reports that never read a frame skip the work of building it."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._name = "_" + name
@@ -74,30 +68,12 @@ class Corpus:
     view_of: tuple[Corpus, dict[str, Any]] | None = None
 
 
+# The message columns of the frames, of the types the engine holds them in (``tally._TYPE_NAMES``).
 MESSAGE_SCHEMA: dict[str, Any] = {
-    "message_id": pl.String,
-    "type": pl.String,
-    "timestamp": pl.String,
-    "live": pl.Boolean,
-    "text_chars": pl.Int64,
-    "content_bytes": pl.Int64,
-    "is_prompt": pl.Boolean,
-    "is_command": pl.Boolean,
-    "is_snapshot": pl.Boolean,
-    "compression_info": pl.Boolean,
-    "model": pl.String,
-    "preview": pl.String,
-    "tool_calls": pl.Int64,
-    "tool_errors": pl.Int64,
-    **dict.fromkeys(TOKEN_COLUMNS, pl.Int64),
-    **dict.fromkeys(MESSAGE_COLUMNS[-8:], pl.Int64),
+    n: getattr(pl, kind) for n, kind in zip(MESSAGE_COLUMNS, _TYPE_NAMES, strict=True)
 }
 TOOL_SCHEMA: dict[str, Any] = {
-    "message_id": pl.String,
-    "call_id": pl.String,
-    "name": pl.String,
-    "status": pl.String,
-    "timestamp": pl.String,
+    **dict.fromkeys(("message_id", "call_id", "name", "status", "timestamp"), pl.String),
     "result_bytes": pl.Int64,
     "target": pl.String,
 }
@@ -118,19 +94,13 @@ SESSION_META_SCHEMA: dict[str, Any] = {
     "file": pl.String,
     "files": pl.Int64,
     "era": pl.String,
-    "summary": pl.String,
-    "derived_from": pl.String,
-    "compacted_at": pl.String,
-    "start_time": pl.String,
-    "last_updated": pl.String,
+    **dict.fromkeys(("summary", "derived_from", "compacted_at", "start_time", "last_updated"), pl.String),
     "broken_lines": pl.Int64,
     "invalid_utf8_lines": pl.Int64,
     "first_invalid_utf8_line": pl.Int64,
     "first_broken_line": pl.Int64,
     "first_overlong_line": pl.Int64,
-    "rewinds": pl.Int64,
-    "checkpoints": pl.Int64,
-    "live_messages": pl.Int64,
+    **dict.fromkeys(("rewinds", "checkpoints", "live_messages"), pl.Int64),
 }
 
 

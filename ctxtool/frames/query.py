@@ -11,8 +11,10 @@ from typing import Any
 import polars as pl
 
 from ctxtool.common.choices import BY_CHOICES
+from ctxtool.frames import tally, views
+from ctxtool.frames.corpus import narrowed
 from ctxtool.frames.model import Corpus
-from ctxtool.frames.shape import totals_of
+from ctxtool.frames.shape import REPORT_COLUMNS, RowTable, frame_of, totals_of
 
 
 def _tally(corpus: Corpus) -> Any:
@@ -32,20 +34,16 @@ def filter_corpus(
 ) -> Corpus:
     """What the filters keep of ``corpus`` (``views.view``): requests of a UTC day in [since, until] and of a
     model equal to or starting with one of ``models``; sessions of a project (a part of its name, or its
-    folder) and named by ``--session``; every figure of a session, turn or group from the requests kept."""
+    folder) and named by ``--session``."""
     filters = {"since": since, "until": until, "projects": projects, "sessions": sessions, "models": models}
     if not any(filters.values()):
         return corpus
-    from ctxtool.frames.corpus import narrowed
-
     return narrowed(corpus, filters, live=False)
 
 
 def live_only(corpus: Corpus) -> Corpus:
     """The live view: only the requests and turns still in the history Gemini CLI would resume (of what a
     filter kept, when ``corpus`` is a filter's)."""
-    from ctxtool.frames.corpus import narrowed
-
     base, filters = corpus.view_of if corpus.view_of is not None else (corpus, {})
     return narrowed(base, filters, live=True)
 
@@ -54,11 +52,8 @@ def report(
     corpus: Corpus, by: str, *, include_subagents_in_parent: bool = True, timezone: str | None = None
 ) -> pl.DataFrame:
     """The rows of ``ctxtool stats --by BY`` as a frame, Gemini CLI's ``input`` (the cached tokens in it).
-    ``timezone`` (an IANA name; default UTC) decides which day, week (the date of its Monday, as ccusage
-    shows it) or month (``YYYY-MM``) a request falls in."""
-    from ctxtool.frames import tally, views
-    from ctxtool.frames.corpus import report_frame
-
+    ``timezone`` (an IANA name; default UTC) decides which day, week (its Monday) or month a request falls
+    in."""
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {', '.join(BY_CHOICES)}")
     t = _tally(corpus)
@@ -70,7 +65,7 @@ def report(
         rows = views.request_rows(t)
     else:
         rows = [_unshown(row) for row in tally.request_rows(t, by, timezone)]
-    return report_frame(by, rows)
+    return frame_of(RowTable(REPORT_COLUMNS[by], rows))
 
 
 def _unshown(row: dict[str, Any]) -> dict[str, Any]:
@@ -86,35 +81,14 @@ def totals(df: pl.DataFrame) -> dict[str, Any]:
 
 def hidden_calls(corpus: Corpus) -> tuple[int, float]:
     """Gemini CLI's unrecorded compression calls over the corpus's sessions: (requests, estimated cost)."""
-    from ctxtool.frames import tally
-
     return tally.hidden_calls(_tally(corpus))
 
 
 def read_warnings(corpus: Corpus) -> list[str]:
-    """What a command reading ``corpus`` should warn about: files that could not be read, files with broken
-    lines, and the corpus's own warnings (unknown models, unrepresentable values)."""
-    from ctxtool.frames import tally
-
+    """What a command reading ``corpus`` should warn about, a line each."""
     return tally.warnings_of(_tally(corpus))
 
 
 def read_summary(corpus: Corpus) -> dict[str, Any]:
     """What was read, for the JSON envelope and the table caption."""
-    from ctxtool.frames import tally
-
     return tally.summary_of(_tally(corpus))
-
-
-def total_mismatches(corpus: Corpus) -> list[tuple[str, int]]:
-    """(file, requests) for every session with requests whose recorded ``total`` is not the sum of its parts
-    (``ctxtool.measure.tokens.total_disagrees``: such a total is kept as recorded)."""
-    from ctxtool.frames import tally
-
-    return tally.mismatches_of(_tally(corpus))
-
-
-def broken_files(corpus: Corpus) -> list[tuple[str, int, int, int | None]]:
-    """(file, broken lines, first broken line, first line over the record limit) for every session that had
-    unparseable lines."""
-    return list(_tally(corpus).broken)

@@ -4,6 +4,7 @@ frames and the polars-free ``stats`` path (``ctxtool.frames.tally``) share them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -31,7 +32,6 @@ class Problem(msgspec.Struct):
 
 
 def problem_counts(problems: Iterable[Problem]) -> dict[ProblemKind, int]:
-    """How many problems of each kind."""
     counts: dict[ProblemKind, int] = dict.fromkeys(PROBLEM_KINDS, 0)
     for p in problems:
         counts[p.kind] += 1
@@ -41,12 +41,12 @@ def problem_counts(problems: Iterable[Problem]) -> dict[ProblemKind, int]:
 def describe_problems(n: Mapping[ProblemKind, int]) -> str:
     """Problems counted by kind (``problem_counts``) in words, for a caption or an error: ``1 folder
     without session files, 2 files could not be read`` ("" when there are none)."""
-    parts = [
-        *([f"{plural(n['missing'], 'PATH')} matching no file"] if n["missing"] else []),
-        *([f"{plural(n['no_sessions'], 'folder')} without session files"] if n["no_sessions"] else []),
-        *([f"{plural(n['unreadable'], 'file')} could not be read"] if n["unreadable"] else []),
-    ]
-    return ", ".join(parts)
+    words: tuple[tuple[ProblemKind, str, str], ...] = (
+        ("missing", "PATH", "matching no file"),
+        ("no_sessions", "folder", "without session files"),
+        ("unreadable", "file", "could not be read"),
+    )
+    return ", ".join(f"{plural(n[kind], noun)} {what}" for kind, noun, what in words if n[kind])
 
 
 def discovery_problems(found: Discovery) -> list[Problem]:
@@ -59,13 +59,9 @@ def discovery_problems(found: Discovery) -> list[Problem]:
             Problem(
                 m,
                 "is where Gemini CLI keeps its sessions, and it does not exist. Pass session files or "
-                "folders, or set GEMINI_CLI_HOME to the folder that holds .gemini/",
-                "missing",
-            )
-            if m == root
-            else Problem(
-                m,
-                "matches no file. Check the path, or quote a glob so the shell does not expand it",
+                "folders, or set GEMINI_CLI_HOME to the folder that holds .gemini/"
+                if m == root
+                else "matches no file. Check the path, or quote a glob so the shell does not expand it",
                 "missing",
             )
             for m in found.missing
@@ -118,9 +114,7 @@ def summary(
     problems: list[Problem],
 ) -> dict[str, Any]:
     """What was read, for the JSON envelope (``read``) and the table caption (:func:`describe_read`)."""
-    reasons: dict[str, int] = {}
-    for _, why in skipped:
-        reasons[why] = reasons.get(why, 0) + 1
+    reasons = dict(Counter(why for _, why in skipped))  # (in the order first met)
     return {
         "files": files,
         "bytes": size,
@@ -192,14 +186,13 @@ def describe_read(summary: dict[str, Any]) -> str:
         cached, resumed, parsed = (
             index.get(k, 0) for k in ("files_from_index", "files_resumed", "files_parsed")
         )
-        parts = [
-            *([f"{plural(cached, 'unchanged file')} from the index"] if cached else []),
-            *(
-                [f"{plural(resumed, 'grown file')} read from where {'it' if resumed == 1 else 'they'} ended"]
-                if resumed
-                else []
+        served = (
+            (cached, f"{plural(cached, 'unchanged file')} from the index"),
+            (
+                resumed,
+                f"{plural(resumed, 'grown file')} read from where {'it' if resumed == 1 else 'they'} ended",
             ),
-            *([f"{parsed:,} read in full"] if parsed else []),
-        ]
-        text += f" {'; '.join(parts)}."
+            (parsed, f"{parsed:,} read in full"),
+        )
+        text += f" {'; '.join(part for n, part in served if n)}."
     return text

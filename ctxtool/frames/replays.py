@@ -2,16 +2,11 @@
 
 When every session file is unchanged since the last run that was served entirely from ctxtool's index, the
 report it printed is the report this run would print. That run stored its exact output (standard output and
-error, in order, and its exit status) in one entry of the replay folder, with what it was computed from;
-``play`` checks those inputs (the same discovery, every file's size and modification time, the skipped,
-missing and empty entries) and, when nothing moved, writes the stored output: no typer, rich or polars
-import, no frames loaded.
+error, in order, and its exit status) with what it was computed from; ``play`` checks those inputs and, when
+nothing moved, writes the stored output: no typer, rich or polars import.
 
-Which runs are replayed or kept, and the entry each is kept in (keyed by everything that can change the
-output), is ``ctxtool.launch``'s to say: it reads the command line, this module never does. It hands the
-entry down (``arm``), and the CLI records the run's output into it (``Recorder``, ``armed``).
-
-Standard library only, plus ctxtool's discovery; never imports polars.
+Which runs are replayed or kept, and the entry each is kept in, is ``ctxtool.launch``'s to say: this module
+never reads the command line. Standard library only, plus ctxtool's discovery; never imports polars.
 """
 
 from __future__ import annotations
@@ -28,19 +23,16 @@ if TYPE_CHECKING:
     from ctxtool.session.discover import Discovery
 
 
-def _inputs(targets: Sequence[str], subagents: bool) -> dict[str, Any]:
-    """What the report was computed from, as ``ctxtool.frames.loading`` checks it: every file's size and mtime
-    and the entries discovery skipped, found missing or empty."""
-    from ctxtool.session.discover import discover, file_stamps
-
-    found = discover(list(targets), subagents=subagents)
-    return inputs_of(targets, subagents, found, file_stamps(found))
-
-
 def inputs_of(
-    targets: Sequence[str], subagents: bool, found: Discovery, stamps: Mapping[str, Any]
+    targets: Sequence[str], subagents: bool, found: Discovery | None = None, stamps: Mapping[str, Any] = {}
 ) -> dict[str, Any]:
-    """``_inputs`` of a discovery made already (``stamps``: its files' sizes and mtimes)."""
+    """What the report was computed from: every file's size and mtime (``stamps``), and what discovery met
+    (``found``; without it, discovery is made again)."""
+    if found is None:
+        from ctxtool.session.discover import discover, file_stamps
+
+        found = discover(list(targets), subagents=subagents)
+        stamps = file_stamps(found)
     return {
         "targets": list(targets),
         "subagents": subagents,
@@ -53,11 +45,11 @@ def inputs_of(
 
 
 def play(entry: Path) -> int | None:
-    """Write the output kept in ``entry`` when its inputs are as they were, and return its exit status; None
-    (nothing written) to run normally."""
+    """Write the output kept in ``entry`` when its inputs are as they were and return its exit status; None
+    to run normally."""
     try:
         kept = json.loads(entry.read_text(encoding="utf-8"))
-        if _inputs(kept["inputs"]["targets"], kept["inputs"]["subagents"]) != kept["inputs"]:
+        if inputs_of(kept["inputs"]["targets"], kept["inputs"]["subagents"]) != kept["inputs"]:
             return None
         chunks = kept["chunks"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -92,20 +84,20 @@ def armed() -> Path | None:
 
 
 class _Tee(io.TextIOBase):
-    """Forwards to a stream and records what was written, in order with the other stream's writes."""
+    """Records what is written, in order with the other stream's writes, and forwards it to ``target``
+    unless ``shown`` is False (output foreseen, not shown)."""
 
-    def __init__(self, target: TextIO, name: str, log: list[list[str]]) -> None:
-        self._target = target
-        self._name = name
-        self._log = log
-        self.buffer = _BinaryTee(target, name, log)
+    def __init__(self, target: TextIO, name: str, log: list[list[str]], shown: bool = True) -> None:
+        self._target, self._name, self._log, self._shown = target, name, log, shown
+        self.buffer = _BinaryTee(target, name, log, shown)
 
     def write(self, s: str) -> int:
         self._log.append([self._name, s])
-        return self._target.write(s)
+        return self._target.write(s) if self._shown else len(s)
 
     def flush(self) -> None:
-        self._target.flush()
+        if self._shown:
+            self._target.flush()
 
     def isatty(self) -> bool:
         return self._target.isatty()
@@ -119,42 +111,19 @@ class _Tee(io.TextIOBase):
 
 
 class _BinaryTee:
-    def __init__(self, target: TextIO, name: str, log: list[list[str]]) -> None:
-        self._target = target
-        self._name = name
-        self._log = log
+    def __init__(self, target: TextIO, name: str, log: list[list[str]], shown: bool) -> None:
+        self._target, self._name, self._log, self._shown = target, name, log, shown
 
     def write(self, data: bytes) -> int:
         self._log.append([f"{self._name}-bytes", data.decode("utf-8", "surrogateescape")])
+        if not self._shown:
+            return len(data)
         self._target.flush()
         return self._target.buffer.write(data)
 
     def flush(self) -> None:
-        self._target.buffer.flush()
-
-
-class _Sink(_Tee):
-    """Records what is written, as :class:`_Tee` does, without writing it: output foreseen, not shown."""
-
-    def __init__(self, target: TextIO, name: str, log: list[list[str]]) -> None:
-        super().__init__(target, name, log)
-        self.buffer = _BinarySink(target, name, log)
-
-    def write(self, s: str) -> int:
-        self._log.append([self._name, s])
-        return len(s)
-
-    def flush(self) -> None:
-        return
-
-
-class _BinarySink(_BinaryTee):
-    def write(self, data: bytes) -> int:
-        self._log.append([f"{self._name}-bytes", data.decode("utf-8", "surrogateescape")])
-        return len(data)
-
-    def flush(self) -> None:
-        return
+        if self._shown:
+            self._target.buffer.flush()
 
 
 _current: Recorder | None = None
@@ -169,16 +138,15 @@ def foresee(start: int, render: Callable[[], object], inputs: dict[str, Any]) ->
     """Keep what the next run over unchanged files will print, so that run is replayed at once.
 
     ``render`` writes, in place of what this run wrote since ``start``, the report as that run will print it
-    (served from the index, which now holds every file). Nothing it writes is shown. ``inputs`` are the files
-    as they were before this run read them (``inputs_of``): a file that changes since, even while it was
-    read, makes the next run's inputs differ, and that run reads it again.
+    (served from the index). Nothing it writes is shown. ``inputs`` are the files as they were before this
+    run read them: a file that changes since makes the next run's inputs differ, and that run reads it again.
     """
     rec = _current
     if rec is None or rec.inputs is not None:
         return
     log: list[list[str]] = []
     out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Sink(rec._saved[0], "out", log), _Sink(rec._saved[1], "err", log)
+    sys.stdout, sys.stderr = _Tee(rec._saved[0], "out", log, False), _Tee(rec._saved[1], "err", log, False)
     try:
         render()
     finally:
@@ -188,14 +156,13 @@ def foresee(start: int, render: Callable[[], object], inputs: dict[str, Any]) ->
 
 def loaded(targets: Sequence[str], subagents: bool, *, warm: bool) -> None:
     """Called by ``stats`` once its sessions are loaded: what they came from, and whether the index served
-    them all (only then is the output what every later warm run prints)."""
+    them all."""
     if _current is not None:
-        _current.inputs = _inputs(targets, subagents) if warm else None
+        _current.inputs = inputs_of(targets, subagents) if warm else None
 
 
 class Recorder:
-    """Records a run's output; :meth:`store` keeps it in ``entry`` for replay when the run was served from the
-    index."""
+    """Records a run's output; :meth:`store` keeps it in ``entry`` when the index served the run."""
 
     def __init__(self, entry: Path) -> None:
         self.entry = entry
@@ -226,11 +193,9 @@ class Recorder:
         if inputs is None:
             return
         try:
-            folder, target = self.entry.parent, self.entry
-            folder.mkdir(parents=True, exist_ok=True)
-            kept = {"inputs": inputs, "chunks": chunks, "code": code}
-            tmp = folder / f".{target.name}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(kept), encoding="utf-8")
-            os.replace(tmp, target)
+            self.entry.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.entry.with_name(f".{self.entry.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"inputs": inputs, "chunks": chunks, "code": code}), encoding="utf-8")
+            os.replace(tmp, self.entry)
         except OSError:
             return

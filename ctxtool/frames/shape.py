@@ -2,10 +2,8 @@
 
 Each column is declared once (:class:`ColumnSpec`): its name, type, the reports that carry it, how the totals
 row takes it, its header, format and place in a table, when a narrow table drops it, and what it means. The
-frames (``ctxtool.frames.query``) and the polars-free ``stats`` path (``ctxtool.frames.tally``) take each
-report's columns and totals rule from here, the tables (``ctxtool.render.tables``) their headers, formats and
-drop order, and docs/json.md its "Fields of the rows" (``tests/test_column_spec.py`` holds it to them), so a
-report has one set of columns whichever path made it and however it is written.
+engine, the frames, the tables (``ctxtool.render.tables``) and docs/json.md's "Fields of the rows" all read
+it (``tests/test_column_spec.py`` holds them to it).
 """
 
 from __future__ import annotations
@@ -13,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 from ctxtool.measure.tokens import cache_ratio
 
@@ -34,12 +34,7 @@ _GROUPS = ("model", "project", "day", "week", "month", "user", "machine")  # sum
 _ALL = GRAINS
 _BUT_REQUEST = tuple(g for g in GRAINS if g != "request")
 
-# How a table shows a value (``ctxtool.render.tables.cell``): ``count`` an integer with thousands separators,
-# ``percent`` a share as ``45.8%``, ``share`` that coloured against Gemini CLI's compression threshold,
-# ``cost`` US dollars (``$1,234.56``, ``?`` unknown), ``duration`` ``2m10s``, ``minute`` a time to the minute,
-# ``second`` a recorded timestamp to the second, ``date`` ``YYYY-MM-DD``, ``flag`` yes/no, ``mark`` yes or
-# nothing, ``short id`` a session by its short id, ``text`` as it is (cut with ``…`` where it must give way).
-# The first five are right-aligned.
+# How a table shows a value (``ctxtool.render.tables.cell``); the first five are right-aligned.
 Format = Literal[
     "count",
     "percent",
@@ -61,8 +56,8 @@ NUMBER_FORMATS: frozenset[str] = frozenset(("count", "percent", "share", "cost",
 Total = Literal["sum", "max", "known sum"] | Callable[[Mapping[str, Any]], Any] | None
 
 
-# The polars dtype of a column in the frames' report, by its ``type`` (unless its ``dtype`` names another): a
-# list of strings is one comma-joined string there (``render.formats.with_lists`` splits it).
+# The polars dtype of a column in the frames' report, by its ``type``: a list of strings is one comma-joined
+# string there (``render.formats.with_lists`` splits it).
 DTYPES: dict[str, str] = {
     "str": "String",
     "int": "Int64",
@@ -74,65 +69,32 @@ DTYPES: dict[str, str] = {
 }
 
 
-class ColumnSpec:
+class ColumnSpec(msgspec.Struct, frozen=True):
     """One column of the ``stats`` reports.
 
     ``type``: its values in JSON (``str``, ``int``, ``float``, ``bool``, ``datetime``, ``date``,
-    ``list[str]``; null where missing). ``reports``: the ``--by`` reports that carry it, in the order the
-    specifications are declared (:data:`COLUMNS`). ``description``: what it is and how it is derived, the
-    row docs/json.md gives it. ``table``: the reports whose table shows it, at ``place`` (tables order their
-    columns by it, left to right), as ``header`` (default: its name); ``drop``: the narrow table drops the
+    ``list[str]``; null where missing). ``reports``: the ``--by`` reports that carry it. ``description``:
+    what it is and how it is derived, the row docs/json.md gives it. ``table``: the reports whose table shows
+    it, at ``place`` (left to right), as ``header`` (default: its name); ``drop``: the narrow table drops the
     lowest first (None: never); ``least``/``most``: a text column that gives way, down to ``least`` cells,
     and takes up to ``most`` where there is room. ``in_frames``: False for a column the frames' report does
-    not select, added as the report is written (``prompt_tokens``, by ``query.with_uncached_input``).
-    ``dtype``: its polars dtype in the frames' report when its type does not give it (:data:`DTYPES`): a
-    count polars makes as ``UInt32`` (``pl.len()``, ``n_unique``)."""
+    not select, added as the report is written (``prompt_tokens``). ``dtype``: its polars dtype when its
+    type does not give it (:data:`DTYPES`): a count polars makes as ``UInt32``."""
 
-    # (A plain class: as a dataclass, generated and compiled as the module is imported, which every run
-    # does, it took about 0.8 ms more of a first run's start.)
-    __slots__ = (
-        "description",
-        "drop",
-        "dtype",
-        "format",
-        "header",
-        "in_frames",
-        "least",
-        "most",
-        "name",
-        "place",
-        "reports",
-        "table",
-        "total",
-        "type",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        name: str,
-        type: str,
-        format: Format,
-        reports: tuple[str, ...],
-        description: str,
-        total: Total = None,
-        table: tuple[str, ...] = (),
-        place: int | None = None,
-        header: str | None = None,
-        drop: int | None = None,
-        least: int | None = None,
-        most: int | None = None,
-        in_frames: bool = True,
-        dtype: str | None = None,
-    ) -> None:
-        self.name, self.type, self.format, self.reports, self.description = (
-            name,
-            type,
-            format,
-            reports,
-            description,
-        )
-        self.total, self.table, self.place, self.header, self.drop = total, table, place, header, drop
-        self.least, self.most, self.in_frames, self.dtype = least, most, in_frames, dtype
+    name: str
+    type: str
+    format: Format
+    reports: tuple[str, ...]
+    description: str
+    total: Total = None
+    table: tuple[str, ...] = ()
+    place: int | None = None
+    header: str | None = None
+    drop: int | None = None
+    least: int | None = None
+    most: int | None = None
+    in_frames: bool = True
+    dtype: str | None = None
 
     @property
     def heading(self) -> str:
@@ -141,8 +103,7 @@ class ColumnSpec:
 
     @property
     def frame_dtype(self) -> str:
-        """The name of its polars dtype in the frames' report (``ctxtool.render.formats`` gives the tally's
-        rows that dtype, so that their CSV and Parquet are the frames')."""
+        """The name of its polars dtype in the frames' report (the tally's CSV and Parquet take it too)."""
         return self.dtype or DTYPES[self.type]
 
 
@@ -317,8 +278,7 @@ COLUMNS: tuple[ColumnSpec, ...] = (
 
 SPECS: dict[str, ColumnSpec] = {c.name: c for c in COLUMNS}
 
-# The columns each report writes, in order: ``ROW_COLUMNS`` as ``stats`` writes them, ``REPORT_COLUMNS``
-# those the frames' report selects (``prompt_tokens`` is added after ``cached`` as it is written).
+# The columns each report writes, in order, and those the frames' report selects (no ``prompt_tokens``).
 ROW_COLUMNS: dict[str, list[str]] = {by: [c.name for c in COLUMNS if by in c.reports] for by in GRAINS}
 REPORT_COLUMNS: dict[str, list[str]] = {
     by: [c.name for c in COLUMNS if by in c.reports and c.in_frames] for by in GRAINS
@@ -328,17 +288,10 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     by: [c.name for c in sorted((c for c in COLUMNS if by in c.table), key=lambda c: c.place or 0)]
     for by in GRAINS
 }
-# When a terminal is too narrow, the first of these go first (machine formats still carry them); a table
-# never drops the others (a row's key, ``total``, ``cost`` while there is room for it).
+# When a terminal is too narrow, the first of these go first; a table never drops the others.
 DROP_ORDER: tuple[str, ...] = tuple(
     c.name for c in sorted((c for c in COLUMNS if c.drop is not None), key=lambda c: c.drop or 0)
 )
-
-# Summed in a totals row (as integers); the peaks take their largest value; cost its known part.
-_SUMMED = frozenset(c.name for c in COLUMNS if c.total == "sum")
-_PEAKS = frozenset(c.name for c in COLUMNS if c.total == "max")
-_KNOWN_SUMS = frozenset(c.name for c in COLUMNS if c.total == "known sum")
-_OF_SUMS = tuple((c.name, c.total) for c in COLUMNS if callable(c.total))
 
 
 def totals_of(columns: Sequence[str], values: Callable[[str], list[Any]]) -> dict[str, Any]:
@@ -347,16 +300,20 @@ def totals_of(columns: Sequence[str], values: Callable[[str], list[Any]]) -> dic
     (``math.fsum``: the correctly rounded sum, whatever the order of the rows), null only when no row has a
     known price (``unpriced`` says how many requests are missing from it); then the ratios, of the sums."""
     out: dict[str, Any] = {}
+    ratios = []
     for col in columns:
-        if col in _SUMMED:
+        total = SPECS[col].total if col in SPECS else None
+        if total == "sum":
             out[col] = sum(v for v in values(col) if v is not None)
-        elif col in _PEAKS:
+        elif total == "max":
             out[col] = max((v for v in values(col) if v is not None), default=None)
-        elif col in _KNOWN_SUMS:
+        elif total == "known sum":
             known = [v for v in values(col) if v is not None]
             out[col] = math.fsum(known) if known or not values(col) else None
-    for col, of_sums in _OF_SUMS:
-        if col in columns and (value := of_sums(out)) is not None:
+        elif callable(total):
+            ratios.append((col, total))
+    for col, of_sums in ratios:
+        if (value := of_sums(out)) is not None:
             out[col] = value
     return out
 
@@ -399,15 +356,9 @@ def frame_of(rows: RowTable) -> pl.DataFrame:
     (``ColumnSpec.frame_dtype``): what CSV and Parquet are written from, and ``ctxtool.report`` returns."""
     import polars as pl
 
-    dtypes: dict[str, pl.DataType] = {
-        "String": pl.String(),
-        "Int64": pl.Int64(),
-        "UInt32": pl.UInt32(),
-        "Float64": pl.Float64(),
-        "Boolean": pl.Boolean(),
-        "Date": pl.Date(),
-        "Datetime(us, UTC)": pl.Datetime("us", "UTC"),
-    }
+    def dtype(name: str) -> pl.DataType:  # (the names of DTYPES and ColumnSpec.dtype)
+        return pl.Datetime("us", "UTC") if name == "Datetime(us, UTC)" else getattr(pl, name)()
+
     return pl.DataFrame(
-        [pl.Series(c, rows.get_column(c), dtype=dtypes[SPECS[c].frame_dtype]) for c in rows.columns]
+        [pl.Series(c, rows.get_column(c), dtype=dtype(SPECS[c].frame_dtype)) for c in rows.columns]
     )

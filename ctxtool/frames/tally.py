@@ -1,15 +1,9 @@
 """The usage engine: what each session's files measure, in plain Python over their columns.
 
-Every figure ctxtool reports comes from here and from ``ctxtool.frames.views`` (what a filter or the live
-view keeps, the turn and request grains): ``stats`` in every format, the frames of ``ctxtool.load``
-(``ctxtool.frames.corpus`` builds them of this module's rows), ``audit``, ``report``, ``export`` and the
-guard's full tally. Each file is measured in the process that read it (``count_and_price``), and what it
-measures is kept in the index beside it (``keep_measures``), so that a later run measures only what
-changed. It reads everything Gemini CLI writes and what damage or another writer leaves: a time in another
-shape (one canonical shape per session, ``canonical_times``), a count beyond 64 bits (left empty, said).
-
-Costs are summed exactly (``math.fsum``), as the totals row is (``frames.shape.totals_of``). The polars
-derivation it replaced is the oracle of the tests (``tests/oracle``).
+Every figure ctxtool reports comes from here and from ``ctxtool.frames.views``. Each file is measured in
+the process that read it (``count_and_price``) and the measure is kept in the index beside it
+(``keep_measures``), so a later run measures only what changed. Costs are summed exactly (``math.fsum``).
+The polars derivation it replaced is the oracle of the tests (``tests/oracle``).
 """
 
 from __future__ import annotations
@@ -17,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Annotated, Any
@@ -26,7 +21,7 @@ import msgspec
 from ctxtool.common.digest import blake2b
 from ctxtool.frames.grouping import group_sessions, link_parents, parent_ref_of
 from ctxtool.frames.reading import Problem, discovery_problems
-from ctxtool.frames.shape import COMPOSITION_COLUMNS, REPORT_COLUMNS, totals_of
+from ctxtool.frames.shape import COMPOSITION_COLUMNS, REPORT_COLUMNS
 from ctxtool.measure.tokens import cache_ratio, describe_total_mismatches
 from ctxtool.measure.usage import filled as _filled
 from ctxtool.measure.usage import known_cost, known_sum, request_figures
@@ -54,10 +49,9 @@ _TOKENS = tuple(_I[c] for c in TOKEN_COLUMNS)
 _HIST = tuple(_I[c] for c in ("hist_prompts", "hist_model", "hist_tool_io"))
 _LOW, _HIGH = -(2**63), 2**63 - 1
 
-# How Gemini CLI writes every time (JavaScript's Date.toISOString()). Times of this one shape sort as text in
-# the order they sort as times, so only a session's first and last are parsed. A session with a time in any
-# other shape the frames read (``frames.model.parse_times``: an offset, no zone, a space, any fraction) has
-# all its times written again in one shape that also sorts (``canonical_times``: microseconds, UTC).
+# How Gemini CLI writes every time (JavaScript's Date.toISOString()): times of this shape sort as text, so
+# only a session's first and last are parsed. A session with a time in any other shape has all its times
+# written again in one shape that also sorts (``canonical_times``).
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z")
 _CANONICAL = r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{6})Z"
 _OTHER = (
@@ -67,8 +61,7 @@ _OTHER = (
 
 
 def parse_time(text: str | None) -> datetime | None:
-    """A time in UTC: as Gemini CLI writes it, in the canonical shape, or in any other the frames read (an
-    offset, no zone: UTC); None for None and for a text that is no such time."""
+    """A time in UTC (no zone: UTC); None for None and for a text that is no time."""
     if text is None:
         return None
     m = _ISO.fullmatch(text) or re.fullmatch(_CANONICAL, text)
@@ -87,10 +80,8 @@ def _other_time(text: str) -> datetime | None:
         return None
     g = m.groups()
     y, mo, d = int(g[0]), int(g[1]), int(g[2])
-    h, mi, s, frac, zone = (g[3], g[4], g[5], g[6], g[7]) if g[3] is not None else (*g[8:12], None)
-    assert h is not None
-    assert mi is not None
-    assert s is not None
+    h, mi, s, frac = g[3:7] if g[3] is not None else g[8:12]
+    zone = g[7]  # (None with a space: the second form has no zone)
     micro = int((frac or "0")[:6].ljust(6, "0"))
     tz: Any = UTC
     if zone not in (None, "Z"):
@@ -101,21 +92,15 @@ def _other_time(text: str) -> datetime | None:
 
 
 def canonical_times(texts: list[str | None]) -> list[str | None]:
-    """``texts`` when every time is as Gemini CLI writes it (nearly always: the same list), else each time in
-    UTC with microseconds (``…T10:00:00.123000Z``), None for a text that is no time: one shape, which sorts
-    as the times do and whose first ten characters are the UTC day."""
+    """``texts`` when every time is as Gemini CLI writes it, else each in UTC with microseconds (or None)."""
     present: list[str] = [t for t in texts if t is not None] if None in texts else texts  # type: ignore[assignment]
     if all(map(_ISO.fullmatch, present)):
         return texts
-    out: list[str | None] = []
-    for t in texts:
-        at = parse_time(t)
-        out.append(None if at is None else at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
-    return out
+    return [None if (at := parse_time(t)) is None else at.strftime("%Y-%m-%dT%H:%M:%S.%fZ") for t in texts]
 
 
-# The columns as the frames hold them, checked while they are decoded (in C): a string or nothing, a
-# boolean, a count that fits 64 bits or nothing. A value that is not is read by ``_loose_columns``.
+# The columns as the frames hold them, checked while decoded (in C); a value that does not fit is read by
+# ``_loose_columns``.
 _Int64 = Annotated[int, msgspec.Meta(ge=_LOW, le=_HIGH)]
 _COLUMN_TYPES = tuple(
     list[str | None] if i in _STRINGS else list[bool] if i in _BOOLS else list[_Int64 | None]
@@ -131,18 +116,17 @@ _TYPE_NAMES = tuple(
 
 
 class Columns(list[list[Any]]):
-    """A session's (or a file's) message columns, ``MESSAGE_COLUMNS`` then the times as written, and how
-    many values of each column did not fit its type and were left empty (``lost``, by column name)."""
+    """Message columns, ``MESSAGE_COLUMNS`` then the times as written, and how many values of each did not
+    fit its type and were left empty (``lost``); of a session of several files, the id of each row taken
+    from an older file, with that file's rank (``older``)."""
 
     lost: dict[str, int]
+    older: dict[str, int]
 
 
 def _columns(fc: FileColumns) -> Columns:
-    """A file's message columns (``MESSAGE_COLUMNS``), each value as the frames hold it (no empty string; a
-    value the column's type cannot hold left empty, and counted in ``lost``), its times in one shape
-    (``canonical_times``), followed by the times as written."""
-    cols = Columns([] for _ in range(_WRITTEN))
-    cols.lost = {}
+    """A file's ``Columns`` as the frames hold them (no empty string), its times in one shape."""
+    cols = _new_columns()
     try:
         for chunk in fc.messages_cols:
             for col, values in zip(cols, _decode_typed(chunk), strict=True):
@@ -158,12 +142,10 @@ def _columns(fc: FileColumns) -> Columns:
 
 
 def _loose_columns(fc: FileColumns) -> Columns:
-    """``_columns`` of a file with a value the typed decoder refuses (a count beyond 64 bits, from a damaged
-    file): each such value left empty and counted, as the frames leave it (``frames.messages._series``)."""
+    """``_columns`` of a file with a value the typed decoder refuses (a count beyond 64 bits)."""
     from ctxtool.session.columns import decode_columns
 
-    cols = Columns([] for _ in range(_WRITTEN))
-    cols.lost = {}
+    cols = _new_columns()
     for chunk in fc.messages_cols:
         for i, (col, values) in enumerate(zip(cols, decode_columns(chunk), strict=True)):
             kind = _TYPE_NAMES[i]
@@ -180,8 +162,14 @@ def _loose_columns(fc: FileColumns) -> Columns:
     return cols
 
 
+def _new_columns(n: int = _WRITTEN) -> Columns:
+    cols = Columns([] for _ in range(n))
+    cols.lost, cols.older = {}, {}
+    return cols
+
+
 def lost_warnings(lost: Mapping[str, int]) -> list[str]:
-    """What the frames say of the values left empty (``frames.messages._series``), a line a column."""
+    """What the frames say of the values left empty, a line a column."""
     from ctxtool.common.wording import plural
 
     out = []
@@ -198,9 +186,7 @@ def lost_warnings(lost: Mapping[str, int]) -> list[str]:
 
 
 class Session(msgspec.Struct):
-    """One session's row of ``stats --by session`` before subagents are added to their parents, and its
-    requests as columns (what the reports that sum requests by one key read; None in a tally made without
-    them, ``tally(requests=False)``)."""
+    """One session's row of ``stats --by session`` before subagents are rolled up, and its requests."""
 
     key: str
     parent_key: str | None
@@ -224,31 +210,9 @@ class Session(msgspec.Struct):
             raise ValueError("a tally made with requests=False holds no requests: make it with requests=True")
         return self.requests
 
-    @property
-    def models(self) -> list[str | None]:
-        """Each request's model (a missing one taken from its neighbours)."""
-        return self._requests().models
-
-    @property
-    def times(self) -> list[str | None]:
-        """Each request's timestamp as written."""
-        return self._requests().times
-
-    @property
-    def tokens(self) -> list[list[int | None]]:
-        """``TOKEN_COLUMNS``, a list each."""
-        return self._requests().tokens
-
-    @property
-    def costs(self) -> list[float | None]:
-        costs = self._requests().costs
-        assert costs is not None  # priced before a Session is made (_priced)
-        return costs
-
 
 class Tally(msgspec.Struct):
-    """What ``stats`` reads of a set of sessions, as plain rows: the sessions (subagents apart), the
-    problems met, the warnings of pricing, and the account of the files."""
+    """What ``stats`` reads of a set of sessions: their rows, the problems and warnings met, the files."""
 
     sessions: list[Session]
     problems: list[Problem]
@@ -269,20 +233,16 @@ class Tally(msgspec.Struct):
 
 
 def count_file(fc: FileColumns) -> Measured | None:
-    """One file measured as if it were a session of its own, which nearly every file is, in the process that
-    read it (``read_files``' ``then``): ``tally`` takes it when the file is its session's only one, and
-    measures the rest itself (a resumed legacy pair). None when the frames must read it (or it could not be
-    read)."""
+    """One file measured as a session of its own, in the process that read it; None when unreadable."""
     if fc.error:
         return None
     return _measure([fc], _columns(fc))
 
 
 def count_and_price(fc: FileColumns) -> Measured | None:
-    """``count_file``, its measure then priced in the process that made it when the rates of its requests'
-    models come without genai-prices (the shipped snapshot or the day's memo: ``pricing.memoised_table``),
-    else left unpriced (``priced_at`` None) for the parent: a worker never loads the library's data. The
-    parent prices again only a session whose rates key its own table does not give (``tally``)."""
+    """``count_file``, priced where it was made when the rates come without genai-prices (the shipped
+    snapshot or the day's memo), else left unpriced for the parent: a worker never loads the library's
+    data."""
     m = count_file(fc)
     if m is not None:
         priced = _table_for(m.used)
@@ -291,9 +251,9 @@ def count_and_price(fc: FileColumns) -> Measured | None:
     return m
 
 
-# The tables ``count_and_price`` priced at in this process, each with its key, by the models of a session's
-# requests (and the day, and whether the memos may answer): a worker resolves each distinct set of models
-# once, not each file's. None: neither the snapshot nor the memo holds them.
+# The tables ``count_and_price`` priced at in this process, by the models of a session's requests (and the
+# day, and whether the memos may answer): a worker resolves each distinct set of models once. None: neither
+# the snapshot nor the memo holds them.
 _TABLES: dict[tuple[Any, ...], tuple[PriceTable, str] | None] = {}
 
 
@@ -318,17 +278,11 @@ def tally(
     requests: bool = True,
     detail: bool = False,
 ) -> Tally:
-    """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates). ``measured`` holds
-    what ``count_file`` made of files (or the index kept of them: ``kept_measures``), by path; the files of
-    one-file sessions measured here are added to it.
-    Consumes nothing: the results keep their columns.
-
-    ``rows``, when given, is called with the files whose rows the tally reads before it reads them (files of
-    sessions of several files, files not measured), to give them rows the index served them without
-    (``loading.fill_rows``). Without ``requests`` the sessions keep no requests (``Session.requests`` is
-    None; ``request_rows`` cannot be made): a kept measure priced at today's rates is then not decoded
-    further than its row. With ``detail`` each session keeps its message columns (``Session.columns``),
-    which a filter, the live view and the turn and request grains read (``ctxtool.frames.views``)."""
+    """The sessions of ``results`` as report rows (``prices(models)`` resolves the rates). ``measured``: what
+    ``count_file`` made of files (or the index kept of them), by path; the one-file sessions measured here are
+    added to it. ``rows`` is called with the files whose rows the tally reads, first (``loading.fill_rows``).
+    Without ``requests`` a kept measure priced at today's rates is not decoded further than its row; with
+    ``detail`` each session keeps its message columns (``Session.columns``, read by ``frames.views``)."""
     good = [r for r in results if not r.error]
     groups = group_sessions(good)
     refs = {s.key: parent_ref_of(s.primary) for s in groups}
@@ -345,24 +299,28 @@ def tally(
         if requests or m.priced_at != keys.of(m.used):  # (priced where it was read: count_and_price)
             measures[i] = _with_requests(s.files, m, done, keys, rows)
     table = keys.table
-    warnings = _Warnings()
     sessions = []
     for s, m in zip(groups, measures, strict=True):
         kind = "subagent" if refs[s.key] is not None or s.primary.kind == "subagent" else s.primary.kind
-        made = _priced(s.key, parents.get(s.key), kind, m, table, warnings)
+        row = {**m.row, "session_key": s.key, "kind": kind, "unpriced": m.unpriced, "cost": m.cost}
+        row.update(_hidden_sums(m.hidden, table))
+        made = Session(s.key, parents.get(s.key), row, m.requests, m.mismatches)
         made.project_dir, made.parent_ref = s.primary.project_dir, refs[s.key]
         if detail:  # (the files only then: a report of measures frees their rows before it is written)
             made.files = s.files
             made.columns = _merged([_columns(f) for f in s.files])
         sessions.append(made)
-    _count_subagents(sessions)
+    subagent_counts = Counter(s.parent_key for s in sessions if s.parent_key is not None)
+    for made in sessions:
+        made.row["subagents"] = subagent_counts[made.key]
     problems = [Problem(r.path, r.error) for r in results if r.error]
     if found is not None:
         problems.extend(discovery_problems(found))
+    lost = sum((Counter(m.lost) for m in measures), Counter())
     return Tally(
         sessions=sessions,
         problems=problems,
-        warnings=[*lost_warnings(_summed_lost(measures)), *warnings.lines(table)],
+        warnings=[*lost_warnings(lost), *_pricing_warnings(measures, table)],
         files_read=len(good),
         bytes_read=sum(r.size for r in good),
         broken_lines=sum(r.broken_lines for r in good),
@@ -372,17 +330,8 @@ def tally(
     )
 
 
-def _summed_lost(measures: Iterable[Measured]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for m in measures:
-        for name, n in m.lost.items():
-            out[name] = out.get(name, 0) + n
-    return out
-
-
 def _measure_of(files: list[FileColumns], done: dict[str, Measured | None]) -> Measured:
-    """The measure of the session of ``files``: ``done``'s of its file (one), else measured (and added to
-    ``done``, when it is one file)."""
+    """The measure of the session of ``files``: ``done``'s, else measured (and kept there when one file)."""
     if len(files) > 1:
         return _measure(files, _merged([_columns(f) for f in files]))
     m = done.get(files[0].path)
@@ -398,9 +347,7 @@ def _with_requests(
     keys: _Keys,
     rows: Callable[[list[FileColumns]], object] | None,
 ) -> Measured:
-    """``m`` with its requests (decoded from what the index kept) and priced at ``keys``' table, unless it
-    was at the same rates (its key); measured again when what the index kept of its requests does not decode
-    into them (damaged, or edited by hand)."""
+    """``m`` with its requests (measured again when they do not decode), priced at ``keys``' table."""
     table = keys.table
     if requests_of(m) is None:
         if rows is not None:
@@ -414,7 +361,7 @@ def _with_requests(
 
 
 def _broken(files: list[FileColumns]) -> tuple[str, int, int, int | None]:
-    """(file, broken lines, first, first over the record limit) of a session (``query.broken_files``)."""
+    """(file, broken lines, first, first over the record limit) of a session."""
     first = next((f.first_broken_line for f in files if f.first_broken_line), None)
     overlong = next((f.first_overlong_line for f in files if f.first_overlong_line), None)
     return files[-1].path, sum(f.broken_lines for f in files), first or 0, overlong
@@ -428,90 +375,47 @@ def _invalid_utf8(files: list[FileColumns]) -> tuple[str, int, int | None]:
 def _merged(files: list[Columns]) -> Columns:
     """The columns of a session kept in several files (a legacy .json and the .jsonl written when it was
     resumed), oldest first: the last file's rows, preceded by the older rows only an older file has, each
-    once and not live (``frames.messages.merge_pairs``); its times in one shape again."""
+    once and not live; its times in one shape again."""
     if len(files) == 1:
         return files[0]
     primary = files[-1]
     ids = {mid for mid in primary[_ID] if mid is not None}
-    seen: set[str] = set()
-    out = Columns([] for _ in primary)
-    out.lost = {}
-    for cols in files[:-1]:
+    out = _new_columns(len(primary))
+    for rank, cols in enumerate(files[:-1]):
         keep = []
         for i, mid in enumerate(cols[_ID]):
             if mid is not None:
-                if mid in ids or mid in seen:
+                if mid in ids or mid in out.older:
                     continue
-                seen.add(mid)
+                out.older[mid] = rank
             keep.append(i)
         for merged, col in zip(out, cols, strict=True):
             merged.extend(col[i] for i in keep)
     out[_LIVE] = [False] * len(out[_LIVE])
     for merged, col in zip(out, primary, strict=True):
         merged.extend(col)
-    for cols in files:
-        for name, n in cols.lost.items():
-            out.lost[name] = out.lost.get(name, 0) + n
+    out.lost = sum((Counter(cols.lost) for cols in files), Counter())
     out[_TIME] = canonical_times(out[_WRITTEN])
     return out
 
 
-class _Warnings:
-    """What pricing warns about, as ``pricing.add_costs`` words it: unknown models, requests without a model
-    name, and models with impossible counts."""
+def _pricing_warnings(measures: list[Measured], table: PriceTable) -> list[str]:
+    """What pricing warns about: unknown models, requests without a model name, impossible counts."""
+    from ctxtool.measure.pricing import impossible_warning, nameless_warning
 
-    def __init__(self) -> None:
-        self.models: set[str] = set()
-        self.nameless = 0
-        self.impossible: dict[str, int] = {}
-
-    def merge(self, other: _Warnings) -> None:
-        self.models |= other.models
-        self.nameless += other.nameless
-        for name, n in other.impossible.items():
-            self.impossible[name] = self.impossible.get(name, 0) + n
-
-    def lines(self, table: PriceTable) -> list[str]:
-        from ctxtool.measure.pricing import impossible_warning, nameless_warning
-
-        out = [table.unknown_model_warning(m) for m in sorted(self.models) if m in table.unknown]
-        if self.nameless:
-            out.append(nameless_warning(self.nameless))
-        out.extend(impossible_warning(name, n) for name, n in sorted(self.impossible.items()))
-        return out
-
-
-def _costs(
-    table: PriceTable, models: list[str | None], tokens: list[list[int | None]], warnings: _Warnings
-) -> list[float | None]:
-    """Each request's cost (``pricing.request_costs``: as ``pricing.add_costs`` and ``cost_of`` compute it),
-    with what pricing warns of them counted in ``warnings``."""
-    from ctxtool.measure.pricing import request_costs
-
-    costs, nameless, impossible = request_costs(table.rates, models, tokens)
-    warnings.models.update(model for model in models if model is not None)
-    warnings.nameless += nameless
-    for model, n in impossible.items():
-        warnings.impossible[model] = warnings.impossible.get(model, 0) + n
-    return costs
-
-
-def _composition(inputs: list[int], hist: list[list[Any]]) -> list[int]:
-    """The sums over a session's requests of (overhead, prompts, model, tool I/O) of each request's prompt
-    (``composition_parts``)."""
-    overhead = in_prompts = in_model = in_tools = 0
-    for a, b, c, d in composition_parts(inputs, hist):
-        overhead += a
-        in_prompts += b
-        in_model += c
-        in_tools += d
-    return [overhead, in_prompts, in_model, in_tools]
+    models = sorted({model for m in measures for model in m.used})
+    out = [table.unknown_model_warning(model) for model in models if model in table.unknown]
+    if nameless := sum(m.nameless for m in measures):
+        out.append(nameless_warning(nameless))
+    impossible = sum((Counter(m.impossible) for m in measures), Counter())
+    out.extend(impossible_warning(name, n) for name, n in sorted(impossible.items()))
+    return out
 
 
 def composition_parts(inputs: list[int], hist: list[list[Any]]) -> list[tuple[int, int, int, int]]:
-    """Each request's (overhead, prompts, model, tool I/O) of its prompt (``messages.with_composition``):
-    the overhead is the smallest part of any request's prompt its history estimate does not explain; the rest
-    is shared among the history's parts in proportion to their estimates, rounded down."""
+    """Each request's (overhead, prompts, model, tool I/O) of its prompt: the overhead is the smallest part
+    of any request's prompt its history estimate does not explain; the rest is shared among the history's
+    parts in proportion to their estimates, rounded down."""
     prompts, model, tool_io = ([v or 0 for v in part] for part in hist)  # (always set by the reader)
     histories = [a + b + c for a, b, c in zip(prompts, model, tool_io, strict=True)]
     floor = max(
@@ -530,22 +434,19 @@ def composition_parts(inputs: list[int], hist: list[list[Any]]) -> list[tuple[in
 
 
 def is_turn(n: int, requests: bool, compressed: bool) -> bool:
-    """Whether the messages of turn ``n`` (the prompts before them and their own) make a turn: each prompt
-    starts one; turn 0, the messages before the first prompt (a ``<session_context>`` block, a resumed
-    history), counts when it holds a request or a compression. The one rule of a turn, for the count of a
-    session's row (``_turns``) and the rows of ``--by turn`` (``views``)."""
+    """Whether the messages of turn ``n`` make a turn: each prompt starts one; turn 0, the messages before
+    the first prompt (a ``<session_context>`` block, a resumed history), counts when it holds a request or a
+    compression. The one rule of a turn, for ``_turns`` and ``--by turn`` (``views``)."""
     return n > 0 or requests or compressed
 
 
 def _turns(c: list[list[Any]]) -> int:
-    """How many turns a session's messages make (``is_turn``): a turn after a prompt holds that prompt, so
-    the turns are the prompts, and turn 0 when one of the messages before the first prompt is a request or
-    a compression."""
+    """How many turns a session's messages make (``is_turn``): the prompts, and turn 0 when one of the
+    messages before the first prompt is a request or a compression."""
     prompts: list[bool] = c[_PROMPT]
     n = sum(prompts)
     before = prompts.index(True) if n else len(prompts)
-    rows = zip(c[_TYPE][:before], c[_INPUT][:before], c[_INFO][:before], c[_SNAP][:before], strict=True)
-    requests = any(input is not None and kind == "gemini" for kind, input, _, _ in rows)
+    requests = any(kind == "gemini" and c[_INPUT][i] is not None for i, kind in enumerate(c[_TYPE][:before]))
     compressed = any(info or snap for info, snap in zip(c[_INFO][:before], c[_SNAP][:before], strict=True))
     return n + int(is_turn(0, requests, compressed))
 
@@ -553,9 +454,8 @@ def _turns(c: list[list[Any]]) -> int:
 def _hidden(
     c: list[list[Any]], derived: bool, compacted_at: str | None
 ) -> list[tuple[int | None, int | None, str | None]]:
-    """(input, output, model) of the compression calls each snapshot shows Gemini CLI made: none before a
-    compacted copy's first request, nor for the snapshot ``compact --in-place`` wrote at ``compacted_at``
-    (``frames.sessions._hidden_compression_calls``)."""
+    """(input, output, model) of the compression calls each snapshot shows Gemini CLI made (none before a
+    compacted copy's first request, nor for the one ``compact --in-place`` wrote at ``compacted_at``)."""
     calls: list[tuple[int | None, int | None, str | None]] = []
     last_input: int | None = None
     last_model: str | None = None
@@ -577,9 +477,7 @@ def _hidden(
 
 
 class Requests(msgspec.Struct, array_like=True):
-    """A session's requests as columns: each one's model (a missing one taken from its neighbours),
-    timestamp as written, ``TOKEN_COLUMNS`` (a list each) and cost at the rates its measure was priced at
-    (``Measured.priced_at``; None before)."""
+    """A session's requests as columns: model (``filled``), timestamp, ``TOKEN_COLUMNS``, cost."""
 
     models: list[str | None]
     times: list[str | None]
@@ -588,12 +486,9 @@ class Requests(msgspec.Struct, array_like=True):
 
 
 class Measured(msgspec.Struct):
-    """What a session's files measure, whatever the prices: its row of ``stats --by session`` but the costs
-    (``cost``, ``unpriced``, ``hidden_*``), its requests, the compression calls its snapshots show, and the
-    models of its messages (``seen``) and of its requests (``used``). Kept in the index beside the file it
-    was measured from (``MEASURED``), so a later run over unchanged files takes it instead of reading the
-    file's columns; it decodes the requests (``requests_of``) only for a report that sums them, or to price
-    them at other rates."""
+    """What a session's files measure, whatever the prices: its row of ``stats --by session`` but the costs,
+    its requests, the compression calls its snapshots show, and the models of its messages (``seen``) and of
+    its requests (``used``). Kept in the index beside the file it was measured from (``MEASURED``)."""
 
     row: dict[str, Any]
     requests: Requests | None  # None: not decoded yet from ``kept``
@@ -601,9 +496,8 @@ class Measured(msgspec.Struct):
     hidden: list[tuple[int | None, int | None, str | None]]
     seen: list[str]
     used: list[str]
-    # The cost of the row at the rates ``priced_at`` names (``_rates_key`` of the models of its requests),
-    # its requests without a cost, and what pricing warned of them (requests without a model, impossible
-    # counts by model): kept too, so that a later run at the same rates does not price them again.
+    # The cost at the rates ``priced_at`` names (``_rates_key``), and what pricing warned of: kept, so that a
+    # later run at the same rates does not price them again.
     priced_at: str | None = None
     cost: float | None = None
     unpriced: int = 0
@@ -613,13 +507,9 @@ class Measured(msgspec.Struct):
     lost: dict[str, int] = {}  # values left empty, by column (``Columns.lost``)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled as MessagePack: a worker sends each file's measure back to the parent, and pickling the
-        lists of counts of the bench corpus' 860 files cost 0.04 s of CPU there and 0.028 s to unpickle,
-        against a few milliseconds this way. The requests cross encoded as the index keeps them (``kept``,
-        decoded by ``requests_of`` when a report sums them or prices them again): a first ``stats --by
-        session`` neither decodes them nor encodes them again for the index (``keep_measures``); the end of a
-        first run of the bench corpus, after its scan, took 54-74 ms against 59-84 ms. A count MessagePack
-        cannot hold (beyond 64 bits, from a file edited by hand) is pickled as it is."""
+        """Pickled as MessagePack (pickling the bench corpus' 860 measures cost 0.04 s, this a few ms), the
+        requests as the index keeps them, so a first ``stats --by session`` neither decodes them nor encodes
+        them again. A count beyond 64 bits is pickled as it is."""
         try:
             return (_unpack_measured, _sendable(self))
         except (OverflowError, msgspec.EncodeError):
@@ -627,16 +517,14 @@ class Measured(msgspec.Struct):
 
 
 def _sendable(m: Measured) -> tuple[bytes, bytes | None]:
-    """``m`` as it crosses to another process: packed without its requests, and those as the index keeps
-    them (``Measured.__reduce__``); OverflowError or msgspec.EncodeError when it cannot be packed."""
+    """``m`` packed without its requests, and those as the index keeps them."""
     requests = m.kept if m.requests is None else _encode(m.requests)
     alone = msgspec.structs.replace(m, requests=None, kept=None)
-    return _pack_measured(alone), None if requests is None else bytes(requests)
+    return _encode(alone), None if requests is None else bytes(requests)
 
 
 def pack_measure(m: Measured | None) -> bytes | None:
-    """``m`` as bytes for the head start to hand back (``ctxtool.session.headstart``); None when there is
-    none or it cannot be packed (then the file is measured again where it is counted)."""
+    """``m`` as bytes for the head start to hand back; None when it cannot be (it is measured again)."""
     if m is None:
         return None
     try:
@@ -646,19 +534,23 @@ def pack_measure(m: Measured | None) -> bytes | None:
 
 
 def unpack_measure(data: bytes) -> Measured:
-    """What ``pack_measure`` made."""
-    packed, requests = _decode_pair(data)
-    return _unpack_measured(packed, requests)
+    return _unpack_measured(*_decode_pair(data))
+
+
+def requests_at(c: list[list[Any]]) -> list[int]:
+    """The positions of a session's requests among its messages: the gemini messages that carry tokens."""
+    kinds = c[_TYPE]
+    return [i for i, input in enumerate(c[_INPUT]) if input is not None and kinds[i] == "gemini"]
 
 
 def _measure(files: list[FileColumns], c: Columns) -> Measured:
-    kinds, inputs = c[_TYPE], c[_INPUT]
-    at = [i for i, input in enumerate(inputs) if input is not None and kinds[i] == "gemini"]
+    at = requests_at(c)
     tokens = [[c[j][i] for i in at] for j in _TOKENS]
     r = Requests(_filled([c[_MODEL][i] for i in at]), [c[_TIME][i] for i in at], tokens)
     row = _session_row(files, c, r, [c[_LIVE][i] for i in at])
     hist = [[c[j][i] for i in at] for j in _HIST]
-    row.update(zip(COMPOSITION_COLUMNS, _composition(tokens[0], hist), strict=True))
+    parts = [sum(part) for part in zip(*composition_parts(tokens[0], hist), strict=True)] or [0, 0, 0, 0]
+    row.update(zip(COMPOSITION_COLUMNS, parts, strict=True))
     return Measured(
         row,
         r,
@@ -671,8 +563,7 @@ def _measure(files: list[FileColumns], c: Columns) -> Measured:
 
 
 def mismatched(tokens: list[list[int | None]]) -> int:
-    """How many of the requests (``TOKEN_COLUMNS``, a list each) record a total that is not the sum of
-    their parts (``measure.tokens.TOTAL_PARTS``)."""
+    """How many requests (``TOKEN_COLUMNS``, a list each) record a total other than their ``TOTAL_PARTS``."""
     return sum(
         (total or 0) != (i or 0) + (o or 0) + (th or 0) + (tl or 0)
         for i, o, _, th, tl, total in zip(*tokens, strict=True)
@@ -680,36 +571,19 @@ def mismatched(tokens: list[list[int | None]]) -> int:
 
 
 def _price(m: Measured, table: PriceTable, rates: str) -> None:
-    """Price ``m``'s requests (decoded) at ``table``'s prices, whose key for ``m``'s models
-    (``_rates_key(table, m.used)``) is ``rates``."""
+    """Price ``m``'s requests at ``table``, whose key for ``m``'s models is ``rates``."""
+    from ctxtool.measure.pricing import request_costs
+
     assert m.requests is not None
-    heard = _Warnings()
-    m.requests.costs = costs = _costs(table, m.requests.models, m.requests.tokens, heard)
-    m.priced_at, m.nameless, m.impossible = rates, heard.nameless, heard.impossible
+    costs, m.nameless, m.impossible = request_costs(table.rates, m.requests.models, m.requests.tokens)
+    m.requests.costs, m.priced_at = costs, rates
     m.cost, m.unpriced = known_cost(costs)
-
-
-def _priced(
-    key: str, parent_key: str | None, kind: str, m: Measured, table: PriceTable, warnings: _Warnings
-) -> Session:
-    """The session's row with its costs at ``table``'s prices, at which ``m`` is priced (``_price``); what
-    pricing warns of goes to ``warnings``."""
-    warnings.models.update(m.used)
-    warnings.nameless += m.nameless
-    for name, n in m.impossible.items():
-        warnings.impossible[name] = warnings.impossible.get(name, 0) + n
-    row = {**m.row, "session_key": key, "kind": kind}
-    row["unpriced"] = m.unpriced
-    row["cost"] = m.cost
-    row.update(_hidden_sums(m.hidden, table))
-    return Session(key, parent_key, row, m.requests, m.mismatches)
 
 
 def _session_row(
     files: list[FileColumns], c: list[list[Any]], m: Requests, live: list[bool]
 ) -> dict[str, Any]:
-    """The columns of ``sessions_frame`` for one session (its last file names it), but its key, kind and
-    costs (``_priced``)."""
+    """One session's row (its last file names it), but its key, kind and costs."""
     p = files[-1]
     started = min((f.start_time for f in files if f.start_time), default=None)
     updated = max((f.last_updated for f in files if f.last_updated), default=None)
@@ -722,7 +596,7 @@ def _session_row(
         "compacted_at": max((f.compacted_at for f in files if f.compacted_at), default=None),
         "project": p.project,
         "subagents": 0,
-        "start": _earliest(parse_time(started), first),
+        "start": min((t for t in (parse_time(started), first) if t is not None), default=None),
         "end": last if last is not None else parse_time(updated),
         "turns": _turns(c),
     }
@@ -734,42 +608,28 @@ def _session_row(
     return row
 
 
-def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
 def _hidden_sums(calls: list[tuple[int | None, int | None, str | None]], table: PriceTable) -> dict[str, Any]:
     from ctxtool.measure.pricing import cost_of
 
-    costs = []
-    for input, output, model in calls:
-        rates = table.rates.get(model) if model is not None else None
-        cost = None if input is None or output is None else cost_of(rates, input, 0, output, 0, 0)
-        if cost is not None:
-            costs.append(cost)
+    costs = [
+        cost_of(table.rates.get(model) if model is not None else None, input, 0, output, 0, 0)
+        for input, output, model in calls
+        if input is not None and output is not None
+    ]
     return {
         "hidden_requests": len(calls) * HIDDEN_CALLS_PER_COMPRESSION,
         "hidden_input": sum(i for i, _, _ in calls if i is not None),
         "hidden_output": sum(o for _, o, _ in calls if o is not None),
-        "hidden_cost": math.fsum(costs),
+        "hidden_cost": math.fsum(cost for cost in costs if cost is not None),
     }
 
 
-def _count_subagents(sessions: list[Session]) -> None:
-    counts: dict[str, int] = {}
-    for s in sessions:
-        if s.parent_key is not None:
-            counts[s.parent_key] = counts.get(s.parent_key, 0) + 1
-    for s in sessions:
-        s.row["subagents"] = counts.get(s.key, 0)
-
-
-# What a subagent session adds to its parent's row (``frames.query._ROLLED_UP``), cost apart.
+# What a subagent session adds to its parent's row, cost apart.
 _ROLLED_UP = (*TOKEN_COLUMNS, "requests", "turns", "tool_calls", "tool_errors", "unpriced")
 
 
 def session_rows(t: Tally, *, roll_up: bool = True) -> list[dict[str, Any]]:
-    """The rows of ``stats --by session`` (``frames.query._session_report``, then ``with_uncached_input``)."""
+    """The rows of ``stats --by session``."""
     children: dict[str, list[Session]] = {}
     if roll_up:
         # A subagent whose parent a filter left out keeps a row of its own: its requests still count.
@@ -792,17 +652,15 @@ def session_rows(t: Tally, *, roll_up: bool = True) -> list[dict[str, Any]]:
             row["cost"] = known_sum(known, row["requests"] - row["unpriced"], row["unpriced"])
             row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
         rows.append(row)
-    rows.sort(key=_session_order)
+    # ``sort("start", "session", "session_key", nulls_last=True)``
+    rows.sort(
+        key=lambda row: tuple((row[k] is None, row[k] or "") for k in ("start", "session", "session_key"))
+    )
     return [shown(row, "session") for row in rows]
 
 
-def _session_order(row: dict[str, Any]) -> tuple[Any, ...]:
-    """``sort("start", "session", "session_key", nulls_last=True)``."""
-    return tuple((row[k] is None, row[k] or "") for k in ("start", "session", "session_key"))
-
-
 def shown(row: dict[str, Any], by: str) -> dict[str, Any]:
-    """The columns ``stats`` shows, ``input`` without ``cached`` (``frames.query.with_uncached_input``)."""
+    """The columns ``stats`` shows, ``input`` without ``cached``."""
     out: dict[str, Any] = {}
     for col in REPORT_COLUMNS[by]:
         if col == "input":
@@ -816,37 +674,27 @@ def shown(row: dict[str, Any], by: str) -> dict[str, Any]:
 
 
 def _keys(by: str, s: Session, timezone: str | None = None) -> list[Any]:
-    """The group of each request of ``s`` in ``stats --by BY``, its day, week or month in ``timezone`` (an
-    IANA name; None: UTC)."""
+    """The group of each request of ``s`` in ``stats --by BY``, days in ``timezone`` (None: UTC)."""
+    r = s._requests()
     if by == "model":
-        return [m if m is not None else "(unknown)" for m in s.models]
+        return [m if m is not None else "(unknown)" for m in r.models]
     if by == "project":
-        return [s.row["project"]] * len(s.models)
+        return [s.row["project"]] * len(r.models)
     if by in ("user", "machine"):  # a dataset's rows carry them; local sessions are this machine's
-        return [s.row.get(by) or _local(by)] * len(s.models)
-    times = s.times if timezone is None else _local_times(s.times, timezone)
+        from ctxtool.common.identity import identity
+
+        return [s.row.get(by) or getattr(identity(), by)] * len(r.models)
+    times = r.times
+    if timezone is not None:  # each time (in UTC) as ``YYYY-MM-DD`` in ``timezone``
+        from zoneinfo import ZoneInfo
+
+        zone = ZoneInfo(timezone)
+        times = [
+            None if (at := parse_time(t)) is None else at.astimezone(zone).strftime("%Y-%m-%d") for t in times
+        ]
     if by == "month":
         return [None if ts is None else ts[:7] for ts in times]
     return [None if ts is None else ts[:10] for ts in times]  # a day; a week is its Monday's
-
-
-def _local(by: str) -> str:
-    from ctxtool.common.identity import identity
-
-    who = identity()
-    return who.user if by == "user" else who.machine
-
-
-def _local_times(times: list[str | None], timezone: str) -> list[str | None]:
-    """Each time (as Gemini CLI writes it, in UTC) as ``YYYY-MM-DD…`` in ``timezone``."""
-    from zoneinfo import ZoneInfo
-
-    zone = ZoneInfo(timezone)
-    out: list[str | None] = []
-    for ts in times:
-        at = parse_time(ts)
-        out.append(None if at is None else at.astimezone(zone).strftime("%Y-%m-%d"))
-    return out
 
 
 def _key_value(by: str, key: Any) -> Any:
@@ -857,19 +705,13 @@ def _key_value(by: str, key: Any) -> Any:
 
 
 def request_rows(t: Tally, by: str, timezone: str | None = None) -> list[dict[str, Any]]:
-    """The rows of ``stats --by model|project|day|week|month``, days in ``timezone`` (None: UTC)
-    (``frames.query._agg_requests``)."""
+    """The rows of ``stats --by model|project|day|week|month|user|machine``."""
     # key: [sessions, requests, six token sums, peak, known costs, requests of known cost]
     groups: dict[Any, list[Any]] = {}
     values: dict[Any, Any] = {}  # the day (or week) of each key met
     if t.sums is not None:
         for key, g in t.sums(by, timezone).items():
-            if by in ("day", "week") and key is not None:
-                key = _key_value(by, key)
-                if key in groups:  # (the days of one week)
-                    _merge_group(groups[key], g)
-                    continue
-            groups[key] = g
+            _merge_group(groups, _key_value(by, key), g)  # (the days of one week merge)
     for s in t.sessions if t.sums is None else ():
         for key, at in _spans(_keys(by, s, timezone)).items():
             if by in ("day", "week"):
@@ -891,8 +733,7 @@ def request_rows(t: Tally, by: str, timezone: str | None = None) -> list[dict[st
 
 
 def _spans(keys: list[Any]) -> Mapping[Any, list[int] | None]:
-    """The positions of each key in ``keys``; None for all of them, when every one has that key (a session
-    of one day, one model: nearly every one)."""
+    """The positions of each key in ``keys``; None for all of them when there is one key (nearly always)."""
     if not keys or keys.count(keys[0]) == len(keys):
         return dict.fromkeys(keys[:1])
     out: dict[Any, list[int]] = {}
@@ -903,27 +744,22 @@ def _spans(keys: list[Any]) -> Mapping[Any, list[int] | None]:
 
 def _add_requests(groups: dict[Any, list[Any]], key: Any, s: Session, at: list[int] | None) -> None:
     """Add the requests of ``s`` at positions ``at`` (None: all) to the group of ``key``."""
-    g = groups.get(key)
-    if g is None:
-        g = groups[key] = [set(), 0, [0, 0, 0, 0, 0, 0], None, [], 0]
-    tokens, costs = s.tokens, s.costs
+    r = s._requests()
+    tokens, costs = r.tokens, r.costs
+    assert costs is not None  # (priced before a Session is made)
     if at is not None:
         tokens, costs = [[col[i] for i in at] for col in tokens], [costs[i] for i in at]
-    g[0].add(s.key)
-    g[1] += len(costs)
-    sums = g[2]
-    for i, col in enumerate(tokens):
-        sums[i] += sum(filter(None, col))
     peak = max((v for v in tokens[0] if v is not None), default=None)
-    if peak is not None and (g[3] is None or peak > g[3]):
-        g[3] = peak
     known = [cost for cost in costs if cost is not None]
-    g[4].extend(known)
-    g[5] += len(known)
+    made = [{s.key}, len(costs), [sum(filter(None, col)) for col in tokens], peak, known, len(known)]
+    _merge_group(groups, key, made)
 
 
-def _merge_group(g: list[Any], other: list[Any]) -> None:
-    """Add the group ``other`` (``_add_requests``'s shape) to ``g``."""
+def _merge_group(groups: dict[Any, list[Any]], key: Any, other: list[Any]) -> None:
+    """Add the group ``other`` to the group of ``key``."""
+    g = groups.setdefault(key, other)
+    if g is other:
+        return
     g[0] |= other[0]
     g[1] += other[1]
     g[2] = [a + b for a, b in zip(g[2], other[2], strict=True)]
@@ -934,10 +770,13 @@ def _merge_group(g: list[Any], other: list[Any]) -> None:
 
 
 def warnings_of(t: Tally) -> list[str]:
-    """``frames.query.read_warnings`` of the same sessions."""
+    """What reading and pricing met, a line each."""
     from ctxtool.frames.reading import broken_lines_warning, invalid_utf8_warning
 
-    mismatched = mismatches_of(t)
+    # (file, requests) of every session with requests whose recorded total is not the sum of its parts
+    mismatched = [
+        (f, n) for f, _, n in sorted((s.row["file"], s.key, s.mismatches) for s in t.sessions if s.mismatches)
+    ]
     return [
         *(str(p) for p in t.problems),
         *(broken_lines_warning(*found) for found in t.broken),
@@ -947,16 +786,8 @@ def warnings_of(t: Tally) -> list[str]:
     ]
 
 
-def mismatches_of(t: Tally) -> list[tuple[str, int]]:
-    """(file, requests) of every session with requests whose recorded total is not the sum of its parts."""
-    return [
-        (file, n)
-        for file, _, n in sorted((s.row["file"], s.key, s.mismatches) for s in t.sessions if s.mismatches)
-    ]
-
-
 def summary_of(t: Tally) -> dict[str, Any]:
-    """``frames.query.read_summary`` of the same sessions."""
+    """What was read (``reading.summary``)."""
     from ctxtool.frames.reading import summary
 
     return summary(
@@ -975,27 +806,17 @@ def summary_of(t: Tally) -> dict[str, Any]:
 
 
 def hidden_calls(t: Tally) -> tuple[int, float]:
-    """``frames.query.hidden_calls`` of the same sessions."""
+    """Gemini CLI's unrecorded compression calls: (requests, estimated cost)."""
     return (
         sum(s.row["hidden_requests"] for s in t.sessions),
         math.fsum(s.row["hidden_cost"] for s in t.sessions),
     )
 
 
-def report_totals(columns: Sequence[str], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return totals_of(columns, lambda col: [row[col] for row in rows])
-
-
 def _rates_key(table: PriceTable, models: Iterable[str]) -> str:
-    """What names the rates a session's costs depend on: those ``table`` gives ``models`` (the models of its
-    requests, ``Measured.used``: ``_costs`` reads no other), and which of them it does not know. Sessions
-    priced at the same key cost the same, whatever other models the tables held: a worker's table of one
-    session's models (``count_and_price``) and the parent's of every model read give the same key when they
-    agree on that session's.
-
-    (The key named the whole table before: a measure the index kept under such a key no longer matches and
-    is priced again. One that does, a session of every model of the table it was priced at, hashed the same
-    text, so was priced at the same rates.)"""
+    """What names the rates a session's costs depend on: those ``table`` gives ``models`` (its requests'),
+    and which of them it does not know. A worker's table of one session's models and the parent's of every
+    model read give the same key when they agree on that session's."""
     names = set(models)
     rates = sorted(
         (name, r.model_id, [msgspec.structs.asdict(t) for t in r.tiers])
@@ -1007,16 +828,15 @@ def _rates_key(table: PriceTable, models: Iterable[str]) -> str:
 
 
 class _Keys:
-    """``table``'s rates key (``_rates_key``) for each distinct set of models, hashed once in a tally (most
-    of its sessions share a few)."""
+    """``table``'s rates key for each distinct set of models, hashed once in a tally."""
 
     def __init__(self, table: PriceTable, prices: Callable[[Iterable[str]], PriceTable]) -> None:
         self.table, self.prices = table, prices
         self.known: dict[tuple[str, ...], str] = {}
 
     def cover(self, models: Iterable[str]) -> PriceTable:
-        """The table, with the rates of ``models`` it did not hold yet added (the key of a set of models
-        depends only on their own rates, so the keys already made stay right)."""
+        """The table, with the rates of ``models`` it did not hold yet added (the keys made stay right: a
+        key depends only on its models' rates)."""
         missing = sorted(m for m in set(models) if not self.table.covers(m))
         if missing:
             self.table = self.table.merged(self.prices(missing))
@@ -1032,12 +852,10 @@ class _Keys:
 
 # A ``Measured`` as the index keeps it (``FileIndex.store_sides``); the kind names this version of it.
 MEASURED = "tally-measured-4"
-# It is kept as a tuple (``_encode_measured``) decoded into ``_KEPT``: each value typed as a measure holds it,
-# its row's columns too, so that one of another type (an edited or a damaged cache) makes its file be
-# measured again (``kept_measures``, ``requests_of``), not the report fail. Its requests stay undecoded until
-# a run needs them: they are most of its bytes (a warm ``stats --by session`` of the bench corpus decoded 860
-# measures in 0.025 s with them, in 0.006 s without), and only the reports that sum requests by one key, or
-# pricing at other rates, read them.
+# Kept as a tuple decoded into ``_KEPT``, each value typed, so that one of another type (a damaged cache)
+# makes its file be measured again, not the report fail. Its requests stay undecoded until a run needs them:
+# they are most of its bytes (a warm ``stats --by session`` of the bench corpus: 0.025 s with, 0.006 s
+# without).
 _Count = Annotated[int, msgspec.Meta(ge=0)]
 _ROW_TYPES: dict[str, Any] = {
     **dict.fromkeys(("session", "project", "file"), str),
@@ -1070,40 +888,23 @@ _UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeEr
 
 
 def _encode_measured(m: Measured) -> bytes:
-    """``m`` as the index keeps it."""
     requests = _encode(m.requests) if m.requests is not None else m.kept
     kept = (m.row, m.mismatches, m.hidden, m.seen, m.used, msgspec.Raw(requests or b"\xc0"), m.priced_at)
     return _encode((*kept, m.cost, m.unpriced, m.nameless, m.impossible, m.lost))
 
 
 def _decode_measured(data: bytes) -> Measured:
-    """A measure as the index kept it (``_encode_measured``), its requests not decoded yet (``requests_of``);
-    ``msgspec.ValidationError`` when a value is not of its type."""
+    """A measure as the index kept it, its requests not decoded yet (``requests_of``)."""
     row, mismatches, hidden, seen, used, requests, priced_at, cost, unpriced, nameless, impossible, lost = (
         _decode_kept(data)
     )
-    as_row = msgspec.structs.asdict(row)
-    m = Measured(
-        as_row,
-        None,
-        mismatches,
-        hidden,
-        seen,
-        used,
-        priced_at,
-        cost,
-        unpriced,
-        nameless,
-        impossible,
-        lost=lost,
-    )
-    m.kept = requests
+    m = Measured(msgspec.structs.asdict(row), None, mismatches, hidden, seen, used, priced_at, cost, unpriced)
+    m.nameless, m.impossible, m.kept, m.lost = nameless, impossible, requests, lost
     return m
 
 
 def requests_of(m: Measured) -> Requests | None:
-    """``m``'s requests, decoded from what the index kept when they were not yet; None when that is not a
-    session's requests (damaged, or edited by hand): its file must be measured again."""
+    """``m``'s requests, decoded from what the index kept; None when damaged (measure its file again)."""
     if m.requests is None and m.kept is not None:
         try:
             r = _decode_requests(m.kept)
@@ -1119,25 +920,21 @@ def requests_of(m: Measured) -> Requests | None:
     return m.requests
 
 
-_pack_measured = msgspec.msgpack.Encoder().encode
 _decode_sent = msgspec.msgpack.Decoder(Measured).decode
 _decode_pair = msgspec.msgpack.Decoder(tuple[bytes, bytes | None]).decode
 
 
 def _unpack_measured(data: bytes, requests: bytes | None = None) -> Measured:
-    """A measure as a worker sent it (``Measured.__reduce__``): its requests, when it had them, as the index
-    keeps them (``kept``)."""
+    """A measure as a worker sent it (``Measured.__reduce__``)."""
     m = _decode_sent(data)
     if requests is not None:
         m.kept = msgspec.Raw(requests)
     return m
 
 
-def kept_measures(index: FileIndex, stamps: Mapping[str, Sequence[int] | None]) -> dict[str, Measured | None]:
-    """The measures the index keeps of files still as they were measured (``stamps``: path: [size, mtime]).
-    Each was priced at the rates its ``priced_at`` names (``_rates_key``); one kept by an earlier version,
-    whose key named every rate of the table it was priced at, no longer matches and is priced again."""
-    out: dict[str, Measured | None] = {}
+def kept_measures(index: FileIndex, stamps: Mapping[str, Sequence[int] | None]) -> dict[str, Measured]:
+    """The measures the index keeps of files still as they were measured (``stamps``: path: [size, mtime])."""
+    out: dict[str, Measured] = {}
     for path, data in index.sides(MEASURED, stamps).items():
         try:
             out[path] = _decode_measured(data)
@@ -1149,8 +946,7 @@ def kept_measures(index: FileIndex, stamps: Mapping[str, Sequence[int] | None]) 
 def keep_measures(
     index: FileIndex, stamps: Mapping[str, Sequence[int] | None], measured: Mapping[str, Measured | None]
 ) -> None:
-    """Keep ``measured`` (by path) in the index, each with the stamp its file had when read (and its costs at
-    the rates its ``priced_at`` names: the key of its own models' rates, ``_rates_key``)."""
+    """Keep ``measured`` (by path) in the index, each with the stamp its file had when read."""
     index.store_sides(
         MEASURED,
         (

@@ -1,17 +1,9 @@
 """What a filter or the live view keeps of a tally, and the turn and request grains, in plain Python.
 
-The engine's other half (``ctxtool.frames.tally`` measures the sessions): ``view`` keeps the requests,
-turns and sessions that ``--since``, ``--until``, ``--project``, ``--session``, ``--model`` and ``--live``
-keep, as a :class:`~ctxtool.frames.tally.Tally` of its own, whose every session row takes its request
-columns, and the ratios of them, from the requests kept (``tally.request_figures``, the one statement of
-them), so that a filter never leaves a figure of requests it does not count. ``turn_rows`` and
-``request_rows`` are the rows of ``--by turn`` and ``--by request``. Each reads a session's message columns
-(``Session.columns``, kept by ``tally(detail=True)``).
-
-The rules are those the frames have always applied (``frames.query.filter_corpus``, ``live_only``,
-``frames.turns.turns_frame``): a request is kept by its UTC day and its model (equal to a ``--model`` or
-starting with it); a session by its project (a part of its name, or its folder), by ``--session`` (an id, a
-unique prefix of one, a file name or path), and by the days of its messages; a subagent follows its parent.
+The engine's other half (``ctxtool.frames.tally`` measures the sessions): ``view`` keeps what the filters
+and ``--live`` keep, as a ``Tally`` whose every session row takes its request figures from the requests kept
+(``request_figures``), so a filter never leaves a figure of requests it does not count; a subagent follows
+its parent. ``turn_rows`` and ``request_rows`` are the rows of ``--by turn|request``.
 """
 
 from __future__ import annotations
@@ -19,11 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from datetime import date, timedelta
+from itertools import accumulate
 from typing import Any
 
 import msgspec
 
 from ctxtool.common.errors import UsageError
+from ctxtool.frames.shape import COMPOSITION_COLUMNS
 from ctxtool.frames.tally import (
     _CALLS,
     _ERRORS,
@@ -31,13 +25,11 @@ from ctxtool.frames.tally import (
     _I,
     _ID,
     _INFO,
-    _INPUT,
     _LIVE,
     _MODEL,
     _PROMPT,
     _SNAP,
     _TIME,
-    _TYPE,
     _WRITTEN,
     Requests,
     Session,
@@ -46,6 +38,7 @@ from ctxtool.frames.tally import (
     is_turn,
     mismatched,
     parse_time,
+    requests_at,
 )
 from ctxtool.measure.tokens import cache_ratio, token_limit
 from ctxtool.measure.usage import known_cost, request_figures
@@ -67,13 +60,9 @@ class Detail(msgspec.Struct):
     compressions: list[int]  # each message's compressions so far, its own included
 
 
-def filtered(filters: Mapping[str, Any]) -> bool:
-    return any(filters.values())
-
-
 def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
     """What ``filters`` (``StatsQuery.filters``) and ``live`` keep of ``t`` (made with ``detail``)."""
-    since, until = filters.get("since"), filters.get("until")
+    since, until = _iso(filters.get("since")), _iso(filters.get("until"))
     models: Sequence[str] = filters.get("models") or ()
     keys = _kept_keys(t.sessions, filters.get("projects") or (), filters.get("sessions") or ())
     dated = since is not None or until is not None
@@ -88,8 +77,7 @@ def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
             msgs = [i for i in msgs if _within(c[_TIME][i], since, until)]
             if not msgs:
                 continue
-        r = s.requests
-        assert r is not None
+        r = s._requests()
         reqs = list(range(len(d.at)))
         if dated:
             reqs = [j for j in reqs if _within(r.times[j], since, until)]
@@ -99,7 +87,7 @@ def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
                 continue
         turns = None
         if dated and not models:
-            turns = [row for row in _turns(s, d, None, None) if _within_ts(row["start"], since, until)]
+            turns = [row for row in _turns(s, d, None, None) if _within(_iso(row["start"]), since, until)]
         elif models:
             turns = [row for row in _turns(s, d, msgs, reqs) if row["requests"] > 0]
         if live:
@@ -117,38 +105,25 @@ def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
 
 def detail(s: Session) -> Detail:
     """What the views read of ``s``'s message columns, derived once."""
-    if s.detail is None:
-        if s.columns is None or s.requests is None:
-            raise ValueError("a view needs the sessions' columns: make the tally with detail=True")
-        s.detail = detail_of(s.columns, s.requests)
-    assert isinstance(s.detail, Detail)
-    return s.detail
-
-
-def detail_of(c: list[list[Any]], r: Requests) -> Detail:
-    """A session's message columns ``c`` (its files merged) and its requests ``r`` (``tally._measure``)."""
-    at = [
-        i
-        for i, (kind, input) in enumerate(zip(c[_TYPE], c[_INPUT], strict=True))
-        if input is not None and kind == "gemini"
-    ]
-    turn, n = [], 0
-    for prompt in c[_PROMPT]:
-        n += bool(prompt)
-        turn.append(n)
+    if s.detail is not None:
+        assert isinstance(s.detail, Detail)
+        return s.detail
+    c, r = s.columns, s.requests
+    if c is None or r is None:
+        raise ValueError("a view needs the sessions' columns: make the tally with detail=True")
+    at = requests_at(c)
+    turn = list(accumulate(map(bool, c[_PROMPT]), initial=0))[1:]
     parts = composition_parts(r.tokens[0], [[c[h][i] for i in at] for h in _HIST])  # type: ignore[arg-type]
     inferred = [c[_MODEL][i] is None and m is not None for i, m in zip(at, r.models, strict=True)]
-    seen, compressions = [], 0
-    for info, snap in zip(c[_INFO], c[_SNAP], strict=True):
-        compressions += bool(info or snap)
-        seen.append(compressions)
-    return Detail(c, at, turn, parts, _events(c, at, r.models, seen), inferred, seen)
+    compressed = (bool(info or snap) for info, snap in zip(c[_INFO], c[_SNAP], strict=True))
+    seen = list(accumulate(compressed, initial=0))[1:]
+    made = s.detail = Detail(c, at, turn, parts, _events(c, at, r.models, seen), inferred, seen)
+    return made
 
 
 def _events(c: list[list[Any]], at: list[int], models: list[str | None], seen: list[int]) -> list[str | None]:
-    """Each request's ``event`` (``frames.messages.with_events``): what happened to the history since the
-    request before it: ``compression``, ``rewind``, ``rollback`` (a checkpoint that shrank the history and is
-    no compression), ``model`` (another model than the request before)."""
+    """Each request's ``event`` since the request before it: ``compression``, ``rewind``, ``rollback`` (a
+    checkpoint that shrank the history), ``model``."""
     out: list[str | None] = []
     prev: int | None = None
     for k, i in enumerate(at):
@@ -174,19 +149,13 @@ def _history(c: list[list[Any]], i: int) -> int:
     return sum(c[h][i] or 0 for h in _HIST)
 
 
-def _within(ts: str | None, since: date | None, until: date | None) -> bool:
-    """A time as Gemini CLI writes it falls on a UTC day in [since, until] (an open end is not checked)."""
-    if ts is None:
-        return False
-    day = ts[:10]
-    return (since is None or day >= since.isoformat()) and (until is None or day <= until.isoformat())
+def _within(ts: str | None, since: str | None, until: str | None) -> bool:
+    """A time (ISO, in UTC) falls on a day in [since, until] (ISO days; an open end is not checked)."""
+    return ts is not None and (since is None or ts[:10] >= since) and (until is None or ts[:10] <= until)
 
 
-def _within_ts(ts: Any, since: date | None, until: date | None) -> bool:
-    if ts is None:
-        return False
-    day = ts.date()
-    return (since is None or day >= since) and (until is None or day <= until)
+def _iso(at: date | None) -> str | None:
+    return None if at is None else at.isoformat()
 
 
 def _model_matches(model: str | None, models: Sequence[str]) -> bool:
@@ -196,10 +165,8 @@ def _model_matches(model: str | None, models: Sequence[str]) -> bool:
 def _narrowed(
     s: Session, d: Detail, reqs: list[int], turns: list[dict[str, Any]] | None, msgs: list[int]
 ) -> Session:
-    """``s`` with only the requests ``reqs``: every column its row takes of its requests, and their ratios,
-    from those (``request_figures``); its turns counted from ``turns`` (None: as they were)."""
-    r = s.requests
-    assert r is not None
+    """``s`` with only the requests ``reqs`` (``request_figures``), its turns from ``turns`` (None: kept)."""
+    r = s._requests()
     assert r.costs is not None
     kept = Requests(
         [r.models[j] for j in reqs],
@@ -211,7 +178,7 @@ def _narrowed(
     row = dict(s.row)
     row.update(request_figures(kept.models, kept.tokens, live))
     row["cost"], row["unpriced"] = known_cost(kept.costs or [])
-    for i, name in enumerate(("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io")):
+    for i, name in enumerate(COMPOSITION_COLUMNS):
         row[name] = sum(d.parts[j][i] for j in reqs)
     if turns is not None:
         row["turns"] = len(turns)
@@ -236,29 +203,24 @@ def _kept_keys(sessions: list[Session], projects: Sequence[str], wanted: Sequenc
     if projects:
         keep = [s for s in keep if any(p in s.row["project"] or s.project_dir == p for p in projects)]
     if wanted:
-        matched: set[str] = set()
-        for w in wanted:
-            matched |= {s.key for s in _session_matches(keep, w)}
+        matched = {s.key for w in wanted for s in _session_matches(keep, w)}
         keep = [s for s in keep if s.key in matched]
     roots = {s.key for s in keep}
     return {s.key for s in sessions if s.key in roots or (s.parent_key or s.key) in roots}
 
 
 def _session_matches(sessions: list[Session], wanted: str) -> list[Session]:
-    """Sessions that ``--session WANTED`` names (``frames.query._session_match``): a session id or a unique
-    prefix of one, a file name with or without its extension, or the file's path; an ambiguous prefix is a
-    usage error listing the candidates."""
+    """Sessions that ``--session WANTED`` names: a session id or a unique prefix of one, a file name with or
+    without its extension, or the file's path (an ambiguous prefix is a usage error)."""
     path = os.path.abspath(os.path.expanduser(wanted))
 
-    def exact(s: Session) -> bool:
-        file = s.row["file"]
-        return (
-            wanted in (s.row["session_id"], s.row["session"], s.key)
-            or file == path
-            or (file.split("/")[-1] == wanted)
-        )
-
-    found = [s for s in sessions if exact(s)]
+    found = [
+        s
+        for s in sessions
+        if wanted in (s.row["session_id"], s.row["session"], s.key)
+        or s.row["file"] == path
+        or s.row["file"].split("/")[-1] == wanted
+    ]
     if found:
         return found
     prefixed = [
@@ -278,7 +240,7 @@ def _session_matches(sessions: list[Session], wanted: str) -> list[Session]:
 
 def _shared_id(wanted: str, roots: list[Session]) -> UsageError:
     """The usage error for a ``--session`` prefix whose sessions all share one whole id (the a2a server gives
-    each session it records ``a2a-server``): their files tell them apart (``frames.query._shared_id``)."""
+    each session it records ``a2a-server``): their files tell them apart."""
     shared = roots[0].row["session_id"]
     ordered = sorted(roots, key=lambda s: (s.row["start"] is None, s.row["start"] or 0))
     lines = []
@@ -300,13 +262,8 @@ def _shared_id(wanted: str, roots: list[Session]) -> UsageError:
 
 
 def _turns(s: Session, d: Detail, msgs: list[int] | None, reqs: list[int] | None) -> list[dict[str, Any]]:
-    """The turn rows of ``s`` over the messages ``msgs`` and requests ``reqs`` (None: all of them), as
-    ``frames.turns.turns_frame`` builds them: each prompt starts a turn; turn 0 (the messages before the
-    first prompt) is a row when it holds a request or a compression."""
+    """The turn rows of ``s`` over the messages ``msgs`` and requests ``reqs`` (None: all of them)."""
     c = d.columns
-    r = s.requests
-    assert r is not None
-    assert r.costs is not None
     per: dict[int, dict[str, Any]] = {}
     for i in range(len(c[_TIME])) if msgs is None else msgs:
         n = d.turn[i]
@@ -340,18 +297,14 @@ def _turns(s: Session, d: Detail, msgs: list[int] | None, reqs: list[int] | None
 
 
 def _turn_row(s: Session, d: Detail, n: int, g: dict[str, Any]) -> dict[str, Any]:
-    r = s.requests
-    assert r is not None
+    r = s._requests()
     assert r.costs is not None
     reqs: list[int] = g["reqs"]
     times = g["times"]
-    start = parse_time(min(times)) if times else None
-    end = parse_time(max(times)) if times else None
+    start, end = (parse_time(min(times)), parse_time(max(times))) if times else (None, None)
     tokens = [[col[j] for j in reqs] for col in r.tokens]
     row: dict[str, Any] = {
-        "session": s.row["session"],
-        "derived_from": s.row["derived_from"],
-        "compacted_at": s.row["compacted_at"],
+        **{k: s.row[k] for k in _OF_SESSION},
         "turn": n,
         "prompt": g["prompt"] if g["prompt"] is not None else g["first"],
         "start": start,
@@ -362,10 +315,8 @@ def _turn_row(s: Session, d: Detail, n: int, g: dict[str, Any]) -> dict[str, Any
     }
     for name, values in zip(TOKEN_COLUMNS, tokens, strict=True):
         row[name] = sum(filter(None, values))
-    inputs = [v for v in tokens[0] if v is not None]
-    row["peak_context"] = max(inputs) if inputs else None
-    limits = [token_limit(r.models[j]) for j in reqs]
-    row["context_limit"] = max(limits) if limits else None
+    row["peak_context"] = max((v for v in tokens[0] if v is not None), default=None)
+    row["context_limit"] = max((token_limit(r.models[j]) for j in reqs), default=None)
     peak, limit = row["peak_context"], row["context_limit"]
     row["context_share"] = None if peak is None or limit is None else peak / limit
     row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
@@ -374,24 +325,24 @@ def _turn_row(s: Session, d: Detail, n: int, g: dict[str, Any]) -> dict[str, Any
     row["live"] = True if g["live"] is None else g["live"]
     names = sorted({r.models[j] for j in reqs if r.models[j] is not None})  # type: ignore[type-var]
     row["models"] = ",".join(names) if reqs else None  # type: ignore[arg-type]
-    if reqs:
-        row["cost"], row["unpriced"] = known_cost([r.costs[j] for j in reqs])
-    else:
-        row["cost"], row["unpriced"] = 0.0, 0
-    for i, name in enumerate(("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io")):
+    row["cost"], row["unpriced"] = known_cost([r.costs[j] for j in reqs])
+    for i, name in enumerate(COMPOSITION_COLUMNS):
         row[name] = sum(d.parts[j][i] for j in reqs)
     return row
 
 
 _MS = timedelta(milliseconds=1)
+# The columns a turn or request row takes of its session.
+_OF_SESSION = ("session", "derived_from", "compacted_at")
 
 
 def turn_rows(t: Tally) -> list[dict[str, Any]]:
     """The rows of ``stats --by turn``, by session (name, then key) and turn."""
-    rows = []
-    for s in sorted(t.sessions, key=lambda s: (s.row["session"], s.key)):
-        rows.extend(sorted(session_turns(s), key=lambda row: row["turn"]))
-    return rows
+    return [row for s in _by_name(t) for row in sorted(session_turns(s), key=lambda row: row["turn"])]
+
+
+def _by_name(t: Tally) -> list[Session]:
+    return sorted(t.sessions, key=lambda s: (s.row["session"], s.key))
 
 
 def session_turns(s: Session) -> list[dict[str, Any]]:
@@ -403,17 +354,13 @@ def session_turns(s: Session) -> list[dict[str, Any]]:
 
 def request_rows(t: Tally) -> list[dict[str, Any]]:
     """The rows of ``stats --by request``, by session (name, then key) and position."""
-    rows = []
-    for s in sorted(t.sessions, key=lambda s: (s.row["session"], s.key)):
-        rows.extend(session_requests(s))
-    return rows
+    return [row for s in _by_name(t) for row in session_requests(s)]
 
 
 def session_requests(s: Session) -> list[dict[str, Any]]:
     """The request rows of ``s`` (a view's: those it keeps), in the order they were made."""
     d = detail(s)
-    r = s.requests
-    assert r is not None
+    r = s._requests()
     assert r.costs is not None
     c = d.columns
     rows = []
@@ -422,9 +369,7 @@ def session_requests(s: Session) -> list[dict[str, Any]]:
         tokens = [col[k] for col in r.tokens]
         limit = token_limit(r.models[k])
         row: dict[str, Any] = {
-            "session": s.row["session"],
-            "derived_from": s.row["derived_from"],
-            "compacted_at": s.row["compacted_at"],
+            **{k: s.row[k] for k in _OF_SESSION},
             "turn": d.turn[i],
             "message_id": c[_ID][i],
             "timestamp": c[_WRITTEN][i],
@@ -440,7 +385,7 @@ def session_requests(s: Session) -> list[dict[str, Any]]:
         row["tool_calls"] = c[_CALLS][i]
         row["live"] = c[_LIVE][i]
         row["cost"] = r.costs[k]
-        row.update(zip(("ctx_overhead", "ctx_prompts", "ctx_model", "ctx_tool_io"), d.parts[j], strict=True))
+        row.update(zip(COMPOSITION_COLUMNS, d.parts[j], strict=True))
         row["event"] = d.events[j]
         rows.append(row)
     return rows

@@ -14,14 +14,14 @@ a model takes the model of the request before it in the session, else after (``u
 cost sums its requests of known price (None when it has requests and none is priced: ``usage.known_cost``);
 its context share is its largest live prompt over its models' window (``usage.request_figures``,
 ``usage.context_share``); a day is a UTC day. What this module adds is the running part: figures of a file's
-older rows kept, and those of files and sessions added (``Tally.add``, ``roll_up``). ``tests/test_guard.py``
+older rows kept, and those of files and sessions added (``Tally.add``, ``spend_of``). ``tests/test_guard.py``
 holds them to ``ctxtool stats``.
 
 Runs before every model call, so it imports only ``json``, ``os``, ``ctxtool.measure.tokens`` and
 ``ctxtool.measure.usage`` (``datetime`` when a request's day is needed): no dataclasses, pathlib, typing,
 msgspec, orjson or SQLite, each of which costs more to import than the rest of a warm call. Prices come in as
-plain tiers (``rates_of``) and are applied by ``cost``, which ``tests/test_guard.py`` holds equal to
-``ctxtool.measure.pricing.cost_of``.
+plain tiers (``rates_of``), priced by ``usage.cost`` as ``ctxtool.measure.pricing.cost_of`` prices them
+(``tests/test_guard.py``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from typing import Any
 
-    # A model's price tiers: (above, per_request, input, cached, output) as pricing.TierRates; None: no price.
-    Tiers = list[list[float]] | None
+    Tiers = list[list[float]] | None  # ``usage.Tiers`` as JSON keeps them
     Rates = Mapping[str, Tiers]
 
 # Bump when what the guard's state (``ctxtool.hooks.ledger``) or a running tally holds changes meaning.
@@ -86,14 +85,8 @@ class Tally:
         days: dict[str, list[float]] | None = None,  # UTC day -> [cost, priced, unpriced]
         unknown_models: list[str] | None = None,
     ) -> None:
-        self.requests, self.total, self.cost, self.priced, self.unpriced = (
-            requests,
-            total,
-            cost,
-            priced,
-            unpriced,
-        )
-        self.peak_live, self.limit = peak_live, limit
+        self.requests, self.total, self.cost = requests, total, cost
+        self.priced, self.unpriced, self.peak_live, self.limit = priced, unpriced, peak_live, limit
         self.days: dict[str, list[float]] = {} if days is None else days
         self.unknown_models: list[str] = [] if unknown_models is None else unknown_models
 
@@ -170,24 +163,6 @@ class Spend:
 # ------------------------------------------------------------------------------------------------ the figures
 
 
-def cost(
-    tiers: Tiers, input: int, cached: int | None, output: int, thoughts: int | None, tool: int | None
-) -> float | None:
-    """One request's cost by ``pricing.cost_of``'s rules, from plain tiers (``rates_of``): None for a model
-    without a price and for impossible counts (negative, or ``cached`` above ``input + tool``)."""
-    if tiers is None:
-        return None
-    cache, think, used = cached or 0, thoughts or 0, tool or 0
-    prompt = input + used
-    if min(input, output, cache, think, used) < 0 or cache > prompt:
-        return None
-    tier = tiers[0]
-    for candidate in tiers:
-        if prompt > candidate[0]:
-            tier = candidate
-    return tier[1] + tier[2] * (prompt - cache) + tier[3] * cache + tier[4] * (output + think)
-
-
 def rates_of(table: Any) -> dict[str, Tiers]:
     """A ``pricing.PriceTable``'s rates as plain tiers, unknown models as None (what the state keeps)."""
     out: dict[str, Tiers] = dict.fromkeys(table.unknown)
@@ -216,7 +191,7 @@ def tally_rows(rows: Sequence[Sequence[Any]], rates: Rates, before: str | None =
     out.requests, out.total = row["requests"], row["total"]
     out.peak_live, out.limit = row["peak_context"], row["context_limit"]
     costs = [
-        cost(rates[model] if model else None, r[INPUT], r[CACHED], r[OUTPUT], r[THOUGHTS], r[TOOL])
+        usage.cost(rates[model] if model else None, r[INPUT], r[CACHED], r[OUTPUT], r[THOUGHTS], r[TOOL])
         for r, model in zip(requests, models, strict=True)
     ]
     known, out.unpriced = usage.known_cost(costs)
@@ -261,23 +236,31 @@ def today(now: Any = None) -> str:
     return str(now.astimezone(UTC).date().isoformat())
 
 
-def roll_up(
-    tallies: Mapping[str, Mapping[str, Any]], roots: Mapping[str, str], day: str, key: str | None
-) -> tuple[Tally, Tally]:
-    """The session ``key`` with its subagents, and every session's requests of ``day``. ``tallies``: each
-    session's figures (``Tally.as_dict``); ``roots``: the session each subagent session adds to."""
+def spend_of(
+    state: Mapping[str, Any], transcript: str | os.PathLike[str] | None, read: int, resumed: int, summed: int
+) -> Spend:
+    """The spend a state holds: the session of ``transcript`` with its subagents, and every session's requests
+    of the state's day (a session's figures are its file's, or its files' summed by the frames). ``read``,
+    ``resumed``, ``summed``: ``Spend``'s counts of this call."""
+    files, sessions, day = state["files"], state["sessions"], state["day"]
+    target = os.path.abspath(transcript) if transcript else None
+    key = files[target]["session"] if target is not None and target in files else None
+    tallies = {
+        k: files[s["file"]]["tally"] if s["file"] is not None else s["tally"] for k, s in sessions.items()
+    }
+    roots = {k: s["root"] for k, s in sessions.items()}
     session = Tally()
     if key is not None:
         root = roots.get(key, key)
         for k, doc in tallies.items():
-            if roots.get(k, k) == root:
+            if roots[k] == root:
                 session.add(Tally.from_dict(doc), context=k == root)
     today = Tally()
     for doc in tallies.values():
         slot = doc["days"].get(day)
         if slot is not None:
             today.add(Tally(days={day: list(slot)}))
-    return session, today
+    return Spend(session, today, day, target if key is not None else None, read, resumed, summed)
 
 
 # --------------------------------------------------------------------------------- a file's running tally
@@ -292,34 +275,12 @@ class Running:
     __slots__ = ("before", "frozen", "head", "ids", "key", "offset", "path", "rows", "stamp", "tail")
 
     def __init__(self, path: str, key: str, stamp: list[int], offset: int, head: str, tail: str) -> None:
-        self.path, self.key, self.stamp, self.offset, self.head, self.tail = (
-            path,
-            key,
-            stamp,
-            offset,
-            head,
-            tail,
-        )
+        self.path, self.key, self.stamp = path, key, stamp
+        self.offset, self.head, self.tail = offset, head, tail
         self.frozen = Tally()
         self.before: str | None = None
         self.ids: list[str] = []
         self.rows: list[list[Any]] = []
-
-    @classmethod
-    def of_rows(
-        cls,
-        path: str,
-        key: str,
-        stamp: list[int],
-        mark: tuple[int, str, str],
-        rows: list[list[Any]],
-        rates: Rates,
-    ) -> Running:
-        """The running tally of a file read whole (``mark``: its offset and fingerprints, ``columns``')."""
-        running = cls(path, key, stamp, *mark)
-        running.rows = rows
-        running.freeze(rates)
-        return running
 
     @property
     def messages(self) -> int:

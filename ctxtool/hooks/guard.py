@@ -59,7 +59,7 @@ class GuardOptions:
         self.warn_at, self.fallback_model, self.fail_closed = warn_at, fallback_model, fail_closed
         self.cache_dir, self.scope = cache_dir, scope
 
-    def argv(self, *, scope: bool = True) -> list[str]:
+    def argv(self) -> list[str]:
         """These options as the command line that gives them (what ``ctxtool hooks install`` writes)."""
         out: list[str] = []
         for flag, kind, _ in BUDGETS:
@@ -73,7 +73,7 @@ class GuardOptions:
             out.append("--fail-closed")
         if self.cache_dir:
             out += ["--cache-dir", self.cache_dir]
-        if self.scope and scope:
+        if self.scope:
             out += ["--scope", self.scope]
         return out
 
@@ -234,16 +234,13 @@ def decide(spend: Any, opts: GuardOptions, request: Mapping[str, Any] | None = N
 
 def stop_reason(m: Measured, opts: GuardOptions) -> str:
     """What the user reads when a budget stops the agent: the budget, the spend, and how to raise it."""
-    raised = GuardOptions(
-        limits={**opts.limits, m.flag: _raised(m)},
-        warn_at=opts.warn_at,
-        fallback_model=opts.fallback_model,
-        fail_closed=opts.fail_closed,
-        cache_dir=opts.cache_dir,
-        scope=opts.scope,
-    )
+    import copy
+    import shlex
+
+    raised = copy.copy(opts)  # without its scope, which ``hooks install`` takes first
+    raised.limits, raised.scope = {**opts.limits, m.flag: _raised(m)}, None
     scope = ["--scope", opts.scope] if opts.scope else []
-    command = " ".join(["ctxtool", "hooks", "install", *scope, *_quoted(raised.argv(scope=False))])
+    command = " ".join(["ctxtool", "hooks", "install", *scope, *map(shlex.quote, raised.argv())])
     later = " or wait for the next UTC day" if m.flag == "--max-daily-cost" else " or start a new session"
     return (
         f"ctxtool guard: {m.what} is {format_limit(m.kind, m.value)}, at or past its budget of "
@@ -256,9 +253,7 @@ def _raised(m: Measured) -> float:
     if m.kind == "share":
         return min(1.0, max(m.limit * 1.5, m.value * 1.2))
     base = max(m.limit * 2, m.value * 1.5)
-    if m.kind == "tokens":
-        return float(_round_up(base))
-    return float(_round_up(base)) if base >= 1 else math.ceil(base * 100) / 100
+    return float(_round_up(base)) if m.kind == "tokens" or base >= 1 else math.ceil(base * 100) / 100
 
 
 def _round_up(x: float) -> int:
@@ -267,12 +262,6 @@ def _round_up(x: float) -> int:
         return 0
     step = 10 ** max(0, int(math.log10(x)) - 1)
     return int(math.ceil(x / step) * step)
-
-
-def _quoted(args: Sequence[str]) -> list[str]:
-    import shlex
-
-    return [shlex.quote(a) for a in args]
 
 
 def run(argv: Sequence[str], stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:

@@ -122,7 +122,7 @@ def _quick(
         files[name].update(stamp=now, tally=running.tally(rates).as_dict(), n_messages=running.messages)
     if grown:
         figures.write_json(path, state)
-    return _spend(state, transcript, state["day"], len(grown))
+    return figures.spend_of(state, transcript, len(grown), len(grown), 0)
 
 
 def _grown(
@@ -178,16 +178,3 @@ def _mtime(folder: str) -> int | None:
         return os.stat(folder).st_mtime_ns
     except OSError:
         return None
-
-
-def _spend(state: dict[str, Any], transcript: str | os.PathLike[str] | None, day: str, grown: int) -> Spend:
-    """The spend the state holds: each session's figures (its file's, or its files' summed by the frames)."""
-    files, sessions = state["files"], state["sessions"]
-    tallies = {
-        k: files[s["file"]]["tally"] if s["file"] is not None else s["tally"] for k, s in sessions.items()
-    }
-    roots = {k: s["root"] for k, s in sessions.items()}
-    target = os.path.abspath(transcript) if transcript else None
-    key = files[target]["session"] if target is not None and target in files else None
-    session, today = figures.roll_up(tallies, roots, day, key)
-    return Spend(session, today, day, target if key is not None else None, grown, grown)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,19 +48,11 @@ _COLUMNS = tuple(MESSAGE_COLUMNS.index(c) for c in _TALLIED)
 def data_roots(transcript: str | os.PathLike[str] | None) -> list[Path]:
     """Where the sessions are: the data root holding ``transcript`` first, then Gemini CLI's default roots
     (``GEMINI_CLI_HOME``), each once."""
-    roots: list[Path] = []
     found = figures.transcript_root(transcript)
-    if found is not None:
-        roots.append(Path(found))
-    roots += [root for root in default_roots() if root.is_dir()]
-    seen: set[str] = set()
-    out = []
-    for root in roots:
-        key = os.path.realpath(root)
-        if key not in seen:
-            seen.add(key)
-            out.append(root)
-    return out
+    seen: dict[str, Path] = {}
+    for root in [*([Path(found)] if found is not None else []), *filter(Path.is_dir, default_roots())]:
+        seen.setdefault(os.path.realpath(root), root)
+    return list(seen.values())
 
 
 def spend(
@@ -78,22 +70,14 @@ def spend(
     roots = [Path(r) for r in given] if given is not None else data_roots(transcript)
     folders = _folders(roots, derived=given is None)  # before discovery: a change after it shows next time
     scan = _scan(roots, state, Path(cache), {m for m in models if m})
-    sessions, sums = _group(scan, state["sessions"] if state is not None else {}, Path(cache))
+    sessions, summed, from_frames = _group(scan, state["sessions"] if state is not None else {}, Path(cache))
     target = os.path.abspath(transcript) if transcript else None
-    _keep_running(
-        scan, (sessions, sums), (cache, figures.figures_key(day)), active=state is not None, target=target
-    )
-    entries = scan.entries
+    key_of_day = figures.figures_key(day)
+    _keep_running(scan, sessions, summed, cache, key_of_day, active=state is not None, target=target)
     new = {"version": STATE_VERSION, "stamp": STAMP, "key": key, "day": day, "folders": folders,
-           "files": entries, "sessions": sums.sessions, "rates": scan.rates}  # fmt: skip
+           "files": scan.entries, "sessions": summed, "rates": scan.rates}  # fmt: skip
     figures.write_json(figures.state_file(cache, key), new)
-    tallies = {
-        k: s["tally"] if s["file"] is None else entries[s["file"]]["tally"] for k, s in sums.sessions.items()
-    }
-    owner = entries[target]["session"] if target is not None and target in entries else None
-    session, today = figures.roll_up(tallies, {k: s["root"] for k, s in sums.sessions.items()}, day, owner)
-    return Spend(session, today, day, target if owner is not None else None, len(scan.changed),
-                 sum(scan.resumed), sums.from_frames)  # fmt: skip
+    return figures.spend_of(new, transcript, len(scan.changed), sum(scan.resumed), from_frames)
 
 
 @dataclass(slots=True)
@@ -133,8 +117,10 @@ def _scan(roots: Sequence[Path], state: dict[str, Any] | None, cache_root: Path,
     return _Scan(files, stamps, changed, read, entries, rates, resumed)
 
 
-def _group(scan: _Scan, old: dict[str, Any], cache_root: Path) -> tuple[list[_Session], _Sessions]:
-    """The sessions, as the frames group the files, with their figures and the session each adds to."""
+def _group(scan: _Scan, old: dict[str, Any], cache_root: Path) -> tuple[list[_Session], dict[str, Any], int]:
+    """The sessions, as the frames group the files; each one's figures (its file's, or, when several of its
+    files hold requests, the stats engine's, kept until one of its files changes) and the session it adds to;
+    and how many the stats engine summed now."""
     from ctxtool.frames.grouping import group_sessions, link_parents, parent_ref_of
 
     entries = scan.entries
@@ -144,10 +130,27 @@ def _group(scan: _Scan, old: dict[str, Any], cache_root: Path) -> tuple[list[_Se
     parents = link_parents(
         (s.key, s.primary.project_dir, s.primary.session_id, refs[s.key]) for s in sessions
     )
-    sums = _tally_sessions(sessions, entries, scan.stamps, old, scan.files, cache_root)
+    summed: dict[str, Any] = {}
+    from_frames = 0
+    by_path = {str(sp.path): sp for sp in scan.files}
     for s in sessions:
-        sums.sessions[s.key]["root"] = parents.get(s.key, s.key)
-    return sessions, sums
+        for f in s.files:
+            entries[f.path]["session"] = s.key
+        core = [f for f in s.files if f.group_key == s.primary.group_key]
+        strays = [f for f in s.files if f.group_key != s.primary.group_key]
+        if len(core) == 1 and not any(entries[f.path]["tally"]["requests"] for f in strays):
+            summed[s.key] = {"file": core[0].path, "tally": None, "stamps": None}
+        else:
+            # Several files with requests (a legacy .json and its resume): the engine merges their copies.
+            member_stamps = {f.path: scan.stamps[f.path] for f in s.files}
+            kept = old.get(s.key)
+            if kept is None or kept.get("file") is not None or kept["stamps"] != member_stamps:
+                from_frames += 1
+                tally = _frames_tally([by_path[f.path] for f in s.files], cache_root)
+                kept = {"file": None, "tally": tally, "stamps": member_stamps}
+            summed[s.key] = {**kept}
+        summed[s.key]["root"] = parents.get(s.key, s.key)
+    return sessions, summed, from_frames
 
 
 def _folders(roots: Sequence[Path], *, derived: bool) -> dict[str, int | None] | None:
@@ -174,50 +177,12 @@ def _folders(roots: Sequence[Path], *, derived: bool) -> dict[str, int | None] |
     return out
 
 
-@dataclass(slots=True)
-class _Sessions:
-    """The sessions' figures as one call finds them: for each, the file whose figures are the session's, or
-    (several files with requests) the stats engine's sum and its files' stamps; and the session it adds to."""
-
-    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    from_frames: int = 0
-
-
-def _tally_sessions(
-    sessions: list[_Session],
-    entries: dict[str, Any],
-    stamps: dict[str, list[int] | None],
-    old: dict[str, Any],
-    files: list[SessionPath],
-    cache_root: Path,
-) -> _Sessions:
-    """Each session's figures: its file's, or, when several of its files hold requests, the stats engine's
-    (kept until one of its files changes)."""
-    sums = _Sessions()
-    by_path = {str(sp.path): sp for sp in files}
-    for s in sessions:
-        for f in s.files:
-            entries[f.path]["session"] = s.key
-        core = [f for f in s.files if f.group_key == s.primary.group_key]
-        strays = [f for f in s.files if f.group_key != s.primary.group_key]
-        if len(core) == 1 and not any(entries[f.path]["tally"]["requests"] for f in strays):
-            sums.sessions[s.key] = {"file": core[0].path, "tally": None, "stamps": None}
-            continue
-        # Several files with requests (a legacy .json and its resume): the stats engine merges their copies.
-        member_stamps = {f.path: stamps[f.path] for f in s.files}
-        kept = old.get(s.key)
-        if kept is None or kept.get("file") is not None or kept["stamps"] != member_stamps:
-            sums.from_frames += 1
-            summed = _frames_tally([by_path[f.path] for f in s.files], cache_root)
-            kept = {"file": None, "tally": summed, "stamps": member_stamps}
-        sums.sessions[s.key] = {**kept}
-    return sums
-
-
 def _keep_running(
     scan: _Scan,
-    grouped: tuple[list[_Session], _Sessions],
-    where: tuple[str, str],
+    sessions: list[_Session],
+    summed: dict[str, Any],
+    cache: str,
+    key: str,
     *,
     active: bool,
     target: str | None,
@@ -225,9 +190,7 @@ def _keep_running(
     """Mark the files a warm call may extend by their appended records alone, and keep the running tally of
     those read now: a session of this one file, whose growth cannot regroup the sessions (no other file in
     its folder has its session id). Only files that changed since the last call (``active``), or the
-    transcript's, get one: most sessions never grow again. ``where``: the cache and the figures' key."""
-    sessions, sums = grouped
-    cache, key = where
+    transcript's, get one: most sessions never grow again. ``key``: the figures' (``figures.figures_key``)."""
     entries, read = scan.entries, scan.read
     ids: dict[tuple[str, str | None], int] = {}
     for entry in entries.values():
@@ -237,7 +200,7 @@ def _keep_running(
     for entry in entries.values():
         entry["quick"] = False
     for s in sessions:
-        if len(s.files) != 1 or sums.sessions[s.key]["file"] is None:
+        if len(s.files) != 1 or summed[s.key]["file"] is None:
             continue
         name = s.files[0].path
         entry = entries[name]
@@ -249,8 +212,9 @@ def _keep_running(
         _, fc, rows = read[name]
         if fc.resume_offset is None or fc.head_hash is None or fc.tail_hash is None:
             continue
-        mark = (fc.resume_offset, fc.head_hash, fc.tail_hash)
-        running = Running.of_rows(name, key, entry["stamp"], mark, rows, scan.rates)
+        running = Running(name, key, entry["stamp"], fc.resume_offset, fc.head_hash, fc.tail_hash)
+        running.rows = rows
+        running.freeze(scan.rates)
         figures.write_json(figures.running_file(cache, name), running.to_doc())
 
 
@@ -294,18 +258,8 @@ def _meta_columns(sp: SessionPath, entry: dict[str, Any]) -> FileColumns:
     """A file's facts for grouping (no rows), as ``ctxtool.frames.grouping`` takes them."""
     from ctxtool.session.columns import FileColumns
 
-    return FileColumns(
-        path=str(sp.path),
-        group_key=sp.group_key,
-        project=sp.project,
-        project_dir=sp.project_dir,
-        parent_ref=sp.parent_ref,
-        era=entry["era"],
-        session_id=entry["session_id"],
-        kind=entry["kind"],
-        n_messages=entry["n_messages"],
-        checkpoints=entry["checkpoints"],
-    )
+    facts = {k: entry[k] for k in ("era", "session_id", "kind", "n_messages", "checkpoints")}
+    return FileColumns(str(sp.path), sp.group_key, sp.project, sp.project_dir, sp.parent_ref, **facts)
 
 
 def _frames_tally(files: Sequence[SessionPath], cache_root: Path) -> dict[str, Any]:

@@ -2,25 +2,22 @@
 
 Owns: where the settings live (user: ``$GEMINI_CLI_HOME/.gemini/settings.json``, else ``~/.gemini/…``,
 as Gemini CLI 0.61.0's ``Storage.getGlobalSettingsPath`` and ``homedir``; project:
-``<folder>/.gemini/settings.json``),
-which entries are ctxtool's (hook configs named ``ctxtool-guard`` and ``ctxtool-archive``), and editing the
-file as text: Gemini CLI reads it with ``JSON.parse(stripJsonComments(content))`` (``loadSettings``), so a
-file may hold comments and its author's layout, both of which a re-serialised file would lose. The edits are
-splices at the spans a small JSON-with-comments parser finds: installing adds ctxtool's groups after the
-existing ones (creating ``hooks`` and the event arrays when missing), in the file's indentation and line
-endings (CRLF or LF), keeping a UTF-8 BOM; uninstalling removes exactly those spans, and the containers it
+``<folder>/.gemini/settings.json``), which entries are ctxtool's (hook configs named ``ctxtool-guard`` and
+``ctxtool-archive``), and editing the file as text: Gemini CLI reads it with
+``JSON.parse(stripJsonComments(content))`` (``loadSettings``), so a file may hold comments and its author's
+layout, which a re-serialised file would lose. The edits are splices at the spans a small JSON-with-comments
+parser finds, in the file's indentation and line endings (CRLF or LF), keeping a UTF-8 BOM: installing adds
+ctxtool's groups after the existing ones; uninstalling removes exactly those spans, and the containers install
 created once they are empty, so the rest of the file stays byte for byte.
 
-Uninstall gives back the exact bytes install found, an absent file as an absent file: the backup
-(``settings.json.ctxtool-backup``) holds the file as it was before ctxtool's hooks went in, and when
-installing today's hooks into it gives today's file byte for byte, it is that file (a re-install with
-other options keeps it: the file differs from it only in ctxtool's hooks). When the user changed something
-since, only ctxtool's hooks go, and the containers the backup had stay. An install that changes nothing
-writes nothing. A symlinked settings file (dotfiles) stays a link: its target is edited.
+Uninstall gives back the exact bytes install found, an absent file as an absent file, from the backup
+(``settings.json.ctxtool-backup``: the file before ctxtool's hooks went in, see ``_before``); when the user
+changed something since, only ctxtool's hooks go. An install that changes nothing writes nothing. A symlinked
+settings file (dotfiles) stays a link: its target is edited.
 
-Every write is atomic and compare-and-swap: right before the rename the file is read again, and when it
-changed (Gemini CLI saved a setting meanwhile) the edit is made again on what it holds now, a few times at
-most, then refused. Must not: re-serialise the file, print, or import the CLI.
+Every write is atomic and compare-and-swap: when the file changed right before the rename (Gemini CLI saved a
+setting meanwhile) the edit is made again on what it holds now, a few times at most, then refused. Must not:
+re-serialise the file, print, or import the CLI.
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ import os
 import shlex
 import sys
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,11 +106,8 @@ class _Parser:
         self.skip()
         if self.i >= len(self.text):
             raise self.fail("the text ends where a value should be")
-        c = self.text[self.i]
-        if c == "{":
-            return self.obj()
-        if c == "[":
-            return self.arr()
+        if self.text[self.i] in "{[":
+            return self.container()
         start = self.i
         decoder = json.JSONDecoder()
         try:
@@ -123,53 +117,35 @@ class _Parser:
         self.i = end
         return Node("scalar", start, end, value=value)
 
-    def obj(self) -> Node:
-        node = Node("object", self.i, -1)
+    def container(self) -> Node:
+        """An object or an array, from its opening bracket."""
+        kind, close = ("object", "}") if self.text[self.i] == "{" else ("array", "]")
+        node = Node(kind, self.i, -1)
         self.i += 1
         self.skip()
-        if self.text.startswith("}", self.i):
-            self.i += 1
-            node.end = self.i
-            return node
-        while True:
-            self.skip()
-            key = self.value()
-            if key.kind != "scalar" or not isinstance(key.value, str):
-                raise self.fail("an object key that is not a string")
-            self.skip()
-            if not self.text.startswith(":", self.i):
-                raise self.fail("a ':' is missing after a key")
-            self.i += 1
-            node.members.append(Member(key.value, key.start, self.value()))
-            self.skip()
-            if self.text.startswith(",", self.i):
-                self.i += 1
-                continue
-            if self.text.startswith("}", self.i):
-                self.i += 1
-                node.end = self.i
-                return node
-            raise self.fail("a ',' or '}' is missing")
-
-    def arr(self) -> Node:
-        node = Node("array", self.i, -1)
+        if not self.text.startswith(close, self.i):
+            while True:
+                if kind == "array":
+                    node.items.append(self.value())
+                else:
+                    key = self.value()
+                    if key.kind != "scalar" or not isinstance(key.value, str):
+                        raise self.fail("an object key that is not a string")
+                    self.skip()
+                    if not self.text.startswith(":", self.i):
+                        raise self.fail("a ':' is missing after a key")
+                    self.i += 1
+                    node.members.append(Member(key.value, key.start, self.value()))
+                self.skip()
+                if self.text.startswith(",", self.i):
+                    self.i += 1
+                elif self.text.startswith(close, self.i):
+                    break
+                else:
+                    raise self.fail(f"a ',' or '{close}' is missing")
         self.i += 1
-        self.skip()
-        if self.text.startswith("]", self.i):
-            self.i += 1
-            node.end = self.i
-            return node
-        while True:
-            node.items.append(self.value())
-            self.skip()
-            if self.text.startswith(",", self.i):
-                self.i += 1
-                continue
-            if self.text.startswith("]", self.i):
-                self.i += 1
-                node.end = self.i
-                return node
-            raise self.fail("a ',' or ']' is missing")
+        node.end = self.i
+        return node
 
 
 def parse(text: str) -> Node:
@@ -218,12 +194,6 @@ def _line_indent(text: str, at: int) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def _newline(text: str) -> str:
-    """The file's line ending, as its first line ends (LF when it has a single line)."""
-    at = text.find("\n")
-    return "\r\n" if at > 0 and text[at - 1] == "\r" else "\n"
-
-
 def _render(value: Any, indent: str, step: str, nl: str = "\n") -> str:
     """``value`` as JSON laid out like the file: nested lines indented from ``indent`` by ``step``, ending
     in ``nl``."""
@@ -244,44 +214,30 @@ def _step(text: str, root: Node) -> str:
     return "  "
 
 
-def _into_empty(text: str, node: Node, piece: str, step: str, nl: str) -> str:
-    """``piece`` as the only element of the empty ``node``: on a line of its own when the file has lines
-    and nothing but blanks is inside (``_cut`` takes the lines away again)."""
+def _insert(text: str, node: Node, key: str | None, value: Any, step: str, nl: str = "\n") -> str:
+    """Add ``value`` (``"key": value`` in an object) as the last element of ``node``: the inverse of
+    ``_cut`` on it."""
+    elements = node.members if node.kind == "object" else node.items
+    prefix = "" if key is None else f"{json.dumps(key)}: "
+    if elements:
+        first, last = elements[0], elements[-1]
+        sep = text[node.start + 1 : first.start]
+        indent = _line_indent(text, first.start)
+        inline = "\n" not in sep
+        piece = f",{sep or ' '}{prefix}{_render(value, indent, '' if inline else step, nl)}"
+        return text[: last.end] + piece + text[last.end :]
+    piece = prefix + _render(value, _line_indent(text, node.start) + step, step, nl)
+    # The only element: on a line of its own when the file has lines and nothing but blanks is inside
+    # (``_cut`` takes the lines away again).
     if step and not text[node.start + 1 : node.end - 1].strip():
         closing = _line_indent(text, node.start)
         return f"{text[: node.start + 1]}{nl}{closing}{step}{piece}{nl}{closing}{text[node.end - 1 :]}"
     return text[: node.start + 1] + piece + text[node.start + 1 :]
 
 
-def _insert_member(text: str, obj: Node, key: str, value: Any, step: str, nl: str = "\n") -> str:
-    """Add ``"key": value`` as the last member of ``obj`` (the inverse of ``_remove_member`` on it)."""
-    if obj.members:
-        first, last = obj.members[0], obj.members[-1]
-        sep = text[obj.start + 1 : first.start]
-        indent = _line_indent(text, first.start)
-        inline = "\n" not in sep
-        piece = f",{sep or ' '}{json.dumps(key)}: {_render(value, indent, '' if inline else step, nl)}"
-        return text[: last.end] + piece + text[last.end :]
-    indent = _line_indent(text, obj.start) + step
-    return _into_empty(text, obj, f"{json.dumps(key)}: {_render(value, indent, step, nl)}", step, nl)
-
-
-def _insert_item(text: str, arr: Node, value: Any, step: str, nl: str = "\n") -> str:
-    """Add ``value`` as the last item of ``arr`` (the inverse of ``_remove_item`` on it)."""
-    if arr.items:
-        first, last = arr.items[0], arr.items[-1]
-        sep = text[arr.start + 1 : first.start]
-        indent = _line_indent(text, first.start)
-        inline = "\n" not in sep
-        piece = f",{sep or ' '}{_render(value, indent, '' if inline else step, nl)}"
-        return text[: last.end] + piece + text[last.end :]
-    indent = _line_indent(text, arr.start) + step
-    return _into_empty(text, arr, _render(value, indent, step, nl), step, nl)
-
-
 def _cut(text: str, inside: Node, spans: Sequence[tuple[int, int]], at: int) -> tuple[int, int]:
     """The text to remove for element ``at`` of ``spans`` (the elements of ``inside``), with the separator
-    that goes with it; the last element goes with the blanks around it, as ``_into_empty`` put it."""
+    that goes with it; the last element goes with the blanks around it, as ``_insert`` put it."""
     start, end = spans[at]
     if len(spans) == 1:
         first, last = inside.start + 1, inside.end - 1
@@ -347,83 +303,75 @@ def _next_removal(text: str, root: Node, emptied: set[str], keep: Collection[str
 def add_ours(text: str, hooks: Sequence[Hook]) -> str:
     """``text`` with ``hooks`` added, each as a group of its own after the event's existing groups."""
     step = _step(text, parse(text))
-    nl = _newline(text)
+    first = text.find("\n")  # the file's line ending, as its first line ends (LF when it has one line)
+    nl = "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
     if not text.strip():
         text = "{}" + nl
     for hook in hooks:
         root = parse(text)
         section = next((m for m in root.members if m.key == "hooks"), None)
         if section is None:
-            text = _insert_member(text, root, "hooks", {hook.event: [hook.group()]}, step, nl)
+            text = _insert(text, root, "hooks", {hook.event: [hook.group()]}, step, nl)
             continue
         if section.value.kind != "object":
             raise CtxtoolError('"hooks" is not an object', "Fix settings.json so Gemini CLI can read it")
         event = next((m for m in section.value.members if m.key == hook.event), None)
         if event is None:
-            text = _insert_member(text, section.value, hook.event, [hook.group()], step, nl)
+            text = _insert(text, section.value, hook.event, [hook.group()], step, nl)
         elif event.value.kind != "array":
             raise CtxtoolError(f'"hooks.{hook.event}" is not a list', "Fix settings.json first")
         else:
-            text = _insert_item(text, event.value, hook.group(), step, nl)
+            text = _insert(text, event.value, None, hook.group(), step, nl)
     return text
+
+
+def _our_groups(text: str) -> Iterator[tuple[str, Any, list[Any]]]:
+    """The event, the group and its hooks of each hook group in a settings text that holds ctxtool's."""
+    section = to_python(parse(text)).get("hooks")
+    for event, groups in section.items() if isinstance(section, dict) else []:
+        for group in groups if isinstance(groups, list) else []:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            if isinstance(inner, list) and any(_is_ours(h) for h in inner):
+                yield event, group, inner
 
 
 def installed(text: str) -> list[dict[str, Any]]:
     """ctxtool's hook configs in a settings text, each with its ``event``."""
-    data = to_python(parse(text))
-    out = []
-    for event, groups in (data.get("hooks") or {}).items() if isinstance(data.get("hooks"), dict) else []:
-        for group in groups if isinstance(groups, list) else []:
-            for hook in group.get("hooks") or [] if isinstance(group, dict) else []:
-                if _is_ours(hook):
-                    out.append({"event": event, **hook})
-    return out
+    return [{"event": event, **h} for event, _, inner in _our_groups(text) for h in inner if _is_ours(h)]
 
 
 def as_installed(text: str) -> list[Hook] | None:
     """ctxtool's hooks in a settings text in file order, when each is as ``add_ours`` writes it (alone in a
     group of its own, nothing added); None when one is not."""
-    data = to_python(parse(text))
-    section = data.get("hooks")
     out: list[Hook] = []
-    for event, groups in section.items() if isinstance(section, dict) else []:
-        for group in groups if isinstance(groups, list) else []:
-            inner = group.get("hooks") if isinstance(group, dict) else None
-            if not isinstance(inner, list) or not any(_is_ours(h) for h in inner):
-                continue
-            if len(inner) != 1 or not {"name", "command", "timeout"} <= set(inner[0]):
-                return None
-            h = inner[0]
-            hook = Hook(event, h["name"], h["command"], h["timeout"], group.get("matcher"))
-            if hook.group() != group:
-                return None
-            out.append(hook)
+    for event, group, inner in _our_groups(text):
+        if len(inner) != 1 or not {"name", "command", "timeout"} <= set(inner[0]):
+            return None
+        h = inner[0]
+        hook = Hook(event, h["name"], h["command"], h["timeout"], group.get("matcher"))
+        if hook.group() != group:
+            return None
+        out.append(hook)
     return out
 
 
 # ------------------------------------------------------------------------------------- files and commands
 
 
-def settings_path(scope: str, project: str | Path | None = None) -> Path:
+def settings_path(scope: str) -> Path:
     if scope == "user":
         home = os.environ.get("GEMINI_CLI_HOME")
-        return (
-            Path(home).expanduser() / ".gemini" / "settings.json"
-            if home
-            else Path.home() / ".gemini" / "settings.json"
-        )
+        return (Path(home).expanduser() if home else Path.home()) / ".gemini" / "settings.json"
     if scope == "project":
-        return Path(project or os.getcwd()).resolve() / ".gemini" / "settings.json"
+        return Path.cwd().resolve() / ".gemini" / "settings.json"
     raise CtxtoolError(f"unknown scope {scope!r}", "Use --scope user or --scope project")
 
 
 def ctxtool_command() -> list[str]:
     """How Gemini CLI should run this ctxtool, by absolute path (its environment may lack the PATH)."""
     script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    if script is not None and script.name == "ctxtool":
-        found = script if script.is_absolute() else Path(os.path.abspath(script))
-        if found.is_file():
-            return [str(found.resolve())]
+    if script is not None and script.name == "ctxtool" and script.is_file():
+        return [str(script.resolve())]
     beside = Path(sys.executable).parent / "ctxtool"
     if beside.is_file():
         return [str(beside)]
@@ -434,9 +382,7 @@ def hooks_for(
     guard_args: Sequence[str], archive_to: str | None, command: Sequence[str] | None = None
 ) -> list[Hook]:
     base = list(command or ctxtool_command())
-    out = [
-        Hook("BeforeModel", GUARD_NAME, shlex.join([*base, "guard", *guard_args]), GUARD_TIMEOUT_MS, "*"),
-    ]
+    out = [Hook("BeforeModel", GUARD_NAME, shlex.join([*base, "guard", *guard_args]), GUARD_TIMEOUT_MS, "*")]
     if archive_to is not None:
         archive = shlex.join([*base, "archive", "--to", archive_to])
         out += [
@@ -475,16 +421,7 @@ def _backup_path(path: Path) -> Path:
     return path.with_name(path.name + BACKUP_SUFFIX)
 
 
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):  # (a file where the folder should be: said on writing)
-        return None
-    except OSError as exc:
-        raise CtxtoolError(f"{path}: cannot be read ({exc})", "Check its permissions") from None
-
-
-def _read_stamped(target: Path) -> tuple[bytes | None, FileStamp | None]:
+def _read(target: Path) -> tuple[bytes | None, FileStamp | None]:
     """The bytes of ``target`` and what they looked like (fstat of the same open file), for the swap."""
     from ctxtool.session.write import FileStamp
 
@@ -492,7 +429,7 @@ def _read_stamped(target: Path) -> tuple[bytes | None, FileStamp | None]:
         with target.open("rb") as fh:
             data = fh.read()
             st = os.fstat(fh.fileno())
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError):  # (a file where the folder should be: said on writing)
         return None, None
     except OSError as exc:
         raise CtxtoolError(f"{target}: cannot be read ({exc})", "Check its permissions") from None
@@ -502,7 +439,7 @@ def _read_stamped(target: Path) -> tuple[bytes | None, FileStamp | None]:
 def _decode(data: bytes) -> tuple[str, bool]:
     """The text of a settings file and whether it starts with a UTF-8 BOM (kept on writing)."""
     bom = data.startswith(codecs.BOM_UTF8)
-    return data[len(codecs.BOM_UTF8) :].decode("utf-8") if bom else data.decode("utf-8"), bom
+    return data.removeprefix(codecs.BOM_UTF8).decode("utf-8"), bom
 
 
 def _encode(text: str, bom: bool) -> bytes:
@@ -594,7 +531,7 @@ def _swap(target: Path, found: bytes | None, stamp: FileStamp | None, new: bytes
                 raise changed from None
             raise
     elif new is None:
-        if _read(target) != found:
+        if _read(target)[0] != found:
             raise changed
         try:
             target.unlink()
@@ -605,15 +542,6 @@ def _swap(target: Path, found: bytes | None, stamp: FileStamp | None, new: bytes
         replace_checked(target, new, stamp)
 
 
-def _put_back(backup: Path, previous: bytes | None) -> None:
-    from ctxtool.session.write import atomic_write
-
-    if previous is None:
-        backup.unlink(missing_ok=True)
-    else:
-        atomic_write(backup, previous)
-
-
 def _edit(path: Path, plan: Callable[[bytes | None], _Edit | None]) -> tuple[bytes | None, bool, Path | None]:
     """Apply ``plan`` (the bytes found -> the edit, None for none) to ``path`` as a compare-and-swap, again
     on a fresh read when the file changed meanwhile. Returns the bytes the file holds now, whether they
@@ -622,20 +550,23 @@ def _edit(path: Path, plan: Callable[[bytes | None], _Edit | None]) -> tuple[byt
 
     target = _target(path)
     for _ in range(ATTEMPTS):
-        found, stamp = _read_stamped(target)
+        found, stamp = _read(target)
         edit = plan(found)
         if edit is None:
             return found, False, None
         backup, previous = None, None
         if edit.backup and found is not None:
             backup = _backup_path(path)
-            previous = _read(backup)
+            previous = _read(backup)[0]
             atomic_write(backup, found, like=target)  # a private settings file keeps a private backup
         try:
             _swap(target, found, stamp, edit.new)
         except FileChangedError:
             if backup is not None:  # the next attempt reads the backup as it was (see _before)
-                _put_back(backup, previous)
+                if previous is None:
+                    backup.unlink(missing_ok=True)
+                else:
+                    atomic_write(backup, previous)
             continue
         return edit.new, True, backup
     raise CtxtoolError(
@@ -665,15 +596,11 @@ def _install_edit(path: Path, found: bytes | None, hooks: Sequence[Hook]) -> _Ed
 
 
 def _uninstall_edit(path: Path, found: bytes | None) -> _Edit | None:
-    if found is None:
-        return None
-    text, bom = _text(path, found)
+    text, bom = _text(path, found)  # (no file: an empty text, without ctxtool's hooks)
     if not installed(text):
         return None
     before = _before(path, found)
-    if before is not None:
-        return _Edit(before.data, True)
-    return _Edit(_encode(remove_ours(text, _kept(path)), bom), True)
+    return _Edit(before.data if before is not None else _encode(remove_ours(text, _kept(path)), bom), True)
 
 
 def install(path: Path, hooks: Sequence[Hook]) -> Change:
@@ -689,7 +616,4 @@ def uninstall(path: Path) -> Change:
 
 
 def status(path: Path) -> list[dict[str, Any]]:
-    data = _read(path)
-    if data is None:
-        return []
-    return installed(_text(path, data)[0])
+    return installed(_text(path, _read(path)[0])[0])

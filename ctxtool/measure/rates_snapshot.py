@@ -1,25 +1,10 @@
 """Generate the rates shipped in the package (``rates_snapshot.json``) from the installed genai-prices.
 
-A new user's first run would otherwise import genai-prices and load its data (about 0.2 s of CPU) only to
-derive the rates of a handful of models. The snapshot holds, for a set of model names, the rates exactly as
-:func:`ctxtool.measure.pricing.price_table` derives them from the library (``_model_rates``, or unknown), so
-that :mod:`ctxtool.measure.pricing` can answer from it without importing the library, when the installed
-genai-prices is the one it was generated from (see :func:`~ctxtool.measure.pricing.installed_genai_prices`).
-
-Which names: every model of the ``google`` provider in genai-prices (its ``id``), plus the names given (``make
-rates`` gives the names Gemini CLI 0.61.0 uses and the names in the fixtures and the real sessions: see
-``bench/rates_snapshot.py``). A name the library does not know (Gemini CLI's routing alias ``auto-gemini-3``)
-is stored as unknown, as ``price_table`` reports it.
-
-Which days: genai-prices keeps dated prices (``ConditionalPrice`` and ``PriceVariant`` with a
-``StartDateConstraint``: the price applies from that UTC day on). The days at which any of those constraints
-of the covered models starts cut time into windows in which no price changes. The snapshot holds the window
-around the generation day and every later one, each with its rates; before the first, the library is asked.
-A model with a price that depends on the time of day (``TimeOfDateConstraint``, or a kind of constraint this
-module does not know) is left out: for it, too, the library is asked.
-
-Never edited by hand: ``make rates`` writes it, and ``tests/test_rates_snapshot.py`` builds it again from the
-installed library and compares.
+The snapshot holds the rates exactly as ``pricing.price_table`` derives them, for every model of the
+``google`` provider plus the names given (``bench/rates_snapshot.py``), so a first run need not load the
+library's data (about 0.2 s). The days at which a dated price (``StartDateConstraint``) starts cut time into
+windows in which no price changes; the snapshot holds the window around the generation day and every later
+one. A model whose price depends on the time of day is left out. ``make rates`` writes it.
 """
 
 from __future__ import annotations

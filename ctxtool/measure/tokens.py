@@ -1,8 +1,5 @@
 """Context-window limits of Gemini models, as Gemini CLI's ``tokenLimit()`` knows them, and what a recorded
-response counts (its ``total``, its uncached ``input``).
-
-Lives at the bottom layer so that the session reader, the frames, ``diff`` and the compression port use one
-table and one accounting.
+response counts (its ``total``, its uncached ``input``): one table and one accounting for every layer.
 """
 
 from __future__ import annotations
@@ -26,12 +23,9 @@ def token_limit(model: str | None) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- accounting
-# What a recorded response counts, for every command (stats, diff, audit, compact's report). Gemini CLI
-# records ``tokens = {input, output, cached, thoughts, tool, total}`` per response (chatRecordingService.ts
-# ``recordMessageTokens``): ``input`` is the whole prompt (``promptTokenCount``), ``cached`` the part of it
-# served from the cache, and ``total`` is ``totalTokenCount ?? 0``, so a response whose usage lacked
-# ``totalTokenCount`` is recorded with ``total: 0`` beside non-zero parts.
-
+# Gemini CLI records ``tokens = {input, output, cached, thoughts, tool, total}`` per response
+# (chatRecordingService.ts ``recordMessageTokens``): ``input`` is the whole prompt (``promptTokenCount``),
+# ``cached`` the part of it served from the cache, ``total`` is ``totalTokenCount ?? 0``.
 # The counts Gemini CLI records per response (``TokensSummary`` in ctxtool.session.schema), in its order.
 TOKEN_KEYS: tuple[str, ...] = ("input", "output", "cached", "thoughts", "tool", "total")
 
@@ -42,9 +36,8 @@ REPORT_TOKEN_KEYS = ("input", "output", "cached", "prompt_tokens", "thoughts", "
 
 
 def cache_ratio(cached: int, prompt: int) -> float | None:
-    """The share of a prompt served from the cache: ``cached / prompt`` of the same rows' sums (Gemini's
-    prompt count holds the cached tokens), None when no prompt tokens were counted. The one statement of it
-    for rows, roll-ups, groups and totals (``ctxtool.frames.model.cache_ratio_expr`` is it on frames)."""
+    """The share of a prompt served from the cache, ``cached / prompt`` of the same rows' sums (the prompt
+    holds the cached tokens); None without prompt tokens. For rows, roll-ups, groups and totals alike."""
     return cached / prompt if prompt > 0 else None
 
 
@@ -70,8 +63,7 @@ def parts_total(prompt: int, output: int, thoughts: int, tool: int) -> int:
 
 def request_total(recorded: int | None, prompt: int, output: int, thoughts: int, tool: int) -> int:
     """A response's total: the recorded ``total`` when it is above 0, else the sum of its parts (a recorded 0
-    or a missing total means the API did not say, not that nothing was billed). A recorded total that
-    disagrees with its parts is kept as recorded (``total_disagrees`` says so)."""
+    or a missing total means the API did not say). A total that disagrees with its parts is kept."""
     if recorded is not None and recorded > 0:
         return recorded
     return parts_total(prompt, output, thoughts, tool)
@@ -85,8 +77,7 @@ def total_disagrees(total: int, prompt: int, output: int, thoughts: int, tool: i
 
 def report_tokens(tokens: object) -> dict[str, int] | None:
     """A recorded ``tokens`` object as the reports count it (``REPORT_TOKEN_KEYS``), or None when it is not
-    an object (no request was recorded). ``input`` is the prompt without the cached tokens: the figure
-    ``stats`` reports (``frames.with_uncached_input`` is the same rule on the frames)."""
+    an object (no request was recorded). ``input`` is the prompt without the cached tokens."""
     if not isinstance(tokens, dict):
         return None
     prompt, output, cached, thoughts, tool = (

@@ -1,16 +1,14 @@
-"""The figures of a session's requests: the one statement of the rules ``ctxtool stats`` (the plain-Python
-engine, ``ctxtool.frames.tally``) and the ``guard`` hook (``ctxtool.hooks.figures``) both count by.
+"""The figures of a session's requests: the one statement of the rules ``ctxtool stats`` (``frames.tally``)
+and the ``guard`` hook (``hooks.figures``) both count by.
 
 Owns: the model a request recorded without one is billed at (``filled``), what a row takes of its requests
-(``request_figures``: their count and token sums, the last and largest live prompt, the context window and
-the share of it the peak took, the cache ratio, the models), the context window of a set of requests
-(``context_limit``, of Gemini CLI's ``tokenLimit``: ``ctxtool.measure.tokens.token_limit``) and a peak's share
-of it (``context_share``), and the cost of requests of which some may have no price (``known_cost``, and
-``known_sum`` for sums already made). Does not price a request (``ctxtool.measure.pricing``) nor read a file.
+(``request_figures``), the context window of a set of requests (``context_limit``) and a peak's share of it
+(``context_share``), a request's cost from its model's price tiers (``cost``, ``price``: the tiers come from
+``ctxtool.measure.pricing``) and the cost of requests of which some may have no price (``known_cost``,
+``known_sum``). Does not look a price up nor read a file.
 
 Standard library only, and no ``typing`` at run time: the guard imports it on the warm call it answers before
-every model call, where importing msgspec, orjson, polars, dataclasses or typing would cost more than the rest
-of the call (docs/hooks.md).
+every model call, where importing msgspec, polars or typing would cost more than the call (docs/hooks.md).
 """
 
 from __future__ import annotations
@@ -21,15 +19,26 @@ from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, TOKEN_KEYS, cache_ratio,
 
 TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from typing import Any
 
-__all__ = ["context_limit", "context_share", "filled", "known_cost", "known_sum", "request_figures"]
+    # A model's price tiers: (above, per_request, input, cached, output) as pricing.TierRates; None: no price.
+    Tiers = Sequence[Sequence[float]]
+
+__all__ = [
+    "context_limit",
+    "context_share",
+    "cost",
+    "filled",
+    "known_cost",
+    "known_sum",
+    "price",
+    "request_figures",
+]
 
 
 def filled(models: list[str | None]) -> list[str | None]:
-    """Each request's model, a missing one taken from the request before it, else the one after
-    (``frames.build._derive``: ``forward_fill().backward_fill()`` over the session)."""
+    """Each request's model, a missing one taken from the request before it, else the one after."""
     if None not in models:
         return models
     out = models[:]
@@ -49,8 +58,7 @@ def filled(models: list[str | None]) -> list[str | None]:
 
 
 def context_limit(models: Iterable[str | None]) -> int:
-    """The context window of requests of ``models`` (each one's, a missing one's the default): the largest
-    ``token_limit`` among them, the default when there are none."""
+    """The context window of requests of ``models``: their largest ``token_limit`` (or the default)."""
     return max(map(token_limit, set(models)), default=DEFAULT_TOKEN_LIMIT)
 
 
@@ -62,10 +70,9 @@ def context_share(peak: int | None, limit: int) -> float | None:
 def request_figures(
     models: list[str | None], tokens: list[list[int | None]], live: list[bool]
 ) -> dict[str, Any]:
-    """What a session's row takes of its requests (each one's model, ``TOKEN_KEYS`` and whether it is
-    live), and the ratios of them: the one statement of them, for a session's whole history and for what a
-    filter or the live view keeps of it alike (``ctxtool.frames.views``), so that no row keeps a ratio or a
-    peak of requests it no longer counts. Costs apart (``known_cost``)."""
+    """What a session's row takes of its requests (each one's model, ``TOKEN_KEYS`` and whether it is live):
+    their count and token sums, the last and largest live prompt, the context window and the peak's share of
+    it, the cache ratio, the models. For a whole history and for what a filter keeps of it alike."""
     row: dict[str, Any] = {"requests": len(models)}
     for name, values in zip(TOKEN_KEYS, tokens, strict=True):
         row[name] = sum(filter(None, values))
@@ -81,13 +88,38 @@ def request_figures(
 
 def known_sum(cost: float, priced: int, unpriced: int) -> float | None:
     """The cost of requests whose ``priced`` known costs sum to ``cost`` and of which ``unpriced`` have no
-    known price: None only when there are requests and none has a price (an unknown cost is never $0)."""
+    price: None only when none has a price (an unknown cost is never $0)."""
     return None if priced == 0 and unpriced > 0 else cost
 
 
 def known_cost(costs: list[float | None]) -> tuple[float | None, int]:
-    """The cost of requests (``costs``: each one's, None when its model has no known price) and how many have
-    none: the known part summed exactly; None only when there are requests and none has a price."""
+    """The cost of requests (``costs``: None where unknown), summed exactly, and how many have none."""
     known = [cost for cost in costs if cost is not None]
     unpriced = len(costs) - len(known)
     return known_sum(math.fsum(known), len(known), unpriced), unpriced
+
+
+def cost(
+    tiers: Tiers | None, input: int, cached: int | None, output: int, thoughts: int | None, tool: int | None
+) -> float | None:
+    """One request's cost: None for a model without a price (``tiers`` None) and for impossible counts (a
+    negative one, or more cached than the prompt, input and tool results, holds); ``cached``, ``thoughts`` and
+    ``tool`` count as 0 when None."""
+    if tiers is None:
+        return None
+    cache, think, used = cached or 0, thoughts or 0, tool or 0
+    if min(input, output, cache, think, used) < 0 or cache > input + used:
+        return None
+    return price(tiers, input + used, cache, output + think)
+
+
+def price(tiers: Tiers, prompt: int, cache: int, billed_output: int) -> float:
+    """The cost of a request of possible counts: ``prompt`` tokens (input and tool results) of which ``cache``
+    were cached, and ``billed_output`` (output and thoughts). The last tier whose ``above`` the prompt passes
+    prices the whole request (genai-prices' cliff model)."""
+    tier = tiers[0]
+    if len(tiers) > 1:  # (a loop a request cost 0.1 µs more where most models have one tier)
+        for above in tiers:
+            if prompt > above[0]:
+                tier = above
+    return tier[1] + tier[2] * (prompt - cache) + tier[3] * cache + tier[4] * billed_output

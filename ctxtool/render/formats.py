@@ -16,13 +16,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from ctxtool.common.choices import FORMATS, MACHINE_FORMATS
-from ctxtool.frames.shape import COLUMNS, RowTable, frame_of
+from ctxtool.frames.shape import COLUMNS, SCHEMA_VERSION, RowTable, frame_of
 
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["FORMATS", "MACHINE_FORMATS", "atomic_write", "dumps", "encode", "json_document"]
+__all__ = ["atomic_write", "dumps", "encode"]
 
 
 def _default(value: Any) -> Any:
@@ -67,57 +66,32 @@ def row_dicts(rows: pl.DataFrame | RowTable) -> list[dict[str, Any]]:
     return dicts
 
 
-def json_document(rows: pl.DataFrame | RowTable, **envelope: Any) -> bytes:
-    """``{"schema_version": …, <envelope>, "rows": [...]}`` followed by a newline."""
-    from ctxtool.frames.shape import SCHEMA_VERSION
-
-    doc = {"schema_version": SCHEMA_VERSION, **envelope, "rows": row_dicts(rows)}
-    return dumps(doc) + b"\n"
-
-
-def jsonl_lines(rows: pl.DataFrame | RowTable) -> bytes:
-    buf = io.BytesIO()
-    for row in row_dicts(rows):
-        buf.write(dumps(row, indent=False))
-        buf.write(b"\n")
-    return buf.getvalue()
-
-
-def csv_bytes(rows: pl.DataFrame) -> bytes:
-    return rows.write_csv().encode("utf-8")
-
-
-def parquet_bytes(rows: pl.DataFrame) -> bytes:
-    buf = io.BytesIO()
-    with_lists(rows).write_parquet(buf)
-    return buf.getvalue()
-
-
 def encode(rows: pl.DataFrame | RowTable, fmt: str, **envelope: Any) -> bytes:
     if fmt == "json":
-        return json_document(rows, **envelope)
+        return dumps({"schema_version": SCHEMA_VERSION, **envelope, "rows": row_dicts(rows)}) + b"\n"
     if fmt == "jsonl":
-        return jsonl_lines(rows)
+        return b"".join(dumps(row, indent=False) + b"\n" for row in row_dicts(rows))
     if isinstance(rows, RowTable):
         rows = frame_of(rows)
     if fmt == "csv":
-        return csv_bytes(rows)
+        return rows.write_csv().encode("utf-8")
     if fmt == "parquet":
-        return parquet_bytes(rows)
+        buf = io.BytesIO()
+        with_lists(rows).write_parquet(buf)
+        return buf.getvalue()
     raise ValueError(f"unknown format {fmt!r}")
 
 
 def atomic_write(path: Path, chunks: Iterable[bytes] | bytes) -> None:
-    """``ctxtool.session.write.atomic_write``, imported when a command writes a file (stats imports this
-    module on every run)."""
+    """``ctxtool.session.write.atomic_write``, imported only to write (stats imports this module each run)."""
     from ctxtool.session.write import atomic_write as write
 
     write(Path(path), chunks)
 
 
 def open_text(path: Path) -> IO[str]:
-    """``path`` opened for a table written as text (``--output report.txt``), its folder created as
-    :func:`atomic_write` creates it; what keeps it from being written is an OutputError naming it."""
+    """``path`` opened for a table written as text (``--output report.txt``), its folder created; an
+    OutputError names it when it cannot be."""
     from ctxtool.common.errors import OutputError
 
     try:

@@ -8,21 +8,26 @@ compression threshold.
 from __future__ import annotations
 
 import math
+import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import date, datetime
-from functools import partial
+from functools import cache, partial
+from itertools import groupby
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, Protocol
+from typing import IO, TYPE_CHECKING, Any, Literal
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from ctxtool.common.wording import plural
-from ctxtool.frames.shape import COLUMNS, DROP_ORDER, NUMBER_FORMATS, TABLE_COLUMNS, Format
+from ctxtool.frames.shape import COLUMNS, DROP_ORDER, NUMBER_FORMATS, TABLE_COLUMNS, Format, RowTable
 from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
 
 if TYPE_CHECKING:
@@ -38,6 +43,11 @@ _MAX_WIDTH = {c.name: c.most for c in COLUMNS if c.most is not None}
 # The token counts a table shows, in ccusage's order (Input, Output, Reasoning, Cache Read), that add up
 # to ``total``; ``tool`` only where some request recorded tool-use prompt tokens.
 TOKEN_PARTS = ("input", "output", "thoughts", "cached", "tool")
+JOINED_ROWS = 2  # from this many rows a stats table may go to rich as one row of joined cells (``_add_rows``)
+# How a table labels a session ctxtool compacted from another (``derivedFrom`` in its metadata), so that a
+# copy written with the original's id reads apart from it, or compacted in place (``ctxtoolCompaction``).
+COMPACTED_MARK = " (compacted)"
+_PATH_COLUMNS = {"file", "output", "path"}
 
 
 def make_console(
@@ -45,14 +55,11 @@ def make_console(
 ) -> Console:
     """A console on ``stream`` (default stdout). ``color``: ``"auto"`` (or None), ``"always"`` (or True),
     ``"never"`` (or False); see :func:`wants_color`."""
-    import os
-    import sys
-
     choice = "always" if color is True else "never" if color is False else str(color or "auto")
     target = stream if stream is not None else sys.stdout
     tty = bool(getattr(target, "isatty", lambda: False)())
     to_file = stream is not None and stream not in (sys.stdout, sys.stderr)  # --output, not a pipe
-    want = wants_color(str(choice), tty=tty, env=os.environ, to_file=to_file)
+    want = wants_color(choice, tty=tty, env=os.environ, to_file=to_file)
     return Console(
         file=stream,
         width=width,
@@ -70,22 +77,16 @@ def output_console(output: Path | None, *, width: int | None, color: str | None)
     """A console onto the file ``--output`` names (closed on leaving), else onto standard output."""
     from ctxtool.render.formats import open_text
 
-    stream = open_text(output) if output else None
-    try:
+    with open_text(output) if output else nullcontext() as stream:
         yield make_console(stream, width=width, color=color)
-    finally:
-        if stream is not None:
-            stream.close()
 
 
 def wants_color(choice: str, *, tty: bool, env: Mapping[str, str], to_file: bool = False) -> bool:
     """Whether to colour: ``always`` and ``never`` decide; ``auto`` follows the conventions, in this order:
     ``NO_COLOR`` set (no-color.org) → no; ``FORCE_COLOR`` set (and not ``0``) → yes, even in a pipe but not
     into an ``--output`` file; ``TERM=dumb`` → no; else only on a terminal."""
-    if choice == "always":
-        return True
-    if choice == "never":
-        return False
+    if choice in ("always", "never"):
+        return choice == "always"
     if env.get("NO_COLOR"):
         return False
     if env.get("FORCE_COLOR") not in (None, "", "0", "false") and not to_file:
@@ -97,9 +98,7 @@ def wants_color(choice: str, *, tty: bool, env: Mapping[str, str], to_file: bool
 
 def human_int(value: Any) -> str:
     """A count as ccusage prints it: every digit, with thousands separators."""
-    if value is None:
-        return "–"
-    return f"{int(value):,}"
+    return "–" if value is None else f"{int(value):,}"
 
 
 def percent(value: Any) -> str:
@@ -133,18 +132,14 @@ def share_style(share: float | None) -> str:
         return ""
     if share >= COMPRESSION_THRESHOLD:
         return "bold red"
-    if share >= COMPRESSION_THRESHOLD * 0.8:
-        return "yellow"
-    return "green"
+    return "yellow" if share >= COMPRESSION_THRESHOLD * 0.8 else "green"
 
 
 def cell(column: str, value: Any) -> Text:
     """``value`` as a stats table shows ``column``: in its specification's ``format``."""
     fmt = _FORMATS.get(column, "text")
-    if fmt == "share":
-        return Text(percent(value), style=share_style(value))
-    if fmt == "percent":
-        return Text(percent(value))
+    if fmt in ("share", "percent"):
+        return Text(percent(value), style=share_style(value) if fmt == "share" else "")
     if fmt == "cost":
         return Text(money(value), style="" if value is not None else "dim")
     if fmt == "duration":
@@ -163,32 +158,12 @@ def cell(column: str, value: Any) -> Text:
         return Text(value.isoformat())
     if value is None:
         return Text("–", style="dim")
-    text = str(value)
-    if fmt == "short id" and text.startswith("session-"):
-        text = text.removeprefix("session-")
+    text = str(value).removeprefix("session-") if fmt == "short id" else str(value)
     return Text(text, no_wrap=True, overflow="ellipsis")
 
 
-class Column(Protocol):
-    """A column of a :class:`RowTable`: its values as a list."""
-
-    def to_list(self) -> list[Any]: ...
-
-
-class RowTable(Protocol):
-    """What :func:`stats_table` reads of its rows: a polars DataFrame is one."""
-
-    @property
-    def columns(self) -> list[str]: ...
-
-    @property
-    def height(self) -> int: ...
-
-    def get_column(self, name: str) -> Column: ...
-
-
 def stats_table(
-    rows: RowTable,
+    rows: pl.DataFrame | RowTable,
     totals: Mapping[str, Any],
     *,
     by: str,
@@ -200,43 +175,42 @@ def stats_table(
 ) -> Table:
     """The stats report as a table at most ``width`` columns wide (``wide``: every column, however wide).
 
-    ``rows`` is a row table: ``columns``, ``height`` and ``get_column(name)`` (whose values iterate) are all
-    this reads of it, so a polars DataFrame or any small stand-in will do.
-
     Numbers and the short session id are never cut; text columns give way (a path from the left); the
-    least important columns are dropped and named in the last caption lines (see :func:`dropped_notes`).
-    The row's key and ``total`` always stay, ``cost`` unless even the table's borders gone leave it no room
-    (:func:`_fit_stats`), and the token columns shown add up to ``total``: a token column left out is named
-    with its sum."""
+    least important columns are dropped and named in the last caption lines (:func:`dropped_notes`). The
+    row's key and ``total`` always stay, ``cost`` unless even without the table's borders it has no room;
+    a token column left out is named with its sum, so the tokens add up to ``total``."""
     columns = _stats_columns(rows, totals, by=by, single_session=single_session)
     full = _stats_cells(rows, columns)
-    footers: dict[str, Text] = {}
-    for i, col in enumerate(columns):
-        if i == 0:
-            footers[col] = Text("total", style="bold")
-        else:
-            footer = cell(col, totals[col]) if col in totals else Text("")
-            footers[col] = _partial(footer, col, totals.get("unpriced", 0))
+    footers = {
+        col: _partial(cell(col, totals[col]) if col in totals else Text(""), col, totals.get("unpriced", 0))
+        for col in columns[1:]
+    }
+    footers[columns[0]] = Text("total", style="bold")
     text_min = dict(_TEXT_MIN)
     if columns[0] in text_min:  # the row's name (a model, a project): cut, it still tells the rows apart
         text_min[columns[0]] = _distinct_width(columns[0], full[columns[0]], text_min[columns[0]])
-    kept, text_width, dropped, edge = _fit_stats(
-        columns,
-        {c: [footers[c], *full[c]] for c in columns},
-        width=width,
-        wide=wide,
-        text_min=text_min,
-        drop_order=[c for c in DROP_ORDER if c != columns[0]],  # the row's key stays, as do those unranked
+    cells = {c: [footers[c], *full[c]] for c in columns}
+    drop_order = [c for c in DROP_ORDER if c != columns[0]]  # the row's key stays, as do those unranked
+    kept, text_width, dropped = fit_columns(
+        columns, cells, width=width, wide=wide, text_min=text_min, drop_order=drop_order
     )
+    # Where the columns never dropped are too wide even alone within borders (``--by turn`` at 40 columns),
+    # the table drops its outer borders (four cells), as ``diff``'s tables do; should that not do, ``cost``
+    # goes last. Nothing is cut to make room.
+    edge = wide or sum(text_width.get(c, _natural(c, cells, _HEADERS)) + 3 for c in kept) + 1 <= width
+    if not edge:
+        kept, text_width, dropped = fit_columns(
+            columns, cells, width=width, text_min=text_min, drop_order=[*drop_order, "cost"], edge=False
+        )
     notes = [n for n in (caption, parts_note(totals), *dropped_notes(dropped, totals, _HEADERS)) if n]
     shown: list[tuple[str, str, Text, int]] = []  # (column, header, footer, width)
     for col in kept:
         header = _HEADERS.get(col, col)
         w = text_width.get(col)
-        cells = full[col] if w is None else [clip(col, t, w) for t in full[col]]
+        column = full[col] if w is None else [clip(col, t, w) for t in full[col]]
         footer = footers[col] if w is None else clip(col, footers[col], w)
-        shown.append((col, header, footer, max([len(header), footer.cell_len, *map(_cell_width, cells)])))
-        full[col] = cells
+        shown.append((col, header, footer, max([len(header), footer.cell_len, *map(_cell_width, column)])))
+        full[col] = column
     # When the table fits, each column's width is fixed at what rich would measure, so rich does not measure
     # every cell again (0.2 s of printing a table of 800 sessions); a table too wide is left to rich.
     fixed = wide or sum(widest + 3 for *_, widest in shown) + 1 <= width
@@ -252,8 +226,8 @@ def stats_table(
 def _stats_frame(
     title: str, caption: str | None, shown: list[tuple[str, str, Text, int]], *, edge: bool, fixed: bool
 ) -> _StatsTable:
-    """The stats table without its rows: its ``shown`` columns (name, header, footer, width), each of that
-    width when ``fixed``."""
+    """The stats table without its rows: its ``shown`` columns (name, header, footer, width), of that width
+    when ``fixed``."""
     table = _StatsTable(
         title=title,
         title_justify="left",
@@ -277,11 +251,9 @@ def _stats_frame(
 
 
 def _add_rows(table: Table, height: int, columns: list[tuple[str, list[Text], int]], *, joined: bool) -> bool:
-    """The ``height`` rows of ``columns`` (name, cells, width each) added to ``table``. With ``joined`` (the
-    widths are fixed and every cell fits) and from ``JOINED_ROWS`` rows, as one row of cells of as many lines,
-    each column's cells filled to its width as rich fills them (with the cell's style) and joined, which
-    prints the same bytes. rich renders a cell through several layers (padding, wrapping, cropping): a table
-    of 820 sessions, 4,100 cells, took it 0.46-0.48 s to print, joined 0.23-0.27 s. True when joined."""
+    """The ``height`` rows of ``columns`` (name, cells, width each) added to ``table``; True when, ``joined``
+    (fixed widths every cell fits) and from ``JOINED_ROWS`` rows, as one row of multi-line cells filled as
+    rich fills them: the same bytes, faster (820 sessions: 0.46-0.48 s row by row, joined 0.23-0.27 s)."""
     if (
         joined
         and height >= JOINED_ROWS
@@ -299,39 +271,27 @@ def _add_rows(table: Table, height: int, columns: list[tuple[str, list[Text], in
     return False
 
 
-JOINED_ROWS = 2  # from this many rows a stats table may go to rich as one row of joined cells (``_add_rows``)
-
-
 class _StatsTable(Table):
-    """A stats table; printed as plain text (no colour system: a pipe, a file, a CI log), a table of joined
-    rows (``_add_rows``) writes its rows itself (``_PlainRows``), the same bytes as rich writes."""
+    """A stats table; in plain text (a pipe, a file, a CI log) a table of joined rows (``_add_rows``)
+    writes its rows itself (``_PlainRows``), the same bytes as rich writes."""
 
     plain: _PlainRows | None = None
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         lines = None if self.plain is None else self.plain.lines(console, options)
-        if lines is None:
-            yield from super().__rich_console__(console, options)
-            return
-        yield from lines
+        yield from super().__rich_console__(console, options) if lines is None else lines
 
 
+@dataclass(frozen=True, slots=True)
 class _PlainRows:
-    """The rows of a stats table whose columns have fixed widths that every cell fits on one line, printed
-    as plain text without rich's layers for each cell (padding, wrapping, cropping, joined rows split again):
-    rich lays out the table with its first row only (``frame()`` and that row: the same title, borders,
-    header, footer and caption, as the widths are fixed), and where that row's line is, every row's line
-    goes, each made as that one is: its cells justified to their widths between the borders of that line.
-    The first row's line made so must equal rich's, or rich prints the whole table (as it does with colour,
-    on a recording console, or for a cell not one character a cell: a wide character, a tab). A table of 820
-    sessions took 0.11-0.13 s to print with its rows joined, about 0.01 s so."""
+    """The rows of a joined stats table printed as plain text without rich's layers for each cell: rich lays
+    out the table with its first row only (``frame()``), and where that row's line is, every row's line
+    goes, made as that one is; if that line is not rich's, rich prints the whole table (820 sessions:
+    0.11-0.13 s joined, about 0.01 s so)."""
 
-    def __init__(
-        self, frame: Callable[[], Table], columns: list[tuple[bool, list[Text], int]], edge: bool
-    ) -> None:
-        self.frame = frame
-        self.columns = columns  # (right-justified, cells, width) each
-        self.edge = edge
+    frame: Callable[[], Table]
+    columns: list[tuple[bool, list[Text], int]]  # (right-justified, cells, width) each
+    edge: bool
 
     def lines(self, console: Console, options: ConsoleOptions) -> list[Segment] | None:
         """The table's segments, or None when rich is to print it."""
@@ -340,8 +300,8 @@ class _PlainRows:
         if any(t.justify for _, texts, _ in self.columns for t in texts):
             return None  # a cell justified otherwise than its column
         cells = [[t.plain for t in texts] for _, texts, _ in self.columns]
-        if not all(
-            _one_cell_each(s) and len(s) <= width
+        if not all(  # each character one cell (no wide or zero-width character, no control), and fits
+            s.isprintable() and (s.isascii() or cell_len(s) == len(s)) and len(s) <= width
             for c, (_, _, width) in zip(cells, self.columns, strict=True)
             for s in c
         ):
@@ -353,9 +313,8 @@ class _PlainRows:
             return None
         laid = printed[:-1].split("\n")
         first_row = [c[0] for c in cells]
-        found = [
-            (i, b) for i, line in enumerate(laid) if line == self._line(first_row, b := self._border(line))
-        ]
+        x = 0 if self.edge else self.columns[0][2] + 1  # where a row's line has the character between cells
+        found = [(i, b) for i, line in enumerate(laid) if line == self._line(first_row, b := line[x : x + 1])]
         if len(found) != 1:
             return None
         at, border = found[0]
@@ -364,14 +323,8 @@ class _PlainRows:
         out.extend(Segment(line + "\n") for line in laid[at + 1 :])
         return out
 
-    def _border(self, line: str) -> str:
-        """The character between cells in ``line`` if it is a row's (the left border with the edge)."""
-        at = 0 if self.edge else self.columns[0][2] + 1
-        return line[at : at + 1]
-
     def _line(self, row: Sequence[str], border: str) -> str:
-        """One row's line, its cells between ``border`` (none without the table's edge), each padded by a
-        space and justified as rich justifies a line of text: on the right without its trailing spaces."""
+        """One row's line, its cells justified as rich justifies them (right: without trailing spaces)."""
         inner = f" {border} ".join(
             value.rstrip().rjust(width) if right else value.ljust(width)
             for value, (right, _, width) in zip(row, self.columns, strict=True)
@@ -379,73 +332,22 @@ class _PlainRows:
         return f"{border} {inner} {border}" if self.edge else inner
 
 
-def _one_cell_each(text: str) -> bool:
-    """Whether each character of ``text`` takes one cell as rich prints it (no wide or zero-width
-    character, no tab or other control)."""
-    if text.isascii():
-        return text.isprintable()
-    from rich.cells import cell_len
-
-    return text.isprintable() and cell_len(text) == len(text)
-
-
 def _filled(text: Text, width: int, *, right: bool) -> Text:
-    """``text`` padded to ``width`` cells as rich pads a cell of a column that wide (on the left when
-    right-aligned), the spaces in the cell's style; a cell without a style of its own is left for rich to
-    pad, which it does alike."""
+    """``text`` padded to ``width`` cells as rich pads a cell, the spaces in its style (rich pads an unstyled
+    cell alike)."""
     if not text.style:
         return text
     out = text.copy()
-    if right:
-        out.pad_left(width - out.cell_len)
-    else:
-        out.pad_right(width - out.cell_len)
+    (out.pad_left if right else out.pad_right)(width - out.cell_len)
     return out
 
 
-def _fit_stats(
-    columns: Sequence[str],
-    cells: Mapping[str, Sequence[Text]],
-    *,
-    width: int,
-    wide: bool,
-    text_min: Mapping[str, int],
-    drop_order: Sequence[str],
-) -> tuple[list[str], dict[str, int], list[str], bool]:
-    """:func:`fit_columns` for the stats table, and whether it keeps its outer borders. Where the columns
-    never dropped (the row's key, ``total``, ``cost``) are too wide even alone within borders (a ``--by turn``
-    at 40 columns: a short id, the turn, a nine-digit total and the cost), the table drops its outer borders
-    (four cells), as ``diff``'s tables do; should that still not do, ``cost`` goes last, named with the
-    others. Nothing is ever cut to make room."""
-    kept, text_width, dropped = fit_columns(
-        columns, cells, width=width, wide=wide, text_min=text_min, drop_order=drop_order
-    )
-    if wide or _printed_width(kept, cells, text_width) <= width:
-        return kept, text_width, dropped, True
-    kept, text_width, dropped = fit_columns(
-        columns,
-        cells,
-        width=width,
-        text_min=text_min,
-        drop_order=[*drop_order, "cost"],
-        edge=False,
-    )
-    return kept, text_width, dropped, False
-
-
-def _printed_width(
-    kept: Sequence[str], cells: Mapping[str, Sequence[Text]], text_width: Mapping[str, int]
-) -> int:
-    """How wide the stats table of the ``kept`` columns prints within its borders (``fit_columns``' result):
-    each column as wide as its widest cell or header, or as ``text_width`` says, with rich's padding."""
-    return sum(text_width.get(c, _natural(c, cells, _HEADERS)) + 3 for c in kept) + 1
-
-
 def _natural(column: str, cells: Mapping[str, Sequence[Text]], headers: Mapping[str, str]) -> int:
-    """A column's width uncut: its widest cell, or its header (each line of a header or a cell on more
-    lines)."""
-    header = headers.get(column, column).split("\n")
-    return max([*(len(h) for h in header), *(_widest_line(t) for t in cells[column])])
+    """A column's width uncut: its widest line of a cell or of its header."""
+    widths = [len(h) for h in headers.get(column, column).split("\n")]
+    for t in cells[column]:
+        widths.append(_cell_width(t) if "\n" not in t.plain else max(map(cell_len, t.plain.split("\n"))))
+    return max(widths)
 
 
 def _cell_width(text: Text) -> int:
@@ -454,21 +356,10 @@ def _cell_width(text: Text) -> int:
     return len(plain) if plain.isascii() and plain.isprintable() else text.cell_len
 
 
-def _widest_line(text: Text) -> int:
-    plain = text.plain
-    if "\n" not in plain:
-        return _cell_width(text)
-    from rich.cells import cell_len
-
-    return max(cell_len(line) for line in plain.split("\n"))
-
-
 def _distinct_width(column: str, texts: Sequence[Text], least: int) -> int:
-    """The narrowest width from ``least`` at which the texts, cut as :func:`clip` cuts them, are still as
-    many different ones (``gemini-3.1-pro-preview`` and ``gemini-3.1-pro-preview-customtools`` both cut to
-    ``gemini-3.1-pro-…`` would read as one model)."""
-    plains = [t.plain for t in texts]
-    different = len(set(plains))
+    """The narrowest width from ``least`` at which the texts, cut by :func:`clip`, stay as many different
+    ones (``gemini-3.1-pro-preview`` and ``…-customtools`` both cut to ``gemini-3.1-pro-…`` read as one)."""
+    different = len({t.plain for t in texts})
     widest = max([least, *(t.cell_len for t in texts)])
     for width in range(least, widest):
         if len({clip(column, t, width).plain for t in texts}) == different:
@@ -476,9 +367,11 @@ def _distinct_width(column: str, texts: Sequence[Text], least: int) -> int:
     return widest
 
 
-def _stats_columns(rows: RowTable, totals: Mapping[str, Any], *, by: str, single_session: bool) -> list[str]:
-    """The columns of the ``by`` table that ``rows`` holds: ``session`` only where it tells rows apart, and
-    ``tool`` only where some request recorded tool-use prompt tokens (it is 0 in nearly every session)."""
+def _stats_columns(
+    rows: pl.DataFrame | RowTable, totals: Mapping[str, Any], *, by: str, single_session: bool
+) -> list[str]:
+    """The columns of the ``by`` table that ``rows`` holds: ``session`` only where it tells rows apart,
+    ``tool`` only where some request recorded tool-use prompt tokens (0 in nearly every session)."""
     present = list(rows.columns)
     wanted = TABLE_COLUMNS.get(by, present)
     return [
@@ -490,8 +383,9 @@ def _stats_columns(rows: RowTable, totals: Mapping[str, Any], *, by: str, single
     ]
 
 
-def _stats_cells(rows: RowTable, columns: Sequence[str]) -> dict[str, list[Text]]:
-    """Every cell of each of ``columns``; a session by its short id, marked when it is a compacted copy."""
+def _stats_cells(rows: pl.DataFrame | RowTable, columns: Sequence[str]) -> dict[str, list[Text]]:
+    """Every cell of each of ``columns``; a session by its short id, marked when ctxtool compacted it: a
+    copy (``derived_from``) or compacted in place (``compacted_at``)."""
     shorts = short_session_ids(rows.get_column("session").to_list()) if "session" in columns else {}
     present = set(rows.columns)
     unpriced = rows.get_column("unpriced").to_list() if "unpriced" in present else [0] * rows.height
@@ -499,7 +393,7 @@ def _stats_cells(rows: RowTable, columns: Sequence[str]) -> dict[str, list[Text]
     for col in columns:
         values = rows.get_column(col).to_list()
         if col == "session":
-            full[col] = [_session_cell(col, v, shorts) for v in values]
+            full[col] = [Text(shorts.get(v, v)) if isinstance(v, str) else cell(col, v) for v in values]
         elif _FORMATS.get(col) == "count":  # as ``cell`` prints an int, without its tests
             full[col] = [Text(f"{v:,}") if v.__class__ is int else cell(col, v) for v in values]
         else:
@@ -507,15 +401,17 @@ def _stats_cells(rows: RowTable, columns: Sequence[str]) -> dict[str, list[Text]
         if col == "cost":
             full[col] = [_partial(t, col, m) for t, m in zip(full[col], unpriced, strict=True)]
     if "session" in full:
+        marks = [rows.get_column(c).to_list() for c in ("derived_from", "compacted_at") if c in present]
         full["session"] = [
-            compacted_label(t) if c else t for t, c in zip(full["session"], compacted(rows), strict=True)
+            Text(t.plain + COMPACTED_MARK, style=t.style) if any(v is not None for v in m) else t
+            for t, *m in zip(full["session"], *marks, strict=True)
         ]
     return full
 
 
 def parts_note(totals: Mapping[str, Any]) -> str | None:
-    """The caption line for a ``total`` that is not the sum of its parts: a total the API recorded that
-    disagrees with them is kept as recorded (``measure.tokens.request_total``; a warning names the files)."""
+    """The caption line for a ``total`` the API recorded that is not the sum of its parts, kept as recorded
+    (``measure.tokens.request_total``)."""
     if "total" not in totals or any(k not in totals for k in TOKEN_PARTS):
         return None
     off = int(totals["total"] or 0) - sum(int(totals[k] or 0) for k in TOKEN_PARTS)
@@ -527,49 +423,20 @@ def parts_note(totals: Mapping[str, Any]) -> str | None:
     )
 
 
-# How a table labels a session ctxtool compacted from another (``derivedFrom`` in its metadata), so that a
-# copy written with the original's id reads apart from it, or compacted in place (``ctxtoolCompaction``).
-COMPACTED_MARK = " (compacted)"
-
-
-def compacted(rows: RowTable) -> list[bool]:
-    """Whether each row is of a session ctxtool compacted: a copy (``derived_from``) or compacted in place
-    (``compacted_at``); rows without those columns are not."""
-    marks = [rows.get_column(c).to_list() for c in ("derived_from", "compacted_at") if c in rows.columns]
-    return (
-        [any(v is not None for v in row) for row in zip(*marks, strict=True)]
-        if marks
-        else [False] * rows.height
-    )
-
-
-def compacted_label(label: Text) -> Text:
-    """``label`` marked as the label of a compacted copy."""
-    return Text(label.plain + COMPACTED_MARK, style=label.style)
-
-
-def _session_cell(column: str, value: Any, shorts: Mapping[str, str]) -> Text:
-    if column == "session" and isinstance(value, str):
-        return Text(shorts.get(value, value))
-    return cell(column, value)
-
-
 def short_session_ids(names: Sequence[str | None]) -> dict[str, str]:
     """The last 8 characters of each session name (Gemini CLI ends a file name with the first 8 of the
     session id), longer where two different sessions would otherwise read the same."""
-    distinct = sorted({n for n in names if n})
     out: dict[str, str] = {}
     n = 8
-    pending = distinct
+    pending = sorted({n for n in names if n})
     while pending:
         groups: dict[str, list[str]] = {}
         for name in pending:
             groups.setdefault(name[-n:], []).append(name)
         pending = []
         for short, group in groups.items():
-            if len(group) == 1 or all(len(g) <= n for g in group):
-                for g in group:
-                    out[g] = short
+            if len(group) == 1:
+                out[group[0]] = short
             else:
                 pending.extend(group)
         n += 1
@@ -577,9 +444,8 @@ def short_session_ids(names: Sequence[str | None]) -> dict[str, str]:
 
 
 def clip(column: str, text: Text, width: int) -> Text:
-    """``text`` cut to ``width`` cells: a path (or a project path) from the left, keeping its end
-    (``…/chats/session-…-cd7b13fa.jsonl``), anything else from the right; both with an ellipsis. What a
-    path column says instead of a path (``nothing written (see below)``) goes onto more lines, whole."""
+    """``text`` cut to ``width`` cells with an ellipsis: a path from the left, keeping its end, anything else
+    from the right. What a path column says instead of a path (``nothing written``) goes onto more lines."""
     if text.cell_len <= width:
         return text
     plain = text.plain
@@ -587,9 +453,8 @@ def clip(column: str, text: Text, width: int) -> Text:
         if "/" not in plain and "\\" not in plain:  # a word about the file, not its path: on more lines
             return wrap_text(text, width)
         return Text(short_path(plain, width), style=text.style)
-    if column == "project" and "/" in plain:
-        return Text(left_ellipsis(plain, width), style=text.style)
-    if column == "target" and "/" in plain and " " not in plain:  # a file: its name is what tells it apart
+    # a project, or a target that is a file: its end is what tells it apart
+    if "/" in plain and (column == "project" or (column == "target" and " " not in plain)):
         return Text(left_ellipsis(plain, width), style=text.style)
     cut = text.copy()
     cut.truncate(width, overflow="ellipsis")
@@ -598,8 +463,6 @@ def clip(column: str, text: Text, width: int) -> Text:
 
 def left_ellipsis(text: str, width: int) -> str:
     """The end of ``text`` in at most ``width`` cells, preceded by ``…``; cut at a ``/`` when one is near."""
-    from rich.cells import cell_len
-
     if cell_len(text) <= width:
         return text
     tail = ""
@@ -613,14 +476,9 @@ def left_ellipsis(text: str, width: int) -> str:
     return "…" + tail
 
 
-_PATH_COLUMNS = {"file", "output", "path"}
-
-
 def short_path(path: str, width: int) -> str:
     """``path`` in at most ``width`` cells, keeping what identifies a session: the folders nearest the file
     go first, then the middle of a Gemini CLI file name (``…/chats/session-…-cd7b13fa.jsonl``)."""
-    from rich.cells import cell_len
-
     if cell_len(path) <= width:
         return path
     parts = path.split("/")
@@ -646,10 +504,8 @@ def _short_name(name: str) -> str:
 
 
 def two_paths(lead: str, before: str, after: str, width: int) -> str:
-    """``lead before → after`` in ``width`` cells: on one line while each path keeps at least the name that
-    tells its file apart (:func:`short_path`), else the second path under the first, after an arrow."""
-    from rich.cells import cell_len
-
+    """``lead before → after`` in ``width`` cells: on one line while each path keeps at least its file's
+    name (:func:`short_path`), else the second path under the first, after an arrow."""
     one = f"{lead} {before} → {after}"
     if cell_len(one) <= width:
         return one
@@ -664,22 +520,14 @@ def two_paths(lead: str, before: str, after: str, width: int) -> str:
     return f"{lead} {short_path(before, room)}\n{'→'.rjust(indent - 1)} {short_path(after, room)}"
 
 
-def dropped_note(dropped: Sequence[str], headers: Mapping[str, str] | None = None) -> str | None:
-    """The caption line that names the columns a narrow terminal left out, and how to see them."""
-    return "\n".join(dropped_notes(dropped, headers=headers)) or None
-
-
-def dropped_notes(
-    dropped: Sequence[str], sums: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None
-) -> list[str]:
-    """The caption lines that name the columns a narrow terminal left out, as their ``headers`` call them
-    (what the reader sees in a wider table; the column's own name where it has no other): a token column
-    with its sum (from ``sums``, the totals row), so that the columns shown and the sums named add up to
-    ``total``; then the others; then how to see them all."""
-    tokens = [c for c in dropped if sums is not None and c in TOKEN_PARTS and c in sums]
+def dropped_notes(dropped: Sequence[str], sums: Mapping[str, Any], headers: Mapping[str, str]) -> list[str]:
+    """The caption lines that name the columns a narrow terminal left out (as ``headers`` call them): token
+    columns with their sums (the totals row), so that what is shown and named adds up to ``total``; then the
+    others; then how to see them all."""
+    tokens = [c for c in dropped if c in TOKEN_PARTS and c in sums]
     others = [c for c in dropped if c not in tokens]
     lines = []
-    if tokens and sums is not None:
+    if tokens:
         named = " · ".join(f"{column_header(c, headers)} {human_int(sums[c])}" for c in tokens)
         lines.append(f"Counted in total, not shown (too narrow): {named}.")
     if others:
@@ -691,8 +539,7 @@ def dropped_notes(
 
 
 def column_header(column: str, headers: Mapping[str, str] | None = None) -> str:
-    """What a table's header calls ``column``, on one line: its entry in ``headers`` (the stats table's
-    by default), else the column's own name (its JSON field)."""
+    """What a table's ``headers`` (the stats table's by default) call ``column``, on one line."""
     header = (_HEADERS if headers is None else headers).get(column, column)
     return " ".join(header.split())
 
@@ -702,11 +549,11 @@ def fit_columns(
     cells: Mapping[str, Sequence[Text]],
     *,
     width: int,
+    text_min: Mapping[str, int],
+    drop_order: Sequence[str],
     wide: bool = False,
-    headers: Mapping[str, str] | None = None,
-    text_min: Mapping[str, int] | None = None,
-    max_width: Mapping[str, int] | None = None,
-    drop_order: Sequence[str] | None = None,
+    headers: Mapping[str, str] = _HEADERS,
+    max_width: Mapping[str, int] = _MAX_WIDTH,
     wrap: Mapping[str, int] | None = None,
     edge: bool = True,
 ) -> tuple[list[str], dict[str, int], list[str]]:
@@ -714,27 +561,17 @@ def fit_columns(
     columns (in the order of ``columns``). ``cells`` holds every cell of a column (footer included).
 
     A number column is as wide as its widest value; a text column of ``text_min`` may shrink to that
-    minimum; columns go in ``drop_order`` until the rest fit, and then the most important of those dropped
-    come back where they fit after all. A column of ``wrap`` (its narrowest width) is never cut: when the
-    rest is still too wide it narrows (in ``wrap``'s order), its cells wrapped onto more lines (wrap_text).
-    Should the table still be too wide, the text columns of ``text_min`` give way past their minimum, down
-    to the width of their header, rather than the terminal cropping the table's right end.
-    ``edge``: a table with outer borders and padding (rich's default); else ``show_edge=False,
-    pad_edge=False``. With ``wide`` nothing is dropped or cut. The stats report's headers, minimums,
-    maximums and drop order are the defaults."""
-    headers = _HEADERS if headers is None else headers
-    text_min = _TEXT_MIN if text_min is None else text_min
-    max_width = _MAX_WIDTH if max_width is None else max_width
-    drop_order = DROP_ORDER if drop_order is None else drop_order
+    minimum; columns go in ``drop_order`` until the rest fit, then the most important of those come back
+    where they fit after all. A column of ``wrap`` (its narrowest width) is never cut: when the rest is still
+    too wide it narrows, in ``wrap``'s order, onto more lines. Should the table still be too wide, the text
+    columns give way past their minimum, down to their header's width, rather than the terminal cropping
+    the table. ``edge``: a table with outer borders and padding (else ``show_edge=False, pad_edge=False``).
+    With ``wide`` nothing is dropped or cut."""
     wrap = {} if wrap is None else wrap
 
-    widest: dict[str, int] = {}
-
+    @cache
     def natural(col: str) -> int:  # measured once a column: a table of 800 sessions asks 350 times
-        found = widest.get(col)
-        if found is None:
-            found = widest[col] = _natural(col, cells, headers)
-        return found
+        return _natural(col, cells, headers)
 
     def least(col: str) -> int:
         return min(natural(col), text_min[col]) if col in text_min else natural(col)
@@ -763,9 +600,7 @@ def fit_columns(
             give = min(-spare, natural(col) - wrap[col])
             text_width[col] = natural(col) - give
             spare += give
-    for col in cols:
-        if col not in text_min:
-            continue
+    for col in [c for c in cols if c in text_min]:
         if spare < 0:  # still too wide: a text column gives way past its minimum, down to its header's width
             header_width = max(len(h) for h in headers.get(col, col).split("\n"))
             give = max(0, min(-spare, least(col) - header_width))
@@ -813,14 +648,12 @@ def print_table(console: Console, table: Table, *, wide: bool = False) -> None:
         need = Measurement.get(console, console.options.update_width(100_000), table).maximum
         if need > console.width:
             console.width = need  # print(width=) cannot exceed the console's width
-        console.print(table)
-        return
     console.print(table)
 
 
 # --- ctxtool audit ----------------------------------------------------------------------------------
 
-_STATUS_STYLE = {
+_STATUS_STYLE = {  # audit's, diff's and (upper case) compact's and compare's
     "fail": "bold red",
     "skip": "dim",
     "pass": "green",
@@ -828,6 +661,11 @@ _STATUS_STYLE = {
     "added": "green",
     "changed": "yellow",
     "kept": "dim",
+    "COMPRESSED": "green",
+    "CONTENT_TRUNCATED": "cyan",
+    "NOOP": "dim",
+    "FAILED": "bold red",
+    "INFLATED": "yellow",
 }
 
 
@@ -839,28 +677,22 @@ def audit_table(
     width: int = 120,
     subjects: Sequence[str] | None = None,
 ) -> Table:
-    """One row per check: status, subject (session or day), rule, value, limit and the worst offender.
+    """One row per check (its fields formatted as text): status, subject (session or day), rule, value,
+    limit and the worst offender. ``subjects``: every session audited, so that short ids stay unique.
 
-    ``checks`` rows carry ``status``, ``subject``, ``rule``, ``value`` and ``limit`` already formatted as
-    text, and ``offender``. ``subjects``: every session audited, shown or not, so that short ids stay
-    unique among them (default: those of ``checks``).
-
-    Nothing is cut: the worst offender (where the problem is) takes the rest of the width, on more lines
-    where it needs them; when that is too little, a ``limit`` column that only repeats each rule's limit
-    gives way to a caption line naming them; narrower still, the offenders are listed under the table, the
-    rule names go onto more lines, and then :func:`_make_room` takes the table's borders and columns."""
+    Nothing is cut: the worst offender takes the rest of the width, on more lines; when that is too little,
+    a ``limit`` column that only repeats each rule's limit gives way to a caption line; narrower still, the
+    offenders are listed under the table, the rule names wrap, and :func:`_make_room` takes the rest."""
     names = [str(c["subject"]) for c in checks]
     every = subjects if subjects is not None else names
     shorts = short_session_ids([s for s in every if not _is_day(s)])
     rows = [
         [
             Text(str(c["status"]).upper(), style=_STATUS_STYLE.get(str(c["status"]), "")),
-            Text(shorts.get(subject, subject)),
-            Text(str(c["rule"])),
-            Text(str(c["value"])),
-            Text(str(c["limit"])),
+            Text(shorts.get(s, s)),
         ]
-        for c, subject in zip(checks, names, strict=True)
+        + [Text(str(c[k])) for k in ("rule", "value", "limit")]
+        for c, s in zip(checks, names, strict=True)
     ]
     labels = [f"{r[1].plain} {r[2].plain}" for r in rows]  # a row named under the table, its rule whole
     days = any(_is_day(n) for n in names)
@@ -884,15 +716,20 @@ def audit_table(
         notes.append("Limits: " + " · ".join(f"{rule} {limit}" for rule, limit in limits.items()) + ".")
     edge, room, dropped = _make_room(rows, headers, fixed, room)
     notes.extend([dropped] if dropped else [])
-    room = _narrow_rules(rows, headers, fixed, room)
     show_worst = any(o.plain for o in offenders)
     if show_worst and room < narrowest:
         show_worst = False
         notes.append("Worst offenders (too narrow for a column):")
         notes.extend(f"- {n}: {o.plain}" for n, o in zip(labels, offenders, strict=True) if o.plain)
     notes.extend([caption] if caption else [])  # the verdict stays the last line
-    table = Table(title=title, title_justify="left", caption="\n".join(notes) or None, caption_justify="left",
-                  show_edge=edge, pad_edge=edge)  # fmt: skip
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption="\n".join(notes) or None,
+        caption_justify="left",
+        show_edge=edge,
+        pad_edge=edge,
+    )
     for h, w in zip(headers, fixed, strict=True):
         justify: Literal["right", "left"] = "right" if h in ("value", "limit") else "left"
         table.add_column(h, justify=justify, no_wrap=True, min_width=w, max_width=w)
@@ -907,15 +744,13 @@ def audit_table(
 def _make_room(
     rows: list[list[Text]], headers: list[str], fixed: list[int], room: int
 ) -> tuple[bool, int, str | None]:
-    """Where the columns are too wide even without a worst column and with the rule names at their narrowest
-    (a short id, ``session-`` and a ten-digit value at 40 columns), in this order until they fit: the
-    table's outer borders go (four cells), the ``session / day`` header takes two lines, the status column
-    goes, named under the table with how many rows have each status (the rows come sorted by status), and
-    last a ``limit`` column that differs from row to row. Values are never cut. Narrows ``rows``,
-    ``headers`` and ``fixed`` in place; returns whether the borders stay, the room then left for a worst
-    column (as ``audit_table`` counts it) and the line naming the columns dropped."""
-    at = headers.index("rule")
-    rules_least = max(len("rule"), _wrap_min([r[at] for r in rows]))
+    """Where the columns are too wide even with the rule names at their narrowest (40 columns), until they
+    fit: the outer borders go, the ``session / day`` header takes two lines, the status column goes (its
+    runs named: the rows come sorted by status), then a ``limit`` column. Then, where they are too wide even
+    without a worst column, the rule names wrap after their hyphens, so that the values stay whole. Narrows
+    ``rows``, ``headers`` and ``fixed`` in place; returns whether the borders stay, the room left and the
+    line naming what went."""
+    rules_least = max(len("rule"), _wrap_min([r[headers.index("rule")] for r in rows]))
 
     def too_wide() -> bool:
         return room + fixed[headers.index("rule")] - rules_least < -3
@@ -936,38 +771,25 @@ def _make_room(
             del headers[i], fixed[i]
             for r in rows:
                 del r[i]
+    if room < -3:
+        at = headers.index("rule")
+        narrow = max(rules_least, fixed[at] - (-3 - room))
+        for r in rows:
+            r[at] = wrap_text(r[at], narrow)
+        room += fixed[at] - narrow
+        fixed[at] = narrow
     return edge, room, f"Not shown (too narrow): {', '.join(dropped)}." if dropped else None
 
 
 def _status_runs(statuses: Sequence[str]) -> str:
     """What a dropped status column said, row by row: ``every row FAIL``, or ``the first 17 rows FAIL,
     then 1 SKIP``."""
-    runs: list[list[Any]] = []
-    for status in statuses:
-        if runs and runs[-1][0] == status:
-            runs[-1][1] += 1
-        else:
-            runs.append([status, 1])
+    runs = [(status, len(list(group))) for status, group in groupby(statuses)]
     if len(runs) == 1:
         return f"every row {runs[0][0]}"
     first, n = runs[0]
     head = f"the first row {first}" if n == 1 else f"the first {n:,} rows {first}"
     return ", then ".join([head, *(f"{n:,} {status}" for status, n in runs[1:])])
-
-
-def _narrow_rules(rows: list[list[Text]], headers: Sequence[str], fixed: list[int], room: int) -> int:
-    """Where the columns are too wide even without a worst column (``room`` under -3), the rule names go onto
-    more lines, broken after their hyphens (``max-session-`` / ``tokens``), so that the values stay whole
-    within the width. Narrows ``fixed`` and the rule cells of ``rows`` in place; returns the room left."""
-    if room >= -3:
-        return room
-    at = headers.index("rule")
-    narrow = max(len("rule"), _wrap_min([r[at] for r in rows]), fixed[at] - (-3 - room))
-    for r in rows:
-        r[at] = wrap_text(r[at], narrow)
-    room += fixed[at] - narrow
-    fixed[at] = narrow
-    return room
 
 
 # A ``limit`` column gives way when that saves the tallest worst offender this many lines. Under the
@@ -984,7 +806,7 @@ def _worst_lines(offenders: Sequence[Text], width: int) -> int:
 
 
 def _one_limit_per_rule(checks: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
-    """Each rule's limit, when every check of a rule has the same one (else None)."""
+    """Each rule's limit, when every check of a rule has the same one."""
     limits: dict[str, str] = {}
     for c in checks:
         if limits.setdefault(str(c["rule"]), str(c["limit"])) != str(c["limit"]):
@@ -993,12 +815,9 @@ def _one_limit_per_rule(checks: Sequence[Mapping[str, Any]]) -> dict[str, str] |
 
 
 def wrap_text(text: Text, width: int) -> Text:
-    """``text`` on lines of at most ``width`` cells, nothing left out. A phrase (up to a comma, or a
-    bracketed aside) stays on one line where it fits; else the text breaks at spaces (an arrow stays with
-    the number before it), and a word still too long after a ``/``, a ``-`` or a ``_`` (an id); a word wider
-    than ``width`` even then is folded. Runs of white space read as one."""
-    from rich.cells import cell_len
-
+    """``text`` on lines of at most ``width`` cells, nothing left out: a phrase (up to a comma, or a
+    bracketed aside) on one line where it fits, else broken at spaces (an arrow stays with the number
+    before it), a word too long after a ``/``, ``-`` or ``_``, then folded; runs of white space as one."""
     lines: list[str] = []
     line = ""
     for phrase in re.split(r"(?<=,) | (?=\()", " ".join(text.plain.split())):
@@ -1017,8 +836,6 @@ def wrap_text(text: Text, width: int) -> Text:
 
 def _wrap_words(plain: str, width: int) -> list[str]:
     """``plain`` on lines of at most ``width`` cells, broken as :func:`wrap_text` says."""
-    from rich.cells import cell_len
-
     lines: list[str] = []
     line = ""
     for piece in _pieces(plain):
@@ -1032,23 +849,15 @@ def _wrap_words(plain: str, width: int) -> list[str]:
             if line and cell_len((line + part).rstrip()) > width:
                 lines.append(line.rstrip())
                 line = ""
-            while cell_len(part.rstrip()) > width:
-                head = _fit_cells(part, width)
-                lines.append(head)
-                part = part[len(head) :]
+            while cell_len(part.rstrip()) > width:  # folded: its longest start that fits, at least one
+                end = 1
+                while end < len(part) and cell_len(part[: end + 1]) <= width:
+                    end += 1
+                lines.append(part[:end])
+                part = part[end:]
             line += part
     lines.append(line.rstrip())
     return lines
-
-
-def _fit_cells(text: str, width: int) -> str:
-    """The longest start of ``text`` at most ``width`` cells wide (one character at least)."""
-    from rich.cells import cell_len
-
-    end = 1
-    while end < len(text) and cell_len(text[: end + 1]) <= width:
-        end += 1
-    return text[:end]
 
 
 def _pieces(plain: str) -> list[str]:
@@ -1063,15 +872,12 @@ def _pieces(plain: str) -> list[str]:
 
 
 def _hyphen_parts(piece: str) -> list[str]:
-    """A word too long for its line, split after each ``/`` and after each ``-`` or ``_`` that follows a
-    letter or digit (an id, a status such as ``FAILED_INFLATED``; never the sign of a negative number)."""
+    """A word split after each ``/`` and each ``-`` or ``_`` after a letter or digit (never a minus sign)."""
     return [p for p in re.split(r"(?<=/)|(?<=[0-9A-Za-z][-_])", piece) if p]
 
 
 def _wrap_min(cells: Sequence[Text]) -> int:
     """The narrowest width :func:`wrap_text` brings ``cells`` to without folding a word."""
-    from rich.cells import cell_len
-
     parts = [p for t in cells for piece in _pieces(t.plain) for p in _hyphen_parts(piece)]
     return max([0, *(cell_len(p.rstrip()) for p in parts)])
 
@@ -1083,6 +889,8 @@ def _is_day(subject: str) -> bool:
 
 # --- ctxtool diff -----------------------------------------------------------------------------------
 
+_LABEL_MIN = 8  # the narrowest a label column of ``diff`` gets, on more lines
+
 
 def diff_summary_table(
     rows: Sequence[Sequence[str]],
@@ -1092,14 +900,13 @@ def diff_summary_table(
     width: int = 120,
     drop: Sequence[Sequence[int]] = (),
 ) -> Table:
-    """A small table of preformatted cells, at most ``width`` columns wide: the first column left-aligned
-    (a label, which goes onto more lines when the width is short), the others right-aligned and never cut.
-    Where even that is too wide, the table drops its outer borders; narrower still, the columns of ``drop``
-    go, a group (of column indexes) at a time, named under the table with the width that shows them all
-    (``diff`` has no ``--wide``: ``--width N`` does it)."""
-    # Numbers are never cut: each column is as wide as its widest cell (a header may take two lines).
-    widths = [max([*(len(h) for h in name.split("\n")), *(Text(r[i]).cell_len for r in rows)])
-              for i, name in enumerate(headers)]  # fmt: skip
+    """A small table of preformatted cells, at most ``width`` columns wide: a label (onto more lines when
+    short of room), then numbers, never cut. Where that is too wide the outer borders go, then the groups
+    of column indexes of ``drop``, named under the table with the ``--width`` that shows them all."""
+    widths = [
+        max([*(len(h) for h in name.split("\n")), *(Text(r[i]).cell_len for r in rows)])
+        for i, name in enumerate(headers)
+    ]
     least = min(widths[0], _LABEL_MIN)
 
     def label_room(kept: Sequence[int]) -> int:  # the label's room within the outer borders
@@ -1118,25 +925,26 @@ def diff_summary_table(
     label = max(_LABEL_MIN, min(widths[0], room if edge else room + 4))
     named = ", ".join(" ".join(headers[i].split()) for i in sorted(gone))
     caption = f"Not shown (too narrow): {named}. --width {every} shows every column." if gone else None
-    table = Table(title=title, title_justify="left", show_edge=edge, pad_edge=edge, caption=caption,
-                  caption_justify="left")  # fmt: skip
+    table = Table(
+        title=title,
+        title_justify="left",
+        show_edge=edge,
+        pad_edge=edge,
+        caption=caption,
+        caption_justify="left",
+    )
     for i in kept:
         w = label if i == 0 else widths[i]
-        table.add_column(headers[i], justify="left" if i == 0 else "right", no_wrap=True, min_width=w,
-                         max_width=w)  # fmt: skip
+        justify: Literal["right", "left"] = "left" if i == 0 else "right"
+        table.add_column(headers[i], justify=justify, no_wrap=True, min_width=w, max_width=w)
     for row in rows:
         table.add_row(wrap_text(Text(row[0]), label), *(row[i] for i in kept[1:]))
     return table
 
 
-_LABEL_MIN = 8  # the narrowest a label column of ``diff`` gets, on more lines
-
-
 def diff_message_table(rows: Sequence[Mapping[str, Any]], *, title: str, width: int = 120) -> Table:
-    """One row per message: status, before/after position, type, estimated tokens and an elided preview.
-
-    The preview gives way to the numbers (never cut): it takes what they leave of ``width``, down to
-    ``_LABEL_MIN`` cells, under which the table drops its outer borders for a few cells more."""
+    """One row per message: status, before/after position, type, estimated tokens and a preview, which
+    takes what the numbers leave of ``width``, down to ``_LABEL_MIN`` cells (then the borders go)."""
     cells = [
         [
             Text(str(r["status"]), style=_STATUS_STYLE.get(str(r["status"]), "")),
@@ -1162,19 +970,28 @@ def diff_message_table(rows: Sequence[Mapping[str, Any]], *, title: str, width: 
     return table
 
 
-_COMPACT_STATUS_STYLE = {
-    "COMPRESSED": "green",
-    "CONTENT_TRUNCATED": "cyan",
-    "NOOP": "dim",
-    "FAILED": "bold red",
-    "INFLATED": "yellow",
-}
 # The failed statuses' names are longer than a table at 80 columns has room for; the table says the part
 # that tells them apart and the note under it the whole name (Gemini CLI's CompressionStatus).
 _COMPACT_STATUS_CELL = {
     "COMPRESSION_FAILED_INFLATED_TOKEN_COUNT": "FAILED_INFLATED",
     "COMPRESSION_FAILED_EMPTY_SUMMARY": "FAILED_EMPTY",
 }
+_COMPACT_COLUMNS = (
+    "session",
+    "status",
+    "tokens",
+    "msgs",
+    "facts",
+    "threshold",
+    "split",
+    "cut_outputs",
+    "output",
+)
+_COMPACT_HEADERS = {"msgs": "msgs sum/kept", "facts": "kept facts r/p/c/e/d", "cut_outputs": "cut outputs"}
+_COMPARE_COLUMNS = ("session", "strategy", "status", "trigger", "tokens", "cut", "kept", "facts", "time")
+_BAR_MAX = 40  # cells of a full bar on a wide terminal
+_BARS_TWO_LINES = ("strategy", "tokens after /\nbefore", "fact\nretention")
+_TOP_COLUMNS = ("session", "rank", "item", "tool", "target", "count", "tokens", "share")
 
 
 def compact_table(
@@ -1186,12 +1003,9 @@ def compact_table(
     wide: bool = False,
 ) -> tuple[Table, list[str]]:
     """One row per session of ``ctxtool compact``: status, tokens before → after, messages summarised /
-    kept, fact retention (user requests, paths, commands, errors, directives; verbatim) and where the
-    result went. ``plan`` (a dry
-    run) adds the threshold, the split turn and the number of tool outputs the budget would cut.
-
-    Returns the table and the lines to print under it: why a row wrote nothing (or failed), one line per
-    row, since a reason cut to fit a column would say nothing."""
+    kept, fact retention and where the result went; ``plan`` (a dry run) adds the threshold, the split turn
+    and the number of tool outputs the budget would cut. Returns the table and the lines to print under it,
+    among them why a row wrote nothing or failed (a reason cut to fit a column would say nothing)."""
     names = session_labels([str(r.get("input_path", "")) for r in reports])
     cols: dict[str, list[Text]] = {c: [] for c in _COMPACT_COLUMNS}
     notes: list[str] = []
@@ -1219,7 +1033,7 @@ def compact_table(
         values = {
             "session": Text(name),
             "status": Text(
-                _COMPACT_STATUS_CELL.get(status, status), style=_COMPACT_STATUS_STYLE.get(status, "yellow")
+                _COMPACT_STATUS_CELL.get(status, status), style=_STATUS_STYLE.get(status, "yellow")
             ),
             "tokens": Text("–" if before is None else f"{human_int(before)} → {human_int(after)}"),
             "msgs": Text("–" if summarised is None else f"{summarised}/{kept}"),
@@ -1258,20 +1072,6 @@ def compact_table(
     return table, notes + ([note] if note else [])
 
 
-_COMPACT_COLUMNS = (
-    "session",
-    "status",
-    "tokens",
-    "msgs",
-    "facts",
-    "threshold",
-    "split",
-    "cut_outputs",
-    "output",
-)
-_COMPACT_HEADERS = {"msgs": "msgs sum/kept", "facts": "kept facts r/p/c/e/d", "cut_outputs": "cut outputs"}
-
-
 def session_labels(paths: Sequence[str]) -> list[str]:
     """The short id of each session file (:func:`short_session_ids` of the file names without their
     extension), with the extension where a ``.json`` and a ``.jsonl`` of one session are both listed."""
@@ -1300,12 +1100,11 @@ def _fitted_table(
     wrap: Sequence[str] = (),
     last: Sequence[str] = (),
 ) -> tuple[Table, str | None]:
-    """A borderless table of the ``columns`` that fit ``width`` (see :func:`fit_columns`); the text columns
-    of ``text_min`` give way, a path from the left, and those of ``wrap`` (numbers among them) go onto
-    more lines rather than be cut, their headers too. The columns of ``last`` go only where the table, the
-    others dropped, wrapped and cut as far as they go, is still wider than ``width`` (a ``compact`` table's
-    output path at 40 columns). Returns the table and the line that names the columns dropped (as
-    ``headers`` call them), if any."""
+    """A borderless table of the ``columns`` that fit ``width`` (:func:`fit_columns`), each as wide as its
+    widest line: the text columns of ``text_min`` give way (cut, a path from the left), those of ``wrap``
+    (numbers among them) go onto more lines, their headers too. The columns of ``last`` go only where the
+    table is still too wide with the others dropped, wrapped and cut (a ``compact`` table's output path at
+    40 columns). Returns the table and the line that names the columns dropped, if any."""
     wrap_min = {c: _wrap_min([Text(headers.get(c, c)), *cells[c]]) for c in wrap}
     for extra in ((), tuple(last)):
         kept, text_width, dropped = fit_columns(
@@ -1320,59 +1119,38 @@ def _fitted_table(
             wrap=wrap_min,
             edge=False,
         )
-        table = _column_table(title, kept, cells, headers=headers, right=right, text_width=text_width,
-                              wrapped=set(wrap_min))  # fmt: skip
+        table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        shown: list[list[Text]] = []
+        for col in kept:
+            w = text_width.get(col)
+            header = headers.get(col, col)
+            if w is None:
+                column_cells = list(cells[col])
+            elif col in wrap_min:
+                column_cells = [wrap_text(t, w) for t in cells[col]]
+                header = wrap_text(Text(header), w).plain
+            else:
+                column_cells = [clip(col, t, w) for t in cells[col]]
+            lines = [*header.split("\n"), *(line for t in column_cells for line in t.plain.split("\n"))]
+            widest = max(Text(line).cell_len for line in lines)
+            justify: Literal["right", "left"] = "right" if col in right else "left"
+            table.add_column(header, justify=justify, no_wrap=True, min_width=widest, max_width=widest)
+            shown.append(column_cells)
         if wide or _borderless_width(table) <= width:
             break
-    return table, dropped_note(dropped, headers)
-
-
-def _column_table(
-    title: str,
-    kept: Sequence[str],
-    cells: Mapping[str, Sequence[Text]],
-    *,
-    headers: Mapping[str, str],
-    right: set[str],
-    text_width: Mapping[str, int],
-    wrapped: set[str],
-) -> Table:
-    """The borderless table of :func:`_fitted_table`: each of the ``kept`` columns as wide as its widest
-    line, a column of ``text_width`` narrowed to it (wrapped, header too, if in ``wrapped``; else cut)."""
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    shown: list[list[Text]] = []
-    for col in kept:
-        w = text_width.get(col)
-        header = headers.get(col, col)
-        if w is None:
-            column_cells = list(cells[col])
-        elif col in wrapped:
-            column_cells = [wrap_text(t, w) for t in cells[col]]
-            header = wrap_text(Text(header), w).plain
-        else:
-            column_cells = [clip(col, t, w) for t in cells[col]]
-        lines = [*header.split("\n"), *(line for t in column_cells for line in t.plain.split("\n"))]
-        widest = max(Text(line).cell_len for line in lines)
-        justify: Literal["right", "left"] = "right" if col in right else "left"
-        table.add_column(header, justify=justify, no_wrap=True, min_width=widest, max_width=widest)
-        shown.append(column_cells)
     for row in zip(*shown, strict=True):
         table.add_row(*row)
-    return table
+    return table, "\n".join(dropped_notes(dropped, {}, headers)) or None
 
 
 def _borderless_width(table: Table) -> int:
-    """How wide a table without outer borders prints whose columns all have a fixed width (``max_width``):
-    the columns and the three cells (`` │ ``) between each two."""
+    """How wide a borderless table of fixed column widths prints: the columns and `` │ `` between each two."""
     return sum(c.max_width or 0 for c in table.columns) + 3 * (len(table.columns) - 1)
 
 
 def _short_path(path: str) -> str:
-    from pathlib import Path
-
-    p = Path(path)
     try:
-        return str(p.relative_to(Path.cwd()))
+        return str(Path(path).relative_to(Path.cwd()))
     except ValueError:
         return path
 
@@ -1386,13 +1164,9 @@ def _retention_cell(kind: Any) -> str:
 def compare_table(
     rows: Sequence[Mapping[str, Any]], *, title: str = "ctxtool compare", width: int = 120, wide: bool = False
 ) -> tuple[Table, list[str]]:
-    """One row per session and strategy of ``ctxtool compare``: trigger, tokens before → after, reduction,
-    messages kept, fact retention per kind and the time taken. Returns the table and the lines to print
-    under it (the columns a narrow terminal left out).
-
-    Narrow, the time, trigger, messages kept and status go, then the tokens and the facts go onto more
-    lines; narrower still (40 columns), the strategy stands under its session in one column, and only
-    then does the reduction go."""
+    """One row per session and strategy of ``ctxtool compare``, and the lines to print under it. Narrow, the
+    time, trigger, messages kept and status go, then the tokens and the facts go onto more lines; narrower
+    still (40 columns), the strategy stands under its session, and only then does the reduction go."""
     names = session_labels([str(r.get("session", "")) for r in rows])
     cols: dict[str, list[Text]] = {c: [] for c in _COMPARE_COLUMNS}
     for r, name in zip(rows, names, strict=True):
@@ -1408,7 +1182,7 @@ def compare_table(
         values = {
             "session": Text(name),
             "strategy": Text(str(r.get("strategy"))),
-            "status": Text(status, style=_COMPACT_STATUS_STYLE.get(status, "yellow")),
+            "status": Text(status, style=_STATUS_STYLE.get(status, "yellow")),
             "trigger": Text("n/a" if trig is None else f"turn {r.get('trigger_turn')}" if trig else "no"),
             "tokens": Text(
                 "–" if before is None or after is None else f"{human_int(before)} → {human_int(after)}"
@@ -1448,9 +1222,6 @@ def compare_table(
     return table, [note] if note else []
 
 
-_COMPARE_COLUMNS = ("session", "strategy", "status", "trigger", "tokens", "cut", "kept", "facts", "time")
-
-
 def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 80) -> Table:
     """A bar chart in the terminal, at most ``width`` columns wide: mean tokens after (share of before) and
     mean retention per strategy. The bars give way to the width; names and numbers are never cut."""
@@ -1474,8 +1245,7 @@ def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 80) -> Tabl
     tokens_w = max([0, *(len(r[2]) for r in rows)])
     ret_w = max([0, *(len(r[4]) for r in rows)])
 
-    def table_width(bar: int, heads: Sequence[str], pad: bool) -> int:
-        """box=None: one cell of padding either side of every column (but the outer two without ``pad``)."""
+    def table_width(bar: int, heads: Sequence[str], pad: bool) -> int:  # a cell of padding either side
         head_w = [max(len(line) for line in h.split("\n")) for h in heads]
         return (6 if pad else 4) + name_w + max(head_w[1], bar + tokens_w) + max(head_w[2], bar + ret_w)
 
@@ -1498,18 +1268,10 @@ def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 80) -> Tabl
     return table
 
 
-_BAR_MAX = 40  # cells of a full bar on a wide terminal
-_BARS_TWO_LINES = ("strategy", "tokens after /\nbefore", "fact\nretention")
-
-
-_TOP_COLUMNS = ("session", "rank", "item", "tool", "target", "count", "tokens", "share")
-
-
 def top_table(
     rows: pl.DataFrame, *, title: str, width: int = 120, wide: bool = False
 ) -> tuple[Table, list[str]]:
-    """``stats --top``: per session, its largest items in context (estimated tokens and share of the
-    context). Returns the table and the lines to print under it."""
+    """``stats --top``: per session, its largest items in context, and the lines to print under it."""
     shorts = short_session_ids(rows.get_column("session").to_list())
     cols: dict[str, list[Text]] = {c: [] for c in _TOP_COLUMNS}
     for r in rows.iter_rows(named=True):

@@ -8,11 +8,13 @@ them with Vega-Lite 5.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctxtool.common.wording import plural
+from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
 
 if TYPE_CHECKING:
     import polars as pl
@@ -32,15 +34,10 @@ def _values(df: pl.DataFrame) -> list[dict[str, Any]]:
     """Rows as JSON-ready dicts (datetimes and dates as ISO text)."""
     import polars as pl
 
-    out = df.with_columns(
-        [
-            pl.col(c).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
-            for c, t in df.schema.items()
-            if isinstance(t, pl.Datetime)
-        ]
-        + [pl.col(c).cast(pl.String) for c, t in df.schema.items() if t == pl.Date]
+    iso = df.with_columns(
+        pl.col(pl.Datetime).dt.strftime("%Y-%m-%dT%H:%M:%SZ"), pl.col(pl.Date).cast(pl.String)
     )
-    return out.to_dicts()
+    return iso.to_dicts()
 
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
@@ -57,14 +54,13 @@ def _field(shorthand: str, **props: Any) -> dict[str, Any]:
     return {**encoding, "field": name, "type": _TYPES[kind], **props}
 
 
-def _chart(values: list[dict[str, Any]], mark: str | dict[str, Any], **props: Any) -> dict[str, Any]:
-    """One view: its inline data (the page fetches nothing), its mark and ``props`` (encoding, title…)."""
-    return {"data": {"values": values}, "mark": {"type": mark} if isinstance(mark, str) else mark, **props}
-
-
-def _top(spec: dict[str, Any]) -> dict[str, Any]:
-    """A page-level spec: its schema named."""
-    return {"$schema": SCHEMA, **spec}
+def _chart(
+    values: list[dict[str, Any]], mark: str | dict[str, Any], *, top: bool = False, **props: Any
+) -> dict[str, Any]:
+    """One view: its inline data (the page fetches nothing), its mark and ``props`` (encoding, title…);
+    ``top``: a page-level spec, its schema named."""
+    chart = {"data": {"values": values}, "mark": {"type": mark} if isinstance(mark, str) else mark, **props}
+    return {"$schema": SCHEMA, **chart} if top else chart
 
 
 SERIES = 10
@@ -80,129 +76,102 @@ def _legend(label_expr: str | None = None) -> dict[str, Any]:
 
 _TOKENS_AXIS = {"format": "~s"}  # 1.2M, 350k: SI ticks
 _COST_AXIS = {"format": "$~s"}
+_BAR_ROW_PX = 22  # the height of a project's row in the chart by project (Vega-Lite's default step is 20)
+# A Vega expression: a label longer than 28 characters keeps its last 27 (a path's end names it).
+_SHORT_LABEL = "length(datum.label) > 28 ? '…' + slice(datum.label, -27) : datum.label"
+
+
+def _sums(frame: pl.DataFrame, *keys: str) -> pl.DataFrame:
+    """``cost`` and ``total`` summed per ``keys``, the costs by ``math.fsum``: polars adds a group's floats in
+    an order that depends on its thread count, and the page's bytes would too (0.075867 or
+    0.07586700000000002)."""
+    import polars as pl
+
+    sums = frame.group_by(*keys).agg(pl.col("cost").drop_nulls(), pl.col("total").sum())
+    costs = [math.fsum(c) for c in sums.get_column("cost").to_list()]
+    return sums.with_columns(pl.Series("cost", costs, dtype=pl.Float64))
 
 
 def _top_series(frame: pl.DataFrame, key: str, measure: str) -> pl.DataFrame:
-    """``frame`` with ``key`` kept for its ``SERIES - 1`` largest values by ``measure`` and "other" for the
-    rest (summed per remaining key), so a chart has at most ``SERIES`` colours."""
+    """``frame`` (per ``day`` and ``key``) with ``key`` kept for its ``SERIES - 1`` largest values by
+    ``measure`` and "other" for the rest, so a chart has at most ``SERIES`` colours."""
     import polars as pl
 
-    ranked = (
-        frame.group_by(key)
-        .agg(pl.col(measure).sum())
-        .sort([measure, key], descending=[True, False], nulls_last=True)
-        .get_column(key)
-    )
+    ranked = _sums(frame, key).sort([measure, key], descending=[True, False], nulls_last=True).get_column(key)
     if ranked.len() <= SERIES:
         return frame
     kept = ranked.head(SERIES - 1).implode()
-    others = [c for c in frame.columns if c not in (key, "cost", "total")]
-    return (
-        frame.with_columns(pl.when(pl.col(key).is_in(kept)).then(pl.col(key)).otherwise(pl.lit("other")))
-        .group_by(*others, key)
-        .agg(pl.col("cost").sum(), pl.col("total").sum())
-        .sort(*others, key, nulls_last=True)
-    )
+    other = pl.when(pl.col(key).is_in(kept)).then(pl.col(key)).otherwise(pl.lit("other"))
+    return _sums(frame.with_columns(other), "day", key).sort("day", key, nulls_last=True)
 
 
 def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
-    """Cost per day by model, tokens per day by project, and cost by model and by project."""
+    """Cost per day by model, tokens per day by project, and tokens by project."""
     import polars as pl
 
     req = corpus.requests.filter(pl.col("ts").is_not_null()).with_columns(
         day=pl.col("ts").dt.date(), model=pl.col("model").fill_null("(unknown)")
     )
-
-    def per_day(key: str) -> pl.DataFrame:
-        # group_by gives its groups in no fixed order: sort on every key, so a page is the same bytes each run
-        return (
-            req.group_by("day", key)
-            .agg(pl.col("cost").sum(), pl.col("total").sum())
-            .sort("day", key, nulls_last=True)
-        )
-
-    cost = _field("sum(cost):Q", format="$.4f")
-    tokens = _field("sum(total):Q", format=",")
-    cost_day = _per_day(
-        per_day("model"), "model", "sum(cost):Q", "cost (USD)", [cost, tokens], "Spend per day, by model"
-    )
-    tokens_day = _per_day(
-        per_day("project"),
-        "project",
-        "sum(total):Q",
-        "tokens billed",
-        [tokens, cost],
-        "Tokens per day, by project",
-    )
-    totals = (
-        req.group_by("project")
-        .agg(pl.col("cost").sum(), pl.col("total").sum())
-        .sort(["total", "project"], descending=[True, False], nulls_last=True)
-        .head(20)
-    )
+    totals = _sums(req, "project").sort(["total", "project"], descending=[True, False], nulls_last=True)
     return [
-        ("spend-day-model", cost_day),
-        ("tokens-day-project", tokens_day),
-        ("tokens-project", _per_project(totals)),
+        ("spend-day-model", _per_day(req, "model", "cost", "cost (USD)", "Spend per day, by model")),
+        (
+            "tokens-day-project",
+            _per_day(req, "project", "total", "tokens billed", "Tokens per day, by project"),
+        ),
+        ("tokens-project", _per_project(totals.head(20))),
     ]
 
 
-def _per_day(
-    frame: pl.DataFrame, key: str, measure: str, axis: str, tooltip: list[Any], title: str
-) -> dict[str, Any]:
-    """Stacked bars of one measure per day, coloured by ``key`` (a model or a project), at most ``SERIES``
-    colours."""
-    frame = _top_series(frame, key, measure.split("(")[1].split(")")[0])
-    return _top(
-        _chart(
-            _values(frame),
-            "bar",
-            encoding={
-                "x": _field("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
-                "y": _field(measure, title=axis, axis=_COST_AXIS if "cost" in measure else _TOKENS_AXIS),
-                "color": _field(f"{key}:N", title=key, legend=_legend(_SHORT_LABEL)),
-                "tooltip": [_field("day:T"), _field(f"{key}:N"), *tooltip],
-            },
-            title=title,
-            width="container",
-            height=220,
-        )
+def _per_day(req: pl.DataFrame, key: str, measure: str, axis: str, title: str) -> dict[str, Any]:
+    """Stacked bars of ``measure`` (``cost`` or ``total``) per day, coloured by ``key`` (a model or a
+    project), at most ``SERIES`` colours."""
+    # group_by gives its groups in no fixed order: sort on every key, so a page is the same bytes each run
+    frame = _sums(req, "day", key).sort("day", key, nulls_last=True)
+    sums = {"cost": _field("sum(cost):Q", format="$.4f"), "total": _field("sum(total):Q", format=",")}
+    return _chart(
+        _values(_top_series(frame, key, measure)),
+        "bar",
+        top=True,
+        encoding={
+            "x": _field("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
+            "y": _field(
+                f"sum({measure}):Q", title=axis, axis=_COST_AXIS if measure == "cost" else _TOKENS_AXIS
+            ),
+            "color": _field(f"{key}:N", title=key, legend=_legend(_SHORT_LABEL)),
+            "tooltip": [_field("day:T"), _field(f"{key}:N"), sums.pop(measure), *sums.values()],
+        },
+        title=title,
+        width="container",
+        height=220,
     )
 
 
 def _per_project(totals: pl.DataFrame) -> dict[str, Any]:
     """Tokens billed by project, the largest first."""
-    return _top(
-        _chart(
-            _values(totals),
-            "bar",
-            encoding={
-                # A long project path is cut at its start on the axis; the tooltip holds it whole.
-                "y": _field(
-                    "project:N", sort="-x", title=None, axis={"labelLimit": 180, "labelExpr": _SHORT_LABEL}
-                ),
-                "x": _field("total:Q", title="tokens billed", axis=_TOKENS_AXIS),
-                "tooltip": [
-                    _field("project:N"),
-                    _field("total:Q", format=","),
-                    _field("cost:Q", format="$.4f"),
-                ],
-            },
-            title="Tokens by project (largest 20)",
-            width="container",
-            # A number, not Vega-Lite's discrete (step) height: with a step height any fit autosize makes
-            # Vega-Lite warn 'Dropping "fit-y"' in the browser's console. A bar row per project.
-            height=_BAR_ROW_PX * max(totals.height, 1),
-            autosize={"type": "fit-x", "contains": "padding"},
-        )
+    return _chart(
+        _values(totals),
+        "bar",
+        top=True,
+        encoding={
+            # A long project path is cut at its start on the axis; the tooltip holds it whole.
+            "y": _field(
+                "project:N", sort="-x", title=None, axis={"labelLimit": 180, "labelExpr": _SHORT_LABEL}
+            ),
+            "x": _field("total:Q", title="tokens billed", axis=_TOKENS_AXIS),
+            "tooltip": [
+                _field("project:N"),
+                _field("total:Q", format=","),
+                _field("cost:Q", format="$.4f"),
+            ],
+        },
+        title="Tokens by project (largest 20)",
+        width="container",
+        # A number, not Vega-Lite's discrete (step) height: with a step height any fit autosize makes
+        # Vega-Lite warn 'Dropping "fit-y"' in the browser's console. A bar row per project.
+        height=_BAR_ROW_PX * max(totals.height, 1),
+        autosize={"type": "fit-x", "contains": "padding"},
     )
-
-
-_BAR_ROW_PX = 22  # the height of a project's row in the chart by project (Vega-Lite's default step is 20)
-
-
-_SHORT_LABEL = "length(datum.label) > 28 ? '…' + slice(datum.label, -27) : datum.label"
-"""A Vega expression: a label longer than 28 characters keeps its last 27 (a path's end names it)."""
 
 
 def largest_sessions(corpus: Corpus, n: int) -> list[str]:
@@ -232,13 +201,14 @@ def session_chart(corpus: Corpus, key: str) -> tuple[str, dict[str, Any]]:
     scale = _Scale.of(req)
     layers = [_composition_bars(req, scale.top), *_limit_rules(scale), *_event_marks(req)]
     title = {"text": f"Context per request: {name}", "subtitle": _subtitle(scale)}
-    return f"session-{key}", _top({"layer": layers, "title": title, "width": "container", "height": 260})
+    spec = {"$schema": SCHEMA, "layer": layers, "title": title, "width": "container", "height": 260}
+    return f"session-{key}", spec
 
 
 @dataclass(frozen=True, slots=True)
 class _Scale:
-    """A session chart's scale: the session's peak context, the model's limit and Gemini CLI's compression
-    threshold (tokens), and the top of the y axis."""
+    """A session chart's scale (tokens): the peak context, the model's limit, Gemini CLI's compression
+    threshold and the top of the y axis."""
 
     peak: int
     limit: int
@@ -247,8 +217,6 @@ class _Scale:
 
     @classmethod
     def of(cls, req: pl.DataFrame) -> _Scale:
-        from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
-
         limit = int(req.get_column("context_limit").fill_null(0).max() or 0)  # type: ignore[arg-type]
         peak = int(req.get_column("context").fill_null(0).max() or 0)  # type: ignore[arg-type]
         # The chart fits the session's peak; the threshold and the limit are drawn when they fall within it
@@ -262,11 +230,9 @@ def _composition_bars(req: pl.DataFrame, top: float) -> dict[str, Any]:
 
     from ctxtool.frames.model import COMPOSITION_COLUMNS
 
-    long = req.select("request", "turn", "timestamp", "model", "context", *COMPOSITION_COLUMNS).unpivot(
-        index=["request", "turn", "timestamp", "model", "context"],
-        on=list(COMPOSITION_COLUMNS),
-        variable_name="part",
-        value_name="tokens",
+    keys = ["request", "turn", "timestamp", "model", "context"]
+    long = req.select(*keys, *COMPOSITION_COLUMNS).unpivot(
+        index=keys, on=list(COMPOSITION_COLUMNS), variable_name="part", value_name="tokens"
     )
     long = long.with_columns(
         part=pl.col("part").replace_strict(PART_LABELS),
@@ -301,8 +267,6 @@ def _composition_bars(req: pl.DataFrame, top: float) -> dict[str, Any]:
 
 def _limit_rules(scale: _Scale) -> list[dict[str, Any]]:
     """The compression threshold and the model's limit as labelled lines, those within the chart."""
-    from ctxtool.measure.tokens import COMPRESSION_THRESHOLD
-
     lines = [
         {"y": y, "label": label}
         for y, label in (
@@ -393,33 +357,39 @@ def compare_charts(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, 
             ]
         if r.get("retention") is not None:
             kept.append({"session": session, "strategy": r["strategy"], "retention": r["retention"]})
-    before_after = _chart(
+    before_after = _per_strategy(
         tokens,
-        "bar",
-        encoding={
-            "x": _field("strategy:N", title=None),
-            "xOffset": _field("when:N", sort=["before", "after"]),
-            "y": _field("tokens:Q", title="history tokens (Gemini CLI's estimate)", axis=_TOKENS_AXIS),
-            "color": _field("when:N", sort=["before", "after"], title=None),
-            "column": _field("session:N", title=None),
-            "tooltip": [_field(s) for s in ("session:N", "strategy:N", "when:N", "tokens:Q")],
-        },
-        title="Tokens before and after each strategy",
-        width=220,
-        height=200,
+        "Tokens before and after each strategy",
+        ("when:N", "tokens:Q"),
+        xOffset=_field("when:N", sort=["before", "after"]),
+        y=_field("tokens:Q", title="history tokens (Gemini CLI's estimate)", axis=_TOKENS_AXIS),
+        color=_field("when:N", sort=["before", "after"], title=None),
     )
-    retention = _chart(
+    retention = _per_strategy(
         kept,
+        "Fact retention",
+        ("retention:Q",),
+        y=_field("retention:Q", title="facts kept (%)", scale={"domain": [0, 100]}),
+        color=_field("strategy:N", legend=None),
+    )
+    return [("compare-tokens", before_after), ("compare-retention", retention)]
+
+
+def _per_strategy(
+    values: list[dict[str, Any]], title: str, shown: Sequence[str], **encoding: Any
+) -> dict[str, Any]:
+    """Bars per strategy, a panel per session; the tooltip names the session, the strategy and ``shown``."""
+    return _chart(
+        values,
         "bar",
+        top=True,
         encoding={
             "x": _field("strategy:N", title=None),
-            "y": _field("retention:Q", title="facts kept (%)", scale={"domain": [0, 100]}),
-            "color": _field("strategy:N", legend=None),
+            **encoding,
             "column": _field("session:N", title=None),
-            "tooltip": [_field(s) for s in ("session:N", "strategy:N", "retention:Q")],
+            "tooltip": [_field(s) for s in ("session:N", "strategy:N", *shown)],
         },
-        title="Fact retention",
+        title=title,
         width=220,
         height=200,
     )
-    return [("compare-tokens", _top(before_after)), ("compare-retention", _top(retention))]

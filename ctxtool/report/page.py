@@ -17,8 +17,6 @@ from ctxtool.common.markup import escape_html, json_in_html_script
 from ctxtool.common.wording import plural
 
 if TYPE_CHECKING:
-    import polars as pl
-
     from ctxtool.frames.model import Corpus
 from ctxtool.report.charts import compare_charts, largest_sessions, session_chart, spend_charts
 
@@ -26,6 +24,9 @@ RUNTIME_PACKAGE = "js_lib_vega_embed"
 RUNTIME_FILE = "static/js_lib_vega_embed/vega-embed-full.js"
 """Vega 5, Vega-Lite 5 and vega-embed 6 in one minified file (the three files the package also ships
 apart, concatenated): about 0.8 MB, BSD-3-Clause (University of Washington Interactive Data Lab)."""
+_CUT = 120
+"""A long cell (a tool's target: a path, a command) is cut at this many characters, its whole text in its
+``title`` (shown on hover)."""
 
 
 def chart_runtime() -> str:
@@ -48,22 +49,17 @@ def _script_json(value: Any) -> str:
 
 
 def _table(
-    rows: pl.DataFrame, columns: Sequence[str], formats: dict[str, str], cut: Sequence[str] = ()
+    rows: Iterable[dict[str, Any]], columns: Sequence[str], formats: dict[str, str], cut: Sequence[str] = ()
 ) -> str:
     """``rows`` as a table of ``columns``, numbers by ``formats``; a text of a ``cut`` column longer than
     ``_CUT`` characters is cut, whole on hover."""
     head = "".join(f"<th>{escape_html(c)}</th>" for c in columns)
     body = []
-    for r in rows.iter_rows(named=True):
+    for r in rows:
         cells = []
         for c in columns:
-            v = r[c]
-            if v is None:
-                text = "–"
-            elif c in formats:
-                text = format(v, formats[c])
-            else:
-                text = str(v)
+            v = r.get(c)
+            text = "–" if v is None else format(v, formats.get(c, ""))
             if isinstance(v, int | float):
                 cells.append(f'<td class="num">{escape_html(text)}</td>')
             elif c in cut and len(text) > _CUT:
@@ -76,11 +72,6 @@ def _table(
     return (
         f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
     )
-
-
-_CUT = 120
-"""A long cell (a tool's target: a path, a command) is cut at this many characters, its whole text in its
-``title`` (shown on hover)."""
 
 
 _STYLE = """
@@ -102,11 +93,9 @@ def _place(
     charts: list[tuple[str, dict[str, Any]]], specs: Iterable[tuple[str, dict[str, Any]]]
 ) -> list[str]:
     """The place of each chart of ``specs`` on the page; the charts join ``charts`` (embedded at the end)."""
-    places = []
-    for chart_id, spec in specs:
-        charts.append((chart_id, spec))
-        places.append(f'<div class="chart" id="{escape_html(chart_id)}"></div>')
-    return places
+    specs = list(specs)
+    charts.extend(specs)
+    return [f'<div class="chart" id="{escape_html(chart_id)}"></div>' for chart_id, _ in specs]
 
 
 def _summary(corpus: Corpus, title: str) -> str:
@@ -126,15 +115,6 @@ def _summary(corpus: Corpus, title: str) -> str:
     )
 
 
-def _context_heading(keys: Sequence[str]) -> str:
-    largest = "the largest session" if len(keys) == 1 else f"the {len(keys)} largest sessions"
-    return (
-        f"<h2>Context per request ({largest})</h2>"
-        "<p class='note'>Stacked by what fills it; the dashed line is Gemini CLI's compression threshold. "
-        "Compressions, rewinds, rollbacks and model switches are marked.</p>"
-    )
-
-
 def _consumers_table(corpus: Corpus, keys: Sequence[str], top: int, *, redact: bool) -> str:
     """The ``top`` context consumers of each charted session (``keys``), secrets redacted with ``redact``."""
     import polars as pl
@@ -146,18 +126,13 @@ def _consumers_table(corpus: Corpus, keys: Sequence[str], top: int, *, redact: b
             corpus.requests.filter(pl.col("session_key").is_in(keys)).get_column("session").unique().implode()
         )
     )
+    rows: Iterable[dict[str, Any]] = consumers.iter_rows(named=True)
     if redact:
         from ctxtool.common.secret_scan import redact as redact_text
 
-        consumers = consumers.with_columns(
-            pl.Series(
-                "target",
-                [None if t is None else redact_text(t) for t in consumers.get_column("target").to_list()],
-                dtype=pl.String,
-            )
-        )
+        rows = ({**r, "target": r["target"] and redact_text(r["target"])} for r in rows)
     return f"<h2>Top context consumers (at the last request of each, {top} per session)</h2>" + _table(
-        consumers,
+        rows,
         ["session", "rank", "item", "tool", "target", "count", "tokens", "share"],
         {"tokens": ",", "share": ".1%"},
         cut=["target"],
@@ -166,30 +141,11 @@ def _consumers_table(corpus: Corpus, keys: Sequence[str], top: int, *, redact: b
 
 def _compare_table(compare_rows: Sequence[dict[str, Any]]) -> str:
     """The ``compare`` rows as a table: per session and strategy, its status, tokens and fact retention."""
-    import polars as pl
-
-    cmp = pl.DataFrame(
-        [
-            {
-                "session": str(r.get("session", "")).rsplit("/", 1)[-1],
-                "strategy": r.get("strategy"),
-                "status": r.get("status"),
-                "tokens_before": r.get("tokens_before"),
-                "tokens_after": r.get("tokens_after"),
-                "retention": r.get("retention"),
-            }
-            for r in compare_rows
-        ],
-        schema={
-            "session": pl.String,
-            "strategy": pl.String,
-            "status": pl.String,
-            "tokens_before": pl.Int64,
-            "tokens_after": pl.Int64,
-            "retention": pl.Float64,
-        },
+    return _table(
+        ({**r, "session": str(r.get("session", "")).rsplit("/", 1)[-1]} for r in compare_rows),
+        ["session", "strategy", "status", "tokens_before", "tokens_after", "retention"],
+        {"tokens_before": ",", "tokens_after": ",", "retention": ".1f"},
     )
-    return _table(cmp, list(cmp.columns), {"tokens_before": ",", "tokens_after": ",", "retention": ".1f"})
 
 
 def build_report(
@@ -206,7 +162,12 @@ def build_report(
     charts: list[tuple[str, dict[str, Any]]] = []
     sections = [_summary(corpus, title), "<h2>Spend over time</h2>", *_place(charts, spend_charts(corpus))]
     keys = largest_sessions(corpus, sessions)
-    sections.append(_context_heading(keys))
+    largest = "the largest session" if len(keys) == 1 else f"the {len(keys)} largest sessions"
+    sections.append(
+        f"<h2>Context per request ({largest})</h2>"
+        "<p class='note'>Stacked by what fills it; the dashed line is Gemini CLI's compression threshold. "
+        "Compressions, rewinds, rollbacks and model switches are marked.</p>"
+    )
     sections += _place(charts, (session_chart(corpus, key) for key in keys))
     sections.append(_consumers_table(corpus, keys, top, redact=redact))
     if compare_rows:

@@ -15,7 +15,7 @@ import glob
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,9 +32,8 @@ class SessionPath:
     path: Path
     project: str  # .project_root contents when present, else the folder name under tmp/
     project_dir: str  # the folder name under tmp/ (a sha256 or a slug)
-    parent_ref: (
-        str | None
-    )  # for nested files: the folder under chats/ (parent session id, skill-extraction-…)
+    # For nested files: the folder under chats/ (parent session id, skill-extraction-…).
+    parent_ref: str | None
     group_key: str  # same key for session-X.json and session-X.jsonl in one chats/ folder
 
 
@@ -47,7 +46,6 @@ class Discovery:
     # Entries the filesystem would not let us examine, or that are no regular file (never opened): the
     # reason key (also in ``skipped``) and the one-line message with its fix.
     unreadable: list[tuple[Path, str, str]] = field(default_factory=list)
-    refused_args: list[str] = field(default_factory=list)  # PATH arguments that were themselves refused
 
     def refuse(self, path: str | Path, key: str, message: str) -> None:
         """Skip one entry for a filesystem reason: counted under ``key``, reported with ``message``."""
@@ -113,10 +111,10 @@ def dataset_in(paths: Sequence[str]) -> str | None:
 
 def os_reason(exc: OSError) -> tuple[str, str]:
     """(key, message) for a filesystem error on one entry."""
-    found = _OS_REASONS.get(exc.errno or 0)
-    if found is not None:
-        return found
-    return ("unreadable", f"cannot be examined ({exc.strerror or exc}). Check the file and its folder")
+    return _OS_REASONS.get(exc.errno or 0) or (
+        "unreadable",
+        f"cannot be examined ({exc.strerror or exc}). Check the file and its folder",
+    )
 
 
 def _kind(entry: os.DirEntry[str], result: Discovery) -> str | None:
@@ -152,9 +150,7 @@ def default_roots(env: Mapping[str, str] | None = None) -> list[Path]:
     macOS Seatbelt (``SANDBOX=sandbox-exec``), ``<home>/.cache/.gemini/tmp``, when that folder exists.
 
     Source: ``Storage.getGlobalRuntimeDir`` / ``getGlobalTempDir`` (packages/core/src/config/storage.ts,
-    v0.61.0): the runtime state (chats included) moves to ``<home>/.cache/.gemini`` inside the Seatbelt
-    sandbox, ``<home>`` being ``GEMINI_CLI_HOME`` or the user's home. A user who ran both ways has sessions
-    in both; reading the one that exists needs no flag.
+    v0.61.0): inside the Seatbelt sandbox the runtime state (chats included) moves to ``<home>/.cache``.
     """
     roots = [default_root(env)]
     seatbelt = _home(env) / ".cache" / ".gemini" / "tmp"
@@ -180,8 +176,7 @@ def refused_paths(paths: Sequence[str | Path]) -> list[str]:
         try:
             mode = os.stat(path).st_mode
         except OSError:
-            refused.append(str(arg))
-            continue
+            mode = 0  # refused too
         if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
             refused.append(str(arg))
     return refused
@@ -230,11 +225,6 @@ def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discover
             except OSError as exc:
                 dangling = exc.errno == errno.ENOENT and os.path.islink(target)
                 result.refuse(target, *(_DANGLING if dangling else os_reason(exc)))
-                result.refused_args.append(str(arg))
-                continue
-            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                result.refuse(target, *_SPECIAL)
-                result.refused_args.append(str(arg))
                 continue
             if stat.S_ISDIR(mode):
                 found = False
@@ -243,8 +233,10 @@ def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discover
                     add(folder, name)
                 if not found:
                     result.empty_dirs.append(target)
-            else:
+            elif stat.S_ISREG(mode):
                 add(str(target.parent), target.name)
+            else:
+                result.refuse(target, *_SPECIAL)
     return result
 
 
@@ -253,13 +245,12 @@ def _expand(arg: str | Path, result: Discovery) -> Iterable[Path]:
     path = Path(text).expanduser()
     try:
         os.stat(path)
+        return [path]
     except FileNotFoundError:
         if os.path.islink(path):
             return [path]  # a dangling symlink: refused with its reason by the caller
     except OSError:
         return [path]  # a symlink loop, a permission denied: refused with its reason by the caller
-    else:
-        return [path]
     if any(ch in text for ch in "*?["):
         matches = sorted(glob.glob(os.path.expanduser(text), recursive=True))
         if matches:
@@ -268,27 +259,30 @@ def _expand(arg: str | Path, result: Discovery) -> Iterable[Path]:
     return []
 
 
+def _walk(root: str, onerror: Callable[[OSError], object]) -> Iterator[tuple[str, list[str] | None]]:
+    """The folders under ``root`` as discovery walks them (pruned, in order, not below a ``chats/`` folder),
+    each with its file names; None for a ``chats/`` folder (``root`` itself when it is one)."""
+    if os.path.basename(root) == "chats":
+        yield root, None
+        return
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror):
+        chats = os.path.basename(dirpath) == "chats"
+        dirnames[:] = [] if chats else sorted(d for d in dirnames if d not in _PRUNE_DIRS)
+        yield dirpath, None if chats else filenames
+
+
 def _scan_dir(root: str, result: Discovery) -> Iterable[tuple[str, str]]:
     """(folder, name) of the session files under ``root``: the Gemini CLI layout if there is a chats/ folder,
     else all JSON."""
     chats_dirs: list[str] = []
     loose: list[tuple[str, str]] = []
-    if os.path.basename(root) == "chats":
-        chats_dirs.append(root)
-    else:
-
-        def walk_error(exc: OSError) -> None:
-            result.refuse(exc.filename or root, *os_reason(exc))
-
-        for dirpath, dirnames, filenames in os.walk(root, onerror=walk_error):
-            dirnames[:] = sorted(d for d in dirnames if d not in _PRUNE_DIRS)
-            if os.path.basename(dirpath) == "chats":
-                chats_dirs.append(dirpath)
-                dirnames[:] = []
-                continue
-            for f in sorted(filenames):
-                if f.endswith(SESSION_SUFFIXES) and _regular(os.path.join(dirpath, f), result):
-                    loose.append((dirpath, f))
+    for dirpath, filenames in _walk(root, lambda exc: result.refuse(exc.filename or root, *os_reason(exc))):
+        if filenames is None:
+            chats_dirs.append(dirpath)
+            continue
+        for f in sorted(filenames):
+            if f.endswith(SESSION_SUFFIXES) and _regular(os.path.join(dirpath, f), result):
+                loose.append((dirpath, f))
     if not chats_dirs:
         yield from _filter(loose, result)
         return
@@ -313,26 +307,21 @@ def _scan_dir(root: str, result: Discovery) -> Iterable[tuple[str, str]]:
 
 def listing_folders(paths: Sequence[str | Path]) -> list[str] | None:
     """The folders whose entries decide what ``discover(paths)`` finds, each once (as given, not resolved):
-    every folder its walk visits, and the subfolders of each ``chats/`` folder. Creating, removing or renaming
-    an entry of a folder changes its modification time, so while none of theirs changed (and no file's size
-    and modification time did), ``discover`` finds the same files (the ``guard`` hook's quick check). None
-    when an argument is not a folder or a folder could not be listed: then there is no such promise."""
+    every folder its walk visits, and the subfolders of each ``chats/`` folder. While none of their
+    modification times changed, ``discover`` finds the same files (the ``guard`` hook's quick check). None
+    when an argument is not a folder or a folder could not be listed."""
     out: dict[str, None] = {}
     for arg in paths:
         root = os.path.expanduser(str(arg))
         if not os.path.isdir(root):
             return None
         failed: list[OSError] = []
-        chats_dirs = [root] if os.path.basename(root) == "chats" else []
-        if not chats_dirs:
-            for dirpath, dirnames, _ in os.walk(root, onerror=failed.append):
-                out[dirpath] = None
-                dirnames[:] = sorted(d for d in dirnames if d not in _PRUNE_DIRS)
-                if os.path.basename(dirpath) == "chats":
-                    chats_dirs.append(dirpath)
-                    dirnames[:] = []
+        chats_dirs = []
+        for dirpath, filenames in _walk(root, failed.append):
+            out[dirpath] = None
+            if filenames is None:
+                chats_dirs.append(dirpath)
         for chats in chats_dirs:
-            out[chats] = None
             try:
                 with os.scandir(chats) as it:
                     out.update((e.path, None) for e in it if e.is_dir())
@@ -405,7 +394,7 @@ def _project_name(project_dir: str) -> str:
         with open(os.path.join(project_dir, ".project_root"), encoding="utf-8") as fh:
             text = fh.read().strip()
     except (OSError, UnicodeDecodeError):
-        return os.path.basename(project_dir)
+        text = ""
     return text or os.path.basename(project_dir)
 
 
@@ -422,16 +411,16 @@ def matches_nothing(path: str) -> str:
 
 def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = None) -> list[str]:
     """PATH arguments with each session id (or unique prefix of one, at least 4 characters) replaced by the
-    session's file under the default roots. An argument that names an existing file, folder or glob match
-    stays as it is. Gemini CLI names a file after the first 8 characters of its session id, so a prefix up
-    to 8 characters is matched on names; a longer one is checked against the ``sessionId`` in the file.
-    Where a legacy ``.json`` was resumed into a ``.jsonl``, the ``.jsonl`` is the session. Raises
-    UsageError for an id that matches no session or several (listing them), and for a word of 1 to 3
-    characters that names no file (an id cut too short)."""
+    session's file under the default roots; an argument that names a file, folder or glob match stays.
+    Gemini CLI names a file after the first 8 characters of its session id, so a prefix up to 8 characters
+    is matched on names, a longer one against the ``sessionId`` in the file. Where a legacy ``.json`` was
+    resumed into a ``.jsonl``, the ``.jsonl`` is the session. Raises UsageError for an id that matches no
+    session or several, and for a word of 1 to 3 characters that names no file (an id cut too short)."""
     from ctxtool.common.errors import UsageError
 
     out: list[str] = []
     candidates: list[SessionPath] | None = None
+    searched: list[Path] = []
     for arg in args:
         if os.path.lexists(os.path.expanduser(arg)) or glob.has_magic(arg) or _STORE_URL.match(arg):
             out.append(arg)
@@ -445,10 +434,8 @@ def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = Non
             out.append(arg)
             continue
         if candidates is None:
-            found = discover(
-                [str(r) for r in (roots if roots is not None else default_roots())], subagents=False
-            )
-            candidates = found.files
+            searched = list(roots) if roots is not None else default_roots()
+            candidates = discover([str(r) for r in searched], subagents=False).files
         matches: dict[str, SessionPath] = {}
         for sp in candidates:
             short = _short_id(sp.path.name)
@@ -460,9 +447,8 @@ def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = Non
             if kept is None or sp.path.suffix == ".jsonl":
                 matches[sp.group_key] = sp
         if not matches:
-            where = ", ".join(str(r) for r in (roots if roots is not None else default_roots()))
             raise UsageError(
-                f"{arg} is neither a file nor the id of a session in {where}",
+                f"{arg} is neither a file nor the id of a session in {', '.join(map(str, searched))}",
                 "Pass a session file, a chats/ folder, or a session id from `ctxtool stats`",
             )
         if len(matches) > 1:
@@ -490,10 +476,9 @@ def short_id_of(name: str) -> str | None:
     """The short id (first 8 characters of a session id) a ``session-<time>-<id8>.json[l]`` file name carries,
     as Gemini CLI derives it (``deriveShortIdFromFileName``); None for any other name.
 
-    Gemini CLI finds every file of a session by it: ``deleteSession`` (sessionOperations
-    ``deleteStoredSession`` / ``getMatchingSessionFiles``) removes every ``session-*-<id8>.json[l]`` in
-    ``chats/``: the session's own files and the legacy flat subagent files named with its short id
-    (``kind: "subagent"`` in their metadata), "parent and subagents" as its comment says."""
+    Gemini CLI's ``deleteSession`` (sessionOperations ``getMatchingSessionFiles``) removes every
+    ``session-*-<id8>.json[l]`` in ``chats/``: the session's own files and the legacy flat subagent files
+    named with its short id, "parent and subagents" as its comment says."""
     if not name.startswith("session-"):
         return None
     found = _SHORT_ID.search(name)

@@ -3,16 +3,14 @@
 Owns: forking that process (``start``) while the main one still imports typer and the command (a first run's
 start-up: 0.1-0.2 s of one core, the other idle), what it does (discover the files it was told of, then read
 them largest first, handing each result back at once) and how the two processes share the files once the
-scan begins (``Started``, which ``scan.read_files`` adopts): the main process reads from the small end, this
-one from the large end, until they meet. Nothing it does is trusted blindly: ``scan.read_files`` adopts it
-only when the files it found are the scan's own, with the same sizes and modification times (else it is
-stopped and the scan runs as it would have); a file both read is taken once.
+scan begins (``Started``): the main process reads from the small end, this one from the large end, until
+they meet. ``scan.read_files`` adopts it only when the files it found are the scan's own, with the same sizes
+and modification times (else it is stopped); a file both read is taken once.
 
-Linux only (``os.fork``, ``os.memfd_create``). The results go into an anonymous in-memory file, one record
-after another: first the plan, as JSON, then each file's as MessagePack (data, never code: ``FileColumns`` as
-msgspec encodes it, and what ``then`` made of the file as the bytes the caller's ``pack`` gave); a pipe
-tells the main process when each is whole and which file this process starts next, and a pipe the other way
-says how many files the main process has taken from its end.
+Linux only (``os.fork``, ``os.memfd_create``). The results go into an anonymous in-memory file: first the
+plan, as JSON, then each file's as MessagePack (data, never code: ``FileColumns``, and the bytes the caller's
+``pack`` made of ``then``'s result); a pipe tells the main process when each is whole and which file this
+process starts next, and a pipe the other way says how many files the main process has taken.
 
 Must not: print, or import anything above ``ctxtool.session`` (the caller passes ``then``, loaded in the
 child).
@@ -56,29 +54,22 @@ class Started:
         self.done: list[tuple[int, Any]] = []  # (place, record) read, not yet taken
         self.ended = False  # its progress pipe closed: it is gone, or finished
         self.plan: list[tuple[SessionPath, int, int]] | None = None
-        self.found: _Found | None = None
+        self.asked: tuple[list[str], bool] | None = None  # the targets and ``subagents`` it was given
+        self.found: Discovery | None = None
         self._stopped = False
 
     def read_plan(self) -> list[tuple[SessionPath, int, int]] | None:
-        """The files it found, in the order it reads them (largest first): (where, size, mtime_ns). Waits
-        for it (discovery takes tens of milliseconds); None when it ended without one."""
+        """(where, size, mtime_ns) of the files it found, in the order it reads them (largest first), waited
+        for; None when it ended without one."""
         while self.plan is None and not self.ended:
-            self._receive(block=True)
+            self.poll(block=True)
         return self.plan
 
     def discovery(self, targets: Sequence[str], subagents: bool) -> Discovery | None:
-        """What it found, when it was asked for ``targets`` (as the scan's caller resolved them: the default
-        roots when none were named) with ``subagents``: then the caller need not look again. None otherwise,
-        or when it ended without saying."""
+        """What it found, when it was asked for ``targets`` (as the caller resolved them) with ``subagents``:
+        then the caller need not look again. None otherwise, or when it ended without saying."""
         self.read_plan()
-        found = self.found
-        if found is None or (found.targets, found.subagents) != ([str(t) for t in targets], subagents):
-            return None
-        return found.discovery()
-
-    def poll(self, *, block: bool = False) -> None:
-        """Take in what it said since (waiting for something when ``block``)."""
-        self._receive(block=block)
+        return self.found if self.asked == ([str(t) for t in targets], subagents) else None
 
     def claim(self, taken: int) -> None:
         """Tell it that the main process has taken ``taken`` files from the small end, in all."""
@@ -87,7 +78,7 @@ class Started:
 
     def _say(self) -> None:
         """Tell it what was taken and read: once every record it wrote is read, it writes the next one at the
-        start of the results file again, which so holds at most what is not read yet, not all it read."""
+        start of the results file again, which so holds only what is not read yet."""
         try:
             os.write(self._claims, _CLAIMS.pack(self.taken, self.read))
         except OSError:  # it is gone: what it did not finish, the main process reads
@@ -113,7 +104,8 @@ class Started:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def _receive(self, *, block: bool) -> None:
+    def poll(self, *, block: bool = False) -> None:
+        """Take in what it said since (waiting for something when ``block``)."""
         read = self.read
         self._take_in(block=block)
         if self.read != read and not self.ended:
@@ -138,11 +130,10 @@ class Started:
                 if kind == _STARTED:
                     self.started = place
                     continue
+                # A record that does not read back: as if it died there (nothing more taken).
                 try:
                     self._read_record(place, where)
-                except (
-                    Exception
-                ):  # a record that does not read back: as if it died there (nothing more taken)
+                except Exception:
                     self.ended = True
                     return
             self._buffer = self._buffer[whole:]
@@ -153,8 +144,8 @@ class Started:
         data = os.pread(self._results, length, where + _LENGTH.size)
         self.read += 1
         if place == _PLAN:
-            self.found = _found_of(data)
-            self.plan = self.found.plan
+            self.asked, self.found, order = _from_plan_record(json.loads(data))
+            self.plan = [(self.found.files[i], size, mtime_ns) for i, size, mtime_ns in order]
         else:
             fc, extra = _decode_result(data)
             self.done.append(
@@ -165,63 +156,39 @@ class Started:
 _PLAN = 0xFFFFFFFF  # the place of the plan's own record
 
 
-class _Found:
-    """What the second process found (``discover``'s ``Discovery``, paths as text) and its plan: the files it
-    reads, as places in ``files``, largest first, with their size and modification time. It crosses as one
-    JSON array (``record``; a path that is not UTF-8 keeps its escapes); plain Python here, so that the main
-    process imports nothing for it before the second process is started."""
+# What the second process found (``discover``'s ``Discovery``, paths as text) and its plan (places in
+# ``files``, largest first, with their size and modification time) cross as one JSON array: plain Python, so
+# that the main process imports nothing for it before the fork.
+def _plan_record(
+    targets: list[str], subagents: bool, found: Discovery, order: list[tuple[int, int, int]]
+) -> list[Any]:
+    return [
+        targets,
+        subagents,
+        [(str(sp.path), sp.project, sp.project_dir, sp.parent_ref, sp.group_key) for sp in found.files],
+        [(str(path), why) for path, why in found.skipped],
+        list(found.missing),
+        [str(d) for d in found.empty_dirs],
+        [(str(path), key, message) for path, key, message in found.unreadable],
+        order,
+    ]
 
-    def __init__(self, record: list[Any]) -> None:
-        (
-            self.targets,
-            self.subagents,
-            self.files,
-            self.skipped,
-            self.missing,
-            self.empty_dirs,
-            self.unreadable,
-            self.refused_args,
-            self.order,
-        ) = record
-        self._discovery: Discovery | None = None
 
-    @staticmethod
-    def record(
-        targets: list[str], subagents: bool, found: Discovery, order: list[tuple[int, int, int]]
-    ) -> list[Any]:
-        return [
-            targets,
-            subagents,
-            [(str(sp.path), sp.project, sp.project_dir, sp.parent_ref, sp.group_key) for sp in found.files],
-            [(str(path), why) for path, why in found.skipped],
-            list(found.missing),
-            [str(d) for d in found.empty_dirs],
-            [(str(path), key, message) for path, key, message in found.unreadable],
-            list(found.refused_args),
-            order,
-        ]
+def _from_plan_record(
+    record: list[Any],
+) -> tuple[tuple[list[str], bool], Discovery, list[tuple[int, int, int]]]:
+    """(the targets and ``subagents`` it was asked for, the ``Discovery`` it made, its order)."""
+    from ctxtool.session.discover import Discovery, SessionPath
 
-    def discovery(self) -> Discovery:
-        """The ``Discovery`` it made (once: the plan holds its files)."""
-        from ctxtool.session.discover import Discovery, SessionPath
-
-        if self._discovery is None:
-            self._discovery = Discovery(
-                files=[
-                    SessionPath(Path(p), project, pdir, ref, key) for p, project, pdir, ref, key in self.files
-                ],
-                skipped=[(Path(p), why) for p, why in self.skipped],
-                missing=list(self.missing),
-                empty_dirs=[Path(d) for d in self.empty_dirs],
-                unreadable=[(Path(p), key, message) for p, key, message in self.unreadable],
-                refused_args=list(self.refused_args),
-            )
-        return self._discovery
-
-    @property
-    def plan(self) -> list[tuple[SessionPath, int, int]]:
-        files = self.discovery().files
-        return [(files[i], size, mtime_ns) for i, size, mtime_ns in self.order]
+    targets, subagents, files, skipped, missing, empty_dirs, unreadable, order = record
+    found = Discovery(
+        files=[SessionPath(Path(p), project, pdir, ref, key) for p, project, pdir, ref, key in files],
+        skipped=[(Path(p), why) for p, why in skipped],
+        missing=list(missing),
+        empty_dirs=[Path(d) for d in empty_dirs],
+        unreadable=[(Path(p), key, message) for p, key, message in unreadable],
+    )
+    return (targets, subagents), found, order
 
 
 def available() -> bool:
@@ -306,7 +273,7 @@ def _child(
     plan = [(found.files[i], size, mtime_ns) for i, size, mtime_ns in order]
     # The plan as JSON: json is loaded already (``ctxtool.frames.replay`` imported it before the fork),
     # msgspec is not, and the main process may be waiting for the plan (importing msgspec took 11-13 ms).
-    plan_record = json.dumps(_Found.record(targets, subagents, found, order), separators=(",", ":"))
+    plan_record = json.dumps(_plan_record(targets, subagents, found, order), separators=(",", ":"))
     end = _write(results, progress, _PLAN, plan_record.encode("ascii"), 0)
     written = 1  # records
     import msgspec
@@ -355,14 +322,9 @@ def _write(results: int, progress: int, place: int, data: bytes, at: int) -> int
     return end
 
 
-def _found_of(data: bytes) -> _Found:
-    return _Found(json.loads(data))
-
-
 def _decode_result(data: bytes) -> tuple[FileColumns, bytes | None]:
     import msgspec
 
     from ctxtool.session.columns import FileColumns
 
-    fc, extra = msgspec.msgpack.decode(data, type=tuple[FileColumns, bytes | None])
-    return fc, extra
+    return msgspec.msgpack.decode(data, type=tuple[FileColumns, bytes | None])

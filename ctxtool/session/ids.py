@@ -1,17 +1,14 @@
 """Message ids: what a session without them needs before ctxtool writes a copy Gemini CLI resumes.
 
-Gemini CLI keys every message by its ``id``. Gemini CLI always writes one, but converters, older tools and
-hand edits may not, and the two eras fare differently in Gemini CLI 0.61.0 (chatRecordingService.ts):
+Gemini CLI keys every message by its ``id`` and always writes one, but converters, older tools and hand
+edits may not, and the two eras fare differently in Gemini CLI 0.61.0 (chatRecordingService.ts):
 
-* a legacy ``.json`` document is loaded whole (``parseLegacyRecordFallback``), messages with no id or a
-  repeated one included, so a resume sends them all. The ``.jsonl`` that resume then writes carries them on
-  without an id (``initialize`` appends each as it is), and the next load drops them: a written message
-  needs a unique string id to survive. ``with_unique_ids`` gives every message that lacks one an id
-  derived from the session id and its position, so the same input gets the same ids.
+* a legacy ``.json`` document is loaded whole (``parseLegacyRecordFallback``), id-less messages included;
+  the ``.jsonl`` a resume then writes carries them on without an id (``initialize``), and the next load
+  drops them. ``with_unique_ids`` gives every message that lacks a unique id one derived from the session
+  id and its position, so the same input gets the same ids.
 * a ``.jsonl`` line is a message only when its ``id`` is a string (``loadConversationRecord``,
-  ``isMessageRecord``); a message line without one is skipped, as is such an entry of a ``$set.messages``
-  checkpoint, so it is not part of the session Gemini CLI resumes. ``idless_lines`` finds the ones that
-  would stand in the resumed history had they an id.
+  ``isMessageRecord``); ``idless_lines`` finds the id-less ones that would stand in the resumed history.
 
 Must not: print, or import ``ctxtool.compress``, frames or the CLI.
 """
@@ -23,9 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import orjson
-
-from ctxtool.session.read import BrokenLine, Event, Replayed, classify_record, loads_like_node, split_lines
+from ctxtool.session.read import Event, Replayed, classify_record, loads_line, split_lines
 from ctxtool.session.schema import MessageRecord
 from ctxtool.session.utf8 import read_as_node
 
@@ -73,9 +68,8 @@ class IdFix:
 
 def with_unique_ids(messages: Sequence[Mapping[str, Any]], session_id: str | None) -> IdFix:
     """``messages`` where each has a unique string id: a message whose id is missing, not a string, or the
-    id of an earlier message gets ``derived_id(session_id, position)`` (another attempt if that one is taken
-    by any message of the session). Messages that needed nothing are the same objects; the others are
-    copies with ``id`` first, where Gemini CLI writes it."""
+    id of an earlier message gets ``derived_id(session_id, position)`` (another attempt if that one is
+    taken). Messages that needed nothing are the same objects; the others are copies with ``id`` first."""
     taken = {m["id"] for m in messages if isinstance(m.get("id"), str)}
     seen: set[str] = set()
     out: list[MessageRecord] = []
@@ -109,21 +103,17 @@ def _is_idless_message(record: Any) -> bool:
 
 
 def idless_lines(data: bytes) -> list[int]:
-    """The line numbers (1-based, one per record) of the message records of a ``.jsonl`` session that have
-    no string ``id`` and would stand in the history Gemini CLI resumes if they had one: replayed by
-    ``ctxtool.session.read.Replayed`` itself (a checkpoint replaces what came before it, a rewind drops what
-    follows its target), so a record a later checkpoint or rewind removed does not count. An entry of a
-    ``$set.messages`` checkpoint is reported by the line of that checkpoint."""
+    """The line numbers (1-based) of the message records of a ``.jsonl`` session that have no string ``id``
+    and would stand in the history Gemini CLI resumes if they had one, replayed by ``read.Replayed`` (a
+    record a later checkpoint or rewind removed does not count). A checkpoint's entry is reported by the
+    checkpoint's line."""
     lines = split_lines(read_as_node(data))
     # The replay hands its classifier every line that is not blank, in order: their numbers, in that order.
     numbers = iter([n for n, line in enumerate(lines, 1) if line and not line.isspace()])
 
     def classify(line: bytes) -> Event:
         number = next(numbers)
-        try:
-            record = loads_like_node(line)
-        except orjson.JSONDecodeError:
-            raise BrokenLine from None
+        record = loads_line(line)
         kind, a, b = classify_record(record)
         if kind == "unknown" and _is_idless_message(record):
             return "message", _IdLess(), number  # a key of its own: never upserted, dropped like a message

@@ -1,42 +1,24 @@
 """The incremental index: what each session file held the last time it was read.
 
 Owns: where ctxtool's cache lives (``--cache-dir`` > ``$CTXTOOL_CACHE_DIR`` > the platform's user cache
-directory), the per-file entries (keyed by path, size, modification time and a reader-version stamp), and
-the fingerprint of a whole scan. A file whose size and modification time are unchanged is not read again; a
-JSONL file that only grew is read from its last complete line (see ``columns.columns_from_file``); a changed
-reader version invalidates everything, because the stamp is part of the index file's name.
+directory), the per-file entries (keyed by path, size, modification time and a reader-version stamp that is
+part of the index file's name), and the fingerprint of a whole scan. An unchanged file is not read again; a
+JSONL file that only grew is read from its last complete line (``columns.columns_from_file``). Must not
+import polars, nor ``hashlib`` (``ctxtool.common.digest`` says why).
 
-The entries live in one SQLite database (Python's ``sqlite3``) in the user's own cache directory: a run that
-needs a few entries (a grown session) reads only those, and a first run writes hundreds in one transaction
-(one small file per entry cost a quarter of a second of file creation on a scan of 860 files). SQLite's
-locking keeps two runs from corrupting it; a damaged, locked or unwritable index is ignored (and rebuilt when
-it can be), never fatal. Must not import polars, nor ``hashlib`` (``ctxtool.common.digest`` says why).
+One SQLite database: a run reads only the entries it needs, and a first run writes hundreds in one
+transaction (a file per entry cost a quarter of a second on 860 files). A damaged, locked or unwritable index
+is ignored (rebuilt when it can be), never fatal. ``entries`` holds a file's ``FileColumns`` without its rows,
+``rows`` the rows: ``stats`` without polars opens it with ``rows=False``, reads every entry in one query, and
+``fill`` adds the rows of the files that need them (a warm ``stats`` of the bench corpus: 0.005 s against
+0.03 s). ``PRAGMA user_version`` names the layout (``_LAYOUT``): another is read as none, emptied on write.
 
-A file's entry is kept in two tables: ``entries`` holds its size, modification time and ``FileColumns``
-without the rows (``messages_cols`` and ``tools_cols``), about a kilobyte; ``rows`` holds the rows, nearly
-all of its bytes. A reader that may not need a served file's rows (``stats`` without polars, which takes
-what it measured of each file from beside it) opens the index with ``rows=False``: its lookups read every
-file's entry in one query and no rows, and ``fill`` adds the rows of the files that turn out to need them.
-On the bench corpus (860 files, 17 MB of rows) a warm ``stats`` took about 0.03 s to look its files up with
-their rows (a query and a decode of each) against 0.005 s without. ``PRAGMA user_version`` names the layout
-(``_LAYOUT``): a database of another is read as none, and emptied before it is written.
-
-The entries are data, never code: MessagePack (msgspec) decoded into the typed ``Entry`` and ``_Rows`` only,
-so a cache restored from elsewhere (a CI cache shared across branches, another user's folder) cannot run
-anything when it is read. An entry that does not decode into those types (another version's, a damaged or a
-foreign one), or whose rows are not of the same size and modification time, is ignored, the file read again,
-and the run says so once (``FileIndex.notice``).
-
-What is read back is checked: every row of every table keeps the CRC-32 (``_sum``) of its payload and
-of the key it is kept under (table, path, and for a later stage's data its kind and stamp). Damage that still
-decodes, one flipped bit in a figure, would otherwise change a report silently; a row whose checksum does not
-match is one that does not decode: its file is read again (or, for a later stage's data, measured again), and
-the run says so once. Checking costs about 0.5 ms of a warm ``stats`` of 430 files (2.3 MB).
-A database SQLite itself finds damaged ("file is not a database", "database disk image is malformed", a text
-that is not UTF-8), or whose integrity check fails once rows of it did not pass theirs (damage in its indexes
-makes the same rows fail every run), is read no more that run: the files not served yet are read again, and
-the first write replaces it with a new one holding every row of it that still passes its checksum
-(``_replace``). When it cannot be replaced, the run goes on without it and its notice says how to delete it.
+The entries are data, never code: MessagePack decoded into typed structs only, so a cache restored from
+elsewhere cannot run anything. Every row keeps a CRC-32 (``_sum``) of its payload and key, since damage that
+still decodes would change a report silently. An entry that does not decode, fails its checksum, or whose rows
+are not of its stamp, is ignored, its file read again, and the run says so once (``FileIndex.notice``). A
+database SQLite finds damaged, or whose integrity check fails once rows of it did not pass theirs, is read no
+more that run; the first write replaces it with the rows that still pass (``_replace``).
 """
 
 from __future__ import annotations
@@ -77,16 +59,12 @@ _SIDE_SCHEMA = (
 )
 # The bytes of a row's checksum (CRC-32, ``_sum``): a randomly damaged row passes it once in 2**32.
 _SUM_SIZE = 4
-# Commits are not synced to the disk: the index is a cache. A run that crashes mid-write still leaves a whole
-# database (SQLite's rollback journal is written either way); only an operating-system crash or a power loss
-# could damage it, and a damaged index is replaced (``_DAMAGED``) or its unreadable entries read again.
-# Synced, a first run's commits (one per batch of files, about 30 on the bench corpus) held the parent for
-# 0.1-0.13 s of the 0.13-0.18 s it spent writing, waiting on the disk while the worker parsed alone; on the
-# 43 real sessions, 16 syncs took 56 ms of a 0.3 s first run.
+# Commits are not synced: the index is a cache. A crashed run still leaves a whole database (the rollback
+# journal is written either way); only a system crash or power loss could damage it, and a damaged index is
+# replaced. Synced, a first run's commits held the parent for 0.1-0.13 s of the 0.13-0.18 s it spent writing.
 _UNSYNCED = "PRAGMA synchronous = OFF"
-# Errors that mean the file is not a usable database (it is replaced): not one, a damaged one, or one whose
-# tables are not this layout's (SQLITE_ERROR: "no such table"). An error without a name is Python's, reading
-# what the database holds (a text that is not UTF-8). Any other (a lock, a read-only or full disk) leaves it.
+# Errors that mean the file is not a usable database (it is replaced): not one, a damaged one, or one without
+# this layout's tables (SQLITE_ERROR). None: Python's, reading a text that is not UTF-8. Any other leaves it.
 _DAMAGED = {"SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_ERROR", None}
 # What reading a damaged database may raise: SQLite's errors, and Python's when SQLite's message is not UTF-8.
 _DB_ERRORS = (sqlite3.Error, UnicodeDecodeError)
@@ -130,18 +108,17 @@ _QUERY_PATHS = 500
 class FileIndex:
     """Per-file results of earlier reads, in ``<root>/index/<reader version>.sqlite``.
 
-    With ``rows=False`` the files a lookup serves come without their rows (empty ``messages_cols`` and
-    ``tools_cols``) until ``fill`` adds them; a grown file's earlier result, to resume from, has its rows."""
+    With ``rows=False`` the files a lookup serves come without their rows until ``fill`` adds them; a grown
+    file's earlier result, to resume from, has its rows."""
 
     def __init__(self, root: Path, *, rows: bool = True) -> None:
-        self.root = root
         self.path = root / "index" / f"{stamp.STAMP}.sqlite"
         self.rows = rows
         self.hits = self.resumed = self.parsed = 0
         self._pending: dict[str, _Blobs | None] = {}
         self._db: sqlite3.Connection | None = None
         self._opened = False
-        self._failed = False  # a write failed: this run writes nothing more
+        self.failed = False  # a write failed: this run writes nothing more (results may be missing from it)
         self._unwritable: str | None = None  # why the index cannot be written at all (not a passing lock)
         self._wrote = False  # this run committed entries (then other reader versions' are tidied away)
         self._unusable: set[str] = set()  # files whose entries failed their checksum or did not decode
@@ -190,25 +167,24 @@ class FileIndex:
         return db
 
     def _damaged(self, exc: Exception) -> bool:
-        """Whether ``exc`` says the database is damaged (``_DAMAGED``; a ``UnicodeDecodeError``: SQLite's own
-        message of it, naming a damaged table, was not UTF-8). If so, it is set aside (``_set_aside``)."""
+        """Whether ``exc`` says the database is damaged (``_DAMAGED``; a ``UnicodeDecodeError``: SQLite's
+        message naming a damaged table was not UTF-8); if so, it is set aside."""
         if not isinstance(exc, UnicodeDecodeError) and getattr(exc, "sqlite_errorname", None) not in _DAMAGED:
             return False
         self._set_aside(str(exc) or type(exc).__name__)
         return True
 
     def _set_aside(self, why: str) -> None:
-        """The database is damaged (``why``): this run reads nothing more from it (the files not served yet
-        are read again), and the next write replaces it (``_replace``)."""
+        """The database is damaged: this run reads nothing more from it, and the next write replaces it."""
         self._damage = self._damage or why
         self._stale = True
         _close(self._db)
         self._db = None
 
     def _sound(self, db: sqlite3.Connection) -> sqlite3.Connection | None:
-        """``db``, after an entry of it failed its checksum or did not decode, once SQLite's integrity check
-        finds it whole; else the database that replaces it. Damage in its indexes (a path's entry not where
-        the index says) passes every quick look, and would make the same files fail the same way every run."""
+        """``db``, after an entry of it was not usable, once SQLite's integrity check finds it whole; else the
+        database that replaces it. Damage in its indexes passes every quick look, and would make the same
+        files fail the same way every run."""
         self._checked = True
         try:
             found = db.execute("PRAGMA integrity_check(1)").fetchall()
@@ -221,8 +197,8 @@ class FileIndex:
 
     def _replace(self) -> sqlite3.Connection | None:
         """A new database in place of the damaged one, holding what of it is intact (``_salvage``), without
-        its rollback journal (played back into the new one, it would damage it); None when it cannot be made
-        (the notice says so). The damaged one is moved aside first, under a name a later ``save`` tidies."""
+        its rollback journal (played back into the new one, it would damage it); None when it cannot be made.
+        The damaged one is moved aside first, under a name a later ``save`` tidies."""
         aside = self.path.with_name(f"damaged-{self.path.name}")
         try:
             with contextlib.suppress(FileNotFoundError):
@@ -246,8 +222,7 @@ class FileIndex:
         )
 
     def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]] | None:
-        """The rows of a read; None when the index cannot be read (absent, locked, of another layout, or
-        damaged: then said, and read no more this run)."""
+        """The rows of a read; None when it cannot be read (absent, locked, of another layout, or damaged)."""
         db = self._connect(create=False)
         if db is None:
             return None
@@ -288,7 +263,7 @@ class FileIndex:
 
     def _head(self, path: str) -> Entry | None:
         """The entry of ``path`` without its rows, from every entry, read at once (``rows=False``). What later
-        stages kept of the file (``sides``) is checked now too, so that this run's notice counts it."""
+        stages kept of the file is checked now too, so that this run's notice counts it."""
         if self._entries is None:
             found = self._query("SELECT path, entry, sum FROM entries") or ()
             self._entries = {path_: (data, digest) for path_, data, digest in found}
@@ -358,12 +333,8 @@ class FileIndex:
         fc = entry.columns
         if entry.size == st.st_size and entry.mtime_ns == st.st_mtime_ns:
             # The place on disk may be described differently this time (another PATH argument).
-            fc.group_key, fc.project, fc.project_dir, fc.parent_ref = (
-                sp.group_key,
-                sp.project,
-                sp.project_dir,
-                sp.parent_ref,
-            )
+            fc.group_key, fc.project = sp.group_key, sp.project
+            fc.project_dir, fc.parent_ref = sp.project_dir, sp.parent_ref
             if not self.rows:
                 self._bare[path] = entry
             return fc, None
@@ -375,9 +346,8 @@ class FileIndex:
 
     def fill(self, files: Iterable[FileColumns]) -> list[FileColumns]:
         """Give the files a lookup served without their rows (``rows=False``) their rows, in one query per
-        few hundred files. Returns those it could not give them: the caller reads them again (and has the
-        index ``forget`` them first). Rows that are not usable count as unusable entries (the notice); rows
-        that could not be read (another run holds the index too long) do not."""
+        few hundred files. Returns those it could not give them: the caller has the index ``forget`` them and
+        reads them again. Only rows that are not usable (not those another run held locked) are counted."""
         want = [fc for fc in files if fc.path in self._bare]
         found: dict[object, tuple[object, object]] = {}
         unread: set[str] = set()
@@ -399,8 +369,7 @@ class FileIndex:
         return missed
 
     def forget(self, paths: Iterable[str]) -> None:
-        """Serve ``paths``, which a lookup served, no more this run, nor count them as served: their files
-        are read again."""
+        """Serve ``paths`` no more this run, nor count them as served: their files are read again."""
         for path in paths:
             self._bare.pop(path, None)
             self._gone.add(path)
@@ -411,18 +380,11 @@ class FileIndex:
         self._pending[fc.path] = _blobs(fc, st)
 
     def flush(self) -> None:
-        """Write what was stored so far, in a transaction of its own, and let go of it.
-
-        A first run calls this as each batch of files arrives from the workers, so that the encoded entries
-        (tens of megabytes for a few hundred megabytes of sessions) are not all held until ``save`` and the
-        writing happens while the workers still parse, not after. Each flush commits: one transaction held
-        open for the whole scan would lock out every other run's reads once SQLite spills it to the file
-        (a reader waited its whole 5 s timeout, then failed, in a test). Entries are independent, so a scan
-        that stops part-way leaves valid ones behind. The commits are not synced (``_UNSYNCED``): this process
-        parses files too, and waiting on the disk it did not. After a failure (a lock held too long by
-        another run, a read-only cache) this run writes nothing more.
-        """
-        if not (self._pending or self._discard) or self._failed:
+        """Write what was stored so far, in a transaction of its own, and let go of it: a first run calls this
+        as each batch arrives, so the entries are not all held until ``save`` and are written while workers
+        parse. One transaction held open for the whole scan would lock out other runs' reads once SQLite
+        spills it to the file (a reader waited its whole 5 s timeout in a test)."""
+        if not (self._pending or self._discard) or self.failed:
             return
         pending = self._pending
 
@@ -445,9 +407,9 @@ class FileIndex:
         self._pending = {}
 
     def _transaction(self, write: Callable[[sqlite3.Connection], object]) -> bool:
-        """Run ``write`` in a transaction of its own; False (and no more writes this run) when it fails. In a
-        database SQLite finds damaged, it runs once more, in the new one that replaces it. Rows of ``side``
-        that failed their checksum go first: nothing else replaces one whose file is not read again."""
+        """Run ``write`` in a transaction of its own; False (and no more writes this run) when it fails; once
+        more in the database that replaces a damaged one. Rows of ``side`` that failed their checksum go
+        first: nothing else replaces one whose file is not read again."""
         for _ in range(2):
             db = self._connect(create=True)
             if db is not None and (self._unusable or self._unmeasured) and not self._checked:
@@ -462,16 +424,14 @@ class FileIndex:
                 self._discard = []
                 return True
             except _DB_ERRORS as exc:
-                try:
+                with contextlib.suppress(sqlite3.Error):
                     if db.in_transaction:
                         db.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
                 if not self._damaged(exc):
                     # Locked by another run for too long, or a read-only cache: speed, not correctness.
                     self._cannot_write(exc)
                     break
-        self._failed = True
+        self.failed = True
         return False
 
     def save(self) -> None:
@@ -491,8 +451,7 @@ class FileIndex:
 
     def sides(self, kind: str, stamps: Mapping[str, Sequence[int] | None]) -> dict[str, bytes]:
         """What ``store_sides`` kept of ``kind`` for the files of ``stamps`` (path: [size, mtime_ns]) that
-        still have that size and modification time, and pass their checksum. With ``rows=False`` the lookups
-        checked them (``_head``), in time for the run's notice; a reader with its rows checks them here."""
+        still have that size and modification time, and pass their checksum."""
         out = {}
         for path, stamp_now in stamps.items():
             if stamp_now is None:
@@ -503,8 +462,8 @@ class FileIndex:
         return out
 
     def _checked_sides(self, path: str) -> list[tuple[object, object, object, bytes]]:
-        """What later stages kept of ``path``: (kind, size, mtime_ns, data) of each row that passes its
-        checksum. Every file's are read at once; each file's checked once, and one that fails is counted."""
+        """(kind, size, mtime_ns, data) of what later stages kept of ``path`` that passes its checksum. Every
+        file's are read at once; each file's checked once, and one that fails is counted."""
         if self._side_rows is None:
             self._side_rows = {}
             for path_, *row in self._query("SELECT path, kind, size, mtime_ns, data, sum FROM side") or ():
@@ -526,16 +485,11 @@ class FileIndex:
             (path, kind, stamp_[0], stamp_[1], data, _sum(_side_key(kind, path, stamp_[0], stamp_[1]), data))
             for path, stamp_, data in items
         ]
-        if rows and not self._failed:
+        if rows and not self.failed:
             self._transaction(
                 lambda db: db.executemany("INSERT OR REPLACE INTO side VALUES (?, ?, ?, ?, ?, ?)", rows)
             )
             self._side_rows, self._side_ok = None, {}  # read again if asked again
-
-    @property
-    def failed(self) -> bool:
-        """A write failed: results this run read may be missing from the index."""
-        return self._failed
 
     def close(self) -> None:
         """Close the database (it is opened again when needed), e.g. before forking worker processes."""
@@ -554,8 +508,7 @@ _Blobs = tuple[bytes, bytes, bytes, bytes]
 
 
 def _blobs(fc: FileColumns, st: os.stat_result | None) -> _Blobs | None:
-    """The entry and the rows of ``fc`` read from a file whose stat before reading was ``st``, with their
-    checksums (None: no entry)."""
+    """The entry and the rows of ``fc`` (read from a file of stat ``st``), with their checksums."""
     if st is None or fc.error:
         return None
     head = msgspec.structs.replace(fc, messages_cols=[], tools_cols=[])
@@ -567,15 +520,13 @@ def _blobs(fc: FileColumns, st: os.stat_result | None) -> _Blobs | None:
 def _sum(key: str, data: bytes) -> bytes:
     """The checksum of ``data`` kept under ``key`` (its table and path: moved to another key, it fails).
 
-    CRC-32 (zlib's, in C): it finds every flipped bit and every burst of damage up to 32 bits, and misses
-    random damage once in four billion; a digest is not needed against damage nobody chose. Over the index of
-    a 430-file home (2.3 MB) it costs 0.5 ms, BLAKE2b 2.4 ms."""
+    CRC-32: it finds every flipped bit and burst of damage up to 32 bits, and misses random damage once in
+    four billion; a digest is not needed against damage nobody chose (over 2.3 MB: 0.5 ms, BLAKE2b 2.4 ms)."""
     return zlib.crc32(data, zlib.crc32(key.encode("utf-8", "surrogatepass"))).to_bytes(_SUM_SIZE, "big")
 
 
 def _intact(data: object, key: str, digest: object) -> TypeGuard[bytes]:
-    """Whether ``data``, read back from under ``key``, is what was written: bytes whose checksum is
-    ``digest``."""
+    """Whether ``data``, read back from under ``key``, is bytes whose checksum is ``digest``."""
     return isinstance(data, bytes) and isinstance(digest, bytes) and _sum(key, data) == digest
 
 
@@ -585,9 +536,8 @@ def _side_key(kind: object, path: object, size: object, mtime_ns: object) -> str
 
 
 def _salvage(source: Path, db: sqlite3.Connection) -> None:
-    """Copy into ``db``, a new database, what of the damaged one at ``source`` reads back intact
-    (``_copy_intact``), in one transaction. What cannot be read is left behind: those files are read again,
-    unsaid (the run that found the damage said so)."""
+    """Copy into ``db``, a new database, what of the damaged one at ``source`` reads back intact, in one
+    transaction. What cannot be read is left behind: those files are read again."""
     try:
         old = sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro", uri=True, timeout=_LOCK_TIMEOUT_S)
     except (ValueError, *_DB_ERRORS):
@@ -607,7 +557,7 @@ def _salvage(source: Path, db: sqlite3.Connection) -> None:
 
 def _copy_intact(old: sqlite3.Connection, db: sqlite3.Connection) -> None:
     """Copy from ``old`` into ``db`` each file's entry and rows when both pass their checksums and are of the
-    same stamp, and what later stages kept of a file that passes its own (``_every`` row that can be read)."""
+    same stamp, and what later stages kept that passes its own."""
     heads = {}  # path: (entry, checksum, stamp), the last intact one (the newest, in rowid order)
     for path, data, digest in _every(old, "entries", 3):
         if _intact(data, f"entry\0{path}", digest):
@@ -632,11 +582,10 @@ def _copy_intact(old: sqlite3.Connection, db: sqlite3.Connection) -> None:
 
 
 def _every(old: sqlite3.Connection, table: str, width: int) -> Iterator[tuple[object, ...]]:
-    """Every row of ``table`` (its ``width`` columns in the order of its schema, the first its path) that can
-    be read in a damaged database whose texts come as bytes: in the table's own order up to a page that cannot
-    be, then, by path, those its index of paths names that this scan did not reach. Columns are taken by their
-    place, not their names, which a damaged schema may have changed; a row whose path is not UTF-8, or of
-    another width, is left out."""
+    """Every row of ``table`` (``width`` columns, the first its path) that can be read in a damaged database
+    whose texts come as bytes: in the table's order up to a page that cannot be, then, by path, those its
+    index names that this scan did not reach. Columns are taken by place, not by names a damaged schema may
+    have changed; a row whose path is not UTF-8, or of another width, is left out."""
     seen = set()
     for blob, *row in _readable(old, f"SELECT * FROM {table}"):
         if (path := _text(blob)) is not None and len(row) + 1 == width:
@@ -651,13 +600,11 @@ def _every(old: sqlite3.Connection, table: str, width: int) -> Iterator[tuple[ob
 
 
 def _text(data: object) -> str | None:
-    """A text a database with ``text_factory = bytes`` holds, when it is UTF-8."""
-    if not isinstance(data, bytes):
-        return None
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        return None
+    """A text (read as bytes: ``text_factory = bytes``), when it is UTF-8."""
+    if isinstance(data, bytes):
+        with contextlib.suppress(UnicodeDecodeError):
+            return data.decode()
+    return None
 
 
 def _readable(db: sqlite3.Connection, sql: str, args: Sequence[object] = ()) -> Iterator[tuple[object, ...]]:
@@ -698,7 +645,6 @@ def _fresh(path: Path) -> sqlite3.Connection:
 
 
 def _close(db: sqlite3.Connection | None) -> None:
-    """Close ``db``, if there is one, whatever state its file is in."""
     if db is not None:
         with contextlib.suppress(sqlite3.Error):
             db.close()
@@ -731,13 +677,9 @@ def _laid_out(db: sqlite3.Connection, *, create: bool) -> bool:
 def clear(root: Path) -> int:
     """Delete ctxtool's cache under ``root``; returns the number of bytes freed."""
     freed = 0
-    for sub in (
-        "index",
-        "replay",  # the outputs a warm run replays (ctxtool.frames.replays)
-        "corpus",  # (the frames an earlier version kept)
-        "prices",
-        "guard",
-    ):  # guard/: the guard hook's state (ctxtool.hooks.ledger)
+    # replay/: what a warm run replays (ctxtool.frames.replays); corpus/: the frames an earlier version kept;
+    # guard/: the guard hook's state (ctxtool.hooks.ledger).
+    for sub in ("index", "replay", "corpus", "prices", "guard"):
         folder = root / sub
         if not folder.exists():
             continue

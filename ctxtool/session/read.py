@@ -50,8 +50,6 @@ class SessionFile(msgspec.Struct):
     unknown_records: int = 0
     rewinds: int = 0
     checkpoints: int = 0
-    set_records: int = 0
-    notes: list[str] = msgspec.field(default_factory=list)
     # Ids of the messages first seen inside a ``$set.messages`` checkpoint: copies Gemini CLI made of history
     # it rebuilt (see ``Replayed.feed``), never a prompt typed then, as ``stats`` counts them.
     copies: frozenset[str] = frozenset()
@@ -71,9 +69,8 @@ def loads_like_node(data: bytes | memoryview) -> Any:
     """``JSON.parse`` of bytes Node read as UTF-8: what decides whether a record is JSON, for every reader.
 
     Gemini CLI reads session files with ``fs.readFile(path, 'utf8')``, which replaces undecodable bytes;
-    orjson rejects them, so a failed parse is retried on the bytes as Node reads them
-    (``ctxtool.session.utf8.read_as_node``). Raises orjson.JSONDecodeError (RecursionError past 1024 levels
-    of nesting is turned into it).
+    orjson rejects them, so a failed parse is retried on the bytes as Node reads them (``read_as_node``).
+    Raises orjson.JSONDecodeError (also past 1024 levels of nesting).
     """
     try:
         return orjson.loads(data)
@@ -122,7 +119,9 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
         return message
 
     replayed: Replayed[MessageRecord] = Replayed()
-    replayed.feed(split_lines(data), _classify_dict, _carry_tokens_dict, copied)
+    replayed.feed(
+        split_lines(data), lambda line: classify_record(loads_line(line)), _carry_tokens_dict, copied
+    )
     replayed.finish(p, whole_error, sample)
     session = SessionFile(
         p,
@@ -131,7 +130,6 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
         list(replayed.live.values()),
         list(replayed.billed.values()),
         size=len(sample),
-        set_records=replayed.set_records,
         copies=frozenset(copies),
     )
     copy_line_counts(replayed, session)
@@ -144,14 +142,13 @@ _NOT_SPACE = re.compile(rb"\S")  # a byte that bytes.strip() keeps
 def sniff(data: bytes, p: Path) -> Literal["document", "lines"]:
     """One JSON document or JSON lines? Decided from the content, never the extension.
 
-    Lines when the first line is a complete JSON object (current .jsonl, a .json written as lines, a
-    header-only .jsonl), unless that one line is the whole file and holds ``messages`` (a compact legacy
-    document); otherwise a document (legacy .json, pretty or compact, or a .jsonl holding one). Only the
-    first line is parsed here, so a large file is never parsed twice. A "document" whose parse fails is
-    read as lines by the caller (a truncated document then reports itself as such).
+    Lines when the first line is a complete JSON object, unless that one line is the whole file and holds
+    ``messages`` (a compact legacy document); otherwise a document. Only the first line is parsed here, so a
+    large file is never parsed twice. A "document" whose parse fails is read as lines by the caller (a
+    truncated document then reports itself as such).
     """
-    # Not data.strip(): that copies a whole file ending in a newline (sniffing the bench corpus took 0.010 s
-    # of CPU with it, 0.003 s without). A newline followed only by blank space ends the one line.
+    # Not data.strip(): that copies a whole file ending in a newline. A newline followed only by blank space
+    # ends the one line.
     body = data.lstrip()
     if not body:
         raise SessionFormatError(p, "is empty", "Delete it, or pass only files Gemini CLI finished writing")
@@ -263,7 +260,6 @@ class Replayed(msgspec.Struct, Generic[M]):
     unknown_records: int = 0
     rewinds: int = 0
     checkpoints: int = 0
-    set_records: int = 0
     records: int = 0
     saw_session: bool = False
     next_line: int = 1
@@ -284,15 +280,12 @@ class Replayed(msgspec.Struct, Generic[M]):
         * blank and unparseable lines are skipped and counted, as is a line over ``MAX_RECORD_BYTES``.
 
         ``carry_tokens(previous, new)`` returns ``new`` with what the first record of that id said of the
-        request (its tokens, model, tool calls, timestamp) when ``new`` lacks it (else None): the billed view
-        keeps what was recorded as paid, when it was paid.
+        request when ``new`` lacks it (else None): the billed view keeps what was paid, when it was paid.
 
-        ``copied(message)`` turns a message first seen inside a ``$set.messages`` checkpoint into what it is
-        there: a copy Gemini CLI made of history it rebuilt, never something the user typed then. Gemini CLI
-        0.61.0 gives the turns it keeps after a compression new ids (chatRecordingService.ts
-        ``updateMessagesFromHistory`` calls ``newMessage`` for an id it does not hold), so the prompt being
-        answered reappears under a new id; typed prompts are always appended as message lines
-        (``recordMessage``).
+        ``copied(message)`` marks a message first seen inside a checkpoint as a copy Gemini CLI made of
+        history it rebuilt, never something the user typed then: Gemini CLI 0.61.0 gives the turns it keeps
+        after a compression new ids (chatRecordingService.ts ``updateMessagesFromHistory`` calls
+        ``newMessage``), while typed prompts are always appended as message lines (``recordMessage``).
         """
         live, billed = self.live, self.billed
 
@@ -335,8 +328,6 @@ class Replayed(msgspec.Struct, Generic[M]):
                 self.saw_session = True
             elif kind in ("set", "meta"):
                 self.metadata.update(a)
-                if kind == "set":
-                    self.set_records += 1
                 if b is not None:
                     live.clear()
                     for mid, message in b:
@@ -361,7 +352,7 @@ class Replayed(msgspec.Struct, Generic[M]):
 
 def _rewind(live: dict[str, Any], target: Any) -> None:
     """``$rewindTo``: drop ``target`` and every message after it from ``live``; all of them when it is not
-    there. (A call of its own costs little: rewinds are rare, unlike the lines ``Replayed.feed`` reads.)"""
+    there."""
     keys = list(live)
     try:
         index = keys.index(target)
@@ -381,8 +372,8 @@ def split_lines(data: bytes) -> list[bytes]:
 
 
 def line_views(data: bytes) -> Iterator[memoryview]:
-    """``split_lines(data)`` as views into ``data``, none copied. (Copying every line was 0.03 s of the 0.07 s
-    that splitting and decoding the bench corpus's 100 MB of JSONL took.)"""
+    """``split_lines(data)`` as views into ``data``, none copied (copying was 0.03 s of the 0.07 s that
+    splitting and decoding the bench corpus's JSONL took)."""
     view = memoryview(data)
     find = data.find
     start = 0
@@ -396,8 +387,8 @@ def line_views(data: bytes) -> Iterator[memoryview]:
 
 
 class _Overlong(bytes):
-    """What ``iter_file_lines`` yields for a line over ``MAX_RECORD_BYTES``: not its bytes, a mark that
-    ``Replayed.feed`` counts as a broken line (as it counts a longer line handed to it whole)."""
+    """What ``iter_file_lines`` yields for a line over ``MAX_RECORD_BYTES``: a mark ``Replayed.feed`` counts
+    as a broken line."""
 
 
 OVERLONG = _Overlong(b"\x00")
@@ -408,9 +399,8 @@ def iter_file_lines(
 ) -> Iterator[bytes]:
     """The lines of a file read ``chunk_size`` bytes at a time, as ``split_lines`` splits them.
 
-    Time is linear in the file's length, however long a line is: the start of a line cut by a chunk's end is
-    kept as a list of pieces, joined once when its newline comes. Memory stays bounded by ``max_line`` plus
-    a chunk: a line longer than ``max_line`` comes back as ``OVERLONG``, its bytes dropped as they are read.
+    Time is linear however long a line is: a line cut by a chunk's end is kept in pieces, joined once. Memory
+    stays bounded by ``max_line`` plus a chunk: a longer line comes back as ``OVERLONG``, its bytes dropped.
     """
     pieces: list[bytes] = []  # the line being read, in the pieces read so far
     held = 0  # their length
@@ -441,12 +431,12 @@ def iter_file_lines(
         yield b"".join(pieces)
 
 
-def _classify_dict(line: bytes) -> Event:
+def loads_line(line: bytes | memoryview) -> Any:
+    """``loads_like_node`` of one JSONL line; BrokenLine when it is not JSON."""
     try:
-        record = loads_like_node(line)
-    except orjson.JSONDecodeError:
+        return loads_like_node(line)
+    except (orjson.JSONDecodeError, RecursionError):
         raise BrokenLine from None
-    return classify_record(record)
 
 
 def classify_record(record: Any) -> Event:
@@ -457,23 +447,22 @@ def classify_record(record: Any) -> Event:
         return "rewind", record["$rewindTo"], None
     if "$set" in record:
         patch = record["$set"]
-        if not isinstance(patch, dict):
-            return "set", {}, None
-        msgs = patch.get("messages")
-        meta = {k: v for k, v in patch.items() if k != "messages"}
-        return "set", meta, _id_pairs(msgs) if isinstance(msgs, list) else None
+        return ("set", *_meta_and_pairs(patch)) if isinstance(patch, dict) else ("set", {}, None)
     mid = record.get("id")
     if isinstance(mid, str):
         return "message", mid, record
     if "sessionId" in record:
-        msgs = record.get("messages")
-        meta = {k: v for k, v in record.items() if k != "messages"}
-        return "meta", meta, _id_pairs(msgs) if isinstance(msgs, list) else None
+        return ("meta", *_meta_and_pairs(record))
     return "unknown", None, None
 
 
-def _id_pairs(messages: list[Any]) -> list[tuple[str, Any]]:
-    return [(m["id"], m) for m in messages if isinstance(m, dict) and isinstance(m.get("id"), str)]
+def _meta_and_pairs(record: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any]] | None]:
+    """A record's metadata (all but ``messages``) and its messages that have an id, by id."""
+    msgs = record.get("messages")
+    meta = {k: v for k, v in record.items() if k != "messages"}
+    if not isinstance(msgs, list):
+        return meta, None
+    return meta, [(m["id"], m) for m in msgs if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
 def _carry_tokens_dict(previous: MessageRecord, message: MessageRecord) -> MessageRecord | None:
@@ -481,8 +470,7 @@ def _carry_tokens_dict(previous: MessageRecord, message: MessageRecord) -> Messa
     copy keeps the first copy's timestamp.
 
     Gemini CLI rewrites messages without ``tokens``, ``model`` and ``toolCalls`` when it rebuilds history
-    (``$set.messages`` after a compression or on resume, chatRecordingService.ts ``updateMessagesFromHistory``
-    @ 5411f113ca); the request was still made, with that model and those tool calls.
+    (chatRecordingService.ts ``updateMessagesFromHistory`` @ 5411f113ca); the request was still made.
     """
     first_time = previous.get("timestamp")
     if message.get("tokens") is not None or previous.get("tokens") is None:

@@ -32,15 +32,11 @@ _T = TypeVar("_T")
 
 
 class Errand(msgspec.Struct):
-    """Work beside the files that a lone worker process can do so that this one need not hold what it loads.
+    """Work a lone worker can do beside the files, so that this process need not hold what it loads.
 
-    On a machine where the scan starts one worker (this process parses too; see ``read_files``), ``start()``
-    runs in that worker before its first file and ``finish(finish_arg())`` after the last file is read, in
-    the same process; its return value lands in ``result``. ``taken`` is set, before ``while_waiting`` runs,
-    when the worker will do it; otherwise (no pool, or several workers) nothing runs and the caller does the
-    work itself, as it must also do when ``result`` stays None (the worker failed). The functions must be
-    picklable (module-level) and must not import polars (workers are forked before it is loaded).
-    """
+    With one worker, ``start()`` runs in it before its first file and ``finish(finish_arg())`` after the last,
+    into ``result``. ``taken`` is set (before ``while_waiting``) when the worker will do it; otherwise, or
+    when ``result`` stays None (it failed), the caller does it. Picklable, and never importing polars."""
 
     start: Callable[[], object]
     finish: Callable[[Any], object]
@@ -51,12 +47,9 @@ class Errand(msgspec.Struct):
     result: object = None
 
 
-# Below this many bytes, worker processes cost more than they save. Measured on 2 cores (this process and
-# one worker) with `stats` counting each file as it arrives (frames.tally.Precount), 12 and 8 alternated first
-# runs: the 43 real sessions (25 MB) took 0.285 s of CPU in one process against 0.35 s with the worker, in
-# about the same wall time (0.315 s, 0.33 s); twice that (50 MB) 0.48 s against 0.44 s of wall time. (Before
-# the count moved into the scan, the frames' own measure was 16 MB.) Without a memo of the day's prices the
-# worker pays at any size (``Errand.repays_a_worker``).
+# Below this many bytes, worker processes cost more than they save (2 cores, `stats`: 25 MB took 0.285 s of
+# CPU alone against 0.35 s with a worker in about the same wall time; 50 MB 0.48 s against 0.44 s of wall
+# time). Without a memo of the day's prices the worker pays at any size (``Errand.repays_a_worker``).
 PARALLEL_MIN_BYTES = 40 * 1024 * 1024
 
 
@@ -76,27 +69,17 @@ def read_files(
 ) -> list[FileColumns]:
     """Flatten every file, in input order. ``while_waiting`` runs in this process while workers parse.
 
-    With work enough for ``workers`` processes (default: a core each), this process is one of them: it starts
-    one worker fewer, and parses the smallest batches itself between the workers' returns. On 2 cores that is
-    one worker beside it, not two, which lowered the peak memory of the process tree by about 35 MB on the
-    bench corpus in the same time. ``errand`` gives that lone worker other work too (see ``Errand``).
+    With work enough for ``workers`` processes (default: a core each), this process is one of them and
+    parses the smallest batches itself (on 2 cores, 35 MB less peak memory on the bench corpus). With an
+    ``index``, unchanged files come from it, grown JSONL files are read from where they ended, and it is
+    saved before returning. ``arrived`` is given each batch of results as they come (after ``while_waiting``)
+    and may consume their rows: the index has its copy. ``then`` (picklable) runs on each file read in the
+    process that read it; what it returns goes into ``kept`` by path, except None. ``stamped`` is given each
+    file's size and modification time before reading (as ``discover.file_stamps``).
 
-    With an ``index``, unchanged files come from it, grown JSONL files are read from where they ended, and
-    the index is updated and saved before returning. ``arrived`` is given each batch of results as they come
-    (after ``while_waiting``), and may consume their rows: the index has its copy.
-
-    ``then`` runs on each file read, in the process that read it (a worker's share of the work that follows
-    reading; picklable, as a module-level function is); what it returns goes into ``kept`` by path, except
-    None. Files the index served are not given to it.
-
-    ``stamped`` is given each file's size and modification time (ns) as it was before reading, by path (None:
-    it vanished), as ``discover.file_stamps`` gives them, in the same order: the scan stats each file anyway.
-
-    ``started``, a second process started before the command was parsed (``ctxtool.session.headstart``), is
-    adopted in place of the pool when it found exactly the files to read, each as it is now, reads with the
-    same ``then`` (the caller's word), and the pool would not have more than it and this process; else it is
-    stopped first. Either way it is gone on return.
-    """
+    ``started`` (``ctxtool.session.headstart``) is adopted in place of the pool when it found exactly these
+    files, as they are now, reads with the same ``then`` (the caller's word), and the pool would not have
+    more processes; else it is stopped first. Either way it is gone on return."""
     scan = _Scan(files, index, progress, arrived, then)
     if stamped is not None:
         stamped.update(
@@ -139,9 +122,8 @@ class _Scan:
     """One ``read_files`` call: what is known of each file (by its position in ``files``), the files still
     to read (``todo``, with what reading each costs) and the results as they come.
 
-    (Plain classes, here and in ``_Pooled``: as dataclasses, whose methods are generated and compiled on
-    import, the two added 6.8 million instructions (callgrind) to importing this module, which every run
-    of the CLI does.)"""
+    (Plain classes, here and in ``_Pooled``: as dataclasses the two added 6.8 million instructions to
+    importing this module, which every run of the CLI does.)"""
 
     def __init__(
         self,
@@ -190,7 +172,6 @@ class _Scan:
         return [(self.files[i], self.resume[i]) for i in batch]
 
     def read(self, batch: list[int]) -> list[tuple[FileColumns, object]]:
-        """Read a batch in this process."""
         return _extract(self.jobs(batch), self.then)
 
     def read_each(self) -> None:
@@ -235,12 +216,10 @@ class _Scan:
 
 def _adopted(scan: _Scan, started: Started) -> list[int] | None:
     """The files of ``scan`` in the order ``started`` reads them, when it found exactly the files the scan
-    reads (none served by the index or resumed), each with the size and modification time the scan saw and
-    described alike; else None."""
+    reads (none served by the index or resumed), each described alike and of the stamp the scan saw."""
     plan = started.read_plan()
-    if plan is None or len(plan) != len(scan.todo) or len(scan.todo) != len(scan.files):
-        return None
-    if any(earlier is not None for earlier in scan.resume):
+    resumed = any(earlier is not None for earlier in scan.resume)
+    if plan is None or resumed or len(plan) != len(scan.todo) or len(scan.todo) != len(scan.files):
         return None
     where = {str(sp.path): i for i, sp in enumerate(scan.files)}
     order = []
@@ -255,9 +234,8 @@ def _adopted(scan: _Scan, started: Started) -> list[int] | None:
 
 def _read_beside(scan: _Scan, started: Started, order: list[int]) -> None:
     """Read the files of ``order`` with ``started``, which reads from its start (the largest) while this
-    process reads from its end, until they meet; each file is taken once (one both read, as it came first).
-
-    Results go to ``scan.take`` in batches (the index commits one transaction per batch), as they come."""
+    process reads from its end, until they meet; each file is taken once. Results go to ``scan.take`` in
+    batches (the index commits one transaction per batch)."""
     n = len(order)
     got: set[int] = set()  # places in ``order`` whose result is taken, or pending
     pending: list[tuple[int, tuple[FileColumns, object]]] = []
@@ -355,9 +333,8 @@ def _read_in_pool(
             run.finish(lone)
         pool.shutdown()
     except KeyboardInterrupt:
-        # Ctrl-C in a process without ctxtool's signal handlers (the console script installs them and
-        # never gets here; see ctxtool.common.interrupt): the workers are killed, not left to finish their
-        # batches, and joined before the interrupt goes on, so none outlives the scan.
+        # Ctrl-C without ctxtool's signal handlers (the console script installs them; see
+        # ctxtool.common.interrupt): the workers are killed and joined before the interrupt goes on.
         _kill_pool(pool)
         raise
     except BaseException:
@@ -368,7 +345,7 @@ def _read_in_pool(
 
 class _Pooled:
     """The pool's part of a scan: the batches not sent yet, those out (``slots`` at most) and whether a
-    worker died (then the pool takes no more work and this process reads the rest)."""
+    worker died (then this process reads the rest)."""
 
     def __init__(self, scan: _Scan, pool: ProcessPoolExecutor, slots: int, queue: _Carver) -> None:
         self.scan, self.pool, self.slots, self.queue = scan, pool, slots, queue
@@ -421,9 +398,9 @@ class _Pooled:
             self.feed()
 
     def _next_finished(self) -> list[Future[list[tuple[FileColumns, object]]]]:
-        """The batches that come back next. While none does, every few seconds: when no worker is alive any
-        more, the pool's reader is given an end of file (``_unblock``), so that a worker killed in the
-        middle of sending its results (for memory, say) breaks the pool instead of leaving it waiting."""
+        """The batches that come back next. Every few seconds while none does, once no worker is alive, the
+        pool's reader is given an end of file (``_unblock``): a worker killed while sending its results then
+        breaks the pool instead of leaving it waiting."""
         from concurrent.futures import FIRST_COMPLETED, wait
 
         while True:
@@ -442,8 +419,8 @@ class _Pooled:
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:
-    """Kill the pool's workers and wait for each. Also after a KeyboardInterrupt inside the pool's own code,
-    which can leave it in a state its ``shutdown`` fails in (a management thread created, not started)."""
+    """Kill the pool's workers and wait for each, also where a KeyboardInterrupt inside the pool's own code
+    left it in a state its ``shutdown`` fails in."""
     processes = list((pool._processes or {}).values())
     for process in processes:
         process.kill()
@@ -461,11 +438,9 @@ _LIVENESS_S = 2.0
 def _init_worker(parent: int | None) -> None:
     """A worker's start (``interrupt.worker_init``), without the cyclic garbage collector.
 
-    A scan makes many short-lived objects (each record's structs, each row's tuples) and no cycles among
-    them, so the collector finds nothing to free and only costs time: on the bench corpus (860 files) the
-    parent's 125 collections took 0.06 s and the worker's 85 0.03 s (a timeline of ``stats --no-cache``), most
-    of it while both cores parsed. ``read_files`` turns it off in this process for the scan too (a forked
-    worker inherits that; one started afresh does not)."""
+    A scan makes many short-lived objects and no cycles among them, so the collector only costs time (on the
+    bench corpus 0.06 s in the parent, 0.03 s in the worker). ``read_files`` turns it off in this process
+    too (a forked worker inherits that; one started afresh does not)."""
     from ctxtool.common import interrupt
 
     gc.disable()
@@ -481,12 +456,10 @@ def _widen(pool: ProcessPoolExecutor) -> None:
     """Widen the pipe the workers send their results on, from 64 KiB to 1 MiB (Linux; elsewhere, or when
     refused, it stays as it is).
 
-    A batch's result is its files' encoded rows, a few hundred KiB to 2 MiB. Through a 64 KiB pipe the pool's
-    reader thread in this process takes it in 64 KiB reads, and it needs this process's interpreter lock
-    for each, which this process, parsing its own share, hands over only every few milliseconds; meanwhile
-    the worker waits to finish sending instead of parsing its next batch. On the bench corpus its waits
-    between batches summed to 0.135-0.153 s in a ``stats --no-cache`` run, 0.060-0.067 s with the wider pipe
-    (2 timelines each)."""
+    A batch's result is a few hundred KiB to 2 MiB. The pool's reader thread takes it in pipe-sized reads,
+    each needing the interpreter lock this process, parsing too, hands over only every few milliseconds;
+    meanwhile the worker waits instead of parsing. On the bench corpus its waits summed to 0.135-0.153 s,
+    0.060-0.067 s with the wider pipe."""
     if not sys.platform.startswith("linux"):
         return  # (no fcntl module on Windows; no F_SETPIPE_SZ on macOS)
     import fcntl
@@ -499,9 +472,8 @@ def _widen(pool: ProcessPoolExecutor) -> None:
 
 def _unblock(pool: ProcessPoolExecutor) -> None:
     """Once no worker is left: close this process's end of the pipe the workers send results on. A worker
-    that died in the middle of sending leaves the pool's reader (the thread ``shutdown`` joins) waiting for
-    the rest of its message for ever, as this process holds that end too; closed, the reader gets an end of
-    file and the pool ends as broken (the batches still out are read here)."""
+    that died while sending leaves the pool's reader waiting for the rest for ever, as this process holds
+    that end too; closed, the reader gets an end of file and the pool ends as broken."""
     with contextlib.suppress(AttributeError, OSError):
         pool._result_queue._writer.close()  # type: ignore[attr-defined]
 
@@ -520,10 +492,8 @@ def _extract(
     return [(fc, None if then is None else then(fc)) for fc in files]
 
 
-# A batch holds at most this many files: each batch's rows are decoded by the parent when it returns, and the
-# last one's decoding is on the critical path. (64 made more batches of small files than the pool's round
-# trips and the per-batch decoding repay: with 128, the median cold run on the bench corpus was 8-21 ms
-# quicker.)
+# A batch holds at most this many files: the parent decodes each batch's rows when it returns, the last on the
+# critical path. (With 128 rather than 64, the median cold run on the bench corpus was 8-21 ms quicker.)
 _BATCH_FILES = 128
 # The smallest batch, as a share of the whole scan's bytes per process: 1/64 of each process's share.
 _FLOOR_SHARE = 64
@@ -534,10 +504,8 @@ class _Carver:
     workers take theirs from the costly end, this process from the cheap end.
 
     A batch is a quarter of what is left per process when it is cut, down to a floor (``_FLOOR_SHARE``), so
-    batches shrink as the two ends meet, and what a worker still holds when this process runs out of files
-    is small. (Cut all at once up front, the batches shrank only along the costly end: the two ends met
-    among batches cut for what was left at the start, 25-36 MB of the bench corpus each, and this process
-    then waited up to 0.2 s for the lone worker's queued one; now 0.014-0.018 s, 4 alternated runs each.)"""
+    batches shrink as the two ends meet and what a worker still holds at the end is small. (Cut all at once
+    up front, this process waited up to 0.2 s for the lone worker's last batch; now 0.014-0.018 s.)"""
 
     def __init__(self, todo: list[int], cost: dict[int, int], workers: int) -> None:
         self.order = deque(sorted(todo, key=lambda i: -cost[i]))
@@ -568,22 +536,11 @@ class _Carver:
         self.left += sum(self.cost[i] for i in batch)
 
 
-def _batches(todo: list[int], cost: dict[int, int], workers: int) -> list[list[int]]:
-    """Every batch ``_Carver`` cuts from the costly end, in order (what a scan without this process would
-    hand out)."""
-    carver = _Carver(todo, cost, workers)
-    batches = []
-    while carver:
-        batches.append(carver.cut(costly=True))
-    return batches
-
-
 def _mp_context() -> multiprocessing.context.BaseContext:
     """fork while this process has no native thread pools (polars not loaded yet), else forkserver.
 
     Forking a process whose polars thread pool is running can deadlock the child; the forkserver starts
-    clean workers (which re-import the main module, so scripts need the ``if __name__ == "__main__"`` guard,
-    as multiprocessing always requires outside fork).
+    clean workers (which re-import the main module: scripts need the ``__main__`` guard).
     """
     import multiprocessing
 
@@ -595,10 +552,9 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["ctxtool.session.columns"])
-        # The server's workers have Python's own SIGINT handler until their initializer ignores it: Ctrl-C
-        # at the terminal (the whole process group) then would print a worker's traceback. A server started
-        # with SIGINT blocked passes the mask on to every worker it forks; here the signal only waits until
-        # the server has started. (The resource tracker first: starting it unblocks SIGINT.)
+        # Until their initializer ignores it, the server's workers have Python's SIGINT handler: Ctrl-C at
+        # the terminal would print a worker's traceback. A server started with SIGINT blocked passes the mask
+        # on to every worker it forks. (The resource tracker first: starting it unblocks SIGINT.)
         resource_tracker.ensure_running()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:

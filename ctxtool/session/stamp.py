@@ -49,12 +49,7 @@ MESSAGE_COLUMNS = (
 TOOL_COLUMNS = ("message_id", "call_id", "name", "status", "timestamp", "result_bytes", "target")
 
 # Bump when the rows produced by ctxtool.session.columns change meaning or shape: it invalidates every cached
-# index entry. 8: a session's `turns` counts its turn rows; legacy flat subagent files link to their parent.
-# 9: a response recorded with `total: 0` (or none) counts the sum of its parts (tokens.request_total). 10: no
-# hidden compression calls for the snapshots ctxtool wrote into a compacted copy (frames.sessions). 11: a
-# session ctxtool compacted in place (``ctxtoolCompaction``) is marked (``compacted_at``), and its snapshot
-# adds no hidden calls either. 12: bytes that are not UTF-8 are read as Node reads them before any decoder
-# (ctxtool.session.utf8.read_as_node: msgspec 0.23 had made such lines broken), and a line over
+# index entry. 12: bytes that are not UTF-8 are read as Node reads them (utf8.read_as_node), and a line over
 # MAX_RECORD_BYTES is a broken line.
 COLUMNS_VERSION = 12
 STAMP = f"{__version__}-c{COLUMNS_VERSION}"
@@ -89,9 +84,8 @@ def cache_path(cache_dir: str | os.PathLike[str] | None = None, env: Mapping[str
 
 def _linux_cache_dir(env: Mapping[str, str]) -> str | None:
     """What platformdirs answers on Linux (``$XDG_CACHE_HOME/ctxtool`` when that is an absolute path, else
-    ``$HOME/.cache/ctxtool``), in the common case only: platformdirs costs 15 ms of CPU to import, half of
-    what the guard hook may spend before every model call. None (ask platformdirs) anywhere else, or when
-    ``HOME`` is not an absolute path. ``tests/test_guard.py`` holds both to the same answer."""
+    ``$HOME/.cache/ctxtool``), without its 15 ms import (half of what the guard hook may spend); None (ask
+    platformdirs) elsewhere, or when ``HOME`` is not absolute. ``tests/test_guard.py`` holds both alike."""
     if not sys.platform.startswith("linux") or env is not os.environ:
         return None
     xdg = env.get("XDG_CACHE_HOME", "")

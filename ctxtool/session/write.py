@@ -9,19 +9,19 @@ Owns the bytes ctxtool writes for a session:
   ``ChatRecordingService.writeConversation`` wrote it before 2026-04-09.
 
 "Canonical" means what JavaScript would print for the value as loaded: orjson does the work and this
-module corrects the two places where it differs from ``JSON.stringify``: numbers (``1e-6`` vs
-``0.000001``, ``1e+16`` vs ``10000000000000000``) and objects with integer-like keys, which a JS object
-lists first in ascending order. A record Gemini CLI wrote therefore comes back with the same bytes.
+module corrects where it differs from ``JSON.stringify``: numbers (``1e-6`` vs ``0.000001``) and objects
+with integer-like keys, which a JS object lists first in ascending order. A record Gemini CLI wrote therefore
+comes back with the same bytes.
 
-Writes go to a temporary file in the target's directory, are fsynced and renamed over the target, so a
-reader never sees half a file. ``replace_checked`` also refuses to rename when the target changed since
-it was read (Gemini CLI still appending to the session, say).
+Writes go to a temporary file in the target's directory, fsynced and renamed over the target, so a reader
+never sees half a file; ``replace_checked`` also refuses when the target changed since it was read.
 
 Must not: import ``ctxtool.compress`` (the session layer sits below it), print, or decide where files go.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from ctxtool.common.errors import CtxtoolError, OutputError
-from ctxtool.common.jsvalue import is_array_index, js_number_to_string
+from ctxtool.common.jsvalue import is_array_index, js_key_order, js_number_to_string
 from ctxtool.session.read import Era
 
 BACKUP_MARKER = ".ctxtool-backup-"
@@ -44,10 +44,6 @@ _MAX_SAFE_INTEGER = 2**53 - 1
 # Metadata keys Gemini CLI writes first, in its own order (ConversationRecord, chatRecordingTypes.ts).
 _HEAD_KEYS = ("sessionId", "projectHash", "startTime", "lastUpdated")
 _SCRATCHPAD_KEY = "memoryScratchpad"
-
-
-# --------------------------------------------------------------------------------------------------
-# JSON.stringify
 
 
 def js_number(x: float) -> str:
@@ -59,7 +55,7 @@ def js_number(x: float) -> str:
 
 def _js_ready(value: Any) -> Any:
     """``value`` with what orjson would print differently from ``JSON.stringify`` fixed; the same object
-    when nothing needs fixing (the common case: no floats, no integer-like keys)."""
+    when nothing needs fixing."""
     if isinstance(value, str) or value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -69,31 +65,18 @@ def _js_ready(value: Any) -> Any:
     if isinstance(value, float):
         text = js_number(value)
         return value if orjson.dumps(value) == text.encode() else orjson.Fragment(text)
-    if isinstance(value, dict):
-        changed: dict[str, Any] | None = None
-        for key, item in value.items():
+    if isinstance(value, (dict, list)):
+        changed: Any = None
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
             fixed = _js_ready(item)
             if fixed is not item:
                 if changed is None:
-                    changed = dict(value)
+                    changed = value.copy()
                 changed[key] = fixed
         out = value if changed is None else changed
-        if any(is_array_index(k) for k in out):
-            index_keys = sorted((k for k in out if is_array_index(k)), key=int)
-            out = {
-                **{k: out[k] for k in index_keys},
-                **{k: v for k, v in out.items() if not is_array_index(k)},
-            }
+        if isinstance(out, dict) and any(is_array_index(k) for k in out):
+            out = {k: out[k] for k in js_key_order(out)}
         return out
-    if isinstance(value, list):
-        fixed_list: list[Any] | None = None
-        for i, item in enumerate(value):
-            fixed = _js_ready(item)
-            if fixed is not item:
-                if fixed_list is None:
-                    fixed_list = list(value)
-                fixed_list[i] = fixed
-        return value if fixed_list is None else fixed_list
     raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
@@ -108,22 +91,14 @@ def stringify(value: Any, *, indent: bool = False) -> bytes:
         ) from None
 
 
-# --------------------------------------------------------------------------------------------------
-# Whole files
-
-
-def _split_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
-    head = {k: v for k, v in metadata.items() if k != _SCRATCHPAD_KEY and k != "messages"}
-    return head, metadata.get(_SCRATCHPAD_KEY)
-
-
 def session_bytes(era: Era, metadata: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]) -> bytes:
     """The canonical bytes of a session with ``metadata`` and ``messages`` in ``era``.
 
     ``.json``: ``messages`` follows the four standard keys present (sessionId, projectHash, startTime,
     lastUpdated), then the other metadata keys in their order; this is where Gemini CLI's record has them.
     """
-    head, scratchpad = _split_metadata(metadata)
+    head = {k: v for k, v in metadata.items() if k != _SCRATCHPAD_KEY and k != "messages"}
+    scratchpad = metadata.get(_SCRATCHPAD_KEY)
     if era == "jsonl":
         lines = [stringify(head), *(stringify(m) for m in messages)]
         if scratchpad is not None:
@@ -152,8 +127,7 @@ class FileStamp:
 
     @classmethod
     def of_file(cls, path: Path) -> FileStamp:
-        data = path.read_bytes()
-        return cls.of_bytes(data, path)
+        return cls.of_bytes(path.read_bytes(), path)
 
 
 class FileChangedError(CtxtoolError):
@@ -196,7 +170,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # another user's process of that id: not provably ours
+        pass  # another user's process of that id: not provably ours
     return True
 
 
@@ -207,10 +181,8 @@ def temp_beside(directory: Path, name: str, *, like: Path | None = None) -> tupl
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.{TEMP_MARK}{os.getpid()}-", suffix=".tmp", dir=directory)
     mode = None
     for source in (like, directory / name):
-        try:
+        with contextlib.suppress(OSError):
             mode = source.stat().st_mode & 0o7777 if source is not None else None
-        except OSError:
-            continue
         if mode is not None:
             break
     if mode is None:
@@ -268,9 +240,9 @@ def replace_checked(
 ) -> None:
     """Replace ``path`` with ``data`` atomically, but only if it still matches ``expected``.
 
-    The temporary file is written first, then the target's size, mtime and sha256 are compared with
-    ``expected`` right before the rename. ``before_replace`` runs between the two (tests use it to
-    simulate a writer racing ctxtool). A changed file raises FileChangedError and is left untouched.
+    The target's stamp is compared with ``expected`` after the temporary file is written, right before the
+    rename; ``before_replace`` runs between the two (tests simulate a racing writer with it). A changed file
+    raises FileChangedError and is left untouched.
     """
     path = Path(path)
     fd, tmp = temp_beside(path.parent, path.name)
@@ -279,15 +251,10 @@ def replace_checked(
         if before_replace is not None:
             before_replace()
         try:
-            now = FileStamp.of_file(path)
+            now: FileStamp | None = FileStamp.of_file(path)
         except OSError:
             now = None
-        if (
-            now is None
-            or now.size != expected.size
-            or now.sha256 != expected.sha256
-            or (now.mtime_ns != expected.mtime_ns)
-        ):
+        if now != expected:
             raise FileChangedError(
                 f"{path}: changed on disk while ctxtool was compacting it (is Gemini CLI still writing it?); "
                 "nothing was replaced",

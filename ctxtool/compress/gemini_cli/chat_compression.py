@@ -41,14 +41,10 @@ from ctxtool.common.jsvalue import (
     normalize_surrogates,
     utf16_len,
 )
-from ctxtool.compress.gemini_cli.model_configs import compression_model
-from ctxtool.compress.gemini_cli.profiles import (
-    DEFAULT_PROFILE,
-    ESTIMATOR_HEAD,
-    PROFILES,
-    EstimatorSpec,
-    Profile,
-)
+from ctxtool.compress.gemini_cli.environment import locale_date
+from ctxtool.compress.gemini_cli.model_configs import COMPRESSION_ALIAS_MODELS as COMPRESSION_ALIAS_MODELS
+from ctxtool.compress.gemini_cli.model_configs import DEFAULT_GEMINI_MODEL, compression_model
+from ctxtool.compress.gemini_cli.profiles import DEFAULT_PROFILE, PROFILES, Profile
 from ctxtool.compress.gemini_cli.prompts import ctxtool_compression_prompt
 from ctxtool.compress.gemini_cli.texts import ANCHOR_EXISTING as ANCHOR_EXISTING
 from ctxtool.compress.gemini_cli.texts import ANCHOR_NEW as ANCHOR_NEW
@@ -63,7 +59,9 @@ from ctxtool.compress.gemini_cli.texts import INSTRUCTION_SUFFIX as INSTRUCTION_
 from ctxtool.compress.gemini_cli.texts import PROBE_TEXT as PROBE_TEXT
 from ctxtool.compress.gemini_cli.texts import SUMMARY_ACK_TEXT as SUMMARY_ACK_TEXT
 from ctxtool.compress.summarizer import CallKind, Content, ModelCall, Summarizer
+from ctxtool.measure.estimator import ESTIMATOR_HEAD, EstimatorSpec
 from ctxtool.measure.estimator import estimate_token_count as estimate_token_count
+from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT
 from ctxtool.measure.tokens import token_limit as _current_token_limit
 
 Part = dict[str, Any]
@@ -72,21 +70,16 @@ Turn = dict[str, Any]  # HistoryTurn: {"id": str, "content": Content}
 # --------------------------------------------------------------------------------------------------
 # Constants (spec section 3)
 
-DEFAULT_COMPRESSION_TOKEN_THRESHOLD = 0.5  # context/chatCompressionService.ts:41
 COMPRESSION_PRESERVE_THRESHOLD = 0.3  # context/chatCompressionService.ts:47
 COMPRESSION_FUNCTION_RESPONSE_TOKEN_BUDGET = 50_000  # context/chatCompressionService.ts:52
 COMPRESSION_TRUNCATE_LINES = 30  # services/chatCompressionService.ts, 08c32f725e..28805a4b2d
 DEFAULT_TRUNCATE_TOOL_OUTPUT_THRESHOLD = 40_000  # config/config.ts:478
-DEFAULT_TOKEN_LIMIT = 1_048_576  # core/tokenLimits.ts
-GEMMA_4_TOKEN_LIMIT = 256_000  # core/tokenLimits.ts, d4c5333dcf
 MAX_TRUNCATED_LINE_WIDTH = 1000  # utils/fileUtils.ts, ee8d425603..28805a4b2d
 MAX_TRUNCATED_CHARS = 10_000  # utils/fileUtils.ts, ee8d425603..28805a4b2d
 SYNTHETIC_THOUGHT_SIGNATURE = "skip_thought_signature_validator"  # core/geminiChat.ts
 ENVIRONMENT_CONTEXT_ID = "d04923d38bb0f6017037e74183378ef4"  # deriveStableId(['environment-context'])
 
-# The acknowledgement, instruction, anchors and probe live in ctxtool.compress.gemini_cli.texts (ctxtool's
-# wording of the prose, upstream's acknowledgement byte for byte); --prompt-from-gemini-cli swaps in the
-# installed Gemini CLI's own. The names stay importable from here.
+# The summary's acknowledgement, the instruction, anchors and probe live in ctxtool.compress.gemini_cli.texts.
 ENV_ACK_TEXT = "Got it. Thanks for the context!"  # after the env turn, until ed0d1a0ba3 (2025-10-07)
 STATE_SNAPSHOT_TAG = "<state_snapshot>"
 
@@ -218,15 +211,6 @@ def legacy_split_point(history: Sequence[Content], fraction: float) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Token estimation (spec section 7)
-
-
-def _has_media(parts: Iterable[Any]) -> bool:
-    """``calculateRequestTokenCount``'s test for the countTokens API path (an inlineData/fileData key)."""
-    return any(isinstance(p, dict) and ("inlineData" in p or "fileData" in p) for p in parts)
-
-
-# --------------------------------------------------------------------------------------------------
 # Token limits and the summarizer model (sections 2.3, 7.4, 9.6)
 
 _LEGACY_LIMITS = {"gemini-1.5-pro": 2_097_152, "gemini-2.0-flash-preview-image-generation": 32_000}
@@ -252,17 +236,6 @@ _COMPRESSION_ALIASES: dict[str, str] = {
     "gemini-2.5-flash": "chat-compression-2.5-flash",  # DEFAULT_GEMINI_FLASH_MODEL
 }
 DEFAULT_COMPRESSION_ALIAS = "chat-compression-default"
-
-# config/defaultModelConfigs.ts:273-307 at HEAD: alias -> concrete model.
-COMPRESSION_ALIAS_MODELS: dict[str, str] = {
-    "chat-compression-3-pro": "gemini-3-pro-preview",
-    "chat-compression-3-flash": "gemini-3-flash-preview",
-    "chat-compression-3.1-flash-lite": "gemini-3.1-flash-lite",
-    "chat-compression-2.5-flash-lite": "gemini-2.5-flash-lite",
-    "chat-compression-2.5-pro": "gemini-2.5-pro",
-    "chat-compression-2.5-flash": "gemini-2.5-flash",
-    "chat-compression-default": "gemini-3-pro-preview",
-}
 
 
 def model_to_compression_alias(model: str) -> str:
@@ -376,10 +349,8 @@ class BudgetTruncation:
     next_truncation_id: int  # the id the next truncation would use
 
 
-def _response_text(response: Any, present: bool) -> str | None:
-    """The string truncateHistoryToBudget measures for a functionResponse.response (None = JS undefined)."""
-    if not present:
-        return None
+def _response_text(response: Any) -> str:
+    """The string truncateHistoryToBudget measures for a functionResponse.response."""
     if isinstance(response, str):
         return response
     if isinstance(response, dict):
@@ -398,7 +369,6 @@ def truncate_history_to_budget(
     budget: int = COMPRESSION_FUNCTION_RESPONSE_TOKEN_BUDGET,
     first_truncation_id: int = 1,
     formatter: str = "head_tail",
-    truncate_lines: int = COMPRESSION_TRUNCATE_LINES,
     estimator: EstimatorSpec = ESTIMATOR_HEAD,
 ) -> BudgetTruncation:
     """``truncateHistoryToBudget`` (context/chatCompressionService.ts, 08c32f725e .. HEAD).
@@ -419,8 +389,7 @@ def truncate_history_to_budget(
             if not js_truthy(fr):
                 new_parts.append(part)
                 continue
-            present = isinstance(fr, dict) and "response" in fr
-            text = _response_text(fr.get("response") if isinstance(fr, dict) else None, present)
+            text = _response_text(fr["response"]) if isinstance(fr, dict) and "response" in fr else None
             if text is None:
                 # JSON.stringify(undefined) is undefined: it estimates as `{}` (0 tokens) and writing it
                 # throws, so upstream keeps the original part.
@@ -436,21 +405,17 @@ def truncate_history_to_budget(
                     tool_output_dir, truncated_tool_output_filename(tool_name, truncation_id)
                 )
                 if formatter == "lines":
-                    message = format_truncated_tool_output_lines(text, path, truncate_lines)
+                    message = format_truncated_tool_output_lines(text, path)
                 else:
                     message = format_truncated_tool_output(text, path, max_chars)
                 saved.append(SavedToolOutput(path, text, tool_name, truncation_id))
-                new_fr = dict(fr)
-                new_fr["response"] = {"output": message}
-                new_parts.append({"functionResponse": new_fr})
+                new_parts.append({"functionResponse": {**fr, "response": {"output": message}}})
                 counter += estimate_token_count([{"text": message}], estimator=estimator)
             else:
                 counter += tokens
                 new_parts.append(part)
         new_parts.reverse()
-        new_content = dict(content) if isinstance(content, dict) else {}
-        new_content["parts"] = new_parts
-        out.append(new_content)
+        out.append({**content, "parts": new_parts} if isinstance(content, dict) else {"parts": new_parts})
     out.reverse()
     return BudgetTruncation(out, saved, next_id)
 
@@ -577,21 +542,13 @@ def _thought_part(thought: Any) -> Part:
             "text": f"**{js_template(subject)}** {js_template(description, missing=not has_desc)}",
             "thought": True,
         }
-    part: Part = {}
-    if has_desc:
-        part["text"] = description
-    part["thought"] = True
-    return part
-
-
-def _utf16_sort_key(s: str) -> bytes:
-    return s.encode("utf-16-be", "surrogatepass")
+    return {"text": description, "thought": True} if has_desc else {"thought": True}
 
 
 def derive_stable_id(ids: Sequence[str | None]) -> str:
     """``deriveStableId(sourceIds)`` (utils/cryptoUtils.ts): sha256 of the JS-sorted ids joined by ``|``,
     first 32 hex digits. ``None`` stands for ``undefined`` (sorted last, joined as an empty string)."""
-    defined = sorted((i for i in ids if i is not None), key=_utf16_sort_key)
+    defined = sorted((i for i in ids if i is not None), key=lambda s: s.encode("utf-16-be", "surrogatepass"))
     joined = "|".join(defined + ["" for i in ids if i is None])
     # Node encodes strings as UTF-8 with lone surrogates replaced by U+FFFD.
     data = re.sub("[\ud800-\udfff]", "\ufffd", normalize_surrogates(joined)).encode("utf-8")
@@ -619,10 +576,7 @@ def ensure_stable_tool_ids(history: list[Turn]) -> None:
                     if isinstance(fr, dict) and js_truthy(fr.get("name")):
                         resps.setdefault(js_template(fr["name"]), []).append(fr)
                 for name, call_list in calls.items():
-                    resp_list = resps.get(name, [])
-                    for k in range(min(len(call_list), len(resp_list))):
-                        fc, idx = call_list[k]
-                        fr = resp_list[k]
+                    for (fc, idx), fr in zip(call_list, resps.get(name, []), strict=False):
                         target = fc.get("id") if js_truthy(fc.get("id")) else None
                         if target is None and js_truthy(fr.get("id")):
                             target = fr["id"]
@@ -683,8 +637,7 @@ def extract_curated_history(contents: Sequence[Any], *, head_rule: bool = True) 
         valid = True
         while i < n and _get(_turn_content(contents[i]), "role") == "model":
             run.append(contents[i])
-            if valid and not is_valid_content(_turn_content(contents[i]), head_rule=head_rule):
-                valid = False
+            valid = valid and is_valid_content(_turn_content(contents[i]), head_rule=head_rule)
             i += 1
         if not run:
             i += 1  # a role that is neither user nor model: upstream would loop forever; skip it
@@ -715,9 +668,7 @@ def strip_thoughts(turns: Sequence[Turn]) -> list[Turn]:
             if j is not None and not js_truthy(kept[j].get("thoughtSignature")):
                 kept[j] = {**kept[j], "thoughtSignature": SYNTHETIC_THOUGHT_SIGNATURE}
         if kept:
-            new_turn = dict(turn)
-            new_turn["content"] = {**content, "parts": kept}
-            out.append(new_turn)
+            out.append({**turn, "content": {**content, "parts": kept}})
     return out
 
 
@@ -763,16 +714,12 @@ class CuratedSession:
         return [t["content"] for t in self.turns]
 
 
-def synthesize_env_text(
-    date: datetime | None = None,
-    platform: str = "linux",
-    temp_dir: str = "",
-    template: EnvTemplate = DEFAULT_ENV_TEMPLATE,
-) -> str:
+def synthesize_env_text(date: datetime | None = None, template: EnvTemplate = DEFAULT_ENV_TEMPLATE) -> str:
     """A stand-in ``<session_context>`` turn shaped like upstream's (section 10.3) for sessions that did not
-    store one and whose project folder is unknown: no folder structure, dated by the session's start."""
-    day = f"{date:%A, %B} {date.day}, {date.year}" if date else "unknown"
-    return template.render({"today": day, "platform": platform, "temp_dir": temp_dir})
+    store one and whose project folder is unknown: on linux, no temp dir or folder structure, dated by the
+    session's start."""
+    day = locale_date(date) if date else "unknown"
+    return template.render({"today": day, "platform": "linux", "temp_dir": ""})
 
 
 def first_timestamp(messages: Sequence[dict[str, Any]]) -> datetime | None:
@@ -786,8 +733,7 @@ def first_timestamp(messages: Sequence[dict[str, Any]]) -> datetime | None:
     return None
 
 
-# The chat model when a session names none: DEFAULT_GEMINI_MODEL (packages/core/src/config/models.ts).
-DEFAULT_CHAT_MODEL = "gemini-2.5-pro"
+DEFAULT_CHAT_MODEL = DEFAULT_GEMINI_MODEL  # the chat model when a session names none (config/models.ts)
 
 
 def session_to_curated_history(
@@ -876,40 +822,29 @@ def original_token_count(
 
 @dataclass(frozen=True)
 class CompressionResult:
+    """The outcome (upstream's ``ChatCompressionInfo`` and more); fields not given keep "nothing happened"."""
+
     status: CompressionStatus
     original_token_count: int
     new_token_count: int
-    split_index: int | None  # None when compression stopped before a split was computed
-    new_history: list[Content] | None  # [summary user, ack model, ...kept], or truncated history
-    compressed_history: list[Content]  # what the summarizer was shown (empty if no call)
-    kept_history: list[Content]
-    truncated_outputs: list[SavedToolOutput]  # tool outputs to save, path + text
-    summary: str | None  # final summary text (probe answer or first summary)
-    anchored: bool
     threshold: float
     token_limit: int
     profile: str
+    split_index: int | None = None  # None when compression stopped before a split was computed
+    new_history: list[Content] | None = None  # [summary user, ack model, ...kept], or truncated history
+    compressed_history: list[Content] = field(default_factory=list)  # what the summarizer was shown
+    kept_history: list[Content] = field(default_factory=list)
+    truncated_outputs: list[SavedToolOutput] = field(default_factory=list)  # tool outputs to save
+    summary: str | None = None  # final summary text (probe answer or first summary)
+    anchored: bool = False
     summarizer_input_truncated: bool = False  # the hi-fi rule chose the budget-truncated slice
     new_count_needs_api: bool = False  # upstream would have called countTokens (media parts)
     next_truncation_id: int = 1
     calls: list[ModelCall] = field(default_factory=list)
 
 
-def resolve_threshold(threshold: float | None, profile: Profile) -> float:
-    """``(await config.getCompressionThreshold()) ?? default``: a falsy setting (None, 0) falls back."""
-    return threshold if threshold is not None and js_truthy(threshold) else profile.default_threshold
-
-
 def _text_content(role: str, text: str) -> Content:
     return {"role": role, "parts": [{"text": text}]}
-
-
-def _has_previous_snapshot(history: Sequence[Content]) -> bool:
-    return any(
-        isinstance(_get(p, "text"), str) and STATE_SNAPSHOT_TAG in p["text"]
-        for c in history
-        for p in _parts(c)
-    )
 
 
 @dataclass(frozen=True)
@@ -926,151 +861,30 @@ class _Run:
     def result(
         self, status: CompressionStatus, new_count: int, *, original: int | None = None, **kw: Any
     ) -> CompressionResult:
-        """The outcome (upstream's ``ChatCompressionInfo`` and more) with this run's counts; fields not given
-        keep "nothing happened"."""
-        fields: dict[str, Any] = {
-            "split_index": None,
-            "new_history": None,
-            "compressed_history": [],
-            "kept_history": [],
-            "truncated_outputs": [],
-            "summary": None,
-            "anchored": False,
-            "next_truncation_id": self.first_truncation_id,
-        }
-        fields.update(kw)
+        """The outcome with this run's counts."""
+        original = self.original if original is None else original
+        kw.setdefault("next_truncation_id", self.first_truncation_id)
         return CompressionResult(
-            status=status,
-            original_token_count=self.original if original is None else original,
-            new_token_count=new_count,
-            threshold=self.threshold,
-            token_limit=self.limit,
-            profile=self.profile.name,
-            **fields,
+            status, original, new_count, self.threshold, self.limit, self.profile.name, **kw
         )
 
 
-@dataclass(frozen=True)
-class _Slices:
-    """The history cut at the split point: what the summarizer is shown, what is kept verbatim, and the
-    budget truncation they came from."""
-
-    split: int
-    to_compress: list[Content]  # the budget-truncated slice before the split
-    for_summarizer: list[Content]  # the original slice, or ``to_compress`` when that does not fit
-    keep: list[Content]
-    budget: BudgetTruncation
-    summarizer_truncated: bool
-
-    def fields(self) -> dict[str, Any]:
-        """The result fields every outcome after the summary call reports."""
-        return {
-            "split_index": self.split,
-            "compressed_history": list(self.for_summarizer),
-            "kept_history": self.keep,
-            "truncated_outputs": self.budget.saved,
-            "summarizer_input_truncated": self.summarizer_truncated,
-            "next_truncation_id": self.budget.next_truncation_id,
-        }
-
-
-@dataclass
-class _SummarizerCalls:
-    """The model calls of one compression, recorded in order: ``BaseLlmClient.generateContent`` with the
-    compression alias, system prompt and ``forSummarizer`` history."""
-
-    summarizer: Summarizer
-    model: str
-    system_instruction: str
-    history: list[Content]
-    alias: str
-    generation_config: dict[str, Any]
-    extra: dict[str, Any]  # profile name and the Vertex AI choice, reported with each call
-    calls: list[ModelCall] = field(default_factory=list)
-
-    def ask(
-        self, kind: CallKind, contents: list[Content], prompt_id: str, anchored: bool, previous: str | None
-    ) -> str | None:
-        call = ModelCall(
-            kind=kind,
-            model=self.model,
-            system_instruction=self.system_instruction,
-            contents=contents,
-            history=list(self.history),
-            anchored=anchored,
-            previous_summary=previous,
-            prompt_id=prompt_id,
-            generation_config=self.generation_config,
-            extra={"model_config_alias": self.alias, **self.extra},
-        )
-        self.calls.append(call)
-        return self.summarizer.generate(call)
-
-
-def _early_outcome(
-    curated: Sequence[Content], run: _Run, *, force: bool, has_failed_compression_attempt: bool
-) -> CompressionResult | None:
-    """The NOOPs before any work in ``ChatCompressionService.compress``: empty history, a latched failure
-    (before the truncation-only fallback), and the threshold check against ``tokenLimit(model)``."""
-    if not curated:
-        return run.result(CompressionStatus.NOOP, 0, original=0)
-    if has_failed_compression_attempt and not force and not run.profile.truncation_only_fallback:
-        # cd2e237c73 .. c276d0c7b6: a latched failure made automatic attempts a NOOP with counts 0/0.
-        return run.result(CompressionStatus.NOOP, 0, original=0)
-    if not force and run.original < run.threshold * run.limit:
-        return run.result(CompressionStatus.NOOP, run.original)
-    return None
-
-
-def _budget_truncation(
-    curated: list[Content], run: _Run, *, tool_output_dir: str, truncate_tool_output_threshold: int
-) -> BudgetTruncation:
-    """``truncateHistoryToBudget(curated, config)`` as ``compress`` calls it (08c32f725e ..); the history
-    unchanged in the eras before it."""
-    prof = run.profile
-    if prof.budget_truncation == "none":
-        return BudgetTruncation(curated, [], run.first_truncation_id)
-    return truncate_history_to_budget(
-        curated,
-        tool_output_dir=tool_output_dir,
-        max_chars=min(4 * (run.limit - run.original), truncate_tool_output_threshold),
-        budget=prof.function_response_token_budget,
-        first_truncation_id=run.first_truncation_id,
-        formatter=prof.budget_truncation,
-        truncate_lines=prof.truncate_lines,
-        estimator=prof.estimator,
-    )
-
-
-def _truncation_only(budget: BudgetTruncation, run: _Run) -> CompressionResult:
-    """The truncation-only fallback of ``compress`` after a latched failure (c276d0c7b6 ..): no model call,
-    CONTENT_TRUNCATED when the truncated history estimates smaller."""
-    t = estimate_token_count(_flatten_parts(budget.history), estimator=run.profile.estimator)
-    if t < run.original:
-        return run.result(
-            CompressionStatus.CONTENT_TRUNCATED,
-            t,
-            new_history=budget.history,
-            truncated_outputs=budget.saved,
-            next_truncation_id=budget.next_truncation_id,
-        )
-    return run.result(CompressionStatus.NOOP, run.original)
-
-
-def _split_history(curated: list[Content], budget: BudgetTruncation, run: _Run) -> _Slices:
+def _split_history(
+    curated: list[Content], budget: BudgetTruncation, run: _Run
+) -> tuple[list[Content], dict[str, Any]]:
     """``findCompressSplitPoint(truncated, 1 - COMPRESSION_PRESERVE_THRESHOLD)`` (or the era's rule), then
-    the high-fidelity choice (08c32f725e ..): the original slice when it fits the model."""
+    the high-fidelity choice (08c32f725e ..): the original slice when it fits the model. Returns the
+    budget-truncated slice before the split and the result fields every later outcome reports."""
     prof = run.profile
     truncated = budget.history
-    fraction = 1 - prof.preserve_fraction
+    fraction = 1 - COMPRESSION_PRESERVE_THRESHOLD
     if prof.split_rule == "index_after_fraction":
         split = legacy_split_point(truncated, fraction)
     else:
         split = find_compress_split_point(
             truncated, fraction, count_candidate_first=prof.split_rule == "compress_split_point_pre"
         )
-    to_compress = truncated[:split]
-    for_summarizer = to_compress
+    to_compress = for_summarizer = truncated[:split]
     summarizer_truncated = False
     if prof.budget_truncation != "none":
         original_slice = curated[:split]
@@ -1078,85 +892,93 @@ def _split_history(curated: list[Content], budget: BudgetTruncation, run: _Run) 
             for_summarizer = original_slice
         else:
             summarizer_truncated = True
-    return _Slices(split, to_compress, for_summarizer, truncated[split:], budget, summarizer_truncated)
+    return (
+        to_compress,
+        {
+            "split_index": split,
+            "compressed_history": list(for_summarizer),  # what the summarizer is shown
+            "kept_history": truncated[split:],
+            "truncated_outputs": budget.saved,
+            "summarizer_input_truncated": summarizer_truncated,
+            "next_truncation_id": budget.next_truncation_id,
+        },
+    )
 
 
-def _summarizer_calls(
-    model: str, run: _Run, texts: CompressionTexts, history: list[Content], summarizer: Summarizer
-) -> _SummarizerCalls:
-    """The model and system prompt of the summarizer calls: ``modelStringToModelConfigAlias(model)`` and
-    ``getCompressionPrompt(config)``, as the era had them."""
-    prof = run.profile
+def _summarize(
+    model: str, prof: Profile, texts: CompressionTexts, history: list[Content], llm: Summarizer, pid: str
+) -> tuple[str, bool, list[ModelCall]]:
+    """The summary call, then the verification probe (1182168bd9 ..): ``(final, anchored, calls)``, where
+    final is ``((probe?.trim()) || summary).trim()`` and anchored says the history held a
+    ``<state_snapshot>``. Before the probe, the one answer (the legacy instruction's) is final as it came.
+
+    Each call is ``BaseLlmClient.generateContent`` with the model of ``modelStringToModelConfigAlias(model)``,
+    the system prompt of ``getCompressionPrompt(config)`` as the era had them, and ``history`` first."""
     alias = model_to_compression_alias(model)
     generation_config: dict[str, Any] = {}
-    vertex: dict[str, Any] = {}
+    extra: dict[str, Any] = {"profile": prof.name}  # reported with each call
     if prof.model_configs:
         # BaseLlmClient._generateWithRetry -> applyModelSelection (Gemini CLI 0.61.0): the alias, then the
         # policy chain, which may swap the model and with it the generationConfig (model_configs.py).
         chosen = compression_model(model, "gemini-api-key")
         alias, call_model, generation_config = chosen.alias, chosen.model, chosen.generation_config
         on_vertex = compression_model(model, "vertex-ai")
-        vertex = {
-            "model_configs": True,
-            "vertex_model": on_vertex.model,
-            "vertex_generation_config": on_vertex.generation_config,
-        }
+        extra["model_configs"] = True
+        extra["vertex_model"] = on_vertex.model
+        extra["vertex_generation_config"] = on_vertex.generation_config
     else:
         call_model = summarizer_model(model) if prof.compression_alias else model
-    prompt = (
-        texts.system_prompt
-        if texts.system_prompt is not None
-        else (ctxtool_compression_prompt() if prof.prompt_version == "v6" else SYSTEM_PROMPT_V4)
-    )
-    extra = {"profile": prof.name, **vertex}
-    return _SummarizerCalls(summarizer, call_model, prompt, history, alias, generation_config, extra)
+    if texts.system_prompt is not None:
+        prompt = texts.system_prompt
+    else:
+        prompt = ctxtool_compression_prompt() if prof.prompt_version == "v6" else SYSTEM_PROMPT_V4
+    calls: list[ModelCall] = []
 
+    def ask(kind: CallKind, turns: list[Content], call_id: str, anchored: bool, previous: str | None) -> str:
+        call = ModelCall(
+            kind=kind,
+            model=call_model,
+            system_instruction=prompt,
+            contents=[*history, *turns],
+            history=list(history),
+            anchored=anchored,
+            previous_summary=previous,
+            prompt_id=call_id,
+            generation_config=generation_config,
+            extra={"model_config_alias": alias, **extra},
+        )
+        calls.append(call)
+        answer = llm.generate(call)
+        return "" if answer is None else answer
 
-def _summarize(
-    llm: _SummarizerCalls, prof: Profile, texts: CompressionTexts, prompt_id: str
-) -> tuple[str, bool]:
-    """The summary call, then the verification probe (1182168bd9 ..): ``(final, anchored)``, where final is
-    ``((probe?.trim()) || summary).trim()`` and anchored says the history held a ``<state_snapshot>``.
-    Before the probe, the one answer (the legacy instruction's) is final as it came."""
-    history = llm.history
     if not prof.verification_probe:
-        instruction = _text_content("user", LEGACY_INSTRUCTION)
-        answer = llm.ask("summary", [*history, instruction], prompt_id, False, None)
-        return (answer if answer is not None else ""), False
-    anchored = _has_previous_snapshot(history)
-    instruction = _text_content("user", texts.instruction(anchored))
-    summary = llm.ask("summary", [*history, instruction], prompt_id, anchored, None)
-    summary = summary if summary is not None else ""
-    probe = llm.ask(
-        "probe",
-        [*history, _text_content("model", summary), _text_content("user", texts.probe)],
-        f"{prompt_id}-verify",
-        anchored,
-        summary,
-    )
-    probe_trimmed = js_trim(probe) if probe is not None else ""
-    return js_trim(probe_trimmed or summary), anchored
+        answer = ask("summary", [_text_content("user", LEGACY_INSTRUCTION)], pid, False, None)
+        return answer, False, calls
+    flat = _flatten_parts(history)
+    anchored = any(isinstance(_get(p, "text"), str) and STATE_SNAPSHOT_TAG in p["text"] for p in flat)
+    summary = ask("summary", [_text_content("user", texts.instruction(anchored))], pid, anchored, None)
+    probe_turns = [_text_content("model", summary), _text_content("user", texts.probe)]
+    probe = ask("probe", probe_turns, f"{pid}-verify", anchored, summary)
+    return js_trim(js_trim(probe) or summary), anchored, calls
 
 
-def _new_history(
+def _new_chat(
     final: str, keep: list[Content], env_turn: Content | None, prof: Profile, texts: CompressionTexts
-) -> tuple[list[Content], list[Content]]:
-    """``extraHistory`` (summary, acknowledgement, kept turns) and ``getInitialChatHistory(config, extra)``,
-    the full history of the new chat, env turn first."""
+) -> tuple[list[Content], int, bool]:
+    """``extraHistory`` (summary, acknowledgement, kept turns), then the offline
+    ``calculateRequestTokenCount`` of ``getInitialChatHistory(config, extra)``, the new chat with its env turn
+    first: ``(extra, count, needs_api)``, needs_api saying upstream would have asked the countTokens API (an
+    inlineData/fileData part). The count is the JSON length / 4 in the early eras."""
     extra = [_text_content("user", final), _text_content("model", texts.ack), *keep]
-    env = env_turn if env_turn is not None else {"role": "user", "parts": []}
+    full = [env_turn if env_turn is not None else {"role": "user", "parts": []}]
     if prof.env_ack_turn:
-        return extra, [env, _text_content("model", ENV_ACK_TEXT), *extra]  # env ack turn until ed0d1a0ba3
-    return extra, [env, *extra]
-
-
-def _new_token_count(full: list[Content], prof: Profile) -> tuple[int, bool]:
-    """``calculateRequestTokenCount`` of the new chat's parts, offline: ``(count, needs_api)``, needs_api
-    saying upstream would have asked the countTokens API (media parts); the JSON length / 4 in early eras."""
+        full.append(_text_content("model", ENV_ACK_TEXT))  # until ed0d1a0ba3
+    full += extra
     if prof.new_count == "json_length":
-        return math.floor(sum(json_length(c) for c in full) / 4), False
+        return extra, math.floor(sum(json_length(c) for c in full) / 4), False
     flat = _flatten_parts(full)
-    return estimate_token_count(flat, estimator=prof.estimator), _has_media(flat)
+    needs_api = any(isinstance(p, dict) and ("inlineData" in p or "fileData" in p) for p in flat)
+    return extra, estimate_token_count(flat, estimator=prof.estimator), needs_api
 
 
 def compress(
@@ -1186,54 +1008,54 @@ def compress(
     """
     prof = profile or PROFILES[DEFAULT_PROFILE]
     limit = token_limit(model, legacy=prof.legacy_token_limits)
-    run = _Run(prof, limit, resolve_threshold(threshold, prof), original_token_count, first_truncation_id)
+    # (await config.getCompressionThreshold()) ?? default: a falsy setting (None, 0) falls back.
+    threshold = threshold if threshold is not None and js_truthy(threshold) else prof.default_threshold
+    run = _Run(prof, limit, threshold, original_token_count, first_truncation_id)
     curated = list(curated)
-    early = _early_outcome(
-        curated, run, force=force, has_failed_compression_attempt=has_failed_compression_attempt
-    )
-    if early is not None:
-        return early
-    budget = _budget_truncation(
-        curated,
-        run,
-        tool_output_dir=tool_output_dir,
-        truncate_tool_output_threshold=truncate_tool_output_threshold,
-    )
-    if has_failed_compression_attempt and not force:
-        return _truncation_only(budget, run)
-    slices = _split_history(curated, budget, run)
-    if not slices.to_compress and prof.noop_on_empty_split:
-        return run.result(
-            CompressionStatus.NOOP, run.original, split_index=slices.split, kept_history=slices.keep
+    latched = has_failed_compression_attempt and not force
+    # cd2e237c73 .. c276d0c7b6: a latched failure made automatic attempts a NOOP with counts 0/0.
+    if not curated or (latched and not prof.truncation_only_fallback):
+        return run.result(CompressionStatus.NOOP, 0, original=0)
+    if not force and original_token_count < threshold * limit:
+        return run.result(CompressionStatus.NOOP, original_token_count)
+    if prof.budget_truncation == "none":  # no truncateHistoryToBudget before 08c32f725e
+        budget = BudgetTruncation(curated, [], first_truncation_id)
+    else:
+        budget = truncate_history_to_budget(
+            curated,
+            tool_output_dir=tool_output_dir,
+            max_chars=min(4 * (limit - original_token_count), truncate_tool_output_threshold),
+            first_truncation_id=first_truncation_id,
+            formatter=prof.budget_truncation,
+            estimator=prof.estimator,
         )
+    if latched:  # the truncation-only fallback (c276d0c7b6 ..): no model call
+        count = estimate_token_count(_flatten_parts(budget.history), estimator=prof.estimator)
+        if count >= original_token_count:
+            return run.result(CompressionStatus.NOOP, original_token_count)
+        return run.result(
+            CompressionStatus.CONTENT_TRUNCATED,
+            count,
+            new_history=budget.history,
+            truncated_outputs=budget.saved,
+            next_truncation_id=budget.next_truncation_id,
+        )
+    to_compress, fields = _split_history(curated, budget, run)
+    if not to_compress and prof.noop_on_empty_split:
+        kept = {k: fields[k] for k in ("split_index", "kept_history")}
+        return run.result(CompressionStatus.NOOP, original_token_count, **kept)
 
-    llm = _summarizer_calls(model, run, texts, slices.for_summarizer, summarizer)
-    final, anchored = _summarize(llm, prof, texts, prompt_id)
+    history = fields["compressed_history"]
+    final, anchored, calls = _summarize(model, prof, texts, history, summarizer, prompt_id)
+    outcome = {"summary": final, "anchored": anchored, "calls": calls, **fields}
     if prof.verification_probe and not final:
-        return run.result(
-            CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY,
-            run.original,
-            summary="",
-            anchored=anchored,
-            calls=llm.calls,
-            **slices.fields(),
-        )
+        return run.result(CompressionStatus.COMPRESSION_FAILED_EMPTY_SUMMARY, original_token_count, **outcome)
 
-    extra, full = _new_history(final, slices.keep, env_turn, prof, texts)
-    new_count, needs_api = _new_token_count(full, prof)
-    outcome: dict[str, Any] = {
-        "summary": final,
-        "anchored": anchored,
-        "new_count_needs_api": needs_api,
-        "calls": llm.calls,
-    }
-    if new_count > run.original:
-        return run.result(
-            CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT, new_count, **outcome, **slices.fields()
-        )
-    return run.result(
-        CompressionStatus.COMPRESSED, new_count, new_history=extra, **outcome, **slices.fields()
-    )
+    extra, new_count, needs_api = _new_chat(final, fields["kept_history"], env_turn, prof, texts)
+    outcome["new_count_needs_api"] = needs_api
+    if new_count > original_token_count:
+        return run.result(CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT, new_count, **outcome)
+    return run.result(CompressionStatus.COMPRESSED, new_count, new_history=extra, **outcome)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1244,7 +1066,6 @@ def compress(
 # users may get other values from remote experiment flags.
 MASKING_PROTECTION_THRESHOLD_TOKENS = 50_000
 MASKING_MIN_PRUNABLE_TOKENS = 30_000
-MASKING_PROTECT_LATEST_TURN = True
 MASKING_INDICATOR_TAG = "tool_output_masked"
 MASKING_EXEMPT_TOOLS = frozenset({"activate_skill", "ask_user", "enter_plan_mode", "exit_plan_mode"})
 
@@ -1258,25 +1079,18 @@ class MaskingPlan:
     prunable_tokens: int
 
 
-def plan_tool_output_masking(
-    history: Sequence[Content],
-    *,
-    protection_tokens: int = MASKING_PROTECTION_THRESHOLD_TOKENS,
-    min_prunable_tokens: int = MASKING_MIN_PRUNABLE_TOKENS,
-    protect_latest_turn: bool = MASKING_PROTECT_LATEST_TURN,
-) -> MaskingPlan:
+def plan_tool_output_masking(history: Sequence[Content]) -> MaskingPlan:
     """The selection of ``ToolOutputMaskingService.mask`` (Gemini CLI 0.61.0), which runs on every turn after
     the compression check and before the request (``GeminiClient.tryMaskToolOutputs``), and persists what it
-    masks. Scanning newest to oldest, function responses fill a protected window of ``protection_tokens``;
-    the one that crosses it and every older one are prunable; nothing is masked under
-    ``min_prunable_tokens``. (Each replacement is kept only when its snippet is smaller; a large output's
-    always is.)"""
-    start = len(history) - 2 if protect_latest_turn else len(history) - 1
+    masks. Scanning newest to oldest and skipping the latest turn (``protectLatestTurn``), function responses
+    fill a protected window of ``MASKING_PROTECTION_THRESHOLD_TOKENS``; the one that crosses it and every
+    older one are prunable; nothing is masked under ``MASKING_MIN_PRUNABLE_TOKENS``. (Each replacement is
+    kept only when its snippet is smaller; a large output's always is.)"""
     cumulative = 0
     boundary = False
     chosen: list[tuple[int, int, int]] = []
     total = 0
-    for i in range(start, -1, -1):
+    for i in range(len(history) - 2, -1, -1):
         parts = _parts(history[i])
         for j in range(len(parts) - 1, -1, -1):
             fr = _get(parts[j], "functionResponse")
@@ -1294,9 +1108,9 @@ def plan_tool_output_masking(
             tokens = estimate_token_count([parts[j]])
             if not boundary:
                 cumulative += tokens
-                if cumulative <= protection_tokens:
+                if cumulative <= MASKING_PROTECTION_THRESHOLD_TOKENS:
                     continue
                 boundary = True
             chosen.append((i, j, tokens))
             total += tokens
-    return MaskingPlan(chosen if total >= min_prunable_tokens else [], total)
+    return MaskingPlan(chosen if total >= MASKING_MIN_PRUNABLE_TOKENS else [], total)

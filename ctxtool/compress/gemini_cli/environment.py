@@ -3,12 +3,9 @@
 Gemini CLI builds it when a chat starts or resumes (``getEnvironmentContext``, utils/environmentContext.ts,
 0.61.0 cc0107ed2): today's date in the user's locale, ``process.platform``, the project's temporary folder,
 the workspace folders with their structure (``getDirectoryContextString``), then the project memory. Its
-size moves the compression split, so a replay builds the same text from the session's project folder: the
-``.project_root`` file beside ``chats/`` names it, ``--workspace DIR`` overrides it. When the folder is not
-known or gone, the caller keeps a stand-in and says so.
-
-Known differences, reported to the user: the date is today's in English (en-US), and the project memory
-(``GEMINI.md`` files, extensions) is left out.
+size moves the compression split, so a replay builds the same text from the session's project folder (the
+``.project_root`` file beside ``chats/``, or ``--workspace DIR``). Known differences, reported to the user:
+the date is today's in English (en-US), and the project memory (``GEMINI.md`` files, extensions) is left out.
 
 Reads the project folder (its structure and ignore files); writes nothing.
 """

@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import posixpath
 import re
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -243,10 +244,7 @@ class GitIgnoreParser:
 
     def __init__(self, project_root: str, extra_patterns: Sequence[str] | None = None) -> None:
         self.project_root = os.path.abspath(project_root)
-        self.extra_patterns = extra_patterns
-        self.processed_extra_patterns = _Rules()
-        if extra_patterns:
-            self.processed_extra_patterns.add(self.process_patterns(extra_patterns, "."))
+        self.processed_extra_patterns = _Rules().add(self.process_patterns(extra_patterns or [], "."))
         self.cache: dict[str, _Rules] = {}
         self.global_patterns: _Rules | None = None
 
@@ -294,11 +292,9 @@ class GitIgnoreParser:
             return False
         try:
             ig = _Rules().add([".git"])
-            if self.global_patterns is None:
+            if self.global_patterns is None:  # a missing file loads as no patterns
                 exclude = os.path.join(self.project_root, ".git", "info", "exclude")
-                self.global_patterns = (
-                    self.load_patterns_for_file(exclude) if os.path.exists(exclude) else _Rules()
-                )
+                self.global_patterns = self.load_patterns_for_file(exclude)
             ig.add(self.global_patterns)
             current = self.project_root
             dirs_to_visit = [current]
@@ -311,14 +307,9 @@ class GitIgnoreParser:
                     current_ig = ig.copy().add(self.processed_extra_patterns)
                     if parent_relative and current_ig.ignores(parent_relative):
                         break
-                patterns = self.cache.get(folder)
-                if patterns is None:
-                    gitignore = os.path.join(folder, ".gitignore")
-                    patterns = (
-                        self.load_patterns_for_file(gitignore) if os.path.exists(gitignore) else _Rules()
-                    )
-                    self.cache[folder] = patterns
-                ig.add(patterns)
+                if folder not in self.cache:
+                    self.cache[folder] = self.load_patterns_for_file(os.path.join(folder, ".gitignore"))
+                ig.add(self.cache[folder])
             return ig.add(self.processed_extra_patterns).ignores(normalized)
         except _InvalidIgnorePath:
             return False
@@ -326,8 +317,6 @@ class GitIgnoreParser:
 
 def _posix_join(*parts: str) -> str:
     # path.posix.join normalises ("a/./b", "a//b"); posixpath.normpath does the same for these inputs.
-    import posixpath
-
     return posixpath.normpath(posixpath.join(*parts))
 
 
@@ -455,7 +444,6 @@ def read_full_structure(
             code = errno.errorcode.get(exc.errno or 0, "UNKNOWN")
             message = _UV_MESSAGES.get(exc.errno or 0) or (exc.strerror or "unknown error").lower()
             raise _NodeError(f"{code}: {message}, scandir '{current}'") from exc
-        files: list[str] = []
         for name, is_file, _ in entries:
             if not is_file:
                 continue
@@ -464,10 +452,8 @@ def read_full_structure(
                 break
             if file_service.should_ignore_file(os.path.join(current, name)):
                 continue
-            files.append(name)
+            folder.files.append(name)
             count += 1
-        folder.files = files
-        sub_folders: list[_Folder] = []
         for name, _, is_dir in entries:
             if not is_dir:
                 continue
@@ -477,11 +463,10 @@ def read_full_structure(
             sub_path = os.path.join(current, name)
             ignored = file_service.should_ignore_directory(sub_path)
             sub = _Folder(name, sub_path, is_ignored=name in ignored_folders or ignored)
-            sub_folders.append(sub)
+            folder.sub_folders.append(sub)
             count += 1
             if not sub.is_ignored:
                 queue.append((sub, sub_path))
-        folder.sub_folders = sub_folders
     return root
 
 

@@ -47,13 +47,13 @@ _INITIAL_PREVIEW_FLASH = "gemini-3-flash-preview"
 @dataclass(frozen=True)
 class LaunchFlags:
     """What ``Config`` answers for a backend once started (config.ts ``getGemini31LaunchedSync``,
-    ``getUseCustomToolModelSync``, ``getHasAccessToPreviewModel``, ``hasLatestFlashGAAccess``,
-    ``hasLatestFlashLiteGAAccess``), and the mutable model names those calls set (``setFlashModels``,
-    ``setFlashLiteModel``)."""
+    ``getUseCustomToolModelSync``, ``hasLatestFlashGAAccess``, ``hasLatestFlashLiteGAAccess``), and the
+    mutable model names those calls set (``setFlashModels``, ``setFlashLiteModel``). Both backends have
+    preview access from the start (``Config.initialize`` for USE_GEMINI and USE_VERTEX_AI), so what
+    ``resolveModel`` and the policy chain do without it (``getHasAccessToPreviewModel``) is not ported."""
 
     use_gemini_3_1: bool
     use_custom_tools: bool
-    has_preview: bool
     latest_flash: bool
     latest_flash_lite: bool
     preview_flash: str  # PREVIEW_GEMINI_FLASH_MODEL after setFlashModels
@@ -64,13 +64,11 @@ class LaunchFlags:
 def launch_flags(backend: Backend) -> LaunchFlags:
     """Both backends count as launched for 3.1 and the latest Flash / Flash Lite (``isGemini31Launched
     ForAuthType``); only the API-key backend uses the custom-tools model, and only Vertex AI moves the
-    preview Flash name to the latest Flash (``hasLatestFlashGAAccess``). Both get preview access at start
-    (``Config.initialize`` for USE_GEMINI and USE_VERTEX_AI)."""
+    preview Flash name to the latest Flash (``hasLatestFlashGAAccess``)."""
     api_key = backend == "gemini-api-key"
     return LaunchFlags(
         use_gemini_3_1=True,
         use_custom_tools=api_key,
-        has_preview=True,
         latest_flash=True,
         latest_flash_lite=True,
         preview_flash=_INITIAL_PREVIEW_FLASH if api_key else LATEST_GEMINI_FLASH_MODEL,
@@ -102,17 +100,6 @@ def model_config_alias(model: str, flags: LaunchFlags) -> str:
     return "chat-compression-default"
 
 
-def _is_preview(model: str, flags: LaunchFlags) -> bool:
-    # models.ts isPreviewModel (static form).
-    return model in (
-        PREVIEW_GEMINI_MODEL,
-        PREVIEW_GEMINI_3_1_MODEL,
-        PREVIEW_GEMINI_3_1_CUSTOM_TOOLS_MODEL,
-        flags.preview_flash,
-        PREVIEW_GEMINI_MODEL_AUTO,
-    )
-
-
 def _promotable_flash(model: str, flags: LaunchFlags) -> bool:
     return model in (
         flags.default_flash,
@@ -132,9 +119,7 @@ def resolve_model(requested: str, flags: LaunchFlags, *, use_custom_tools: bool 
     custom = flags.use_custom_tools if use_custom_tools is None else use_custom_tools
     model = requested.strip()
     lite = LATEST_GEMINI_FLASH_LITE_MODEL if flags.latest_flash_lite else BASE_GEMINI_FLASH_LITE_MODEL
-    if model in (_ALIAS_AUTO, _ALIAS_PRO) and not flags.has_preview:
-        resolved = DEFAULT_GEMINI_MODEL
-    elif model in (_ALIAS_AUTO, _ALIAS_PRO, PREVIEW_GEMINI_MODEL, PREVIEW_GEMINI_MODEL_AUTO):
+    if model in (_ALIAS_AUTO, _ALIAS_PRO, PREVIEW_GEMINI_MODEL, PREVIEW_GEMINI_MODEL_AUTO):
         if flags.use_gemini_3_1:
             resolved = PREVIEW_GEMINI_3_1_CUSTOM_TOOLS_MODEL if custom else PREVIEW_GEMINI_3_1_MODEL
         else:
@@ -153,27 +138,14 @@ def resolve_model(requested: str, flags: LaunchFlags, *, use_custom_tools: bool 
         return LATEST_GEMINI_FLASH_MODEL
     if flags.latest_flash_lite and _promotable_flash_lite(resolved, flags):
         return LATEST_GEMINI_FLASH_LITE_MODEL
-    if not flags.has_preview and _is_preview(resolved, flags):
-        if resolved == flags.preview_flash:
-            return LATEST_GEMINI_FLASH_MODEL if flags.latest_flash else BASE_GEMINI_FLASH_MODEL
-        if resolved in (
-            PREVIEW_GEMINI_MODEL,
-            PREVIEW_GEMINI_3_1_MODEL,
-            PREVIEW_GEMINI_3_1_CUSTOM_TOOLS_MODEL,
-        ):
-            return DEFAULT_GEMINI_MODEL
-        if "flash-lite" in resolved:
-            return lite
-        if "flash" in resolved:
-            return LATEST_GEMINI_FLASH_MODEL if flags.latest_flash else BASE_GEMINI_FLASH_MODEL
-        return DEFAULT_GEMINI_MODEL
     return resolved
 
 
 def _is_gemini3(model: str, flags: LaunchFlags) -> bool:
     # models.ts isGemini3Model: resolveModel with its default arguments, then a name test.
-    defaults = LaunchFlags(False, False, True, False, False, flags.preview_flash, flags.default_flash,
-                           flags.default_flash_lite)  # fmt: skip
+    defaults = LaunchFlags(
+        False, False, False, False, flags.preview_flash, flags.default_flash, flags.default_flash_lite
+    )
     return re.match(r"^gemini-3(\.|-|$)", resolve_model(model, defaults)) is not None
 
 
@@ -191,10 +163,8 @@ def policy_chain(preferred: str, configured: str, flags: LaunchFlags) -> list[st
     if resolved == flags.default_flash_lite:  # getFlashLitePolicyChain
         chain = [flags.default_flash_lite, flags.default_flash, DEFAULT_GEMINI_MODEL]
     elif originally_3 or auto_preferred or auto_configured:
-        preview = (
-            flags.has_preview
-            and configured != DEFAULT_GEMINI_MODEL_AUTO
-            and (originally_3 or PREVIEW_GEMINI_MODEL_AUTO in (preferred, configured))
+        preview = configured != DEFAULT_GEMINI_MODEL_AUTO and (
+            originally_3 or PREVIEW_GEMINI_MODEL_AUTO in (preferred, configured)
         )
         if preview:  # policyCatalog.ts getModelPolicyChain
             chain = [resolve_model(PREVIEW_GEMINI_MODEL, flags), flags.preview_flash]
@@ -238,10 +208,14 @@ _ALIASES: dict[str, tuple[str | None, dict[str, Any], str | None]] = {
     "chat-compression-3-pro": (None, {}, "gemini-3-pro-preview"),
     "chat-compression-3-flash": (None, {}, "gemini-3-flash-preview"),
     "chat-compression-3.1-flash-lite": (None, {}, "gemini-3.1-flash-lite"),
+    "chat-compression-2.5-flash-lite": (None, {}, "gemini-2.5-flash-lite"),
     "chat-compression-2.5-pro": (None, {}, "gemini-2.5-pro"),
     "chat-compression-2.5-flash": (None, {}, "gemini-2.5-flash"),
-    "chat-compression-2.5-flash-lite": (None, {}, "gemini-2.5-flash-lite"),
     "chat-compression-default": (None, {}, "gemini-3-pro-preview"),
+}
+# The compression aliases' models, the same at HEAD 5411f113ca (defaultModelConfigs.ts:273-307).
+COMPRESSION_ALIAS_MODELS: dict[str, str] = {
+    a: m for a, (_, _, m) in _ALIASES.items() if m and a.startswith("chat-compression-")
 }
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxtool.common.errors import SummarizerError, UsageError
-from ctxtool.common.jsvalue import js_trim
+from ctxtool.common.jsvalue import js_trim, normalize_surrogates
 from ctxtool.compress.gemini_cli.texts import CompressionTexts, EnvSlot, EnvTemplate
 
 # Points at an installed Gemini CLI: a package directory, a node_modules directory or one .js file.
@@ -171,12 +171,7 @@ def _npm_global_root(env: Mapping[str, str]) -> Path | None:
         return None
     try:
         out = subprocess.run(
-            [npm, "root", "-g"],
-            capture_output=True,
-            text=True,
-            timeout=15,
-            env=dict(env),
-            check=False,
+            [npm, "root", "-g"], capture_output=True, text=True, timeout=15, env=dict(env), check=False
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -193,12 +188,11 @@ def _node_modules_roots(env: Mapping[str, str]) -> Iterator[Path]:
     if prefix:
         yield Path(prefix) / "lib" / "node_modules"
         yield Path(prefix) / "node_modules"  # Windows layout
-    home = Path(env["HOME"]) if env.get("HOME") else None
-    if home is not None:
+    nvm_dirs = [Path(env["NVM_DIR"])] if env.get("NVM_DIR") else []
+    if env.get("HOME"):
+        home = Path(env["HOME"])
         yield home / ".npm-global" / "lib" / "node_modules"
         yield home / ".local" / "lib" / "node_modules"
-    nvm_dirs = [Path(env["NVM_DIR"])] if env.get("NVM_DIR") else []
-    if home is not None:
         nvm_dirs.append(home / ".nvm")
     for nvm in nvm_dirs:
         versions = nvm / "versions" / "node"
@@ -228,9 +222,8 @@ def _package_dirs(root: Path) -> Iterator[Path]:
 
 
 def _package_version(pkg: Path) -> str | None:
-    manifest = pkg / "package.json"
     try:
-        m = re.search(r'"version"\s*:\s*"([^"]+)"', manifest.read_text(encoding="utf-8"))
+        m = re.search(r'"version"\s*:\s*"([^"]+)"', (pkg / "package.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         return None
     return m.group(1) if m else None
@@ -330,9 +323,7 @@ def _extract_from_file(path: Path, version: str | None) -> FoundPrompt | None:
             return FoundPrompt(text=text, source=path, function=m.group(1), package_version=version)
     # Minified bundles lose the function name: take the template literal around the anchor.
     text = _prompt_around_anchor(source)
-    if text is not None:
-        return FoundPrompt(text=text, source=path, function=None, package_version=version)
-    return None
+    return None if text is None else FoundPrompt(text, path, None, version)
 
 
 def _skip_ws(source: str, i: int) -> int:
@@ -341,34 +332,44 @@ def _skip_ws(source: str, i: int) -> int:
     return i
 
 
-def _skip_parens(source: str, i: int) -> int:
-    """Index after the ``)`` matching the ``(`` at i; -1 when source[i] is not ``(`` or it does not close."""
-    if i >= len(source) or source[i] != "(":
-        return -1
+def _after_parens(source: str, i: int) -> int:
+    """Index of the first non-space after the ``(...)`` at i; len(source) when source[i] is not ``(`` or it
+    does not close."""
+    if source.startswith("(", i):
+        try:
+            return _skip_ws(source, _closing(source, i + 1, "(", ")") + 1)
+        except _JsScanError:
+            pass
+    return len(source)
+
+
+def _closing(source: str, i: int, opener: str, closer: str) -> int:
+    """Index of the ``closer`` that closes an ``opener`` just before i (``${`` or ``(``), past strings and
+    templates."""
     depth = 0
-    n = len(source)
-    try:
-        while i < n:
-            c = source[i]
-            if c in "\"'":
-                i = _skip_string(source, i)
-                continue
-            if c == "`":
-                parsed = _read_template(source, i)
-                if parsed is None:
-                    return -1
-                i = parsed[1]
-                continue
-            if c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth == 0:
-                    return i + 1
-            i += 1
-    except _JsScanError:
-        return -1
-    return -1
+    while i < len(source):
+        c = source[i]
+        if c in "\"'":
+            i = _skip_string(source, i)
+            continue
+        if c == "`":
+            parsed = _read_template(source, i)
+            if parsed is None:
+                raise _JsScanError
+            i = parsed[1]
+            continue
+        if c == closer:
+            if depth == 0:
+                return i
+            depth -= 1
+        elif c == opener:
+            depth += 1
+        i += 1
+    raise _JsScanError
+
+
+_FUNCTION_EXPR = re.compile(r"(?:async\s+)?function\b\s*\*?\s*[\w$]*\s*")
+_ARROW_HEAD = re.compile(r"(?:async\s*)?(?:[\w$]+|(?=\())")
 
 
 def _function_body(source: str, name_start: int, name_end: int) -> int:
@@ -376,28 +377,24 @@ def _function_body(source: str, name_start: int, name_end: int) -> int:
     backtick an expression-bodied arrow returns. -1 when this mention is not a definition."""
     before = source[max(0, name_start - 40) : name_start]
     i = _skip_ws(source, name_end)
-    if re.search(r"function\s*\*?\s*$", before):  # function declaration or named function expression
-        i = _skip_ws(source, _skip_parens(source, i)) if source.startswith("(", i) else -1
-        return i if i >= 0 and source.startswith("{", i) else -1
-    if source.startswith("(", i):  # class or object method
-        j = _skip_parens(source, i)
-        j = _skip_ws(source, j) if j >= 0 else -1
-        return j if j >= 0 and source.startswith("{", j) else -1
-    if i < len(source) and source[i] in ":=" and not source.startswith("==", i):
-        i = _skip_ws(source, i + 1)
-        m = re.compile(r"(?:async\s+)?function\b\s*\*?\s*[\w$]*\s*").match(source, i)
-        if m:
-            j = _skip_parens(source, m.end())
-            j = _skip_ws(source, j) if j >= 0 else -1
-            return j if j >= 0 and source.startswith("{", j) else -1
-        m = re.compile(r"(?:async\s*)?(?:[\w$]+|(?=\())").match(source, i)
-        if m:
-            j = _skip_parens(source, m.end()) if source.startswith("(", m.end()) else m.end()
-            j = _skip_ws(source, j) if j >= 0 else -1
-            if j >= 0 and source.startswith("=>", j):
-                j = _skip_ws(source, j + 2)
-                return j if source.startswith(("{", "`"), j) else -1
-    return -1
+    if re.search(r"function\s*\*?\s*$", before) or source.startswith("(", i):
+        j = _after_parens(source, i)  # function declaration or expression, class or object method
+        return j if source.startswith("{", j) else -1
+    if i >= len(source) or source[i] not in ":=" or source.startswith("==", i):
+        return -1
+    i = _skip_ws(source, i + 1)
+    m = _FUNCTION_EXPR.match(source, i)
+    if m:
+        j = _after_parens(source, m.end())
+        return j if source.startswith("{", j) else -1
+    m = _ARROW_HEAD.match(source, i)
+    if m is None:
+        return -1
+    j = _after_parens(source, m.end()) if source.startswith("(", m.end()) else _skip_ws(source, m.end())
+    if not source.startswith("=>", j):
+        return -1
+    j = _skip_ws(source, j + 2)
+    return j if source.startswith(("{", "`"), j) else -1
 
 
 def _prompt_in_function(source: str, name_start: int, name_end: int) -> str | None:
@@ -411,7 +408,7 @@ def _prompt_in_function(source: str, name_start: int, name_end: int) -> str | No
             return _finish(parsed[0], source, parsed[1])
         return None
     try:
-        for cooked, end in _templates_in_block(source, body):
+        for cooked, _, end in _literals(source, body, len(source), block=True):
             if _looks_like_prompt(cooked):
                 return _finish(cooked, source, end)
     except _JsScanError:
@@ -421,34 +418,35 @@ def _prompt_in_function(source: str, name_start: int, name_end: int) -> str | No
 
 def _prompt_around_anchor(source: str) -> str | None:
     for m in re.finditer(re.escape(_ANCHOR), source):
-        # Try the backticks before the anchor, nearest first; the right one parses to a literal that
-        # spans the anchor. A bounded window keeps this cheap on a multi-megabyte bundle.
-        window_start = max(0, m.start() - 20000)
-        pos = m.start()
-        for _ in range(200):
-            pos = source.rfind("`", window_start, pos)
-            if pos == -1:
-                break
-            if _escaped(source, pos):
-                continue
+        # The right backtick before the anchor parses to a literal that spans the anchor.
+        for pos in _backticks_before(source, m.start(), 20000, 200):
             parsed = _read_template(source, pos)
             if parsed is not None and parsed[1] > m.end() and _looks_like_prompt(parsed[0]):
                 return _finish(parsed[0], source, parsed[1])
     return None
 
 
-def _escaped(source: str, pos: int) -> bool:
-    n = 0
-    while pos - n - 1 >= 0 and source[pos - n - 1] == "\\":
-        n += 1
-    return n % 2 == 1
+def _backticks_before(source: str, pos: int, window: int, tries: int) -> Iterator[int]:
+    """The unescaped backticks among the ``window`` characters before pos, nearest first, of the first
+    ``tries`` found. A bounded window keeps this cheap on a multi-megabyte bundle."""
+    window_start = max(0, pos - window)
+    for _ in range(tries):
+        pos = source.rfind("`", window_start, pos)
+        if pos == -1:
+            return
+        first = pos
+        while first > 0 and source[first - 1] == "\\":
+            first -= 1
+        if (pos - first) % 2 == 0:  # not escaped
+            yield pos
+
+
+_TRIM_CALL = re.compile(r"\s*\.\s*trim\s*\(\s*\)")
 
 
 def _finish(cooked: str, source: str, end: int) -> str:
     """Apply a ``.trim()`` that follows the literal, as upstream's ``\\`...\\`.trim()`` does."""
-    if re.match(r"\s*\.\s*trim\s*\(\s*\)", source[end : end + 64]):
-        return js_trim(cooked)
-    return cooked
+    return js_trim(cooked) if _TRIM_CALL.match(source, end, end + 64) else cooked
 
 
 class _JsScanError(Exception):
@@ -456,56 +454,6 @@ class _JsScanError(Exception):
 
 
 _REGEX_PRECEDERS = set("(,=:[!&|?{};+-*%<>~^") | {""}
-
-
-def _templates_in_block(source: str, open_brace: int) -> Iterator[tuple[str, int]]:
-    """Yield (cooked text, index after it) for each template literal in the ``{...}`` block at open_brace.
-
-    A small JavaScript scanner: it skips strings, comments and regular-expression literals and stops at
-    the matching closing brace. Templates nested inside ``${...}`` are scanned by :func:`_read_template`.
-    """
-    depth = 0
-    i = open_brace
-    n = len(source)
-    last_sig = ""
-    while i < n:
-        c = source[i]
-        if c in "\"'":
-            i = _skip_string(source, i)
-            last_sig = "a"
-            continue
-        if c == "`":
-            parsed = _read_template(source, i)
-            if parsed is None:
-                raise _JsScanError
-            yield parsed
-            i = parsed[1]
-            last_sig = "a"
-            continue
-        if c == "/" and source.startswith("//", i):
-            j = source.find("\n", i)
-            i = n if j == -1 else j
-            continue
-        if c == "/" and source.startswith("/*", i):
-            j = source.find("*/", i + 2)
-            if j == -1:
-                raise _JsScanError
-            i = j + 2
-            continue
-        if c == "/" and last_sig in _REGEX_PRECEDERS:
-            i = _skip_regex(source, i)
-            last_sig = "a"
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return
-        if not c.isspace():
-            last_sig = c if not (c.isalnum() or c in "_$") else "a"
-        i += 1
-    raise _JsScanError
 
 
 def _skip_string(source: str, i: int) -> int:
@@ -557,34 +505,28 @@ def _read_template(source: str, start: int, expressions: list[str] | None = None
     """
     out: list[str] = []
     i = start + 1
-    n = len(source)
     try:
-        while i < n:
+        while i < len(source):
             c = source[i]
             if c == "`":
-                return _join_surrogates(out), i + 1
+                return normalize_surrogates("".join(out)), i + 1
             if c == "\\":
                 text, i = _cook_escape(source, i)
-                out.append(text)
-                continue
-            if c == "$" and source.startswith("${", i):
-                expr_end = _substitution_end(source, i + 2)
+            elif source.startswith("${", i):
+                expr_end = _closing(source, i + 2, "{", "}")
                 if expressions is not None:
                     expressions.append(source[i + 2 : expr_end].strip())
-                    out.append(_SUBST)
+                    text = _SUBST
                 else:
-                    out.append(_literal_value(source[i + 2 : expr_end]))
+                    text = _literal_value(source[i + 2 : expr_end])
                 i = expr_end + 1
-                continue
-            if c == "\r":
-                # Template literals normalise CR and CRLF to LF.
-                out.append("\n")
-                i += 2 if source.startswith("\r\n", i) else 1
-                continue
-            out.append(c)
-            i += 1
+            elif c == "\r":  # template literals normalise CR and CRLF to LF
+                text, i = "\n", i + (2 if source.startswith("\r\n", i) else 1)
+            else:
+                text, i = c, i + 1
+            out.append(text)
     except _JsScanError:
-        return None
+        pass
     return None
 
 
@@ -593,39 +535,13 @@ def _read_template(source: str, start: int, expressions: list[str] | None = None
 _SUBST = "\uf8ff"
 
 
-def _substitution_end(source: str, i: int) -> int:
-    """Index of the ``}`` that closes a ``${`` whose expression starts at i."""
-    depth = 0
-    n = len(source)
-    while i < n:
-        c = source[i]
-        if c in "\"'":
-            i = _skip_string(source, i)
-            continue
-        if c == "`":
-            parsed = _read_template(source, i)
-            if parsed is None:
-                raise _JsScanError
-            i = parsed[1]
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            if depth == 0:
-                return i
-            depth -= 1
-        i += 1
-    raise _JsScanError
-
-
 def _literal_value(expr: str) -> str:
     e = expr.strip()
-    if len(e) >= 2 and e[0] == e[-1] and e[0] in "\"'":
-        try:
-            if _skip_string(e, 0) == len(e):
-                return _cook_string_body(e[1:-1])
-        except _JsScanError:
-            return ""
+    try:
+        if e[:1] in ("'", '"') and _skip_string(e, 0) == len(e):
+            return _cook_string_body(e[1:-1])
+    except _JsScanError:
+        pass
     return ""
 
 
@@ -633,13 +549,9 @@ def _cook_string_body(body: str) -> str:
     out: list[str] = []
     i = 0
     while i < len(body):
-        if body[i] == "\\":
-            text, i = _cook_escape(body, i)
-            out.append(text)
-        else:
-            out.append(body[i])
-            i += 1
-    return _join_surrogates(out)
+        text, i = _cook_escape(body, i) if body[i] == "\\" else (body[i], i + 1)
+        out.append(text)
+    return normalize_surrogates("".join(out))
 
 
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "v": "\v", "0": "\0"}
@@ -685,19 +597,6 @@ def _code_point(hex_digits: str, exact: int | None = None) -> str:
     return chr(value)
 
 
-def _join_surrogates(pieces: list[str]) -> str:
-    """Join, turning each escaped UTF-16 pair (``\\uD83D\\uDE00``) into one code point as JS would.
-    A surrogate left unpaired stays a lone surrogate, as in a JS string."""
-    text = "".join(pieces)
-    if not any("\ud800" <= ch <= "\udfff" for ch in text):
-        return text
-    return re.sub(
-        "[\ud800-\udbff][\udc00-\udfff]",
-        lambda m: chr(0x10000 + ((ord(m.group()[0]) - 0xD800) << 10) + (ord(m.group()[1]) - 0xDC00)),
-        text,
-    )
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Every other text of a compression, read from the same installed Gemini CLI
 
@@ -727,11 +626,11 @@ def find_gemini_cli_texts(env: Mapping[str, str] | None = None) -> CompressionTe
             template = _env_template(source)
         if turns is not None and template is not None:
             break
-    missing = [name for name, v in (("compression turns", turns), ("<session_context> template", template))
-               if v is None]  # fmt: skip
     if turns is None or template is None:
+        parts = {"compression turns": turns, "<session_context> template": template}
+        missing = " or ".join(name for name, value in parts.items() if value is None)
         raise SummarizerError(
-            f"found Gemini CLI's compression prompt in {prompt.source} but not its {' or '.join(missing)}",
+            f"found Gemini CLI's compression prompt in {prompt.source} but not its {missing}",
             "This Gemini CLI release is laid out differently: drop --prompt-from-gemini-cli (ctxtool's own "
             "texts are used), or pass --prompt-file PATH",
         )
@@ -758,58 +657,52 @@ def _compression_turns(source: str) -> dict[str, str] | None:
         existing, new = _cook_string_body(m.group(1)[1:-1]), _cook_string_body(m.group(2)[1:-1])
         if _ANCHOR not in existing or _ANCHOR not in new:
             continue
-        window_end = min(len(source), m.end() + _WINDOW)
-        instruction: tuple[str, str] | None = None
-        probe: str | None = None
-        ack: str | None = None
+        stop = min(len(source), m.end() + _WINDOW)
+        instruction: str | None = None
         try:
-            for cooked, kind, end in _literals(source, m.end(), window_end):
+            for cooked, kind, end in _literals(source, m.end(), stop):
                 if instruction is None:
                     if kind == "`" and cooked.count(_SUBST) == 1 and _ANCHOR in cooked:
-                        before, after = cooked.split(_SUBST)
-                        instruction = (before, after)
-                    continue
-                if _ANCHOR in cooked and kind != "`":
-                    probe = cooked
-                    ack = _model_text_after(source, end, window_end)
-                    break
+                        instruction = cooked
+                elif _ANCHOR in cooked and kind != "`":  # the probe, then the acknowledgement
+                    model_text = _MODEL_TEXT.search(source, end, stop)
+                    ack = next(_literals(source, model_text.end(), stop), None) if model_text else None
+                    if ack is None or (ack[1] == "`" and _SUBST in ack[0]):
+                        break
+                    before, after = instruction.split(_SUBST)
+                    return {
+                        "anchor_existing": existing,
+                        "anchor_new": new,
+                        "instruction_before": before,
+                        "instruction_after": after,
+                        "probe": cooked,
+                        "ack": ack[0],
+                    }
         except _JsScanError:
             continue
-        if instruction is not None and probe is not None and ack is not None:
-            return {
-                "anchor_existing": existing,
-                "anchor_new": new,
-                "instruction_before": instruction[0],
-                "instruction_after": instruction[1],
-                "probe": probe,
-                "ack": ack,
-            }
     return None
 
 
-def _model_text_after(source: str, start: int, stop: int) -> str | None:
-    m = _MODEL_TEXT.search(source, start, stop)
-    if m is None:
-        return None
-    for cooked, kind, _ in _literals(source, m.end(), stop):
-        return cooked if kind != "`" or _SUBST not in cooked else None
-    return None
-
-
-def _literals(source: str, start: int, stop: int) -> Iterator[tuple[str, str, int]]:
+def _literals(source: str, start: int, stop: int, *, block: bool = False) -> Iterator[tuple[str, str, int]]:
     """(cooked text, quote, index after it) of each string or template literal in source[start:stop];
-    templates keep their substitutions as ``_SUBST``. Skips comments and regular-expression literals."""
+    templates keep their substitutions as ``_SUBST``. Skips comments and regular-expression literals.
+
+    With ``block``, the templates only, cooked as :func:`_read_template` does by default, of the ``{...}``
+    block that opens at ``start``; a block that does not close raises ``_JsScanError``.
+    """
     i = start
+    depth = 0
     last_sig = ""
     while i < stop:
         c = source[i]
         if c in "\"'":
             end = _skip_string(source, i)
-            yield _cook_string_body(source[i + 1 : end - 1]), c, end
+            if not block:
+                yield _cook_string_body(source[i + 1 : end - 1]), c, end
             i, last_sig = end, "a"
             continue
         if c == "`":
-            parsed = _read_template(source, i, expressions=[])
+            parsed = _read_template(source, i, expressions=None if block else [])
             if parsed is None:
                 raise _JsScanError
             yield parsed[0], c, parsed[1]
@@ -826,9 +719,15 @@ def _literals(source: str, start: int, stop: int) -> Iterator[tuple[str, str, in
         if c == "/" and last_sig in _REGEX_PRECEDERS:
             i, last_sig = _skip_regex(source, i), "a"
             continue
+        if block and c in "{}":
+            depth += 1 if c == "{" else -1
+            if depth == 0:
+                return
         if not c.isspace():
             last_sig = c if not (c.isalnum() or c in "_$") else "a"
         i += 1
+    if block:
+        raise _JsScanError
 
 
 # How each substitution of the <session_context> template is recognised: by the expression that defines
@@ -844,14 +743,7 @@ _ENV_SLOT_SIGNS: tuple[tuple[EnvSlot, str], ...] = (
 
 def _env_template(source: str) -> EnvTemplate | None:
     for m in re.finditer(re.escape("<session_context>"), source):
-        pos = m.start()
-        window_start = max(0, pos - 2000)
-        while True:
-            pos = source.rfind("`", window_start, pos)
-            if pos == -1:
-                break
-            if _escaped(source, pos):
-                continue
+        for pos in _backticks_before(source, m.start(), 2000, 2000):  # every backtick in the window
             expressions: list[str] = []
             parsed = _read_template(source, pos, expressions)
             if parsed is None or parsed[1] <= m.end() or not expressions:
@@ -860,7 +752,7 @@ def _env_template(source: str) -> EnvTemplate | None:
             if None in slots or len(set(slots)) != len(slots):
                 break
             pieces = tuple(parsed[0].split(_SUBST))
-            trim = re.match(r"\s*\.\s*trim\s*\(\s*\)", source[parsed[1] : parsed[1] + 64]) is not None
+            trim = _TRIM_CALL.match(source, parsed[1], parsed[1] + 64) is not None
             return EnvTemplate(pieces=pieces, slots=tuple(s for s in slots if s is not None), trim=trim)
     return None
 

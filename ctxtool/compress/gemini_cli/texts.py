@@ -5,12 +5,9 @@
 keeping upstream's structure: which turn carries each text, when the anchored variant is chosen (any text part
 containing ``<state_snapshot>``), the scratchpad-then-snapshot order and the probe's repeat-or-improve
 contract. The acknowledgement and the ``<session_context>`` shape are upstream's byte for byte: they are
-written into session files and measured by the split, where Gemini CLI and ctxtool must agree (spec sections
-9.5 and 10.3). ``--prompt-from-gemini-cli`` replaces every field with the installed Gemini CLI's own
-(``ctxtool.compress.gemini_cli.prompts.find_gemini_cli_texts``), so the requests are byte-identical to its
-own.
-
-Pure values: no I/O.
+written into session files and measured by the split (spec sections 9.5 and 10.3).
+``--prompt-from-gemini-cli`` replaces every field with the installed Gemini CLI's own
+(``prompts.find_gemini_cli_texts``). Pure values: no I/O.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from typing import Literal
 from ctxtool.common.jsvalue import js_trim
 
 EnvSlot = Literal["today", "platform", "temp_dir", "directory_context", "memory"]
-ENV_SLOTS: tuple[EnvSlot, ...] = ("today", "platform", "temp_dir", "directory_context", "memory")
 
 # The acknowledgement of the summary turn (context/chatCompressionService.ts, introduced by 0ca5c07135).
 SUMMARY_ACK_TEXT = "Got it. Thanks for the additional context!"
@@ -70,7 +66,7 @@ DEFAULT_ENV_TEMPLATE = EnvTemplate(
         "\n\n",
         "\n</session_context>",
     ),
-    slots=ENV_SLOTS,
+    slots=("today", "platform", "temp_dir", "directory_context", "memory"),
 )
 
 

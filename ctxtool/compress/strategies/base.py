@@ -1,37 +1,34 @@
 """What every compaction strategy shares: the types and helpers the agents' modules import.
 
-Owns: the ``Strategy`` protocol (name, description, exactness notes, ``trigger`` and ``plan``), the neutral
-view of session records the strategies cut on (spec other-strategies.md section 1), and the helpers every
-strategy uses to build its output in Gemini CLI's session format. The registry (``registry``: ``gemini-cli``,
-``kode`` and its retention heuristics ``kode:<preset>``, ``pi``, ``openclaw``, ``codex``) sits above the
-agents; this module imports none of them. Must not: do I/O, print, or import rich/typer. ``ctxtool.compact``
-reads and writes the files; ``ctxtool.compare`` measures results.
+Owns: the ``Strategy`` base class, the neutral view of session records the strategies cut on (spec
+other-strategies.md section 1), and the helpers that build a strategy's output in Gemini CLI's session
+format. The registry sits above the agents; this module imports none of them. Must not: do I/O, print, or
+import rich/typer (``ctxtool.compact`` reads and writes the files; ``ctxtool.compare`` measures results).
 
-Adapter choices every strategy shares (they are not upstream facts; spec section 8 item 6):
+Adapter choices every strategy shares (not upstream facts; spec section 8 item 6):
 
 * A stored ``<session_context>`` message stays first, as Gemini CLI's own compaction keeps it: every one of
   these agents keeps its system prompt and environment outside the history it compacts.
-* The strategies cut on session *records*. A ``gemini`` record holds its tool calls and their results, so a
-  cut can never separate a call from its result; a ``user`` record that only carries function responses is
-  a tool result and never a cut point.
-* When an agent's layout ends its leading block with a user message and the next kept message is not a
-  model message (or nothing follows), Gemini CLI's own acknowledgement (``SUMMARY_ACK_TEXT``) is inserted as
-  a model message so the resumed history alternates. Reports say so in their notes.
-* With the offline summarizer, each strategy writes its own section layout from the same fact extraction
-  (``OfflineSummarizer`` snapshot sections, re-headed); with the gemini summarizer it sends its own prompt
-  structure (ctxtool's wording, upstream's headings).
+* The cuts are on session *records*: a ``gemini`` record holds its tool calls and their results, so a cut
+  never separates them; a ``user`` record that only carries function responses is never a cut point.
+* When a layout's leading block ends with a user message and the next kept message is not a model message
+  (or nothing follows), Gemini CLI's acknowledgement (``SUMMARY_ACK_TEXT``) follows it as a model message,
+  so the resumed history alternates; the notes say so.
+* The offline summarizer fills each strategy's own section layout from the same fact extraction; the
+  gemini summarizer gets the strategy's own prompt (ctxtool's wording, upstream's headings).
 """
 
 from __future__ import annotations
 
-import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import orjson
 
+from ctxtool.common.jsvalue import js_iso
 from ctxtool.compress.gemini_cli import chat_compression as g
 from ctxtool.compress.summarize.offline import OfflineSummarizer, previous_snapshot
 from ctxtool.compress.summarizer import Content, ModelCall, Summarizer
@@ -39,10 +36,6 @@ from ctxtool.measure.tokens import token_limit
 
 Role = Literal["user", "assistant", "tool_result", "note"]
 Record = dict[str, Any]
-
-
-# --------------------------------------------------------------------------------------------------
-# Options and results
 
 
 @dataclass(frozen=True)
@@ -59,11 +52,9 @@ class StrategyOptions:
 
 @dataclass(frozen=True)
 class Trigger:
-    """Whether (and where first) the strategy's own trigger fires while the session was recorded.
-
-    ``would_trigger`` None means the strategy has no trigger upstream (Kode's unused heuristics). ``turn``
-    is the 1-based user turn in which the usage that crosses the limit was recorded, ``message_id`` the
-    record that carried it; ``tokens`` is that usage (or the largest one seen when it never fires)."""
+    """Whether (and where first) the strategy's own trigger fires while the session was recorded: None when
+    it has none upstream (Kode's unused heuristics). ``turn`` (1-based) and ``message_id``: where the usage
+    that crosses ``limit`` was recorded; ``tokens``: that usage (or the largest seen when it never fires)."""
 
     would_trigger: bool | None
     measure: str
@@ -95,12 +86,85 @@ class StrategyResult:
     notes: list[str] = field(default_factory=list)
 
 
-class Strategy(Protocol):
+@dataclass
+class Job:
+    """One ``plan`` in progress: its arguments, the result it builds, the stamp of the records it writes."""
+
+    messages: Sequence[Record]
+    summarizer: Summarizer
+    options: StrategyOptions
+    result: StrategyResult
+    ts: str
+    new_id: Callable[[], str]
+
+    @property
+    def waits(self) -> bool:
+        """The trigger did not fire and the replay is not forced: nothing is written."""
+        return self.result.trigger.would_trigger is False and not self.options.force
+
+    def record(self, kind: str, text: str) -> Record:
+        return text_record(kind, text, self.ts, self.new_id)
+
+    def ask(
+        self,
+        system: str,
+        prompt: str,
+        records: Sequence[Record],
+        offline: Callable[[OfflineSummarizer], str],
+        *,
+        purpose: str,
+        serialised: bool = False,
+        max_output_tokens: int | None = None,
+        previous_summary: str | None = None,
+    ) -> str | None:
+        """A summary call on ``records`` (their wire history sent before ``prompt``, or only in it when
+        ``serialised``), kept in the result and answered: an offline summarizer writes the strategy's own
+        layout (``offline``), any other back end gets the call itself."""
+        history = wire_history(records)
+        call = ModelCall(
+            kind="summary",
+            model=self.options.chat_model,
+            system_instruction=system,
+            contents=[*([] if serialised else history), user_content(prompt)],
+            history=history,
+            previous_summary=previous_summary,
+            prompt_id=f"ctxtool-{purpose}",
+            max_output_tokens=max_output_tokens,
+            extra={"purpose": purpose},
+        )
+        self.result.calls.append(call)
+        if isinstance(self.summarizer, OfflineSummarizer):
+            return offline(self.summarizer)
+        return self.summarizer.generate(call)
+
+    def write(self, lead: list[Record], kept: Sequence[Record], summary: str | None) -> list[Record]:
+        """The new session: the stored ``<session_context>``, ``lead``, Gemini CLI's ack when the module
+        docstring says so, then ``kept``."""
+        i = env_index(self.messages)
+        head = [self.messages[i]] if i is not None else []
+        nxt = next((m for m in kept if m.get("type") in ("user", "gemini")), None)
+        if lead and lead[-1].get("type") == "user" and (nxt is None or nxt.get("type") != "gemini"):
+            lead = [*lead, self.record("gemini", g.SUMMARY_ACK_TEXT)]
+        self.result.status = "COMPRESSED"
+        self.result.summary = summary
+        self.result.messages = [*head, *lead, *kept]
+        return self.result.messages
+
+
+class Strategy(ABC):
+    """A compaction strategy: its name and notes, its own trigger, and ``plan``, which builds the result
+    with that trigger and lets ``compact`` fill it in."""
+
     name: str
     description: str
     exactness: str
+    own_measure = ""
 
+    @abstractmethod
     def trigger(self, messages: Sequence[Record], options: StrategyOptions) -> Trigger: ...
+
+    @abstractmethod
+    def compact(self, job: Job) -> None: ...
 
     def plan(
         self,
@@ -110,7 +174,11 @@ class Strategy(Protocol):
         *,
         now: datetime,
         new_id: Callable[[], str],
-    ) -> StrategyResult: ...
+    ) -> StrategyResult:
+        trigger = self.trigger(messages, options)
+        result = StrategyResult(self.name, "NOOP", trigger, own_measure=self.own_measure)
+        self.compact(Job(messages, summarizer, options, result, js_iso(now), new_id))
+        return result
 
 
 # --------------------------------------------------------------------------------------------------
@@ -163,55 +231,35 @@ def response_text(response: Any) -> str:
     return orjson.dumps(response, default=str).decode() if response is not None else ""
 
 
-def _status_of(record: Record, call_id: str) -> str:
-    for tc in record.get("toolCalls") or []:
-        if isinstance(tc, dict) and tc.get("id") == call_id:
-            return str(tc.get("status") or "")
-    return ""
-
-
 def record_units(index: int, record: Record) -> list[Unit]:
-    kind = record.get("type")
-    if kind not in ("user", "gemini"):
-        return [Unit(index, "note")]
-    wire = record_wire(record)
+    """The messages of one record; never empty (a record Gemini CLI does not send is one ``note``)."""
+    wire = record_wire(record) if record.get("type") in ("user", "gemini") else []
     if not wire:
-        return [Unit(index, "note")]  # a slash command or other content Gemini CLI does not send
+        return [Unit(index, "note")]  # info/error records, slash commands, other content never sent
     units: list[Unit] = []
+    tool_calls = [tc for tc in record.get("toolCalls") or [] if isinstance(tc, dict)]
     for content in wire:
-        responses = [p["functionResponse"] for p in content.get("parts") or [] if _is_response(p)]
+        parts = content.get("parts") or []
         if content.get("role") == "model":
             calls = tuple(
                 ToolCallView(str(fc.get("id") or ""), str(fc.get("name") or ""), fc.get("args") or {})
-                for p in content.get("parts") or []
+                for p in parts
                 if isinstance(p, dict) and isinstance(fc := p.get("functionCall"), dict)
             )
-            units.append(
-                Unit(
-                    index,
-                    "assistant",
-                    text="\n".join(_text_parts(content, thought=False)),
-                    thinking="\n".join(_text_parts(content, thought=True)),
-                    calls=calls,
-                )
-            )
-        elif responses:
-            for fr in responses:
-                resp = fr.get("response")
-                cid = str(fr.get("id") or "")
-                error = (isinstance(resp, Mapping) and "error" in resp) or _status_of(record, cid) == "error"
-                units.append(
-                    Unit(
-                        index,
-                        "tool_result",
-                        text=response_text(resp),
-                        call_id=cid,
-                        tool_name=str(fr.get("name") or ""),
-                        is_error=bool(error),
-                    )
-                )
-        else:
+            text = "\n".join(_text_parts(content, thought=False))
+            units.append(Unit(index, "assistant", text, "\n".join(_text_parts(content, thought=True)), calls))
+            continue
+        responses = [p["functionResponse"] for p in parts if _is_response(p)]
+        if not responses:
             units.append(Unit(index, "user", text="".join(_text_parts(content, thought=False))))
+        for fr in responses:
+            resp, cid = fr.get("response"), str(fr.get("id") or "")
+            status = next((tc.get("status") for tc in tool_calls if tc.get("id") == cid), None)
+            error = (isinstance(resp, Mapping) and "error" in resp) or status == "error"
+            tool = str(fr.get("name") or "")
+            units.append(
+                Unit(index, "tool_result", response_text(resp), call_id=cid, tool_name=tool, is_error=error)
+            )
     return units
 
 
@@ -235,6 +283,12 @@ def is_user_turn(record: Record) -> bool:
 env_index = g.stored_env_index
 
 
+def body_records(messages: Sequence[Record]) -> list[Record]:
+    """Every record but the stored ``<session_context>``."""
+    env = env_index(messages)
+    return [m for i, m in enumerate(messages) if i != env]
+
+
 def wire_history(messages: Sequence[Record]) -> list[Content]:
     return [c for m in messages for c in record_wire(m)]
 
@@ -252,58 +306,35 @@ def gemini_estimate(messages: Sequence[Record], model: str) -> int:
     return g.estimate_token_count(parts)
 
 
-def chars4(text: str) -> int:
-    return math.ceil(len(text) / 4)
-
-
-# --------------------------------------------------------------------------------------------------
-# Building output records
-
-
 def text_record(kind: str, text: str, ts: str, new_id: Callable[[], str]) -> Record:
     return {"id": new_id(), "timestamp": ts, "type": kind, "content": [{"text": text}]}
 
 
-def with_ack(lead: list[Record], kept: Sequence[Record], ts: str, new_id: Callable[[], str]) -> list[Record]:
-    """``lead`` (ending with a user message) then ``kept``, with Gemini CLI's ack between them when the
-    first kept message sent to the model is not a model message (see the module docstring)."""
-    nxt = next((m for m in kept if m.get("type") in ("user", "gemini")), None)
-    if lead and lead[-1].get("type") == "user" and (nxt is None or nxt.get("type") != "gemini"):
-        return [*lead, text_record("gemini", g.SUMMARY_ACK_TEXT, ts, new_id), *kept]
-    return [*lead, *kept]
-
-
-def head_records(messages: Sequence[Record]) -> list[Record]:
-    i = env_index(messages)
-    return [messages[i]] if i is not None else []
-
-
-# --------------------------------------------------------------------------------------------------
-# Summaries: the gemini call or the offline layout
-
-
-OfflineLayout = Callable[[OfflineSummarizer], str]
-
-
-def summarize(summarizer: Summarizer, call: ModelCall, offline: OfflineLayout) -> str | None:
-    """Answer ``call``: an offline summarizer writes the strategy's own layout, any other back end gets
-    the call itself."""
-    if isinstance(summarizer, OfflineSummarizer):
-        return offline(summarizer)
-    return summarizer.generate(call)
-
-
-def offline_sections(summarizer: OfflineSummarizer, history: Sequence[Content]) -> dict[str, list[str]]:
-    """The facts the offline summarizer selects for ``history``, by ``<state_snapshot>`` section, as lines
+def offline_sections(summarizer: OfflineSummarizer, records: Sequence[Record]) -> dict[str, list[str]]:
+    """The facts the offline summarizer selects for ``records``, by ``<state_snapshot>`` section, as lines
     (group titles end with ``:``)."""
-    snapshot = summarizer.summarize(history)
-    return previous_snapshot([{"role": "user", "parts": [{"text": snapshot}]}]) or {}
+    return previous_snapshot([user_content(summarizer.summarize(wire_history(records)))]) or {}
 
 
-def render_sections(headings: Sequence[tuple[str, Sequence[str]]], empty: str = "None.") -> str:
+def offline_layout(
+    records: Sequence[Record], layout: Mapping[str, Sequence[str]], empty: str
+) -> Callable[[OfflineSummarizer], str]:
+    """The offline answer in a strategy's layout: its headings (``layout``'s keys), each with the lines of
+    its snapshot sections in order."""
+
+    def write(summarizer: OfflineSummarizer) -> str:
+        sec = offline_sections(summarizer, records)
+        return render_sections(
+            {h: [ln for k in keys for ln in sec.get(k, [])] for h, keys in layout.items()}, empty
+        )
+
+    return write
+
+
+def render_sections(sections: Mapping[str, Sequence[str]], empty: str = "None.") -> str:
     """``## Heading`` blocks with ``- line`` bullets (group titles as plain lines)."""
     blocks = []
-    for heading, lines in headings:
+    for heading, lines in sections.items():
         body = [ln if ln.endswith(":") else f"- {ln}" for ln in lines if ln]
         blocks.append(heading + "\n" + ("\n".join(body) if body else empty))
     return "\n\n".join(blocks)
@@ -318,54 +349,13 @@ def parse_sections(text: str) -> dict[str, list[str]]:
         line = raw.strip()
         if line.startswith("#"):
             current = out.setdefault(line, [])
-            continue
-        if current is not None and line and line not in ("None.", "None captured."):
-            current.append(line[2:] if line.startswith("- ") else line)
+        elif current is not None and line and line not in ("None.", "None captured."):
+            current.append(line.removeprefix("- "))
     return out
-
-
-def model_call(
-    model: str,
-    system: str,
-    contents: list[Content],
-    history: list[Content],
-    *,
-    purpose: str,
-    max_output_tokens: int | None = None,
-    previous_summary: str | None = None,
-) -> ModelCall:
-    return ModelCall(
-        kind="summary",
-        model=model,
-        system_instruction=system,
-        contents=contents,
-        history=history,
-        previous_summary=previous_summary,
-        prompt_id=f"ctxtool-{purpose}",
-        max_output_tokens=max_output_tokens,
-        extra={"purpose": purpose},
-    )
 
 
 def user_content(text: str) -> Content:
     return {"role": "user", "parts": [{"text": text}]}
-
-
-# --------------------------------------------------------------------------------------------------
-# Triggers
-
-
-def usage_points(messages: Sequence[Record]) -> list[tuple[int, int, Mapping[str, Any]]]:
-    """(record index, 1-based user turn, recorded tokens) of every gemini record that has tokens."""
-    out: list[tuple[int, int, Mapping[str, Any]]] = []
-    turn = 0
-    for i, msg in enumerate(messages):
-        if is_user_turn(msg):
-            turn += 1
-        tokens = msg.get("tokens")
-        if msg.get("type") == "gemini" and isinstance(tokens, Mapping):
-            out.append((i, max(turn, 1), tokens))
-    return out
 
 
 def token_count(tokens: Mapping[str, Any], key: str) -> int:
@@ -383,7 +373,13 @@ def first_crossing(
     only_turn_ends: bool = False,
     skip: Callable[[Record], bool] | None = None,
 ) -> Trigger:
-    points = usage_points(messages)
+    """The first usage a gemini record carries for which ``fires(value(tokens))``, with its user turn."""
+    points: list[tuple[int, int, Mapping[str, Any]]] = []  # (record index, 1-based user turn, tokens)
+    turn = 0
+    for i, msg in enumerate(messages):
+        turn += is_user_turn(msg)
+        if msg.get("type") == "gemini" and isinstance(tokens := msg.get("tokens"), Mapping):
+            points.append((i, max(turn, 1), tokens))
     if only_turn_ends:
         points = [p for k, p in enumerate(points) if k + 1 == len(points) or points[k + 1][1] != p[1]]
     best: int | None = None
@@ -400,8 +396,7 @@ def first_crossing(
 
 def total_tokens(tokens: Mapping[str, Any]) -> int:
     """Pi's and Codex's context measure on a Gemini record: ``total`` (spec section 1 mapping)."""
-    total = token_count(tokens, "total")
-    return total or token_count(tokens, "input") + token_count(tokens, "output")
+    return token_count(tokens, "total") or input_plus_output(tokens)
 
 
 def input_plus_output(tokens: Mapping[str, Any]) -> int:

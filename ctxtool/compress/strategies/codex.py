@@ -17,13 +17,10 @@ third parties). Gemini CLI's ack follows the summary so the resumed history alte
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 
 from ctxtool.common.wording import plural
 from ctxtool.compress.strategies import base as s
-from ctxtool.compress.summarize.offline import OfflineSummarizer
-from ctxtool.compress.summarizer import Summarizer
 
 COMPACT_USER_MESSAGE_MAX_TOKENS = 20_000  # compact.rs
 AUTO_COMPACT_NUMERATOR, AUTO_COMPACT_DENOMINATOR = 9, 10  # openai_models.rs @ 8db07003
@@ -60,20 +57,18 @@ def truncate_middle(text: str, max_tokens: int) -> str:
 
 def user_messages(messages: Sequence[s.Record]) -> list[tuple[int, str]]:
     """(record index, text) of every real user message, previous summaries excluded."""
-    out = []
-    for i, r in enumerate(messages):
-        if i == s.env_index(messages) or not s.is_user_turn(r):
-            continue
-        text = "".join(u.text for u in s.record_units(i, r) if u.role == "user")
-        if text.startswith(SUMMARY_PREFIX + "\n"):
-            continue
-        out.append((i, text))
-    return out
+    env = s.env_index(messages)
+    texts = (
+        (i, "".join(u.text for u in s.record_units(i, r) if u.role == "user"))
+        for i, r in enumerate(messages)
+        if i != env and s.is_user_turn(r)
+    )
+    return [(i, text) for i, text in texts if not text.startswith(SUMMARY_PREFIX + "\n")]
 
 
-def select_user_messages(texts: Sequence[str], budget: int = COMPACT_USER_MESSAGE_MAX_TOKENS) -> list[str]:
+def select_user_messages(texts: Sequence[str]) -> list[str]:
     selected: list[str] = []
-    remaining = budget
+    remaining = COMPACT_USER_MESSAGE_MAX_TOKENS
     for text in reversed(texts):
         if remaining == 0:
             break
@@ -88,22 +83,19 @@ def select_user_messages(texts: Sequence[str], budget: int = COMPACT_USER_MESSAG
     return selected
 
 
-def offline_checkpoint(summ: OfflineSummarizer, messages: Sequence[s.Record]) -> str:
-    sec = s.offline_sections(summ, s.wire_history(messages))
-    return s.render_sections(
-        [
-            ("## Goal", sec.get("overall_goal", [])),
-            ("## Progress and decisions", sec.get("artifact_trail", []) + sec.get("recent_actions", [])),
-            ("## Constraints and preferences", sec.get("active_constraints", [])),
-            ("## Remaining work", sec.get("task_state", [])),
-            ("## Critical data", sec.get("key_knowledge", []) + sec.get("file_system_state", [])),
-        ],
-        empty="- (none)",
-    )
+# The offline checkpoint's headings and the snapshot sections that fill them.
+CHECKPOINT_LAYOUT = {
+    "## Goal": ("overall_goal",),
+    "## Progress and decisions": ("artifact_trail", "recent_actions"),
+    "## Constraints and preferences": ("active_constraints",),
+    "## Remaining work": ("task_state",),
+    "## Critical data": ("key_knowledge", "file_system_state"),
+}
 
 
-class CodexStrategy:
+class CodexStrategy(s.Strategy):
     name = "codex"
+    own_measure = "codex approx_token_count (bytes/4)"
     description = (
         "Codex CLI local compaction: at 90% of the window, the history is replaced by the user messages "
         "only (newest first, up to 20,000 tokens) and the summary stored as a user message"
@@ -120,52 +112,30 @@ class CodexStrategy:
             messages, s.total_tokens, lambda v: v >= limit, measure=f"total >= 90% of {win}", limit=limit
         )
 
-    def plan(
-        self,
-        messages: Sequence[s.Record],
-        summarizer: Summarizer,
-        options: s.StrategyOptions,
-        *,
-        now: datetime,
-        new_id: Callable[[], str],
-    ) -> s.StrategyResult:
-        from ctxtool.common.jsvalue import js_iso
-
-        trig = self.trigger(messages, options)
-        result = s.StrategyResult(self.name, "NOOP", trig, own_measure="codex approx_token_count (bytes/4)")
-        env = s.env_index(messages)
-        body = [m for i, m in enumerate(messages) if i != env]
+    def compact(self, job: s.Job) -> None:
+        messages, options, result = job.messages, job.options, job.result
+        body = s.body_records(messages)
         result.own_tokens_before = sum(
             approx_token_count(u.text + u.thinking) for i, m in enumerate(body) for u in s.record_units(i, m)
         )
         result.kept_from = len(messages)
         if not body:
             result.notes.append("nothing to compact")
-            return result
-        if not trig.would_trigger and not options.force:
-            return result
-        history = s.wire_history(body)
+            return
+        if job.waits:
+            return
         prompt = COMPACT_PROMPT + (
             "\n\n" + options.custom_instructions if options.custom_instructions else ""
         )
-        call = s.model_call(
-            options.chat_model, SYSTEM_PROMPT, [*history, s.user_content(prompt)], history, purpose="codex"
-        )
-        result.calls.append(call)
-        summary = s.summarize(summarizer, call, lambda summ: offline_checkpoint(summ, body)) or ""
-        summary_text = SUMMARY_PREFIX + "\n" + (summary if summary.strip() else NO_SUMMARY)
-        ts = js_iso(now)
+        offline = s.offline_layout(body, CHECKPOINT_LAYOUT, "- (none)")
+        summary = job.ask(SYSTEM_PROMPT, prompt, body, offline, purpose="codex") or ""
+        summary = SUMMARY_PREFIX + "\n" + (summary if summary.strip() else NO_SUMMARY)
         selected = select_user_messages([t for _, t in user_messages(messages)])
-        lead = [s.text_record("user", t, ts, new_id) for t in selected]
-        lead.append(s.text_record("user", summary_text, ts, new_id))
-        result.messages = [*s.head_records(messages), *s.with_ack(lead, [], ts, new_id)]
-        result.status = "COMPRESSED"
-        result.summary = summary_text
+        job.write([job.record("user", t) for t in [*selected, summary]], [], summary)
         result.messages_kept = len(selected)
         result.messages_summarised = len(body)
-        result.own_tokens_after = sum(approx_token_count(t) for t in [*selected, summary_text])
+        result.own_tokens_after = sum(approx_token_count(t) for t in [*selected, summary])
         result.notes.append(
             f"kept {plural(len(selected), 'user message')} rewritten as new records; "
             "no model or tool message kept"
         )
-        return result

@@ -4,27 +4,23 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 
 from ctxtool.common.errors import UsageError
 from ctxtool.compress.gemini_cli import chat_compression as g
 from ctxtool.compress.strategies.base import (
+    Job,
     Record,
+    Strategy,
     StrategyOptions,
-    StrategyResult,
     Trigger,
     first_crossing,
     token_count,
     window,
 )
-from ctxtool.compress.summarizer import Summarizer
-
-# --------------------------------------------------------------------------------------------------
-# gemini-cli: planned by ctxtool.compact's port; the registry only describes it and replays its trigger
 
 
-class GeminiCliStrategy:
+class GeminiCliStrategy(Strategy):
     name = "gemini-cli"
     description = (
         "Gemini CLI's /compress (the reference port, --profile picks the era): <state_snapshot> summary, "
@@ -53,15 +49,7 @@ class GeminiCliStrategy:
             limit=limit,
         )
 
-    def plan(
-        self,
-        messages: Sequence[Record],
-        summarizer: Summarizer,
-        options: StrategyOptions,
-        *,
-        now: datetime,
-        new_id: Callable[[], str],
-    ) -> StrategyResult:
+    def compact(self, job: Job) -> None:
         raise UsageError(
             "the gemini-cli strategy is planned by ctxtool.compact.compact_session",
             "Call compact_session with CompactOptions(strategy='gemini-cli')",

@@ -2,36 +2,35 @@
 ``src/agents/pi-hooks/compaction-safeguard.ts`` @ 8f8492d), replayed on a Gemini CLI session. Spec:
 other-strategies.md section 4.
 
-Pi decides when and where to cut (``ctxtool.compress.strategies.pi.prepare``) with OpenClaw's budgets: reserve
-``max(16,384, reserveTokensFloor 20,000)``, keepRecentTokens 20,000. The safeguard replaces Pi's summary:
+Pi decides when and where to cut (``pi.prepare``) with OpenClaw's budgets (reserve at least 20,000); the
+safeguard replaces Pi's summary:
 
 * no real message to summarise: the structured fallback (five headings), no model call;
-* history-share pruning when the kept part exceeds half the window: oldest halves dropped and summarised
-  separately, that summary becoming the previous summary;
-* the last 3 user turns are taken out of the summariser input and rendered (600 characters each) in
-  ``## Recent turns preserved verbatim``;
-* chunked summarisation (``summarizeInStages``): a history above the adaptive chunk budget (0.4 of the
-  window, down to 0.15 for big messages, minus 4096) is split in two by token share, each part summarised,
-  then merged; each call is Pi's ``generateSummary`` with the identifier-preservation instructions;
-* suffix: split-turn context, preserved turns, ``## Tool Failures`` (up to 8, 240 characters each), file
-  lists (900 characters per list, 2,000 in all); the whole summary capped at 16,000 characters.
+* history-share pruning when the kept part exceeds half the window: oldest halves summarised apart, that
+  summary becoming the previous one;
+* the last 3 user turns are left out of the summariser input and quoted in ``## Recent turns preserved
+  verbatim``;
+* chunked summarisation (``summarizeInStages``) above the adaptive chunk budget: halves by token share,
+  each summarised with Pi's ``generateSummary`` plus the identifier-preservation instructions, then merged;
+* suffix: split-turn context, preserved turns, ``## Tool Failures``, bounded file lists; the whole summary
+  capped at 16,000 characters.
 
 Not exact offline: the quality guard (off by default upstream), the AGENTS.md workspace rules, provider
-plugins, per-chunk retries with backoff and the memory flush (it runs tools) are not replayed; the bounded
-file-list format is ctxtool's (upstream's truncation marker was not read).
+plugins, per-chunk retries and the memory flush (it runs tools) are not replayed; the bounded file-list
+format is ctxtool's (upstream's truncation marker was not read).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from ctxtool.common.wording import plural
 from ctxtool.compress.strategies import base as s
 from ctxtool.compress.strategies import pi
 from ctxtool.compress.summarize.facts import normalize_ws
 from ctxtool.compress.summarize.offline import OfflineSummarizer
-from ctxtool.compress.summarizer import ModelCall, Summarizer
 
 RESERVE_TOKENS_FLOOR = 20_000  # DEFAULT_PI_COMPACTION_RESERVE_TOKENS_FLOOR, pi-settings.ts
 BASE_CHUNK_RATIO = 0.4  # compaction.ts
@@ -72,27 +71,14 @@ MERGE_SUMMARIES_INSTRUCTIONS = (
 
 
 def _fallback(previous: str | None) -> str:
-    """The structured fallback boundary (no model call)."""
-    if previous and _has_headings(previous):
+    """The structured fallback boundary (no model call): ``previous`` if it has the five headings in order."""
+    lines = iter(ln.strip() for ln in (previous or "").splitlines())
+    if previous and all(heading in lines for heading in SAFEGUARD_HEADINGS):  # each after the one before
         return previous
     return (
         f"## Decisions\n{previous or pi.NO_PRIOR_HISTORY}\n\n## Open TODOs\nNone.\n\n"
         "## Constraints/Rules\nNone.\n\n## Pending user asks\nNone.\n\n## Exact identifiers\nNone captured."
     )
-
-
-def _has_headings(text: str) -> bool:
-    lines = [ln.strip() for ln in text.splitlines()]
-    pos = -1
-    for heading in SAFEGUARD_HEADINGS:
-        if heading not in lines[pos + 1 :]:
-            return False
-        pos = lines.index(heading, pos + 1)
-    return True
-
-
-def _real(unit: s.Unit) -> bool:
-    return unit.role in ("user", "assistant", "tool_result") and bool(unit.text.strip())
 
 
 def compute_adaptive_chunk_ratio(tokens: Sequence[int], context_window: int) -> float:
@@ -159,10 +145,8 @@ def split_preserved_recent_turns(
     for k, u in enumerate(units):
         if u.role == "tool_result" and k >= first and u.call_id in ids:
             keep.add(k)
-    preserved = [units[k] for k in sorted(keep)]
     kept_records = {units[k].index for k in keep if units[k].role != "tool_result"}
-    remaining = [i for i in indices if i not in kept_records]
-    return preserved, remaining
+    return [units[k] for k in sorted(keep)], [i for i in indices if i not in kept_records]
 
 
 def _clip(text: str, limit: int) -> str:
@@ -171,26 +155,21 @@ def _clip(text: str, limit: int) -> str:
 
 def preserved_section(units: Sequence[s.Unit]) -> str:
     lines = []
-    for u in units:
-        text = u.text.strip()
-        if not text:
-            continue
+    for u in (u for u in units if u.text.strip()):
         label = {"user": "User", "assistant": "Assistant"}.get(u.role, f"Tool result ({u.tool_name})")
-        lines.append(f"- {label}: {_clip(text, MAX_RECENT_TURN_TEXT_CHARS)}")
+        lines.append(f"- {label}: {_clip(u.text.strip(), MAX_RECENT_TURN_TEXT_CHARS)}")
     return "\n\n## Recent turns preserved verbatim\n" + "\n".join(lines) if lines else ""
 
 
 def tool_failures_section(units: Sequence[s.Unit]) -> str:
-    seen: set[str] = set()
-    failures = []
+    failures: dict[str, s.Unit] = {}  # by call id, the first result of each
     for u in units:
-        if u.role == "tool_result" and u.is_error and u.call_id not in seen:
-            seen.add(u.call_id)
-            failures.append(u)
+        if u.role == "tool_result" and u.is_error:
+            failures.setdefault(u.call_id, u)
     if not failures:
         return ""
     lines = []
-    for u in failures[:MAX_TOOL_FAILURES]:
+    for u in list(failures.values())[:MAX_TOOL_FAILURES]:
         text = normalize_ws(u.text)
         text = _clip(text, MAX_TOOL_FAILURE_CHARS) if text else "failed (no output)"
         lines.append(f"- {u.tool_name or 'tool'}: {text}")
@@ -199,7 +178,7 @@ def tool_failures_section(units: Sequence[s.Unit]) -> str:
     return "\n\n## Tool Failures\n" + "\n".join(lines)
 
 
-def _bounded_list(tag: str, paths: Sequence[str]) -> str:
+def _bounded_list(paths: Sequence[str]) -> list[str]:
     shown: list[str] = []
     used = 0
     for p in paths:
@@ -208,19 +187,7 @@ def _bounded_list(tag: str, paths: Sequence[str]) -> str:
             break
         shown.append(p)
         used += len(p) + 1
-    return f"<{tag}>\n" + "\n".join(shown) + f"\n</{tag}>"
-
-
-def bounded_file_lists(read: Sequence[str], modified: Sequence[str]) -> str:
-    blocks = []
-    if read:
-        blocks.append(_bounded_list("read-files", read))
-    if modified:
-        blocks.append(_bounded_list("modified-files", modified))
-    text = "\n\n".join(blocks)
-    if len(text) > MAX_FILE_OPS_SECTION_CHARS:
-        text = text[:MAX_FILE_OPS_SECTION_CHARS]
-    return "\n\n" + text if text else ""
+    return shown
 
 
 def cap_preserving_suffix(body: str, suffix: str, cap: int = MAX_COMPACTION_SUMMARY_CHARS) -> str:
@@ -232,48 +199,32 @@ def cap_preserving_suffix(body: str, suffix: str, cap: int = MAX_COMPACTION_SUMM
     return body[:room] + TRUNCATION_MARKER + suffix
 
 
-class _Run:
-    """One safeguard compaction: the summariser, the window and the calls made."""
+@dataclass
+class _Run(pi.Summarising):
+    """One safeguard compaction: Pi's summary calls on the session's records, chunked by ``max_chunk``."""
 
-    def __init__(
+    max_chunk: int = 1
+    tokens: dict[int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = {i: pi.estimate_records([r]) for i, r in enumerate(self.job.messages)}
+
+    def generate(
         self,
         records: Sequence[s.Record],
-        summarizer: Summarizer,
-        options: s.StrategyOptions,
-        ctx: int,
-        calls: list[ModelCall],
-    ) -> None:
-        self.records = records
-        self.summarizer = summarizer
-        self.options = options
-        self.ctx = ctx
-        self.calls = calls
-        self.tokens = {i: pi.estimate_records([r], i) for i, r in enumerate(records)}
-        self.max_chunk = 1
-
-    def instructions(self, custom: str | None) -> str:
-        text = IDENTIFIER_PRESERVATION_INSTRUCTIONS
-        return text + ("\n\nAdditional focus:\n" + custom if custom else "")
-
-    def generate(self, indices: Sequence[int], previous: str | None, custom: str | None) -> str:
-        recs = [self.records[i] for i in indices]
-        out = pi.generate_summary(
-            self.summarizer,
-            recs,
-            indices[0] if indices else 0,
-            model=self.options.chat_model,
-            reserve_tokens=max(pi.DEFAULT_RESERVE_TOKENS, RESERVE_TOKENS_FLOOR),
-            previous_summary=previous,
-            custom_instructions=self.instructions(custom),
-            calls=self.calls,
-            offline=lambda summ: offline_safeguard(summ, recs, previous),
-        )
-        return out or ""
+        previous: str | None,
+        custom: str | None,
+        offline: Callable[[OfflineSummarizer], str] | None = None,
+    ) -> str:
+        """Pi's ``generateSummary`` with the identifier-preservation instructions."""
+        focus = IDENTIFIER_PRESERVATION_INSTRUCTIONS + ("\n\nAdditional focus:\n" + custom if custom else "")
+        offline = offline or (lambda summ: offline_safeguard(summ, records, previous))
+        return pi.generate_summary(self, records, previous, focus, offline) or ""
 
     def chunks(self, indices: Sequence[int], previous: str | None, custom: str | None) -> str:
         summary = previous
         for chunk in chunk_by_max_tokens(indices, self.tokens, self.max_chunk):
-            summary = self.generate(chunk, summary, custom)
+            summary = self.generate([self.job.messages[i] for i in chunk], summary, custom)
         return summary or pi.NO_PRIOR_HISTORY
 
     def in_stages(self, indices: Sequence[int], previous: str | None, custom: str | None) -> str:
@@ -285,34 +236,23 @@ class _Run:
         partials = [self.chunks(p, None, custom) for p in split_by_token_share(indices, self.tokens)]
         merge = MERGE_SUMMARIES_INSTRUCTIONS + ("\n\n" + custom if custom else "")
         merged_records = [s.text_record("user", p, "", lambda: "partial") for p in partials]
-        out = pi.generate_summary(
-            self.summarizer,
-            merged_records,
-            0,
-            model=self.options.chat_model,
-            reserve_tokens=max(pi.DEFAULT_RESERVE_TOKENS, RESERVE_TOKENS_FLOOR),
-            previous_summary=previous,
-            custom_instructions=self.instructions(merge),
-            calls=self.calls,
-            offline=lambda summ: offline_merge(partials, previous),
-        )
-        return out or ""
+        return self.generate(merged_records, previous, merge, lambda summ: offline_merge(partials, previous))
 
 
 def offline_safeguard(summ: OfflineSummarizer, records: Sequence[s.Record], previous: str | None) -> str:
     """Pi's layout followed by the five safeguard headings, from the offline fact extraction."""
     body = pi.offline_pi_summary(summ, records, previous)
-    sec = s.offline_sections(summ, s.wire_history(records))
+    sec = s.offline_sections(summ, records)
     identifiers = [ln for k in ("artifact_trail", "file_system_state") for ln in sec.get(k, [])]
     identifiers += [ln for ln in sec.get("recent_actions", []) if ln.startswith("$ ")]
     extra = s.render_sections(
-        [
-            ("## Decisions", []),
-            ("## Open TODOs", [ln for ln in sec.get("task_state", []) if "[DONE]" not in ln]),
-            ("## Constraints/Rules", sec.get("active_constraints", [])),
-            ("## Pending user asks", sec.get("task_state", [])[-1:]),
-            ("## Exact identifiers", identifiers),
-        ]
+        {
+            "## Decisions": [],
+            "## Open TODOs": [ln for ln in sec.get("task_state", []) if "[DONE]" not in ln],
+            "## Constraints/Rules": sec.get("active_constraints", []),
+            "## Pending user asks": sec.get("task_state", [])[-1:],
+            "## Exact identifiers": identifiers,
+        }
     )
     return body + "\n\n" + extra
 
@@ -324,7 +264,7 @@ def offline_merge(partials: Sequence[str], previous: str | None) -> str:
         for heading, lines in s.parse_sections(pi.strip_file_lists(text)).items():
             bucket = merged.setdefault(heading, [])
             bucket.extend(ln for ln in lines if ln not in bucket)
-    return s.render_sections(list(merged.items()))
+    return s.render_sections(merged)
 
 
 class OpenClawStrategy(pi.PiStrategy):
@@ -341,26 +281,21 @@ class OpenClawStrategy(pi.PiStrategy):
     reserve_tokens = max(pi.DEFAULT_RESERVE_TOKENS, RESERVE_TOKENS_FLOOR)
     keep_recent_tokens = pi.DEFAULT_KEEP_RECENT_TOKENS
 
-    def summary(
-        self,
-        messages: Sequence[s.Record],
-        prep: pi.Preparation,
-        summarizer: Summarizer,
-        options: s.StrategyOptions,
-        result: s.StrategyResult,
-    ) -> str | None:
+    def summary(self, job: s.Job, prep: pi.Preparation) -> str | None:
+        messages, options, result = job.messages, job.options, job.result
         units = [u for i in (*prep.to_summarize, *prep.turn_prefix) for u in s.record_units(i, messages[i])]
-        file_lists = bounded_file_lists(prep.read_files, prep.modified_files)
-        if not any(_real(u) for u in units):
+        # Pi's blocks with each list bounded, the section cut to MAX_FILE_OPS_SECTION_CHARS after its "\n\n".
+        file_lists = pi.format_file_lists(prep.read_files, prep.modified_files, _bounded_list)
+        file_lists = file_lists[: MAX_FILE_OPS_SECTION_CHARS + 2]
+        if not any(u.role in ("user", "assistant", "tool_result") and u.text.strip() for u in units):
             result.notes.append("no real message to summarise: structured fallback, no model call")
             return _fallback(prep.previous_summary) + file_lists
         ctx = s.window(options)
-        run = _Run(messages, summarizer, options, ctx, result.calls)
+        run = _Run(job, self.reserve_tokens)
         custom = options.custom_instructions
         msgs = list(prep.to_summarize)
         previous = prep.previous_summary
-        est = sum(run.tokens[i] for i in msgs) + sum(run.tokens[i] for i in prep.turn_prefix)
-        new_content = prep.tokens_before - est
+        new_content = prep.tokens_before - sum(run.tokens[i] for i in (*msgs, *prep.turn_prefix))
         if new_content > math.floor(ctx * MAX_HISTORY_SHARE * SAFETY_MARGIN):
             dropped: list[int] = []
             while len(msgs) > 1 and sum(run.tokens[i] for i in msgs) > math.floor(ctx * MAX_HISTORY_SHARE):

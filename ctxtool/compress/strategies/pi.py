@@ -22,15 +22,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 
 import orjson
 
 from ctxtool.common.wording import plural
+from ctxtool.compress.gemini_cli.chat_compression import SUMMARY_ACK_TEXT
 from ctxtool.compress.strategies import base as s
 from ctxtool.compress.summarize.offline import OfflineSummarizer
-from ctxtool.compress.summarizer import ModelCall, Summarizer
 
 DEFAULT_RESERVE_TOKENS = 16_384  # DEFAULT_COMPACTION_SETTINGS.reserveTokens, compaction.ts
 DEFAULT_KEEP_RECENT_TOKENS = 20_000  # DEFAULT_COMPACTION_SETTINGS.keepRecentTokens
@@ -57,20 +56,17 @@ _FORMAT = (
     "### Blocked\n- [open problems]\n\n"
     "## Key Decisions\n- **[decision]**: [why]\n\n"
     "## Next Steps\n1. [what comes next]\n\n"
-    "## Critical Context\n- [data, references, exact paths and names needed to continue]"
+    "## Critical Context\n- [data, references, exact paths and names needed to continue]\n\n"
+    "Be brief. Keep file paths, function names and error messages exactly as written."
 )
 SUMMARIZATION_PROMPT = (
     "The text above is a conversation to summarise. Write a structured context checkpoint that another "
-    "model will use to carry on the work, in exactly this format:\n\n"
-    + _FORMAT
-    + "\n\nBe brief. Keep file paths, function names and error messages exactly as written."
+    "model will use to carry on the work, in exactly this format:\n\n" + _FORMAT
 )
 UPDATE_SUMMARIZATION_PROMPT = (
     "The text above holds new conversation messages to fold into the summary in <previous-summary>. "
     "Keep everything from the previous summary that still matters, add the new progress, decisions and "
-    "context, move finished items to Done, and update the next steps. Use exactly this format:\n\n"
-    + _FORMAT
-    + "\n\nBe brief. Keep file paths, function names and error messages exactly as written."
+    "context, move finished items to Done, and update the next steps. Use exactly this format:\n\n" + _FORMAT
 )
 TURN_PREFIX_SUMMARIZATION_PROMPT = (
     "The text above is the first part of a turn that was too long to keep whole; its end is kept "
@@ -79,22 +75,28 @@ TURN_PREFIX_SUMMARIZATION_PROMPT = (
     "## Early Progress\n- [decisions and work done in this first part]\n\n"
     "## Context for Suffix\n- [what is needed to understand the kept part]\n\nBe brief."
 )
+# The offline layouts: Pi's headings and the snapshot sections that fill them.
+PI_LAYOUT = {
+    "## Goal": ("overall_goal",),
+    "## Constraints & Preferences": ("active_constraints",),
+    "## Progress\n### Done": ("artifact_trail", "recent_actions"),
+    "### In Progress": ("task_state",),
+    "### Blocked": ("key_knowledge",),
+    "## Key Decisions": (),
+    "## Next Steps": (),
+    "## Critical Context": ("file_system_state",),
+}
+TURN_PREFIX_LAYOUT = {
+    "## Original Request": ("overall_goal",),
+    "## Early Progress": ("artifact_trail", "recent_actions"),
+    "## Context for Suffix": ("file_system_state", "key_knowledge"),
+}
 
-PI_HEADINGS = (
-    "## Goal",
-    "## Constraints & Preferences",
-    "## Progress\n### Done",
-    "### In Progress",
-    "### Blocked",
-    "## Key Decisions",
-    "## Next Steps",
-    "## Critical Context",
-)
-
-_READ_TOOLS = {"read_file": ("absolute_path", "file_path", "path")}
-_MULTI_READ_TOOLS = {"read_many_files": "paths"}
-_WRITE_TOOLS = {"write_file": "file_path"}
-_EDIT_TOOLS = {"replace": "file_path", "edit": "file_path", "smart_edit": "file_path"}
+# computeFileLists on Gemini's tools: read_file (its path argument) and read_many_files read; write_file and
+# the edit tools modify their file_path.
+_READ_FILE_ARGS = ("absolute_path", "file_path", "path")
+_MODIFYING_TOOLS = frozenset({"write_file", "replace", "edit", "smart_edit"})
+_ACK = ("assistant", SUMMARY_ACK_TEXT)
 _FILE_LIST_RE = re.compile(r"<(read-files|modified-files)>\n(.*?)\n</\1>", re.DOTALL)
 
 
@@ -104,14 +106,12 @@ _FILE_LIST_RE = re.compile(r"<(read-files|modified-files)>\n(.*?)\n</\1>", re.DO
 
 def estimate_unit(unit: s.Unit) -> int:
     """Pi's ``estimateTokens``: ceil(chars / 4) of text, thinking, tool-call name + JSON args, results."""
-    chars = len(unit.text) + len(unit.thinking)
-    for call in unit.calls:
-        chars += len(call.name) + len(_json(call.args))
-    return math.ceil(chars / 4)
+    calls = sum(len(call.name) + len(_json(call.args)) for call in unit.calls)
+    return math.ceil((len(unit.text) + len(unit.thinking) + calls) / 4)
 
 
-def estimate_records(records: Sequence[s.Record], first_index: int = 0) -> int:
-    return sum(estimate_unit(u) for i, r in enumerate(records) for u in s.record_units(first_index + i, r))
+def estimate_records(records: Sequence[s.Record]) -> int:
+    return sum(estimate_unit(u) for i, r in enumerate(records) for u in s.record_units(i, r))
 
 
 def _json(value: object) -> str:
@@ -122,9 +122,8 @@ def serialize_conversation(units: Sequence[s.Unit]) -> str:
     """``serializeConversation``: the history flattened to ``[Role]: text`` blocks."""
     out: list[str] = []
     for u in units:
-        if u.role == "user":
-            if u.text:
-                out.append(f"[User]: {u.text}")
+        if u.role == "user" and u.text:
+            out.append(f"[User]: {u.text}")
         elif u.role == "assistant":
             if u.thinking:
                 out.append(f"[Assistant thinking]: {u.thinking}")
@@ -158,22 +157,8 @@ class Preparation:
     turn_prefix: list[int]
     previous_summary: str | None
     tokens_before: int
-    read_files: list[str] = field(default_factory=list)
-    modified_files: list[str] = field(default_factory=list)
-
-
-def is_summary_record(record: s.Record) -> bool:
-    units = s.record_units(0, record)
-    return bool(units) and units[0].role == "user" and units[0].text.startswith(COMPACTION_SUMMARY_PREFIX)
-
-
-def summary_body(text: str) -> str:
-    body = text[len(COMPACTION_SUMMARY_PREFIX) :]
-    return body[: -len(COMPACTION_SUMMARY_SUFFIX)] if body.endswith(COMPACTION_SUMMARY_SUFFIX) else body
-
-
-def _valid_cut(units: Sequence[s.Unit]) -> bool:
-    return bool(units) and units[0].role in ("user", "assistant")
+    read_files: list[str]
+    modified_files: list[str]
 
 
 def prepare(records: Sequence[s.Record], keep_recent_tokens: int) -> Preparation | None:
@@ -181,103 +166,82 @@ def prepare(records: Sequence[s.Record], keep_recent_tokens: int) -> Preparation
     message already is a summary)."""
     env = s.env_index(records)
     units = [s.record_units(i, r) for i, r in enumerate(records)]
-    prev: int | None = None
-    for i, r in enumerate(records):
-        if i != env and r.get("type") == "user" and is_summary_record(r):
-            prev = i
+    lead = [u[0] for u in units]  # each record's first message
+    summaries = [
+        i
+        for i, r in enumerate(records)
+        if i != env
+        and r.get("type") == "user"
+        and lead[i].role == "user"
+        and lead[i].text.startswith(COMPACTION_SUMMARY_PREFIX)
+    ]
+    prev = summaries[-1] if summaries else None
     start = 0 if prev is None else prev + 1
-    if prev is not None and start < len(records) and _is_ack(records[start]):
+    if prev is not None and start < len(records) and (lead[start].role, lead[start].text) == _ACK:
         start += 1
     entries = [i for i in range(start, len(records)) if i != env]
     if not entries:
         return None
-    previous_summary = None
+    previous = None
     if prev is not None:
-        previous_summary = summary_body(units[prev][0].text)
+        previous = lead[prev].text[len(COMPACTION_SUMMARY_PREFIX) :].removesuffix(COMPACTION_SUMMARY_SUFFIX)
     tokens_before = sum(
         estimate_unit(u) for i in range(prev or 0, len(records)) if i != env for u in units[i]
     )
 
-    cut_points = [i for i in entries if _valid_cut(units[i])]
+    cut_points = [i for i in entries if lead[i].role in ("user", "assistant")]
     if not cut_points:
         cut = entries[0]
     else:
         cut = cut_points[0]
         acc = 0
         for i in reversed(entries):
-            if units[i][0].role == "note":
+            if lead[i].role == "note":
                 continue
             acc += sum(estimate_unit(u) for u in units[i])
             if acc >= keep_recent_tokens:
                 cut = next((c for c in cut_points if c >= i), cut_points[-1])
                 break
-    while cut > entries[0] and units[cut - 1][0].role == "note" and cut - 1 != env:
+    while cut > entries[0] and lead[cut - 1].role == "note" and cut - 1 != env:
         cut -= 1
-    is_user = units[cut][0].role == "user"
-    turn_start: int | None = None
-    if not is_user:
-        for i in range(cut, entries[0] - 1, -1):
-            if i != env and units[i][0].role == "user":
-                turn_start = i
-                break
-    is_split = not is_user and turn_start is not None
-    history_end = turn_start if is_split and turn_start is not None else cut
-    to_summarize = [i for i in entries if i < history_end]
-    prefix = [i for i in entries if turn_start is not None and is_split and turn_start <= i < cut]
-    prep = Preparation(
-        boundary_start=entries[0],
-        cut=cut,
-        turn_start=turn_start if is_split else None,
-        is_split_turn=is_split,
-        to_summarize=to_summarize,
-        turn_prefix=prefix,
-        previous_summary=previous_summary,
-        tokens_before=tokens_before,
+    turn_start = None
+    if lead[cut].role != "user":  # a cut at a model message splits its turn
+        turn_start = next(
+            (i for i in range(cut, entries[0] - 1, -1) if i != env and lead[i].role == "user"), None
+        )
+    to_summarize = [i for i in entries if i < (cut if turn_start is None else turn_start)]
+    prefix = [i for i in entries if turn_start is not None and turn_start <= i < cut]
+    read, modified = file_ops([u for i in (*to_summarize, *prefix) for u in units[i]], previous)
+    split = turn_start is not None
+    return Preparation(
+        entries[0], cut, turn_start, split, to_summarize, prefix, previous, tokens_before, read, modified
     )
-    read, modified = file_ops([u for i in (*to_summarize, *prefix) for u in units[i]], previous_summary)
-    prep.read_files, prep.modified_files = read, modified
-    return prep
-
-
-def _is_ack(record: s.Record) -> bool:
-    units = s.record_units(0, record)
-    from ctxtool.compress.gemini_cli.chat_compression import SUMMARY_ACK_TEXT
-
-    return bool(units) and units[0].role == "assistant" and units[0].text == SUMMARY_ACK_TEXT
 
 
 def file_ops(units: Sequence[s.Unit], previous_summary: str | None) -> tuple[list[str], list[str]]:
-    """(read-only files, modified files), sorted, as Pi's ``computeFileLists`` (Gemini tool names mapped:
-    read_file/read_many_files read, write_file written, replace edited)."""
+    """(read-only files, modified files), sorted, as Pi's ``computeFileLists``."""
     read: set[str] = set()
     modified: set[str] = set()
-    for u in units:
-        for c in u.calls:
-            if c.name in _READ_TOOLS:
-                for key in _READ_TOOLS[c.name]:
-                    if isinstance(c.args.get(key), str):
-                        read.add(str(c.args[key]))
-                        break
-            elif c.name in _MULTI_READ_TOOLS:
-                paths = c.args.get(_MULTI_READ_TOOLS[c.name])
-                if isinstance(paths, list):
-                    read.update(p for p in paths if isinstance(p, str))
-            elif c.name in _WRITE_TOOLS or c.name in _EDIT_TOOLS:
-                key = (_WRITE_TOOLS | _EDIT_TOOLS)[c.name]
-                if isinstance(c.args.get(key), str):
-                    modified.add(str(c.args[key]))
+    for c in (c for u in units for c in u.calls):
+        if c.name == "read_file":
+            read.update(next(([v] for k in _READ_FILE_ARGS if isinstance(v := c.args.get(k), str)), []))
+        elif c.name == "read_many_files" and isinstance(paths := c.args.get("paths"), list):
+            read.update(p for p in paths if isinstance(p, str))
+        elif c.name in _MODIFYING_TOOLS and isinstance(path := c.args.get("file_path"), str):
+            modified.add(path)
     if previous_summary:
         for kind, body in _FILE_LIST_RE.findall(previous_summary):
             (read if kind == "read-files" else modified).update(x for x in body.split("\n") if x)
     return sorted(read - modified), sorted(modified)
 
 
-def format_file_lists(read: Sequence[str], modified: Sequence[str]) -> str:
-    blocks = []
-    if read:
-        blocks.append("<read-files>\n" + "\n".join(read) + "\n</read-files>")
-    if modified:
-        blocks.append("<modified-files>\n" + "\n".join(modified) + "\n</modified-files>")
+def format_file_lists(
+    read: Sequence[str], modified: Sequence[str], shown: Callable[[Sequence[str]], Sequence[str]] = list
+) -> str:
+    """The ``<read-files>`` and ``<modified-files>`` blocks after a blank line, "" when there is no file;
+    ``shown`` picks the lines a list shows."""
+    lists = (("read-files", read), ("modified-files", modified))
+    blocks = [f"<{tag}>\n" + "\n".join(shown(paths)) + f"\n</{tag}>" for tag, paths in lists if paths]
     return "\n\n" + "\n\n".join(blocks) if blocks else ""
 
 
@@ -292,132 +256,78 @@ def strip_file_lists(summary: str) -> str:
 def offline_pi_summary(summ: OfflineSummarizer, records: Sequence[s.Record], previous: str | None) -> str:
     """Pi's section layout filled from the offline fact extraction; a previous summary's lines are carried
     in front of the new ones under the same heading (the update prompt's rule)."""
-    sec = s.offline_sections(summ, s.wire_history(records))
-    new = {
-        "## Goal": sec.get("overall_goal", []),
-        "## Constraints & Preferences": sec.get("active_constraints", []),
-        "## Progress\n### Done": sec.get("artifact_trail", []) + sec.get("recent_actions", []),
-        "### In Progress": sec.get("task_state", []),
-        "### Blocked": sec.get("key_knowledge", []),
-        "## Key Decisions": [],
-        "## Next Steps": [],
-        "## Critical Context": sec.get("file_system_state", []),
-    }
+    sec = s.offline_sections(summ, records)
+    new = {heading: [ln for k in keys for ln in sec.get(k, [])] for heading, keys in PI_LAYOUT.items()}
     if previous:
         old = s.parse_sections(strip_file_lists(previous))
-        for heading in PI_HEADINGS:
+        for heading, lines in new.items():
             carried = old.get(heading.rsplit("\n", 1)[-1], [])
             if heading == "## Goal" and carried:
                 new[heading] = carried
             else:
-                new[heading] = carried + [ln for ln in new[heading] if ln not in carried]
+                new[heading] = carried + [ln for ln in lines if ln not in carried]
     header = f"<!-- generated offline by ctxtool, no model: {len(records)} messages -->\n"
-    return header + s.render_sections([(h, new[h]) for h in PI_HEADINGS], empty="- (none)")
+    return header + s.render_sections(new, empty="- (none)")
 
 
-def offline_turn_prefix(summ: OfflineSummarizer, records: Sequence[s.Record]) -> str:
-    sec = s.offline_sections(summ, s.wire_history(records))
-    return s.render_sections(
-        [
-            ("## Original Request", sec.get("overall_goal", [])),
-            ("## Early Progress", sec.get("artifact_trail", []) + sec.get("recent_actions", [])),
-            ("## Context for Suffix", sec.get("file_system_state", []) + sec.get("key_knowledge", [])),
-        ],
-        empty="- (none)",
-    )
+@dataclass
+class Summarising:
+    """The summary calls of one compaction (``job``), each answer bounded by a share of ``reserve_tokens``."""
 
+    job: s.Job
+    reserve_tokens: int
 
-def _conversation(records: Sequence[s.Record], first_index: int) -> str:
-    units = [u for i, r in enumerate(records) for u in s.record_units(first_index + i, r)]
-    return "<conversation>\n" + serialize_conversation(units) + "\n</conversation>\n\n"
+    def ask(
+        self,
+        records: Sequence[s.Record],
+        prompt: str,
+        offline: Callable[[OfflineSummarizer], str],
+        purpose: str,
+        output_share: float,
+        previous_summary: str | None = None,
+    ) -> str | None:
+        """One call on the serialised conversation of ``records`` followed by ``prompt``; the answer gets
+        ``output_share`` of the reserve."""
+        units = [u for i, r in enumerate(records) for u in s.record_units(i, r)]
+        return self.job.ask(
+            SYSTEM_PROMPT,
+            "<conversation>\n" + serialize_conversation(units) + "\n</conversation>\n\n" + prompt,
+            records,
+            offline,
+            purpose=purpose,
+            serialised=True,
+            max_output_tokens=math.floor(output_share * self.reserve_tokens),
+            previous_summary=previous_summary,
+        )
 
 
 def generate_summary(
-    summarizer: Summarizer,
+    run: Summarising,
     records: Sequence[s.Record],
-    first_index: int,
-    *,
-    model: str,
-    reserve_tokens: int,
-    previous_summary: str | None,
+    previous: str | None,
     custom_instructions: str | None,
-    calls: list[ModelCall],
     offline: Callable[[OfflineSummarizer], str] | None = None,
 ) -> str | None:
     """``generateSummary``: one call on the serialised conversation (update prompt with a previous
     summary)."""
-    prompt = _conversation(records, first_index)
-    if previous_summary:
-        prompt += "<previous-summary>\n" + previous_summary + "\n</previous-summary>\n\n"
-    prompt += UPDATE_SUMMARIZATION_PROMPT if previous_summary else SUMMARIZATION_PROMPT
+    prompt = SUMMARIZATION_PROMPT
+    if previous:
+        prompt = f"<previous-summary>\n{previous}\n</previous-summary>\n\n{UPDATE_SUMMARIZATION_PROMPT}"
     if custom_instructions:
         prompt += "\n\nAdditional focus: " + custom_instructions
-    call = s.model_call(
-        model,
-        SYSTEM_PROMPT,
-        [s.user_content(prompt)],
-        s.wire_history(records),
-        purpose="pi-summary",
-        max_output_tokens=math.floor(SUMMARY_OUTPUT_SHARE * reserve_tokens),
-        previous_summary=previous_summary,
-    )
-    calls.append(call)
-    layout = offline or (lambda summ: offline_pi_summary(summ, records, previous_summary))
-    return s.summarize(summarizer, call, layout)
+    layout = offline or (lambda summ: offline_pi_summary(summ, records, previous))
+    return run.ask(records, prompt, layout, "pi-summary", SUMMARY_OUTPUT_SHARE, previous)
 
 
-def generate_turn_prefix_summary(
-    summarizer: Summarizer,
-    records: Sequence[s.Record],
-    first_index: int,
-    *,
-    model: str,
-    reserve_tokens: int,
-    calls: list[ModelCall],
-) -> str | None:
-    prompt = _conversation(records, first_index) + TURN_PREFIX_SUMMARIZATION_PROMPT
-    call = s.model_call(
-        model,
-        SYSTEM_PROMPT,
-        [s.user_content(prompt)],
-        s.wire_history(records),
-        purpose="pi-turn-prefix",
-        max_output_tokens=math.floor(TURN_PREFIX_OUTPUT_SHARE * reserve_tokens),
-    )
-    calls.append(call)
-    return s.summarize(summarizer, call, lambda summ: offline_turn_prefix(summ, records))
+def generate_turn_prefix_summary(run: Summarising, records: Sequence[s.Record]) -> str | None:
+    layout = s.offline_layout(records, TURN_PREFIX_LAYOUT, "- (none)")
+    prompt = TURN_PREFIX_SUMMARIZATION_PROMPT
+    return run.ask(records, prompt, layout, "pi-turn-prefix", TURN_PREFIX_OUTPUT_SHARE)
 
 
-def pick(records: Sequence[s.Record], indices: Sequence[int]) -> list[s.Record]:
-    return [records[i] for i in indices]
-
-
-def build_output(
-    records: Sequence[s.Record],
-    prep: Preparation,
-    summary: str,
-    *,
-    now: datetime,
-    new_id: Callable[[], str],
-) -> tuple[list[s.Record], int]:
-    """``[<session_context>?, user(prefix + summary + suffix), ack?, kept...]`` and the kept count."""
-    from ctxtool.common.jsvalue import js_iso
-
-    ts = js_iso(now)
-    env = s.env_index(records)
-    kept = [r for i, r in enumerate(records) if i >= prep.cut and i != env]
-    lead = [
-        s.text_record("user", COMPACTION_SUMMARY_PREFIX + summary + COMPACTION_SUMMARY_SUFFIX, ts, new_id)
-    ]
-    return [*s.head_records(records), *s.with_ack(lead, kept, ts, new_id)], len(kept)
-
-
-# --------------------------------------------------------------------------------------------------
-# The strategy
-
-
-class PiStrategy:
+class PiStrategy(s.Strategy):
     name = "pi"
+    own_measure = "pi estimateTokens (chars/4)"
     description = (
         "Pi (pi-mono v0.58.3): compacts when context > window - 16,384; keeps the newest ~20,000 tokens "
         "verbatim from a user/model message (never a tool result), summarises the rest (a split turn "
@@ -442,90 +352,45 @@ class PiStrategy:
             only_turn_ends=True,
         )
 
-    def plan(
-        self,
-        messages: Sequence[s.Record],
-        summarizer: Summarizer,
-        options: s.StrategyOptions,
-        *,
-        now: datetime,
-        new_id: Callable[[], str],
-    ) -> s.StrategyResult:
-        trig = self.trigger(messages, options)
-        result = s.StrategyResult(self.name, "NOOP", trig, own_measure="pi estimateTokens (chars/4)")
+    def compact(self, job: s.Job) -> None:
+        messages, result = job.messages, job.result
         prep = prepare(messages, self.keep_recent_tokens)
         if prep is None:
             result.notes.append("nothing to compact (empty, or the newest message already is a summary)")
-            return result
+            return
         result.own_tokens_before = prep.tokens_before
         result.kept_from = prep.cut
-        if not trig.would_trigger and not options.force:
-            return result
-        summary = self.summary(messages, prep, summarizer, options, result)
+        if job.waits:
+            return
+        summary = self.summary(job, prep)
         if not summary or not summary.strip():
             result.status = "COMPRESSION_FAILED_EMPTY_SUMMARY"
             result.notes.append("the summarizer returned an empty summary; nothing was written")
-            return result
-        return self.finish(messages, prep, summary, result, now=now, new_id=new_id)
+            return
+        env = s.env_index(messages)
+        kept = [r for i, r in enumerate(messages) if i >= prep.cut and i != env]
+        lead = [job.record("user", COMPACTION_SUMMARY_PREFIX + summary + COMPACTION_SUMMARY_SUFFIX)]
+        out = job.write(lead, kept, summary)
+        result.messages_kept = len(kept)
+        result.messages_summarised = len(prep.to_summarize) + len(prep.turn_prefix)
+        result.own_tokens_after = estimate_records(out)
+        if len(out) > (env is not None) + 1 + len(kept):
+            result.notes.append("an ack model message follows the summary (Gemini alternation; not Pi's)")
 
-    def summary(
-        self,
-        messages: Sequence[s.Record],
-        prep: Preparation,
-        summarizer: Summarizer,
-        options: s.StrategyOptions,
-        result: s.StrategyResult,
-    ) -> str | None:
-        model = options.chat_model
-        hist_records = pick(messages, prep.to_summarize)
-        first = prep.to_summarize[0] if prep.to_summarize else 0
-        if prep.is_split_turn and not hist_records:
+    def summary(self, job: s.Job, prep: Preparation) -> str | None:
+        messages, options = job.messages, job.options
+        run = Summarising(job, self.reserve_tokens)
+        if prep.is_split_turn and not prep.to_summarize:
             history: str | None = NO_PRIOR_HISTORY
         else:
-            history = generate_summary(
-                summarizer,
-                hist_records,
-                first,
-                model=model,
-                reserve_tokens=self.reserve_tokens,
-                previous_summary=prep.previous_summary,
-                custom_instructions=options.custom_instructions,
-                calls=result.calls,
-            )
+            records = [messages[i] for i in prep.to_summarize]
+            history = generate_summary(run, records, prep.previous_summary, options.custom_instructions)
         if history is None:
             return None
         if prep.is_split_turn:
-            prefix = generate_turn_prefix_summary(
-                summarizer,
-                pick(messages, prep.turn_prefix),
-                prep.turn_prefix[0],
-                model=model,
-                reserve_tokens=self.reserve_tokens,
-                calls=result.calls,
-            )
+            prefix = generate_turn_prefix_summary(run, [messages[i] for i in prep.turn_prefix])
             history = f"{history}\n\n---\n\n{SPLIT_TURN_HEADER}\n\n{prefix or ''}"
-            result.notes.append(
+            job.result.notes.append(
                 f"split turn: its first {plural(len(prep.turn_prefix), 'message')} summarised apart"
             )
         return history + format_file_lists(prep.read_files, prep.modified_files)
-
-    def finish(
-        self,
-        messages: Sequence[s.Record],
-        prep: Preparation,
-        summary: str,
-        result: s.StrategyResult,
-        *,
-        now: datetime,
-        new_id: Callable[[], str],
-    ) -> s.StrategyResult:
-        out, kept = build_output(messages, prep, summary, now=now, new_id=new_id)
-        result.status = "COMPRESSED"
-        result.messages = out
-        result.summary = summary
-        result.messages_kept = kept
-        result.messages_summarised = len(prep.to_summarize) + len(prep.turn_prefix)
-        result.own_tokens_after = estimate_records(out)
-        if len(out) > len(s.head_records(messages)) + 1 + kept:
-            result.notes.append("an ack model message follows the summary (Gemini alternation; not Pi's)")
-        return result

@@ -7,23 +7,14 @@ from ctxtool.common.errors import UsageError
 from ctxtool.compress.strategies.base import Strategy
 from ctxtool.compress.strategies.gemini_cli import GeminiCliStrategy
 
-# --------------------------------------------------------------------------------------------------
-# Registry
-
 STRATEGY_NAMES = ("gemini-cli", "kode", "pi", "openclaw", "codex")
-KODE_RETENTION = (
-    "aggressive",
-    "balanced",
-    "conservative",
-    "preserve_recent",
-    "preserve_important",
-    "smart_compression",
-)
 
 
 def strategy_names() -> list[str]:
     """Every name ``get_strategy`` accepts, except the ``gemini-cli:<profile>`` forms."""
-    return [*STRATEGY_NAMES, *(f"kode:{k}" for k in KODE_RETENTION)]
+    from ctxtool.compress.strategies.kode import RETENTION_DESCRIPTIONS
+
+    return [*STRATEGY_NAMES, *(f"kode:{k}" for k in RETENTION_DESCRIPTIONS)]
 
 
 def get_strategy(name: str) -> Strategy:
@@ -32,21 +23,18 @@ def get_strategy(name: str) -> Strategy:
     if base == "gemini-cli":
         return GeminiCliStrategy(variant or None)
     if base == "kode":
-        from ctxtool.compress.strategies.kode import KodeAutoCompact, KodeRetention
+        from ctxtool.compress.strategies.kode import RETENTION_DESCRIPTIONS, KodeAutoCompact, KodeRetention
 
+        if variant in RETENTION_DESCRIPTIONS:
+            return KodeRetention(variant)
         if not variant:
             return KodeAutoCompact()
-        if variant in KODE_RETENTION:
-            return KodeRetention(variant)
-    elif not variant and base == "pi":
+    if not variant and base in ("pi", "openclaw"):
+        from ctxtool.compress.strategies.openclaw import OpenClawStrategy
         from ctxtool.compress.strategies.pi import PiStrategy
 
-        return PiStrategy()
-    elif not variant and base == "openclaw":
-        from ctxtool.compress.strategies.openclaw import OpenClawStrategy
-
-        return OpenClawStrategy()
-    elif not variant and base == "codex":
+        return PiStrategy() if base == "pi" else OpenClawStrategy()
+    if not variant and base == "codex":
         from ctxtool.compress.strategies.codex import CodexStrategy
 
         return CodexStrategy()

@@ -1,18 +1,15 @@
 """Key facts of a history, and how many of them survive in a text.
 
-A compaction must not lose what the next turn needs: the files the agent touched, the commands it ran and
-how they ended, the errors it hit, the constraints the user set, and the todo list. This module extracts
-those facts from a history in Gemini wire form (``Content`` dicts) and measures, per kind, which of them
-can still be found in a text (normally the compacted history rendered as text). ``ctxtool compact``
-reports the figures and ``ctxtool diff`` compares them; the offline summarizer uses the same extraction to
-decide what to write.
+Owns the extraction of what the next turn needs from a history in Gemini wire form (``Content`` dicts): the
+user's requests, the files touched, the commands run and how they ended, the errors hit, the constraints the
+user set, the todo list; and the measure, per kind, of which of them a text still holds. ``ctxtool compact``
+reports it, ``ctxtool diff`` compares it, the offline summarizer writes from the same extraction.
 
-Extraction is heuristic but precise by design: errors come from tool responses that carry an ``error``
-field or from failed shell commands (non-zero exit code), never from any word "error" in a file's content;
-directives come only from what the user typed, never from ``<session_context>``, ``<state_snapshot>``,
-file contents pulled in by ``@path`` or other turns ctxtool or Gemini CLI synthesise.
+Heuristic but precise by design: errors come from tool responses that carry an ``error`` field or from failed
+shell commands, never from the word "error" in a file's content; directives only from what the user typed,
+never from ``<session_context>``, ``<state_snapshot>``, ``@path`` contents or other synthesised turns.
 
-This module owns no I/O and imports only the standard library (and the on-disk schema's constants).
+Must not do I/O or import beyond the standard library (and the on-disk schema's constants).
 """
 
 from __future__ import annotations
@@ -37,15 +34,15 @@ _SHELL_TOOLS = frozenset({"run_shell_command", "shell"})
 _TODO_TOOLS = frozenset({"write_todos"})
 _WRITE_TOOLS = frozenset({"write_file", "replace", "edit", "smart_edit", "create_file"})
 
-# A fact counts as kept when this head of it (all of it, if shorter) appears verbatim: a command, an error's
-# first line, a user request. Facts are never normalised, escaped or re-cased, neither when they are
-# written nor when they are measured.
+# How much of a fact must appear verbatim to count as kept (``fact_key``); facts are never normalised,
+# escaped or re-cased, neither when they are written nor when they are measured.
 HEAD_CHARS = 300
 # Longest text kept of one fact (a command, an error's first line): beyond, it is cut with "…".
 ERROR_MAX_CHARS = 1000
 COMMAND_MAX_CHARS = 2000
 # A "sentence" longer than this is pasted material, not something the user typed as an instruction.
 DIRECTIVE_MAX_CHARS = 400
+_END_PUNCT = " .!。！;；:"  # what a directive may end with and still be the same directive
 _LATEST_ACTIONS = 8
 _MODIFIED_HOWS = frozenset({"written", "edited"})
 
@@ -80,9 +77,6 @@ _BLOCK_RES = (
 
 _WS_RE = re.compile(r"\s+")
 _XML_ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&apos;", "'"), ("&amp;", "&"))
-
-
-# --------------------------------------------------------------------------------------------- data
 
 
 @dataclass(frozen=True)
@@ -142,18 +136,13 @@ class Facts:
 
     def items(self, kind: FactKind) -> tuple[str, ...]:
         """The facts of one kind as the strings retention looks for."""
-        if kind == "requests":
-            return self.requests
-        if kind == "paths":
-            return self.paths
-        if kind == "commands":
-            return tuple(c.command for c in self.commands)
-        if kind == "errors":
-            return tuple(e.message for e in self.errors)
-        return self.directives
-
-
-# --------------------------------------------------------------------------------------------- helpers
+        return {
+            "requests": self.requests,
+            "paths": self.paths,
+            "commands": tuple(c.command for c in self.commands),
+            "errors": tuple(e.message for e in self.errors),
+            "directives": self.directives,
+        }[kind]
 
 
 def normalize_ws(text: str) -> str:
@@ -162,8 +151,6 @@ def normalize_ws(text: str) -> str:
 
 def unescape_xml(text: str) -> str:
     """Undo the five XML entities (a snapshot escapes ``<``, ``>`` and ``&`` in the facts it quotes)."""
-    if "&" not in text:
-        return text
     for entity, char in _XML_ENTITIES:
         text = text.replace(entity, char)
     return text
@@ -173,11 +160,6 @@ def fact_key(text: str) -> str:
     """What must appear verbatim for a command, an error or a request to count as kept: its first
     HEAD_CHARS characters (all of it when shorter; a request cut with "…" without that mark)."""
     return text.removesuffix("…")[:HEAD_CHARS]
-
-
-def error_key(message: str) -> str:
-    """The head of an error message that retention looks for (``fact_key``)."""
-    return fact_key(message)
 
 
 def request_text(typed: str) -> str:
@@ -209,39 +191,23 @@ def word_clip(text: str, limit: int) -> str:
 
 def first_line(message: str) -> str:
     """The first non-empty line of a message as written (terminal colour codes removed)."""
-    for line in _ANSI_RE.sub("", message).splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
+    return next((line.strip() for line in _ANSI_RE.sub("", message).splitlines() if line.strip()), "")
 
 
-def _parts(content: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def content_parts(content: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The parts of a ``Content`` that are objects."""
     parts = content.get("parts")
-    if not isinstance(parts, list):
-        return []
-    return [p for p in parts if isinstance(p, Mapping)]
-
-
-def _text_of(part: Mapping[str, Any]) -> str | None:
-    text = part.get("text")
-    if not isinstance(text, str) or part.get("thought"):
-        return None
-    return text
+    return [p for p in parts if isinstance(p, Mapping)] if isinstance(parts, list) else []
 
 
 def is_synthetic_user_text(text: str) -> bool:
     """True for user-role text Gemini CLI or a compaction wrote, not the user."""
-    stripped = text.lstrip()
-    if stripped.startswith(_SYNTHETIC_PREFIXES):
-        return True
-    return any(marker in text for marker in _SYNTHETIC_MARKERS)
+    return text.lstrip().startswith(_SYNTHETIC_PREFIXES) or any(m in text for m in _SYNTHETIC_MARKERS)
 
 
 def user_typed_text(text: str) -> str:
     """What the user typed: ``@file`` contents, system notes and injected context removed."""
-    cut = text.find(_REFERENCED_MARKER)
-    if cut >= 0:
-        text = text[:cut]
+    text = text.partition(_REFERENCED_MARKER)[0]
     for block in _BLOCK_RES:
         text = block.sub(" ", text)
     return text.strip()
@@ -252,17 +218,16 @@ def real_user_prompts(history: Sequence[Mapping[str, Any]]) -> Iterator[tuple[in
     for index, content in enumerate(history):
         if content.get("role") != "user":
             continue
-        texts = [t for t in (_text_of(p) for p in _parts(content)) if t is not None and t.strip()]
-        texts = [t for t in texts if not is_synthetic_user_text(t)]
-        if not texts:
-            continue
+        texts = [
+            t
+            for p in content_parts(content)
+            if isinstance(t := p.get("text"), str) and not p.get("thought") and t.strip()
+            if not is_synthetic_user_text(t)
+        ]
         raw = "\n".join(texts)
-        typed = user_typed_text(raw)
-        if typed:
+        if texts and (typed := user_typed_text(raw)):
             yield index, typed, raw
 
-
-# --------------------------------------------------------------------------------------------- paths
 
 _TRAIL_PUNCT = ".,;:!?)]}>'\"`*。，、；：！？）」』】"
 # File extensions that make a bare name a path (a word list, split once at import).
@@ -282,16 +247,13 @@ _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf9
 
 
 def _looks_like_path(candidate: str, quoted: bool) -> bool:
-    if not candidate or len(candidate) > 260 or "://" in candidate or "*" in candidate or "\n" in candidate:
+    if not candidate or len(candidate) > 260 or any(x in candidate for x in ("://", "*", "\n")):
         return False
     if candidate.startswith(("http:", "https:", "--")):
         return False
-    if _CJK_RE.search(candidate) and not _WIN_PATH_RE.match(candidate) and "/" not in candidate:
-        return False
-    spaced = " " in candidate
     if _WIN_PATH_RE.match(candidate):
         return len(candidate) > 3
-    if spaced:
+    if " " in candidate or (_CJK_RE.search(candidate) and "/" not in candidate):
         return False
     segments = [s for s in re.split(r"[\\/]", candidate) if s]
     if not segments or not all(re.search(r"\w", seg) for seg in segments if seg not in (".", "..", "~")):
@@ -313,14 +275,7 @@ def _looks_like_path(candidate: str, quoted: bool) -> bool:
 
 
 def _clean_path(candidate: str) -> str:
-    candidate = candidate.strip()
-    if candidate.startswith("@"):
-        candidate = candidate[1:]
-    while candidate and candidate[-1] in _TRAIL_PUNCT:
-        candidate = candidate[:-1]
-    while candidate and candidate[0] in "([{'\"`":
-        candidate = candidate[1:]
-    return candidate
+    return candidate.strip().removeprefix("@").rstrip(_TRAIL_PUNCT).lstrip("([{'\"`")
 
 
 def paths_in_text(text: str) -> list[str]:
@@ -350,15 +305,10 @@ def _arg_paths_keyed(name: str, args: Mapping[str, Any]) -> list[tuple[str, str]
     """(argument name, path) for every path argument of a tool call."""
     if name in _NON_FS_TOOLS:
         return []
-    out: list[tuple[str, str]] = []
-    for key in _PATH_ARGS:
-        value = args.get(key)
-        if isinstance(value, str):
-            out.append((key, value.strip()))
+    out = [(key, value.strip()) for key in _PATH_ARGS if isinstance(value := args.get(key), str)]
     for key in _PATHS_ARGS:
-        value = args.get(key)
-        if isinstance(value, list):
-            out.extend((key, v.strip()) for v in value if isinstance(v, str))
+        if isinstance(values := args.get(key), list):
+            out.extend((key, v.strip()) for v in values if isinstance(v, str))
     return [(k, p) for k, p in out if p and p not in (".", "./", ".\\", "*", "**")]
 
 
@@ -373,8 +323,6 @@ def _how_for_tool(name: str, key_path_is_cwd: bool) -> str:
         return "listed"
     return "read"
 
-
-# --------------------------------------------------------------------------------------------- tool results
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _EXIT_RE = re.compile(r"^Exit Code: (-?\d+)\s*$", re.MULTILINE)
@@ -407,12 +355,12 @@ def _response_payload(part: Mapping[str, Any]) -> tuple[str, str, Mapping[str, A
     fr = part.get("functionResponse")
     if not isinstance(fr, Mapping):
         return None
-    name = fr.get("name") if isinstance(fr.get("name"), str) else ""
-    call_id = fr.get("id") if isinstance(fr.get("id"), str) else ""
     response = fr.get("response")
-    if not isinstance(response, Mapping):
-        response = {}
-    return str(name), str(call_id), response
+    return _str(fr.get("name")), _str(fr.get("id")), response if isinstance(response, Mapping) else {}
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _as_text(value: Any) -> str:
@@ -425,37 +373,23 @@ def _as_text(value: Any) -> str:
     return str(value)
 
 
-def _shell_body_lines(output: str) -> list[str]:
-    lines: list[str] = []
-    for raw in _ANSI_RE.sub("", output).splitlines():
-        line = raw.strip()
-        if line.startswith(("Output:", "Stdout:", "Stderr:")):
-            line = line.split(":", 1)[1].strip()
-        if not line or line in ("(empty)", "(none)") or line.startswith(_SHELL_TRAILERS):
-            continue
-        lines.append(line)
-    return lines
-
-
 def _shell_error_line(output: str) -> str:
     """The most telling error line of a failed shell command's output; "" when no line looks like an error
     (the command's outcome still records the failure)."""
     field = _SHELL_ERROR_FIELD_RE.search(output)
     if field and field.group(1).strip() not in ("(none)", ""):
         return field.group(1).strip()
-    lines = _shell_body_lines(output)
-    exceptions = [m for m in (_EXC_RE.search(line) for line in lines) if m is not None]
-    if exceptions:
-        last = exceptions[-1]  # a traceback ends with the exception that matters
+    lines: list[str] = []  # the output's lines, without the shell tool's own trailer lines
+    for raw in _ANSI_RE.sub("", output).splitlines():
+        line = raw.strip()
+        if line.startswith(("Output:", "Stdout:", "Stderr:")):
+            line = line.split(":", 1)[1].strip()
+        if line and line not in ("(empty)", "(none)") and not line.startswith(_SHELL_TRAILERS):
+            lines.append(line)
+    # A traceback ends with the exception that matters.
+    if last := next((m for m in map(_EXC_RE.search, reversed(lines)) if m is not None), None):
         return last.string[last.start() :]
-    for line in lines:
-        if _ERROR_LINE_RE.search(line) and len(line) >= 8:
-            return line
-    return ""
-
-
-def _clip(text: str, limit: int) -> str:
-    return word_clip(normalize_ws(_ANSI_RE.sub("", text)), limit)
+    return next((line for line in lines if _ERROR_LINE_RE.search(line) and len(line) >= 8), "")
 
 
 def _shell_outcome(response: Mapping[str, Any]) -> tuple[str, str]:
@@ -470,15 +404,12 @@ def _shell_outcome(response: Mapping[str, Any]) -> tuple[str, str]:
             return "denied", message
         return "error", message
     output = _as_text(response.get("output", response.get("llmContent", "")))
-    exit_match = _EXIT_RE.search(output)
-    signal_match = _SIGNAL_RE.search(output)
-    if signal_match and signal_match.group(1).strip() not in ("(none)", "0"):
-        return f"signal {signal_match.group(1).strip()}", _shell_error_line(output)
-    if exit_match:
+    signal = _SIGNAL_RE.search(output)
+    if signal and (name := signal.group(1).strip()) not in ("(none)", "0"):
+        return f"signal {name}", _shell_error_line(output)
+    if exit_match := _EXIT_RE.search(output):
         code = int(exit_match.group(1))
-        if code != 0:
-            return f"exit {code}", _shell_error_line(output)
-        return "exit 0", ""
+        return f"exit {code}", (_shell_error_line(output) if code else "")
     if "Background PIDs:" in output and "(none)" not in output.split("Background PIDs:", 1)[1][:10]:
         return "background", ""
     if not output and not response:
@@ -498,8 +429,6 @@ def _tool_error(name: str, response: Mapping[str, Any]) -> str:
             return output.strip()
     return ""
 
-
-# --------------------------------------------------------------------------------------------- directives
 
 _LEAD_RE = re.compile(r"^(?:[-*•>#]+|\d+[.)]|\(?[a-z]\))\s*", re.IGNORECASE)
 _POLITE_RE = re.compile(
@@ -527,25 +456,12 @@ _DIRECTIVE_CJK_RE = re.compile(
 _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
 
 
-def _sentences(text: str) -> Iterator[str]:
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        for piece in _SENTENCE_SPLIT_RE.split(line):
-            piece = piece.strip()
-            if piece:
-                yield piece
-
-
 def is_directive(sentence: str) -> bool:
     body = _POLITE_RE.sub("", _LEAD_RE.sub("", sentence.strip())).strip()
     if not body:
         return False
     cjk = _CJK_RE.search(body) is not None
-    if len(body) < (4 if cjk else 10) or len(sentence) > DIRECTIVE_MAX_CHARS:
-        return False
-    if body.endswith("?") or body.endswith("？"):
+    if len(body) < (4 if cjk else 10) or len(sentence) > DIRECTIVE_MAX_CHARS or body.endswith(("?", "？")):
         return False
     if _DIRECTIVE_START_RE.match(body) or _DIRECTIVE_ANY_RE.search(body):
         return True
@@ -553,52 +469,28 @@ def is_directive(sentence: str) -> bool:
 
 
 def directives_in_text(text: str) -> list[str]:
-    return [normalize_ws(_LEAD_RE.sub("", s)) for s in _sentences(text) if is_directive(s)]
-
-
-def normalize_directive(sentence: str) -> str:
-    text = normalize_ws(unescape_xml(sentence)).casefold()
-    return text.rstrip(" .!。！;；:")
-
-
-# --------------------------------------------------------------------------------------------- extraction
-
-
-class _Ordered:
-    """An insertion-ordered set keyed by a normalised form."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, Any] = {}
-
-    def add(self, key: str, value: Any) -> None:
-        if key and key not in self.items:
-            self.items[key] = value
+    sentences = (p.strip() for line in text.splitlines() for p in _SENTENCE_SPLIT_RE.split(line.strip()))
+    return [normalize_ws(_LEAD_RE.sub("", s)) for s in sentences if s and is_directive(s)]
 
 
 def _iter_calls(history: Sequence[Mapping[str, Any]]) -> Iterator[tuple[int, str, str, Mapping[str, Any]]]:
     for index, content in enumerate(history):
-        if content.get("role") != "model":
-            continue
-        for part in _parts(content):
-            fc = part.get("functionCall")
-            if not isinstance(fc, Mapping):
-                continue
-            name = fc.get("name")
-            call_id = fc.get("id")
-            args = fc.get("args")
-            yield (
-                index,
-                name if isinstance(name, str) else "",
-                call_id if isinstance(call_id, str) else "",
-                args if isinstance(args, Mapping) else {},
-            )
+        for part in content_parts(content) if content.get("role") == "model" else []:
+            if isinstance(fc := part.get("functionCall"), Mapping):
+                args = fc.get("args")
+                yield (
+                    index,
+                    _str(fc.get("name")),
+                    _str(fc.get("id")),
+                    args if isinstance(args, Mapping) else {},
+                )
 
 
 def _responses(history: Sequence[Mapping[str, Any]]) -> list[tuple[int, str, str, Mapping[str, Any]]]:
     return [
         (index, *payload)
         for index, content in enumerate(history)
-        for part in _parts(content)
+        for part in content_parts(content)
         if (payload := _response_payload(part)) is not None
     ]
 
@@ -645,10 +537,11 @@ def _todos(args: Mapping[str, Any]) -> tuple[TodoFact, ...] | None:
 
 def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
     """Extract the facts of a history in Gemini wire form (see the module docstring)."""
-    paths = _Ordered()
-    commands: dict[str, CommandFact] = {}
-    errors = _Ordered()
-    directives = _Ordered()
+    # Each kind in order of first appearance, de-duplicated by a normalised key.
+    paths: dict[str, PathFact] = {}
+    commands: dict[str, CommandFact] = {}  # a later run updates the outcome, not the place
+    errors: dict[str, ErrorFact] = {}
+    directives: dict[str, str] = {}
     todos: tuple[TodoFact, ...] = ()
     actions: list[str] = []
     goal = ""
@@ -674,12 +567,13 @@ def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
             if not goal:
                 goal = normalize_ws(typed)
             for path in paths_in_text(typed):
-                paths.add(path, PathFact(path, "mentioned"))
+                _add_path(paths, path, "mentioned")
             for match in _REFERENCED_FILE_RE.finditer(raw):
-                path = _clean_path(match.group(1))
-                paths.add(path, PathFact(path, "referenced"))
+                _add_path(paths, _clean_path(match.group(1)), "referenced")
             for sentence in directives_in_text(typed):
-                directives.add(normalize_directive(sentence), sentence)
+                directives.setdefault(
+                    normalize_ws(unescape_xml(sentence)).casefold().rstrip(_END_PUNCT), sentence
+                )
             continue
         name, args, response = payload
         calls += 1
@@ -691,70 +585,46 @@ def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
             command = word_clip(str(args["command"]).strip(), COMMAND_MAX_CHARS)
             outcome, message = _shell_outcome(response) if response is not None else ("", "")
             if command:
-                commands[command] = CommandFact(command, outcome, name)  # latest outcome wins
+                commands[command] = CommandFact(command, outcome, name)
             if message:
                 _add_error(errors, name, message, command)
-        elif response is not None:
-            message = _tool_error(name, response)
-            if message:
-                outcome = "error"
-                _add_error(errors, name, message, subject)
-        if name in _TODO_TOOLS:
-            new_todos = _todos(args)
-            if new_todos is not None:
-                todos = new_todos
-        actions.append(_action_text(name, subject, outcome))
+        elif response is not None and (message := _tool_error(name, response)):
+            outcome = "error"
+            _add_error(errors, name, message, subject)
+        if name in _TODO_TOOLS and (new_todos := _todos(args)) is not None:
+            todos = new_todos
+        action = (
+            f"{name} {word_clip(normalize_ws(_ANSI_RE.sub('', subject)), 120)}".strip() if subject else name
+        )
+        actions.append(f"{action} → {outcome}" if outcome else action)
 
     return Facts(
         goal=goal,
-        paths=tuple(paths.items.keys()),
-        commands=_first_seen_commands(history, commands),
-        errors=tuple(errors.items.values()),
-        directives=tuple(directives.items.values()),
+        paths=tuple(paths),
+        commands=tuple(commands.values()),
+        errors=tuple(errors.values()),
+        directives=tuple(directives.values()),
         todos=todos,
         latest_actions=tuple(actions[-_LATEST_ACTIONS:]),
-        path_facts=tuple(paths.items.values()),
+        path_facts=tuple(paths.values()),
         user_prompts=prompts,
         tool_calls=calls,
         requests=tuple(requests),
     )
 
 
-def _add_path(paths: _Ordered, path: str, how: str) -> None:
+def _add_path(paths: dict[str, PathFact], path: str, how: str) -> None:
     """Record a path; a later write or edit upgrades a path first seen as read, listed or mentioned."""
-    existing = paths.items.get(path)
-    if existing is None:
-        paths.add(path, PathFact(path, how))
-    elif how in _MODIFIED_HOWS and not existing.modified:
-        paths.items[path] = PathFact(path, how)
+    existing = paths.get(path)
+    if path and (existing is None or (how in _MODIFIED_HOWS and not existing.modified)):
+        paths[path] = PathFact(path, how)
 
 
-def _add_error(errors: _Ordered, tool: str, message: str, subject: str) -> None:
+def _add_error(errors: dict[str, ErrorFact], tool: str, message: str, subject: str) -> None:
     line = word_clip(first_line(message), ERROR_MAX_CHARS)
     if len(line) < 4:
         return
-    errors.add(error_key(line), ErrorFact(tool, line, subject))
-
-
-def _action_text(name: str, subject: str, outcome: str) -> str:
-    text = f"{name} {_clip(subject, 120)}".strip() if subject else name
-    return f"{text} → {outcome}" if outcome else text
-
-
-def _first_seen_commands(
-    history: Sequence[Mapping[str, Any]], latest: Mapping[str, CommandFact]
-) -> tuple[CommandFact, ...]:
-    """Commands in order of first run, each with the outcome of its latest run."""
-    order: dict[str, None] = {}
-    for _index, name, _id, args in _iter_calls(history):
-        if name in _SHELL_TOOLS and isinstance(args.get("command"), str):
-            command = word_clip(str(args["command"]).strip(), COMMAND_MAX_CHARS)
-            if command:
-                order.setdefault(command, None)
-    return tuple(latest[c] for c in order if c in latest)
-
-
-# --------------------------------------------------------------------------------------------- retention
+    errors.setdefault(fact_key(line), ErrorFact(tool, line, subject))
 
 
 @dataclass(frozen=True)
@@ -774,6 +644,9 @@ class KindRetention:
         """Share of facts kept, 0-100; None when the history had no fact of this kind."""
         return None if self.total == 0 else 100.0 * len(self.kept) / self.total
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"kept": len(self.kept), "total": self.total, "percent": self.percent, "lost": list(self.lost)}
+
 
 @dataclass(frozen=True)
 class Retention:
@@ -791,15 +664,7 @@ class Retention:
         return self.kind(kind).percent
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
-        return {
-            k: {
-                "kept": len(self.kind(k).kept),
-                "total": self.kind(k).total,
-                "percent": self.kind(k).percent,
-                "lost": list(self.kind(k).lost),
-            }
-            for k in FACT_KINDS
-        }
+        return {k: self.kind(k).as_dict() for k in FACT_KINDS}
 
 
 def path_forms(path: str) -> tuple[str, ...]:
@@ -818,18 +683,13 @@ def fact_kept(kind: FactKind, fact: str, text: str) -> bool:
     if kind == "paths":
         return any(form in text for form in path_forms(fact))
     if kind == "directives":
-        return fact.rstrip(" .!。！;；:") in text
+        return fact.rstrip(_END_PUNCT) in text
     return fact_key(fact) in text
 
 
 def retention(facts: Facts, text: str | Iterable[str]) -> Retention:
-    """Measure which facts survive in ``text`` (or in the concatenation of several texts).
-
-    Matching is verbatim containment: nothing is normalised, unescaped or re-cased, so a fact that a summary
-    escaped (``&amp;&amp;``) or reflowed is lost. Paths: the exact path, or ``parent/basename`` (either
-    separator). Commands, errors (their first line) and user requests: the first HEAD_CHARS characters
-    (``fact_key``). Directives: the sentence as extracted, without trailing punctuation.
-    """
+    """Measure which facts survive (``fact_kept``) in ``text`` or the concatenation of several texts: a fact
+    that a summary escaped (``&amp;&amp;``) or reflowed is lost."""
     joined = text if isinstance(text, str) else "\n".join(text)
     per_kind: dict[str, KindRetention] = {}
     for kind in FACT_KINDS:
@@ -846,17 +706,14 @@ def history_text(history: Sequence[Mapping[str, Any]]) -> str:
     arguments, every function response, one per line."""
     lines: list[str] = []
     for content in history:
-        for part in _parts(content):
+        for part in content_parts(content):
             if isinstance(part.get("text"), str):
                 lines.append(str(part["text"]))
-            fc = part.get("functionCall")
-            if isinstance(fc, Mapping):
+            if isinstance(fc := part.get("functionCall"), Mapping):
                 lines.append(f"{fc.get('name', '')} {_as_text(fc.get('args'))}")
-                args = fc.get("args")
-                if isinstance(args, Mapping):
+                if isinstance(args := fc.get("args"), Mapping):
                     lines.extend(str(v) for v in args.values() if isinstance(v, str))
-            payload = _response_payload(part)
-            if payload is not None:
+            if (payload := _response_payload(part)) is not None:
                 name, _id, response = payload
                 lines.append(name)
                 lines.extend(_as_text(v) for v in response.values())

@@ -58,13 +58,9 @@ def get_response_text(response: Any) -> str | None:
     return "".join(p.text for p in parts if p.text and not p.thought)
 
 
-# What installs the gemini summarizer's package: an extra of ctxtool's (most commands never call a model).
-INSTALL_GEMINI = "pip install 'ctxtool[gemini]'"
-
-
 def _check_installed() -> None:
     """A one-line SummarizerError naming the install command when google-genai is not installed (it is the
-    ``gemini`` extra, not a runtime dependency). Finds the package without importing it."""
+    ``gemini`` extra: most commands never call a model). Finds the package without importing it."""
     import importlib.util
 
     try:
@@ -74,13 +70,8 @@ def _check_installed() -> None:
     if not found:
         raise SummarizerError(
             "the gemini summarizer needs the google-genai package, which is not installed",
-            f"Install it with {INSTALL_GEMINI} (or use the offline summarizer, the default)",
+            "Install it with pip install 'ctxtool[gemini]' (or use the offline summarizer, the default)",
         )
-
-
-def _env_flag(env: Mapping[str, str], name: str) -> bool:
-    # The same test google-genai applies to GOOGLE_GENAI_USE_VERTEXAI.
-    return env.get(name, "").strip().lower() in ("true", "1")
 
 
 class GeminiSummarizer:
@@ -125,7 +116,8 @@ class GeminiSummarizer:
         self.system_prompt = system_prompt
         self._sleep = sleep
         self._rng = rng if rng is not None else random.Random()
-        self._vertex = _env_flag(env, VERTEX_ENV_VAR)
+        # The same test google-genai applies to GOOGLE_GENAI_USE_VERTEXAI.
+        self._vertex = env.get(VERTEX_ENV_VAR, "").strip().lower() in ("true", "1")
         self.base_url = base_url or env.get(BASE_URL_ENV_VAR) or None
         env_keys = [env[v].strip() for v in API_KEY_ENV_VARS if env.get(v, "").strip()]
         explicit = api_key.strip() if api_key and api_key.strip() else None
@@ -147,8 +139,6 @@ class GeminiSummarizer:
             f"GeminiSummarizer(model={self.model!r}, base_url={self.base_url!r}, vertex={self._vertex}, "
             f"timeout_s={self.timeout_s}, max_retries={self.max_retries})"
         )
-
-    # -- client -------------------------------------------------------------------------------------------
 
     def _get_client(self) -> Client:
         if self._client is not None:
@@ -187,8 +177,6 @@ class GeminiSummarizer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the call -----------------------------------------------------------------------------------------
-
     def generate(self, call: ModelCall) -> str | None:
         from google.genai import errors, types
 
@@ -218,11 +206,10 @@ class GeminiSummarizer:
                 response = client.models.generate_content(model=model, contents=contents, config=config)
             except errors.APIError as exc:
                 code = int(exc.code or 0)
-                retryable = code in _RETRY_STATUS
                 server_delay = _retry_delay_s(exc) if code == 429 else None
                 if server_delay is not None and server_delay > _MAX_SERVER_DELAY_S:
                     raise self._quota_error(exc, model, attempt + 1, server_delay) from None
-                if retryable and attempt < self.max_retries:
+                if code in _RETRY_STATUS and attempt < self.max_retries:
                     self._sleep(max(self._backoff(attempt), server_delay or 0.0))
                     attempt += 1
                     continue
@@ -237,8 +224,11 @@ class GeminiSummarizer:
                     self._sleep(self._backoff(attempt))
                     attempt += 1
                     continue
+                where = self.base_url or (
+                    "Vertex AI" if self._vertex else "https://generativelanguage.googleapis.com"
+                )
                 raise SummarizerError(
-                    f"could not reach the Gemini API at {self._where()} after {attempt + 1} attempts "
+                    f"could not reach the Gemini API at {where} after {attempt + 1} attempts "
                     f"({type(exc).__name__}: {self._clean(str(exc))})",
                     "Check the network connection and GOOGLE_GEMINI_BASE_URL, then retry",
                 ) from None
@@ -265,16 +255,9 @@ class GeminiSummarizer:
             return self.model, {}
         return model, dict(generation)
 
-    # -- helpers ------------------------------------------------------------------------------------------
-
     def _backoff(self, attempt: int) -> float:
         base: float = min(_BACKOFF_MAX_S, _BACKOFF_INITIAL_S * 2.0**attempt)
         return base * (1 + _JITTER * self._rng.random())
-
-    def _where(self) -> str:
-        if self.base_url:
-            return self.base_url
-        return "Vertex AI" if self._vertex else "https://generativelanguage.googleapis.com"
 
     def _clean(self, text: str) -> str:
         """One line, bounded, and without the key (a proxy might echo it back)."""

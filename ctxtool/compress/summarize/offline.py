@@ -2,23 +2,14 @@
 
 The snapshot has the sections today's Gemini CLI compression prompt asks the model for (see
 ``gemini-cli-compression.md`` §9.1.1, ``getCompressionPrompt`` in ``packages/core/src/prompts/snippets.ts``):
-the overall goal, the constraints the user set, key knowledge (errors met, facts carried from an earlier
-snapshot), the artifact trail (files written or edited), the file system state (other files and directories
-touched), recent actions (every shell command with its outcome, then the latest tool calls) and the task state
-(the todo list). A model writes prose; this summarizer writes facts, quoted exactly so that a later turn (and
-``ctxtool.compress.summarize.facts.retention``) can find them.
+goal, constraints, key knowledge, artifact trail, file system state, recent actions, task state. A model
+writes prose; this summarizer writes facts, quoted exactly so that a later turn (and ``facts.retention``)
+finds them.
 
-Budget. The output is kept within ``token_budget * chars_per_token`` characters (characters / 4 is the
-estimate the rest of ctxtool uses for text). When everything does not fit, prose goes first (the goal's tail,
-latest actions, the last request), then the most expensive facts: facts are chosen round by round, each
-round giving the kind with the lowest share kept so far its next cheapest fact, so no kind is starved.
-
-Anchored histories. When the history holds an earlier ``<state_snapshot>`` (written by this class or by a
-model), its sections are parsed and their lines carried into the new snapshot below the new facts of the
-same section; its goal stays the overall goal; its constraints and key knowledge come before new prose.
-
-Probe calls. Gemini CLI asks the model to check its snapshot and repeat or improve it. Offline there is
-nothing to improve with, so a probe returns ``call.previous_summary`` unchanged.
+Budget: at most ``token_budget * chars_per_token`` characters; when everything does not fit, facts are
+chosen tier by tier (``_select``) and the header says what was left out. Anchored histories: an earlier
+``<state_snapshot>``'s lines are carried below the new facts of their section, its goal stays the goal. A
+probe call returns ``call.previous_summary`` unchanged (offline there is nothing to improve with).
 
 Same input, same bytes: nothing here depends on time, randomness or hash order.
 """
@@ -28,14 +19,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ctxtool.common.errors import UsageError
 from ctxtool.common.wording import plural
 from ctxtool.compress.summarize.facts import (
     Facts,
-    PathFact,
+    content_parts,
     extract_facts,
     normalize_ws,
     real_user_prompts,
@@ -85,23 +76,18 @@ def _clip(text: str, limit: int) -> str:
     return word_clip(normalize_ws(text), limit)
 
 
-# ----------------------------------------------------------------------------------- previous snapshot
-
-
 def previous_snapshot(history: Sequence[Mapping[str, Any]]) -> dict[str, list[str]] | None:
     """The sections of the last ``<state_snapshot>`` found in a text part of the history, as unescaped lines
     (bullets and blank lines removed). None when the history has no snapshot."""
-    found: str | None = None
-    for content in history:
-        parts = content.get("parts")
-        if not isinstance(parts, list):
-            continue
-        for part in parts:
-            text = part.get("text") if isinstance(part, Mapping) else None
-            if isinstance(text, str) and "<state_snapshot>" in text and not part.get("thought"):
-                matches = _SNAPSHOT_RE.findall(text)
-                if matches:
-                    found = matches[-1]
+    texts = [
+        p["text"]
+        for c in history
+        for p in content_parts(c)
+        if isinstance(p.get("text"), str) and not p.get("thought")
+    ]
+    found = next(
+        (m[-1] for t in reversed(texts) if "<state_snapshot>" in t and (m := _SNAPSHOT_RE.findall(t))), None
+    )
     if found is None:
         return None
     verbatim = VERBATIM_MARK in found[:400]
@@ -124,9 +110,6 @@ def previous_snapshot(history: Sequence[Mapping[str, Any]]) -> dict[str, list[st
                 lines.append(line)
         sections["task_state" if tag == "current_plan" else tag] = lines
     return sections
-
-
-# --------------------------------------------------------------------------------------------- selection
 
 
 @dataclass(frozen=True)
@@ -270,9 +253,7 @@ class OfflineSummarizer:
 
     def generate(self, call: ModelCall) -> str | None:
         """Answer a summary call with a snapshot; answer a probe with the summary it checks, unchanged."""
-        if call.kind == "probe":
-            return call.previous_summary
-        return self.summarize(call.history)
+        return call.previous_summary if call.kind == "probe" else self.summarize(call.history)
 
     def summarize(self, history: Sequence[Mapping[str, Any]]) -> str:
         facts = extract_facts(history)
@@ -293,26 +274,19 @@ class OfflineSummarizer:
         room = max_chars - len(_render(header(_LEFT_OUT_WIDEST), []))
         chosen = _select(items, room)
         text = _render(header(_left_out(items, chosen)), chosen)
-        while len(text) > max_chars and chosen:
-            chosen = _drop_one(chosen)
+        while len(text) > max_chars and chosen:  # the estimate overshot: drop the least important item
+            victim = min(chosen, key=lambda i: (_RANK[i.kind], -i.cost, -i.order))
+            chosen = [i for i in chosen if i is not victim]
             text = _render(header(_left_out(items, chosen)), chosen)
         return text
 
 
-# --------------------------------------------------------------------------------------------- candidates
-
-
-@dataclass
-class _Candidates:
-    """The lines a snapshot may hold, gathered in emitted order (an item's ``order`` is its position)."""
-
-    items: list[_Item] = field(default_factory=list)
-
-    def add(self, section: str, group: str, text: str, kind: str) -> None:
-        # Facts stay as written (a command's line breaks and spacing are part of it); prose is tidied.
-        text = text.strip() if kind in _VERBATIM_KINDS else normalize_ws(text)
-        if text:
-            self.items.append(_Item(section, group, text, len(self.items), kind))
+def _add(out: list[_Item], section: str, group: str, text: str, kind: str) -> None:
+    """Gather a line the snapshot may hold, in emitted order (an item's ``order`` is its position)."""
+    # Facts stay as written (a command's line breaks and spacing are part of it); prose is tidied.
+    text = text.strip() if kind in _VERBATIM_KINDS else normalize_ws(text)
+    if text:
+        out.append(_Item(section, group, text, len(out), kind))
 
 
 def _candidate_items(
@@ -320,108 +294,104 @@ def _candidate_items(
 ) -> list[_Item]:
     """Every line the snapshot may hold, section by section: the new facts, and what the previous snapshot
     carries that they do not repeat."""
-    out = _Candidates()
+    out: list[_Item] = []
     prev = previous or {}
     _request_items(out, facts, prev)
     _knowledge_items(out, facts, prev)
     _path_items(out, facts, prev)
     _action_items(out, facts, prev)
     _task_items(out, facts, prev, history)
-    return out.items
+    return out
 
 
-def _request_items(out: _Candidates, facts: Facts, prev: Mapping[str, list[str]]) -> None:
+def _request_items(out: list[_Item], facts: Facts, prev: Mapping[str, list[str]]) -> None:
     """What the user asked: the requests, the overall goal (the previous one stays) and the constraints."""
     for request in facts.requests:
-        out.add("user_requests", "", request, "requests")
+        _add(out, "user_requests", "", request, "requests")
     goal = " ".join(prev.get("overall_goal", [])) or facts.goal
     if goal:
         head = _clip(goal, _GOAL_HEAD)
-        out.add("overall_goal", "", head, "core")
+        _add(out, "overall_goal", "", head, "core")
         if len(normalize_ws(goal)) > _GOAL_HEAD:  # the rest, from the word the head left out
             rest = normalize_ws(goal)[len(head) - 1 :]
-            out.add("overall_goal", "", "(continued) " + _clip(rest, _GOAL_MAX - _GOAL_HEAD), "prose")
+            _add(out, "overall_goal", "", "(continued) " + _clip(rest, _GOAL_MAX - _GOAL_HEAD), "prose")
 
-    seen_constraints = set()
-    for line in prev.get("active_constraints", []):
-        seen_constraints.add(line.casefold())
-        out.add("active_constraints", "", line, "carried")
+    carried = prev.get("active_constraints", [])
+    for line in carried:
+        _add(out, "active_constraints", "", line, "carried")
+    seen = {line.casefold() for line in carried}
     for directive in facts.directives:
-        if directive.casefold() not in seen_constraints:
-            out.add("active_constraints", "", directive, "directives")
+        if directive.casefold() not in seen:
+            _add(out, "active_constraints", "", directive, "directives")
 
 
-def _knowledge_items(out: _Candidates, facts: Facts, prev: Mapping[str, list[str]]) -> None:
+def _knowledge_items(out: list[_Item], facts: Facts, prev: Mapping[str, list[str]]) -> None:
     """The errors met, then the previous snapshot's key knowledge."""
     for error in facts.errors:
-        about = (
-            f" ({word_clip(error.subject, 120)})"
-            if error.subject and error.subject not in error.message
-            else ""
-        )
-        out.add("key_knowledge", "errors", f"{error.tool}{about}: {error.message}", "errors")
+        about = ""
+        if error.subject and error.subject not in error.message:
+            about = f" ({word_clip(error.subject, 120)})"
+        _add(out, "key_knowledge", "errors", f"{error.tool}{about}: {error.message}", "errors")
     for line in prev.get("key_knowledge", []):
         if not line.endswith(":"):
-            out.add("key_knowledge", "carried", line, "carried")
+            _add(out, "key_knowledge", "carried", line, "carried")
 
 
-def _path_items(out: _Candidates, facts: Facts, prev: Mapping[str, list[str]]) -> None:
+def _path_items(out: list[_Item], facts: Facts, prev: Mapping[str, list[str]]) -> None:
     """The roots legend, the paths touched, and the previous snapshot's paths not touched again."""
     roots = _Roots(facts.paths)
     for name, root in roots.roots:
-        out.add("file_system_state", "roots", f"{name} = {root}", "core")
-    for path_fact in facts.path_facts:
-        _add_path_item(out, roots, path_fact)
+        _add(out, "file_system_state", "roots", f"{name} = {root}", "core")
+    for fact in facts.path_facts:
+        section = "artifact_trail" if fact.modified else "file_system_state"
+        kind = "paths" if fact.modified or fact.how not in ("read", "listed") else "paths_read"
+        _add(out, section, fact.how, roots.shorten(fact.path), kind)
     new_paths = {roots.shorten(p).casefold() for p in facts.paths} | {p.casefold() for p in facts.paths}
     for section in ("artifact_trail", "file_system_state"):
         for line in prev.get(section, []):
             if line.endswith(":") or line.casefold() in new_paths:
                 continue
-            out.add(section, "carried", roots.shorten(line), "carried")
+            _add(out, section, "carried", roots.shorten(line), "carried")
 
 
-def _action_items(out: _Candidates, facts: Facts, prev: Mapping[str, list[str]]) -> None:
+def _action_items(out: list[_Item], facts: Facts, prev: Mapping[str, list[str]]) -> None:
     """Shell commands with their outcome, earlier commands and actions carried over, the latest tool calls."""
     for command in facts.commands:
-        ok = command.outcome == "exit 0"
-        outcome = "" if ok else f" [{command.outcome or 'no result'}]"
-        out.add(
-            "recent_actions",
-            "commands",
-            f"$ {command.command}{outcome}",
-            "commands" if not ok else "commands_ok",
-        )
+        if command.outcome == "exit 0":
+            _add(out, "recent_actions", "commands", f"$ {command.command}", "commands_ok")
+        else:
+            _add(
+                out,
+                "recent_actions",
+                "commands",
+                f"$ {command.command} [{command.outcome or 'no result'}]",
+                "commands",
+            )
     new_commands = {f"$ {c.command}" for c in facts.commands}
     for line in prev.get("recent_actions", []):
         if line.startswith("$ ") and line.split(" [")[0] not in new_commands:
-            out.add("recent_actions", "carried", line, "carried")  # an earlier command, as it was quoted
+            _add(out, "recent_actions", "carried", line, "carried")  # an earlier command, as it was quoted
     for line in prev.get("recent_actions", [])[-12:]:
         if not line.endswith(":") and not line.startswith("$ "):
-            out.add("recent_actions", "carried", line, "prose")
+            _add(out, "recent_actions", "carried", line, "prose")
     for action in facts.latest_actions:
-        out.add("recent_actions", "latest", _clip(action, _PROSE_LINE_MAX), "prose")
+        _add(out, "recent_actions", "latest", _clip(action, _PROSE_LINE_MAX), "prose")
 
 
 def _task_items(
-    out: _Candidates, facts: Facts, prev: Mapping[str, list[str]], history: Sequence[Mapping[str, Any]]
+    out: list[_Item], facts: Facts, prev: Mapping[str, list[str]], history: Sequence[Mapping[str, Any]]
 ) -> None:
     """The todo list (else the previous snapshot's task state) and the current request."""
     for todo in facts.todos:
         mark = _TODO_MARK.get(todo.status, todo.status.upper())
-        out.add("task_state", "todos", f"[{mark}] {_clip(todo.description, _TODO_MAX)}", "core")
+        _add(out, "task_state", "todos", f"[{mark}] {_clip(todo.description, _TODO_MAX)}", "core")
     if not facts.todos:
         for line in prev.get("task_state", []):
             if not line.endswith(":"):
-                out.add("task_state", "carried", line, "carried")
+                _add(out, "task_state", "carried", line, "carried")
     prompts = list(real_user_prompts(history))
     if prompts:
-        out.add("task_state", "current", _clip(prompts[-1][1], _PROSE_LINE_MAX), "prose")
-
-
-def _add_path_item(out: _Candidates, roots: _Roots, path_fact: PathFact) -> None:
-    section = "artifact_trail" if path_fact.modified else "file_system_state"
-    kind = "paths" if path_fact.modified or path_fact.how not in ("read", "listed") else "paths_read"
-    out.add(section, path_fact.how, roots.shorten(path_fact.path), kind)
+        _add(out, "task_state", "current", _clip(prompts[-1][1], _PROSE_LINE_MAX), "prose")
 
 
 # Kinds of items, in the order they are given room (see ``_select``), and their names in the header's
@@ -459,23 +429,19 @@ def _select(items: Sequence[_Item], budget: int) -> list[_Item]:
     """
     chosen: list[_Item] = []
     used = 0
-    headers: set[tuple[str, str]] = set()
-
-    def cost_with_header(item: _Item) -> int:
-        key = (item.section, item.group)
-        title = _GROUP_TITLES.get(key, "")
-        return item.cost + (len(title) + 1 if title and key not in headers else 0)
-
+    headers: set[tuple[str, str]] = set()  # the groups whose title is already counted
     for tier in _TIERS:
         pool = [i for i in items if i.kind in tier]
         # Errors: the newest first, so the older ones are what a tight budget leaves out.
         pool.sort(key=lambda i: -i.order if i.kind == "errors" else i.order)
         for item in pool:
-            cost = cost_with_header(item)
+            key = (item.section, item.group)
+            title = _GROUP_TITLES.get(key, "")
+            cost = item.cost + (len(title) + 1 if title and key not in headers else 0)
             if used + cost > budget:
                 continue
             used += cost
-            headers.add((item.section, item.group))
+            headers.add(key)
             chosen.append(item)
     return sorted(chosen, key=lambda i: i.order)
 
@@ -486,52 +452,28 @@ def _left_out(items: Sequence[_Item], chosen: Sequence[_Item]) -> dict[str, int]
     return Counter(n for i in items if (n := _LEFT_OUT_NAMES.get(i.kind)) is not None and id(i) not in kept)
 
 
-def _drop_one(chosen: list[_Item]) -> list[_Item]:
-    """Remove the least important, most expensive item (used only if rendering overshoots the estimate)."""
-    rank = {
-        "prose": 0,
-        "carried": 1,
-        "paths_read": 2,
-        "commands_ok": 3,
-        "paths": 4,
-        "commands": 4,
-        "errors": 4,
-        "directives": 4,
-        "requests": 6,
-        "core": 5,
-    }
-    victim = min(chosen, key=lambda i: (rank.get(i.kind, 4), -i.cost, -i.order))
-    return [i for i in chosen if i is not victim]
+# What goes first when rendering overshoots: the reverse of the tiers, a user request last of all.
+_RANK = {kind: -n for n, tier in enumerate(_TIERS) for kind in tier} | {"requests": 1}
 
 
 def _render(header: str, chosen: Sequence[_Item]) -> str:
-    by_section: dict[str, list[_Item]] = {s: [] for s in SECTIONS}
-    for item in chosen:
-        by_section[item.section].append(item)
     lines = ["<state_snapshot>", header]
     for section in SECTIONS:
+        items = [i for i in chosen if i.section == section]
         lines.append(f"<{section}>")
-        section_items = by_section[section]
         if section == "overall_goal":
-            lines.extend(snapshot_text(i.text) for i in section_items)
-        else:
-            group_order = list(dict.fromkeys(i.group for i in section_items))
-            for group in _ordered_groups(section, group_order):
-                title = _GROUP_TITLES.get((section, group), "")
-                if title:
+            lines.extend(snapshot_text(i.text) for i in items)
+        else:  # the groups with a title in their order there, then any other
+            present = list(dict.fromkeys(i.group for i in items))
+            titled = [g for (sec, g) in _GROUP_TITLES if sec == section and g in present]
+            for group in titled + [g for g in present if g not in titled]:
+                if title := _GROUP_TITLES.get((section, group), ""):
                     lines.append(title)
-                lines.extend(i.line for i in section_items if i.group == group)
+                lines.extend(i.line for i in items if i.group == group)
         lines.append(f"</{section}>")
     lines.append("</state_snapshot>")
     return "\n".join(lines)
 
-
-def _ordered_groups(section: str, present: Sequence[str]) -> list[str]:
-    preferred = [g for (s, g) in _GROUP_TITLES if s == section]
-    return [g for g in preferred if g in present] + [g for g in present if g not in preferred]
-
-
-# ----------------------------------------------------------------------------------------- --keep-facts
 
 _FACTS_BLOCK_RE = re.compile(r"\n?<verbatim_facts>.*?</verbatim_facts>\n?", re.DOTALL)
 
@@ -571,18 +513,5 @@ class KeepFacts:
         return with_facts(answer, call.history, self.offline)
 
     def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if callable(close):
+        if callable(close := getattr(self.inner, "close", None)):
             close()
-
-
-__all__ = [
-    "MIN_TOKEN_BUDGET",
-    "SECTIONS",
-    "KeepFacts",
-    "OfflineSummarizer",
-    "SpanCounter",
-    "previous_snapshot",
-    "snapshot_text",
-    "with_facts",
-]
