@@ -14,7 +14,7 @@ process pays it:
 * in the parent: the price rates (a new user's come from the rates shipped in the package; beside them, what
   loading genai-prices' data costs when they cannot answer), writing the index; and, shown but not summed,
   what a first ``stats --by session`` no longer pays but other reports and commands do: importing polars,
-  turning the columns into frames, building the corpus, writing the stored frames;
+  building the corpus of frames from the engine's columns;
 * whether the workers pay: the wall time of a ``--no-cache`` load of the first 4 to 64 MB of the corpus (as
   much as it holds) in one process and with all cores (the parent parsing beside a worker per other core),
   each in a new process (``ctxtool.session.scan.PARALLEL_MIN_BYTES``: where a scan starts workers);
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("imports before the workers start", "parent", import_cpu))
 
     # ------------------------------------------------------------------ per file (the workers' share)
-    from ctxtool.session import columns, discover, read
+    from ctxtool.session import columns, discover, read, utf8
 
     started = time.process_time()
     found = discover.discover([root])
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def utf8_all() -> None:
         for data in blobs:
-            columns.invalid_utf8(data)
+            utf8.invalid_utf8(data)
 
     def decode_all() -> None:
         for sp, data in zip(files, blobs, strict=True):
@@ -258,17 +258,15 @@ def main(argv: list[str] | None = None) -> int:
     # ------------------------------------------------------------------ the parent's share
     started = time.process_time()
     from ctxtool import frames
-    from ctxtool.frames import store
+    from ctxtool.frames import corpus as _corpus  # noqa: F401  (polars and the frames' schemas)
     from ctxtool.session.index import FileIndex
 
-    # From here on: the frames (polars), which a first `stats --by session|model|project|day|week|month` no
-    # longer builds (ctxtool.frames.tally); other reports and commands do. Shown, not summed.
+    # From here on: the frames (polars), which a first `stats --by session|model|project|day|week|month`
+    # does not build (ctxtool.frames.tally); other reports and commands do. Shown, not summed.
     rows.append(("import polars and the frames module", IF_ASKED, time.process_time() - started))
     from ctxtool.measure import pricing
 
-    decoded = frames.Rows()
-    decoded.add(pickle.loads(blob))
-    models = decoded.models()
+    models = sorted({model for m in counted.values() if m is not None for model in m.seen})
     with tempfile.TemporaryDirectory() as empty:  # a new user: no memo of the day's rates, the shipped ones
         os.environ["CTXTOOL_CACHE_DIR"] = empty
         pricing._read_snapshot.cache_clear()
@@ -281,44 +279,22 @@ def main(argv: list[str] | None = None) -> int:
     started = time.process_time()
     frames.warm_up(price_memo=False)  # when the shipped rates cannot answer: genai-prices' data loads
     # on 2 cores the lone worker beside the parent would load it; not part of a new user's run (not summed)
-    rows.append(
-        (
-            "(genai-prices' data, when the shipped rates cannot answer)",
-            IF_ASKED,
-            time.process_time() - started,
-        )
-    )
+    genai = time.process_time() - started
+    rows.append(("(genai-prices' data, when the shipped rates cannot answer)", IF_ASKED, genai))
 
     def fresh() -> list[columns.FileColumns]:
         return pickle.loads(blob)  # type: ignore[no-any-return]
 
-    def to_frames() -> None:
-        batch = fresh()
-        frames.Rows().add(batch)
-
-    rows.append(
-        (
-            "columns into frames (as batches arrive)",
-            IF_ASKED,
-            cpu_best(args.repeat, to_frames) - cpu_best(args.repeat, fresh),
-        )
-    )
-    built: list[frames.Corpus] = []
-
     def build() -> None:
-        batch = fresh()
-        rows_ = frames.Rows()
-        rows_.add(batch)
-        built[:] = [frames.build_corpus(batch, found, rows=rows_)]
+        _ = frames.build_corpus(fresh(), found).turns  # the engine's columns into frames, turns derived
 
     rows.append(
         (
-            "build the corpus (derived frames, prices)",
+            "build the corpus (frames of the engine's columns)",
             IF_ASKED,
-            cpu_best(args.repeat, build) - cpu_best(args.repeat, to_frames),
+            cpu_best(args.repeat, build) - cpu_best(args.repeat, fresh),
         )
     )
-    corpus = built[0]
     stats = [os.stat(sp.path) for sp in files]
 
     def index_writes() -> None:
@@ -330,13 +306,6 @@ def main(argv: list[str] | None = None) -> int:
             index.close()
 
     rows.append(("index entries (encode + SQLite)", "parent", cpu_best(args.repeat, index_writes)))
-
-    def store_frames() -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            store.save(corpus, Path(tmp))
-
-    _ = corpus.turns, corpus.tool_calls  # built once, as the first store does; then only the writing is timed
-    rows.append(("stored frames (Arrow IPC)", IF_ASKED, cpu_best(args.repeat, store_frames)))
 
     # ------------------------------------------------------------------ print
     total = sum(t for _, where, t in rows[1:] if where != IF_ASKED)

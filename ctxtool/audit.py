@@ -68,6 +68,7 @@ METRICS: dict[str, Metric] = {
     "max-tool-output-share": Metric("share"),
     "max-secrets": Metric("count"),  # secrets (API keys, tokens, private keys) held in a session
 }
+STATUS_ORDER = {"fail": 0, "skip": 1, "pass": 2}  # how the reports list the checks
 _FIX_CONFIG = "See `ctxtool audit --help` and the README section on the configuration file"
 
 
@@ -101,9 +102,6 @@ def json_number(metric: str, value: Any) -> Any:
     if m is not None and m.kind in ("tokens", "count") and isinstance(value, float) and value.is_integer():
         return int(value)
     return value
-
-
-# --------------------------------------------------------------------------------------------- limits
 
 
 _TOKENS_RE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([kKmMgG]?)\s*$")
@@ -171,9 +169,6 @@ def parse_tolerance(value: str) -> float:
     return number
 
 
-# --------------------------------------------------------------------------------------------- config
-
-
 def find_config(start: Path) -> Path | None:
     """The nearest ``ctxtool.toml``, or ``pyproject.toml`` with ``[tool.ctxtool.audit]``, in ``start`` or a
     parent directory."""
@@ -207,12 +202,9 @@ def load_config(path: Path) -> list[Rule]:
         raise UsageError(
             f"{path}: is not valid TOML ({exc})", "Fix the syntax; see the README example"
         ) from None
-    if path.name == "pyproject.toml":
-        section = data.get("tool", {}).get("ctxtool", {}).get("audit")
-        where = "[tool.ctxtool.audit]"
-    else:
-        section = data.get("audit")
-        where = "[audit]"
+    pyproject = path.name == "pyproject.toml"
+    section = data.get("tool", {}).get("ctxtool", {}).get("audit") if pyproject else data.get("audit")
+    where = "[tool.ctxtool.audit]" if pyproject else "[audit]"
     if section is None:
         raise UsageError(f"{path}: has no {where} table", _FIX_CONFIG)
     if not isinstance(section, dict):
@@ -233,11 +225,8 @@ def _rule_from_toml(metric: str, entry: Any, prefix: str, source: str) -> Rule:
         return Rule(metric, parse_limit(metric, entry, prefix), source=source)
     unknown = set(entry) - {"limit", "projects", "models", "users"}
     if unknown:
-        raise UsageError(
-            f"{prefix}{metric} has unknown {'key' if len(unknown) == 1 else 'keys'} "
-            + ", ".join(sorted(unknown)),
-            "Use limit, projects, models and users",
-        )
+        names = ("key " if len(unknown) == 1 else "keys ") + ", ".join(sorted(unknown))
+        raise UsageError(f"{prefix}{metric} has unknown {names}", "Use limit, projects, models and users")
     if "limit" not in entry:
         raise UsageError(f"{prefix}{metric} has no limit", "Add limit = …")
     scopes: dict[str, tuple[str, ...]] = {}
@@ -262,8 +251,7 @@ def merge_rules(config: Sequence[Rule], flags: Mapping[str, float | None]) -> li
 def rules_to_check(
     flags: Mapping[str, float | None], config: Path | None, only: Sequence[str] | None = None
 ) -> list[Rule]:
-    """The rules of the configuration file ``config`` (None: none) with the ``flags`` merged in
-    (``merge_rules``), only those of the metrics ``only`` names (``--rule``) when given."""
+    """The rules of ``config`` (None: none), ``flags`` merged in; ``only`` (``--rule``) keeps its metrics."""
     rules = merge_rules(load_config(config) if config is not None else [], flags)
     if not only:
         return rules
@@ -271,9 +259,6 @@ def rules_to_check(
     if unknown:
         raise UsageError(f"--rule {unknown[0]} is not a budget", use_one_of(unknown[0], list(METRICS)))
     return [r for r in rules if r.metric in only]
-
-
-# --------------------------------------------------------------------------------------------- checks
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,11 +355,8 @@ class AuditReport:
             "checks": [c.as_dict() for c in self.checks],
             "summary": {k: json_number(k, v) for k, v in self.summary.items()},
             "sessions": [
-                {
-                    **self.sessions[key],
-                    "metrics": {k: json_number(k, v) for k, v in self.metrics[key].items()},
-                }
-                for key in self.sessions
+                {**info, "metrics": {k: json_number(k, v) for k, v in self.metrics[key].items()}}
+                for key, info in self.sessions.items()
             ],
             "baseline": None
             if self.baseline is None
@@ -401,15 +383,12 @@ def _rules_for(
     """The rules of one metric that apply to a subject: the scoped ones that match, else the unscoped ones
     (a scoped rule replaces the unscoped rule for what it covers)."""
     mine = [r for r in rules if r.metric == metric]
-    scoped = [
-        r
-        for r in mine
-        if r.scoped
-        and (not r.projects or _matches(r.projects, projects))
-        and (not r.models or _matches(r.models, models))
-        and (not r.users or _matches(r.users, (user,)))
-    ]
-    return scoped or [r for r in mine if not r.scoped]
+
+    def fits(r: Rule) -> bool:
+        wanted = ((r.projects, projects), (r.models, models), (r.users, (user,)))
+        return r.scoped and all(not patterns or _matches(patterns, values) for patterns, values in wanted)
+
+    return [r for r in mine if fits(r)] or [r for r in mine if not r.scoped]
 
 
 def _fmt(metric: str, value: float | None) -> str:
@@ -466,47 +445,36 @@ def _session_measures(
 
     def top(df: pl.DataFrame, *by: str, nulls_last: bool = False) -> dict[str, Any]:
         """The row of the largest ``by[0]``, ties to the first by the rest."""
-        return df.sort(*by, descending=[True] + [False] * (len(by) - 1), nulls_last=nulls_last).row(
-            0, named=True
-        )
+        ranked = df.sort(*by, descending=[True] + [False] * (len(by) - 1), nulls_last=nulls_last)
+        return ranked.row(0, named=True)
 
     total = int(req.get_column("total").sum() or 0) if models is not None else int(row["total"] or 0)
     per_turn = req.group_by("session_key", "session", "turn").agg(pl.col("total").sum())
     top_turn = top(per_turn, "total", "session_key", "turn") if req.height else None
-    out["max-session-tokens"] = _Measure(
-        float(total), f"{where(top_turn)} ({plural(top_turn['total'], 'token')})" if top_turn else None
-    )
+    worst = f"{where(top_turn)} ({plural(top_turn['total'], 'token')})" if top_turn else None
+    out["max-session-tokens"] = _Measure(float(total), worst)
     t = top(turns, "total", "session_key", "turn") if models is None and turns.height else top_turn
     out["max-turn-tokens"] = _Measure(float(t["total"]), where(t)) if t else _Measure(0.0)
     if req.height:
         r = top(req, "total", "position")
         out["max-request-tokens"] = _Measure(float(r["total"]), f"{where(r)}, request {r['message_id']}")
         c = top(req, "context_share", "position", nulls_last=True)
-        out["max-context-share"] = _Measure(
-            c["context_share"],
-            f"{where(c)}, request {c['message_id']} "
-            f"({c['input']:,} of {plural(c['context_limit'], 'token')})",
-        )
+        of = f"({c['input']:,} of {plural(c['context_limit'], 'token')})"
+        out["max-context-share"] = _Measure(c["context_share"], f"{where(c)}, request {c['message_id']} {of}")
         costs = req.get_column("cost")
         cost = None if costs.null_count() else float(costs.sum())
         unknown = sorted({m or "(unknown)" for m in req.filter(pl.col("cost").is_null()).get_column("model")})
-        out["max-session-cost"] = _Measure(
-            cost, None, "" if cost is not None else "no price known for " + ", ".join(unknown)
-        )
-        inp = int(req.get_column("input").sum() or 0)
-        cached = int(req.get_column("cached").sum() or 0)
-        ratio = cache_ratio(cached, inp)
+        note = "" if cost is not None else "no price known for " + ", ".join(unknown)
+        out["max-session-cost"] = _Measure(cost, None, note)
+        ratio = cache_ratio(*(int(req.get_column(c).sum() or 0) for c in ("cached", "input")))
         out["min-cache-ratio"] = _Measure(ratio, None, "" if ratio is not None else "no input tokens")
     else:
-        out["max-request-tokens"] = _Measure(0.0)
-        out["max-context-share"] = _Measure(0.0)
-        out["max-session-cost"] = _Measure(0.0)
+        out |= {m: _Measure(0.0) for m in ("max-request-tokens", "max-context-share", "max-session-cost")}
         out["min-cache-ratio"] = _Measure(None, None, "no requests")
     out["max-compressions"] = _Measure(float(row.get("compressions") or 0))
     # Both sides measured the same way: bytes of the JSON as stored in the session file.
     result_bytes = int(tools.get_column("result_bytes").sum() or 0)
-    content_bytes = int(msgs.get_column("content_bytes").sum() or 0)
-    stored = result_bytes + content_bytes
+    stored = result_bytes + int(msgs.get_column("content_bytes").sum() or 0)
     share = result_bytes / stored if stored else 0.0
     top_tool = None
     if tools.height and result_bytes:
@@ -561,10 +529,8 @@ def audit_corpus(corpus: Corpus, query: AuditQuery, *, warn: Callable[[str], Non
             replace(c, message=redact(c.message), offender=redact(c.offender) if c.offender else c.offender)
             for c in result.checks
         ]
-    if query.baseline is not None:
-        base = query.baseline
-        result = compare_baseline(result, base.doc, base.tolerance, base.source)
-    return result
+    base = query.baseline
+    return result if base is None else compare_baseline(result, base.doc, base.tolerance, base.source)
 
 
 def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = None) -> AuditReport:
@@ -591,15 +557,14 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = N
         if any(r.metric == "max-secrets" for r in rules):  # reads the whole file: only when asked
             measures["max-secrets"] = _secrets_measure(row["file"])
         metrics[key] = {name: m.value for name, m in measures.items()}
+        where = (row["session"], row["session_id"], row["project"], row["file"])
         for metric in [m for m in METRICS if m != "max-daily-cost"]:
             for rule in _rules_for(rules, metric, projects, models, users.get(key) or me):
                 measure = measures[metric]
                 if rule.models:
                     only = [m for m in models if _matches(rule.models, (m,))]
                     measure = _session_measures(families, key, row, only)[metric]
-                checks.append(
-                    _check(rule, measure, row["session"], row["session_id"], row["project"], row["file"])
-                )
+                checks.append(_check(rule, measure, *where))
 
     summary: dict[str, float | None] = {}
     for metric, m in METRICS.items():
@@ -614,12 +579,9 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = N
                 measure = _Measure(cost, None, "" if cost is not None else "no price known")
                 checks.append(_check(rule, measure, subject, None, None, None))
 
-    summary_read = read_summary(corpus)
-    errors = list(summary_read["errors"])
-    unmatched = [*summary_read["missing_paths"], *summary_read["empty_folders"]]
-    return AuditReport(
-        list(rules), checks, metrics, info, summary, summary_read, errors=errors, unmatched=unmatched
-    )
+    read = read_summary(corpus)
+    unmatched = [*read["missing_paths"], *read["empty_folders"]]
+    return AuditReport(list(rules), checks, metrics, info, summary, read, list(read["errors"]), unmatched)
 
 
 def _secrets_measure(file: str | None) -> _Measure:
@@ -656,19 +618,8 @@ def _check(
         message = f"{rule.metric}: {_fmt(rule.metric, value)} {relation} {_fmt(rule.metric, rule.limit)}"
         if measure.offender:
             message += f" (worst: {measure.offender})"
-    return Check(
-        rule=rule.metric,
-        subject=subject,
-        session_id=session_id,
-        project=project,
-        file=file,
-        status=status,
-        value=value,
-        limit=rule.limit,
-        offender=measure.offender,
-        message=message,
-        scope=rule.scope,
-    )
+    where = (subject, session_id, project, file)
+    return Check(rule.metric, *where, status, value, rule.limit, measure.offender, message, rule.scope)
 
 
 def _users_of(corpus: Corpus, rule: Rule, me: str) -> list[str | None]:
@@ -676,9 +627,8 @@ def _users_of(corpus: Corpus, rule: Rule, me: str) -> list[str | None]:
     (every user together) for a rule that names none."""
     if not rule.users:
         return [None]
-    have = (
-        set(corpus.sessions.get_column("user").drop_nulls()) if "user" in corpus.sessions.columns else set()
-    )
+    sessions = corpus.sessions
+    have = set(sessions.get_column("user").drop_nulls()) if "user" in sessions.columns else set()
     return sorted(u for u in (have or {me}) if _matches(rule.users, (u,)))
 
 
@@ -691,21 +641,17 @@ def _daily_costs(
         mine = corpus.sessions.filter(pl.col("user") == user).get_column("session_key")
         req = req.filter(pl.col("session_key").is_in(mine.implode()))
     if rule is not None and rule.projects:
-        keys = [
-            k
-            for k, name, folder in corpus.sessions.select("session_key", "project", "project_dir").iter_rows()
-            if _matches(rule.projects, (name, folder))
-        ]
+        rows = corpus.sessions.select("session_key", "project", "project_dir").iter_rows()
+        keys = [k for k, name, folder in rows if _matches(rule.projects, (name, folder))]
         req = req.filter(pl.col("session_key").is_in(keys))
     if rule is not None and rule.models:
         names = [m for m in req.get_column("model").unique().to_list() if m and _matches(rule.models, (m,))]
         req = req.filter(pl.col("model").is_in(names))
     if req.height == 0:
         return []
+    ts = pl.col("ts").dt.convert_time_zone(timezone) if timezone else pl.col("ts")
     days = (
-        req.with_columns(
-            day=(pl.col("ts").dt.convert_time_zone(timezone) if timezone else pl.col("ts")).dt.date()
-        )
+        req.with_columns(day=ts.dt.date())
         .filter(pl.col("day").is_not_null())
         .group_by("day")
         .agg(pl.col("cost").sum(), pl.col("cost").is_null().any().alias("unknown"))
@@ -714,9 +660,6 @@ def _daily_costs(
     return [
         (r["day"].isoformat(), None if r["unknown"] else float(r["cost"])) for r in days.iter_rows(named=True)
     ]
-
-
-# --------------------------------------------------------------------------------------------- baseline
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
@@ -776,9 +719,6 @@ def compare_baseline(
     )
 
 
-# --------------------------------------------------------------------------------------------- reports
-
-
 def junit_xml(report_: AuditReport) -> bytes:
     """JUnit XML: one test case per session and rule (classname ``ctxtool.audit.<session>``), one per
     unreadable file (an error) and one per baseline regression (a failure)."""
@@ -835,9 +775,8 @@ def verdict(report_: AuditReport) -> str:
         (report_.unmatched, "PATH", " without sessions"),
     )
     parts = [plural(len(items), word) + tail for items, word, tail in counts if items]
-    if not parts:
-        return f"within budget ({plural(len(report_.checks), 'check')} passed or skipped)"
-    return ", ".join(parts)
+    checks = plural(len(report_.checks), "check")
+    return ", ".join(parts) if parts else f"within budget ({checks} passed or skipped)"
 
 
 def markdown(report_: AuditReport) -> str:
@@ -848,9 +787,7 @@ def markdown(report_: AuditReport) -> str:
     lines = [f"## ctxtool audit: {'FAIL' if failed else 'PASS'}, {verdict(report_)}", ""]
     if report_.checks:
         lines += ["| status | session | rule | value | limit | worst |", "|---|---|---|---:|---:|---|"]
-        for c in sorted(
-            report_.checks, key=lambda c: ({"fail": 0, "skip": 1, "pass": 2}[c.status], c.subject)
-        ):
+        for c in sorted(report_.checks, key=lambda c: (STATUS_ORDER[c.status], c.subject)):
             rule = c.rule + (f" ({c.scope})" if c.scope else "")
             lines.append(
                 f"| {c.status.upper()} | {md(c.subject)} | {md(rule)} | "

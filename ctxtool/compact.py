@@ -101,8 +101,7 @@ class CompactOptions:
 
 @dataclass(frozen=True)
 class Destination:
-    """Where compacted files go: ``out`` (a separate tree, or ``out_file`` for one input), ``new-session`` or
-    ``in-place``."""
+    """Where compacted files go: ``out`` (a tree, or ``out_file`` for one), ``new-session``, ``in-place``."""
 
     mode: Mode = "out"
     out_dir: Path = Path(DEFAULT_OUT_DIR)
@@ -171,21 +170,9 @@ class CompactionReport:
         return cls(input_path=str(path), status=FAILED, error=error)
 
 
-# --------------------------------------------------------------------------------------------------
-# Helpers
-
-
 def measure_history(messages: Sequence[Mapping[str, Any]], model: str) -> int:
     """Tokens before/after, as ``compact``, ``compare`` and ``diff`` report them (``gemini_estimate``)."""
     return gemini_estimate([dict(m) for m in messages], model)
-
-
-def _clean_leftovers(report: CompactionReport, *folders: Path) -> None:
-    """Before writing: remove the temporary files an earlier ctxtool run, killed mid-write, left there."""
-    removed = [p for folder in dict.fromkeys(folders) for p in clean_stale_temps(folder)]
-    if removed:
-        files = plural(len(removed), "temporary file")
-        report.notes.append(f"removed {files} an interrupted ctxtool run left")
 
 
 def _redacted(messages: Sequence[Mapping[str, Any]], report: CompactionReport) -> list[dict[str, Any]]:
@@ -193,8 +180,7 @@ def _redacted(messages: Sequence[Mapping[str, Any]], report: CompactionReport) -
     not travel on into the next conversation."""
     from ctxtool.common.secret_scan import in_messages, redact_value
 
-    found = in_messages(messages)
-    if not found:
+    if not (found := in_messages(messages)):
         return [dict(m) for m in messages]
     report.notes.append(f"{plural(len(found), 'secret')} written as [REDACTED:kind] (--redact-secrets)")
     keep = ("id", "timestamp", "type", "model", "tokens")
@@ -216,23 +202,18 @@ def compacted_title(session: SessionFile) -> str:
         prompts = (m.get("content") for m in session.billed if m.get("type") == "user")
         first = next((c for c in prompts if classify_user(c)[0]), None)
         title = message_text(first) if first is not None else "session"
-    title = " ".join(title.split())
-    return f"{title[:100]} (compacted by ctxtool)"
+    return f"{' '.join(title.split())[:100]} (compacted by ctxtool)"
 
 
 def new_session_file_name(session_id: str, now: datetime, ext: str) -> str:
     """``session-<YYYY-MM-DDTHH-MM>-<first 8 of id>.<ext>`` (chatRecordingService.ts, UTC minute)."""
-    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H-%M")
-    return f"session-{stamp}-{session_id[:8]}.{ext}"
+    return f"session-{now.astimezone(UTC).strftime('%Y-%m-%dT%H-%M')}-{session_id[:8]}.{ext}"
 
 
 def chat_model(messages: Sequence[Mapping[str, Any]]) -> str:
     """The newest model recorded on a gemini message, else Gemini CLI's default model."""
-    for msg in reversed(messages):
-        model = msg.get("model")
-        if msg.get("type") == "gemini" and isinstance(model, str) and model:
-            return model
-    return DEFAULT_CHAT_MODEL
+    models = (m.get("model") for m in reversed(messages) if m.get("type") == "gemini")
+    return next((m for m in models if isinstance(m, str) and m), DEFAULT_CHAT_MODEL)
 
 
 _NUMBERED = re.compile(r"_(\d+)\.txt$|^(\d+)\.txt$")
@@ -271,9 +252,7 @@ def output_location(
     else:
         base = destination.out_dir / source.project_dir
         if in_chats:
-            base = base / "chats"
-            if source.parent_ref is not None:
-                base = base / source.parent_ref
+            base = base / "chats" / (source.parent_ref or "")
         target = base / path.name
     if in_chats:
         chats = target.parent if target.parent.name == "chats" else target.parent.parent
@@ -328,10 +307,9 @@ def _replacements(before: Sequence[Content], after: Sequence[Content]) -> dict[s
     out: dict[str, dict[str, Any]] = {}
     for b, a in zip(before, after, strict=True):
         for pb, pa in zip(b.get("parts") or [], a.get("parts") or [], strict=True):
-            if pa is not pb and isinstance(pa, dict):
-                fr = pa.get("functionResponse")
-                if isinstance(fr, dict) and isinstance(fr.get("id"), str):
-                    out[fr["id"]] = fr
+            fr = pa.get("functionResponse") if pa is not pb and isinstance(pa, dict) else None
+            if isinstance(fr, dict) and isinstance(fr.get("id"), str):
+                out[fr["id"]] = fr
     return out
 
 
@@ -355,23 +333,17 @@ def _sync_message(msg: dict[str, Any], rep: Mapping[str, dict[str, Any]], used: 
     if isinstance(calls, list):
         new_calls: list[Any] = []
         for tc in calls:
-            if isinstance(tc, dict) and tc.get("id") in rep and js_truthy(tc.get("result")):
-                result = tc["result"]
-                fr = rep[tc["id"]]
+            if isinstance(tc, dict) and tc.get("id") in rep and js_truthy(result := tc.get("result")):
                 if isinstance(result, str):
                     used.add(tc["id"])
-                    output = fr.get("response", {}).get("output")
+                    output = rep[tc["id"]].get("response", {}).get("output")
                     tc = {**tc, "result": output if isinstance(output, str) else result}
-                else:
-                    new_result = _sync_parts(result, rep, used)
-                    if new_result is not result:
-                        tc = {**tc, "result": new_result}
+                elif (new_result := _sync_parts(result, rep, used)) is not result:
+                    tc = {**tc, "result": new_result}
             new_calls.append(tc)
         if any(n is not c for n, c in zip(new_calls, calls, strict=True)):
             out = {**out, "toolCalls": new_calls}
-    content = msg.get("content")
-    new_content = _sync_parts(content, rep, used)
-    if new_content is not content:
+    if (new_content := _sync_parts(content := msg.get("content"), rep, used)) is not content:
         out = {**out, "content": new_content}
     return out
 
@@ -380,23 +352,15 @@ def _sync(
     messages: Sequence[dict[str, Any]], rep: Mapping[str, dict[str, Any]], report: CompactionReport
 ) -> list[dict[str, Any]]:
     used: set[str] = set()
-    out: list[dict[str, Any]] = []
-    for msg in messages:
-        new = _sync_message(msg, rep, used)
-        if new is not msg:
-            report.synced_messages.append(msg["id"])  # every message has a string id (_with_message_ids)
-        out.append(new)
-    missing = sorted(set(rep) - used)
-    if missing:
+    out = [_sync_message(msg, rep, used) for msg in messages]
+    # every message has a string id (_with_message_ids)
+    report.synced_messages += [m["id"] for m, new in zip(messages, out, strict=True) if new is not m]
+    if missing := sorted(set(rep) - used):
         report.notes.append(
             f"{plural(len(missing), 'truncated tool output')} matched no stored tool call; "
             f"{'it stays' if len(missing) == 1 else 'they stay'} in full in the file"
         )
     return out
-
-
-# --------------------------------------------------------------------------------------------------
-# The library call
 
 
 @dataclass(frozen=True)
@@ -428,8 +392,7 @@ class _Job:
     before_replace: Callable[[], object] | None
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
-        """The session's messages, as Gemini CLI resumes them."""
+    def messages(self) -> list[dict[str, Any]]:  # as Gemini CLI resumes them
         return cast(list[dict[str, Any]], self.session.messages)
 
 
@@ -480,9 +443,7 @@ def compact_session(
     job = _Job(
         sp.path, data, stamp, session, model, summarizer, opts, profile, out, now, new_id, before_replace
     )
-    if base_strategy != "gemini-cli":
-        return _compact_with_strategy(job, report)
-    return _compact_with_port(job, report)
+    return (_compact_with_port if base_strategy == "gemini-cli" else _compact_with_strategy)(job, report)
 
 
 def _place(
@@ -494,8 +455,7 @@ def _place(
     now: datetime,
     new_id: Callable[[], str],
 ) -> _Output:
-    """Where the result of ``session`` goes; refuses a legacy ``.json`` for ``--in-place`` once Gemini CLI
-    has resumed it into a ``.jsonl``."""
+    """Where the result goes; refuses ``--in-place`` on a ``.json`` Gemini CLI resumed into a ``.jsonl``."""
     if dest.mode == "in-place" and session.era == "json" and sp.path.with_suffix(".jsonl").exists():
         raise CtxtoolError(
             f"{sp.path}: Gemini CLI resumed this session into {sp.path.with_suffix('.jsonl').name}, which is "
@@ -513,17 +473,15 @@ def _place(
 
 
 def _compact_with_port(job: _Job, report: CompactionReport) -> CompactionReport:
-    """``compact_session`` for the gemini-cli strategy: replay the port's compression on the curated history,
-    then rebuild the session's messages around the split it chose (see the module docstring)."""
+    """``compact_session`` for the gemini-cli strategy (see the module docstring)."""
     curated = _curate(job, report)
     original = _threshold_input(job, report)
     result = _replay(job, curated, original, _counting(_plan_summarizer(job, report), job, curated), report)
     _report_result(result, len(curated.turns), job.opts.force, report)
-    messages = _rebuilt(job, curated, result, report)
-    if result.new_history is not None and messages is not None:
-        _note_masking(curated, result.new_history, report)
-    if messages is None:
+    if (messages := _rebuilt(job, curated, result, report)) is None:
         return report
+    if result.new_history is not None:
+        _note_masking(curated, result.new_history, report)
     report.tokens_after = measure_history(messages, job.model)
     _note_growth(report)
     return _apply(job, report, messages, result.truncated_outputs)
@@ -554,12 +512,11 @@ def _threshold_input(job: _Job, report: CompactionReport) -> int:
     recorded = g.recorded_input(messages)
     report.recorded_prompt_tokens = recorded or None
     report.tokens_before = measure_history(messages, job.model)
+    report.threshold_tokens_source = "recorded" if recorded else "estimate"
     if recorded:
-        report.threshold_tokens_source = "recorded"
         return recorded
     unrecorded = [{**m, "tokens": None} if m.get("type") == "gemini" else m for m in messages]
     original = g.original_token_count(unrecorded, estimator=job.profile.estimator)
-    report.threshold_tokens_source = "estimate"
     if recorded == 0:
         report.notes.append("the recorded promptTokenCount is 0; the local estimate is used instead")
     return original
@@ -578,12 +535,11 @@ def _counting(summarizer: Summarizer, job: _Job, curated: g.CuratedSession) -> S
     summarises (``turn_counts``): the history it is shown is curated turns ``[0, split)``."""
     if not isinstance(summarizer, OfflineSummarizer | KeepFacts):
         return summarizer
-    session = job.session
 
     def counts(history: Sequence[Mapping[str, Any]]) -> TurnCounts:
         keep_from = _message_index(curated.turns, len(history), job.messages, job.path)
         within = {mid for m in job.messages[:keep_from] if isinstance(mid := m.get("id"), str)}
-        return turn_counts(session.billed, session.copies, within)
+        return turn_counts(job.session.billed, job.session.copies, within)
 
     return summarizer.counting(counts)
 
@@ -591,8 +547,7 @@ def _counting(summarizer: Summarizer, job: _Job, curated: g.CuratedSession) -> S
 def _replay(
     job: _Job, curated: g.CuratedSession, original: int, summarizer: Summarizer, report: CompactionReport
 ) -> g.CompressionResult:
-    """The port's compression of the curated history, as ``--truncate-only``, ``--force`` and an automatic
-    attempt run it."""
+    """The port's compression, as ``--truncate-only``, ``--force`` and an automatic attempt run it."""
     opts = job.opts
 
     def run(force: bool, threshold: float | None, failed_before: bool) -> g.CompressionResult:
@@ -629,21 +584,17 @@ def _replay(
 
 def _report_result(result: g.CompressionResult, turns: int, force: bool, report: CompactionReport) -> None:
     """What the replay decided, on ``turns`` curated turns, and why a failed compression wrote nothing."""
-    report.status = result.status.name
-    report.threshold = result.threshold
-    report.token_limit = result.token_limit
-    report.threshold_tokens = result.original_token_count
+    report.status, report.threshold = result.status.name, result.threshold
+    report.token_limit, report.threshold_tokens = result.token_limit, result.original_token_count
     if result.status == g.CompressionStatus.NOOP:
         report.reason = _noop_reason(result, turns, force)
         report.tokens_after = report.tokens_before  # nothing changes
-    report.split_index = result.split_index
-    report.anchored = result.anchored
+    report.split_index, report.anchored = result.split_index, result.anchored
     report.tool_outputs_truncated = [s.path for s in result.truncated_outputs]
     if result.calls:
         report.summarizer_model = result.calls[0].model
     if result.split_index is not None:
-        report.turns_summarised = result.split_index
-        report.turns_kept = turns - result.split_index
+        report.turns_summarised, report.turns_kept = result.split_index, turns - result.split_index
     if result.status == g.CompressionStatus.COMPRESSION_FAILED_INFLATED_TOKEN_COUNT:
         report.notes.append(
             f"the new history would be larger ({result.new_token_count} > "
@@ -658,8 +609,7 @@ def _report_result(result: g.CompressionResult, turns: int, force: bool, report:
 def _rebuilt(
     job: _Job, curated: g.CuratedSession, result: g.CompressionResult, report: CompactionReport
 ) -> list[dict[str, Any]] | None:
-    """The session messages to write for ``result`` (None when nothing is written), truncated tool outputs
-    synced into them."""
+    """The session messages to write for ``result`` (None: nothing is written), tool outputs synced."""
     if result.status == g.CompressionStatus.COMPRESSED:
         return _compressed(job, curated, result, report)
     if result.status != g.CompressionStatus.CONTENT_TRUNCATED:
@@ -667,8 +617,7 @@ def _rebuilt(
     assert result.new_history is not None
     contents = curated.contents
     out_messages = _sync(job.messages, _replacements(contents, result.new_history), report)
-    report.messages_kept = len(out_messages)
-    report.messages_summarised = 0
+    report.messages_kept, report.messages_summarised = len(out_messages), 0
     report.retention = retention(extract_facts(contents), history_text(result.new_history)).as_dict()
     return out_messages
 
@@ -751,14 +700,18 @@ def _apply(
     messages: list[dict[str, Any]],
     tool_outputs: Sequence[g.SavedToolOutput] = (),
 ) -> CompactionReport:
-    """Name the output in the report and, unless a dry run, write it: the tool outputs budget truncation
-    saved, then the session (with ``--redact-secrets``, its secrets written as ``[REDACTED:kind]``)."""
+    """Name the output in the report and, unless a dry run, write it: saved tool outputs, then the session."""
     report.output_path = str(job.out.target)
     if job.opts.dry_run:
         return report
     if job.opts.redact_secrets:
         messages = _redacted(messages, report)
-    _clean_leftovers(report, job.path.parent, job.out.target.parent)
+    # Before writing: remove the temporary files an earlier ctxtool run, killed mid-write, left there.
+    folders = dict.fromkeys((job.path.parent, job.out.target.parent))
+    if removed := [p for folder in folders for p in clean_stale_temps(folder)]:
+        report.notes.append(
+            f"removed {plural(len(removed), 'temporary file')} an interrupted ctxtool run left"
+        )
     # The writes complete together or leave nothing: a signal waits for the end of the block
     # (ctxtool.common.interrupt), and an error removes what the block had written (tool outputs, their
     # folder).
@@ -784,23 +737,19 @@ def _write_compacted(
     dest, session = job.out.dest, job.session
     if dest.mode == "in-place":
         _write_in_place(report, job, copies, ts)
-        report.written = True
-        return report
-    metadata = dict(session.metadata)
-    metadata["lastUpdated"] = ts
-    if session.session_id is not None:
-        metadata["derivedFrom"] = session.session_id
-    if job.out.new_session_id is not None:
-        metadata["sessionId"] = job.out.new_session_id
-        metadata["startTime"] = ts
-        metadata["summary"] = compacted_title(session)
-        report.session_id = job.out.new_session_id
-    written.write(
-        job.out.target,
-        session_bytes(job.out.era, metadata, copies),
-        exclusive=dest.mode == "new-session" or dest.out_file is not None,
-        like=job.path if dest.mode == "new-session" else None,  # beside the original: its privacy
-    )
+    else:
+        metadata = {**session.metadata, "lastUpdated": ts}
+        if session.session_id is not None:
+            metadata["derivedFrom"] = session.session_id
+        if (new_session_id := job.out.new_session_id) is not None:
+            metadata.update(sessionId=new_session_id, startTime=ts, summary=compacted_title(session))
+            report.session_id = new_session_id
+        written.write(
+            job.out.target,
+            session_bytes(job.out.era, metadata, copies),
+            exclusive=dest.mode == "new-session" or dest.out_file is not None,
+            like=job.path if dest.mode == "new-session" else None,  # beside the original: its privacy
+        )
     report.written = True
     return report
 
@@ -823,19 +772,15 @@ def _write_in_place(report: CompactionReport, job: _Job, copies: list[dict[str, 
         return
     beside = source.with_suffix(".jsonl")
     mark["created"] = beside.name
-    lines = [stringify({**job.session.metadata, "lastUpdated": ts})]
-    lines += [stringify(m) for m in job.session.messages]
-    lines.append(stringify(record))
-    atomic_write(beside, b"\n".join(lines) + b"\n", exclusive=True, like=source)
-    report.output_path = str(beside)
-    report.output_era = "jsonl"
+    lines = [stringify({**job.session.metadata, "lastUpdated": ts}), *map(stringify, job.session.messages)]
+    atomic_write(beside, b"\n".join([*lines, stringify(record)]) + b"\n", exclusive=True, like=source)
+    report.output_path, report.output_era = str(beside), "jsonl"
 
 
 def _replace_after_backup(
     path: Path, data: bytes, new: bytes, stamp: FileStamp, now: datetime, before: Callable[[], object] | None
 ) -> Path:
-    """Back ``data`` (``path`` as read) up, then replace ``path`` with ``new`` unless it changed since; the
-    backup's path."""
+    """Back ``data`` up, then replace ``path`` with ``new`` unless it changed since; the backup's path."""
     backup = write_backup(path, data, now)
     try:
         replace_checked(path, new, stamp, before_replace=before)
@@ -931,8 +876,7 @@ def undo_compaction(path: Path, *, force: bool = False) -> UndoReport:
 
 
 def _compact_with_strategy(job: _Job, report: CompactionReport) -> CompactionReport:
-    """``compact_session`` for a strategy of ``ctxtool.compress.strategies`` other than gemini-cli: the
-    strategy plans the new message list, this writes it the way the gemini-cli path does."""
+    """``compact_session`` for another strategy: it plans the messages, written as gemini-cli's are."""
     from ctxtool.compress.strategies import registry
 
     opts = job.opts
@@ -947,18 +891,22 @@ def _compact_with_strategy(job: _Job, report: CompactionReport) -> CompactionRep
     summarizer = _plan_summarizer(job, report)
     result = strategy.plan(job.messages, summarizer, s_opts, now=job.now, new_id=job.new_id)
     _report_plan(job, strategy.name, result, report)
-    if result.messages is None:
+    if (new := result.messages) is None:
         return report
-    _report_strategy_output(job, result, result.messages, report)
+    # The new message list, measured as the gemini-cli path measures its own.
+    report.tokens_after = measure_history(new, job.model)
+    report.messages_kept, report.messages_summarised = result.messages_kept, result.messages_summarised
+    if result.kept_from is not None and result.kept_from < len(job.messages):
+        report.split_message_id = job.messages[result.kept_from]["id"]
+    facts = extract_facts(wire_history(job.messages))
+    report.retention = retention(facts, history_text(wire_history(new))).as_dict()
     _note_growth(report)
-    return _apply(job, report, result.messages)
+    return _apply(job, report, new)
 
 
 def _report_plan(job: _Job, name: str, result: StrategyResult, report: CompactionReport) -> None:
     """What another strategy planned: its status, its own trigger and measure, the tokens before."""
-    report.strategy = name
-    report.profile = None
-    report.status = result.status
+    report.strategy, report.profile, report.status = name, None, result.status
     report.trigger = result.trigger.as_dict()
     if result.status == "NOOP":
         trig = result.trigger
@@ -979,20 +927,6 @@ def _report_plan(job: _Job, name: str, result: StrategyResult, report: Compactio
     report.recorded_prompt_tokens = g.recorded_input(job.messages) or None
     if result.calls:
         report.summarizer_model = result.calls[0].model
-
-
-def _report_strategy_output(
-    job: _Job, result: StrategyResult, new: list[dict[str, Any]], report: CompactionReport
-) -> None:
-    """The new message list another strategy planned, measured as the gemini-cli path measures its own."""
-    messages = job.messages
-    report.tokens_after = measure_history(new, job.model)
-    report.messages_kept = result.messages_kept
-    report.messages_summarised = result.messages_summarised
-    if result.kept_from is not None and result.kept_from < len(messages):
-        report.split_message_id = messages[result.kept_from]["id"]
-    facts = extract_facts(wire_history(messages))
-    report.retention = retention(facts, history_text(wire_history(new))).as_dict()
 
 
 def _message_index(
@@ -1024,8 +958,7 @@ def _with_message_ids(session: SessionFile, data: bytes) -> tuple[SessionFile, s
     the session behind the user's back, so the file is refused.
     """
     if session.era == "jsonl":
-        lines = idless_lines(data)
-        if lines:
+        if lines := idless_lines(data):
             raise CtxtoolError(
                 f"{session.path}: {plural(len(lines), 'message record')} "
                 f'{"has" if len(lines) == 1 else "have"} no "id" (the first on line {lines[0]}), and Gemini '
@@ -1041,8 +974,7 @@ def _with_message_ids(session: SessionFile, data: bytes) -> tuple[SessionFile, s
 
 
 def _describe(path: Path) -> SessionPath:
-    found = discover([path]).files
-    if not found:
+    if not (found := discover([path]).files):
         raise UsageError(f"{path} is not a session file", "Pass a Gemini CLI session file")
     return found[0]
 
@@ -1086,9 +1018,8 @@ def _check_out_file(sources: Sequence[SessionPath], out: Path) -> None:
             f"--output {out} names one file, but {len(sources)} session files were given",
             "Pass --output DIR (a folder name without .json/.jsonl) to compact several sessions",
         )
-    source = sources[0].path
     if out.exists():
-        if out.resolve() == source.resolve():
+        if out.resolve() == sources[0].path.resolve():
             raise UsageError(
                 f"--output {out} is the input itself; ctxtool does not overwrite it",
                 "Pass --in-place to replace the input after a backup, or another file name",

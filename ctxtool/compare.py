@@ -38,33 +38,12 @@ from ctxtool.session.read import read_session
 
 DEFAULT_STRATEGIES = registry.STRATEGY_NAMES  # every strategy, each with its default settings
 COLUMNS = (
-    "session",
-    "strategy",
-    "status",
-    "would_trigger",
-    "trigger_turn",
-    "trigger_message_id",
-    "trigger_measure",
-    "trigger_limit",
-    "trigger_tokens",
-    "tokens_before",
-    "tokens_after",
-    "reduction",
-    "messages_before",
-    "messages_after",
-    "messages_kept",
-    "messages_summarised",
-    *(f"{k}_kept" for k in FACT_KINDS),
-    *(f"{k}_total" for k in FACT_KINDS),
-    *(f"{k}_retention" for k in FACT_KINDS),
-    "retention",
-    "own_measure",
-    "own_tokens_before",
-    "own_tokens_after",
-    "seconds",
-    "output_path",
-    "notes",
-    "error",
+    *("session", "strategy", "status", "would_trigger", "trigger_turn", "trigger_message_id"),
+    *("trigger_measure", "trigger_limit", "trigger_tokens", "tokens_before", "tokens_after", "reduction"),
+    *("messages_before", "messages_after", "messages_kept", "messages_summarised"),
+    *(f"{k}_{what}" for what in ("kept", "total", "retention") for k in FACT_KINDS),
+    *("retention", "own_measure", "own_tokens_before", "own_tokens_after", "seconds", "output_path"),
+    *("notes", "error"),
 )
 
 
@@ -78,9 +57,7 @@ def parse_strategies(text: str) -> list[str]:
 
 
 def _empty_row(session: str, strategy: str) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(COLUMNS)
-    row.update(session=session, strategy=strategy, notes="")
-    return row
+    return {**dict.fromkeys(COLUMNS), "session": session, "strategy": strategy, "notes": ""}
 
 
 @dataclass(frozen=True)
@@ -103,12 +80,6 @@ class _Original:
     model: str
     tokens: int  # measure_history
     facts: Facts
-
-    @classmethod
-    def of(cls, source: SessionPath | Path, path: Path, messages: list[dict[str, Any]]) -> _Original:
-        model = chat_model(messages)
-        tokens = measure_history(messages, model)
-        return cls(source, path, messages, model, tokens, extract_facts(wire_history(messages)))
 
 
 def compare_sessions(
@@ -134,7 +105,9 @@ def compare_sessions(
                     {**_empty_row(str(path), name), "status": "FAILED", "error": str(exc)} for name in names
                 ]
             else:
-                original = _Original.of(source, path, [dict(m) for m in session.messages])
+                messages = [dict(m) for m in session.messages]
+                model, facts = chat_model(messages), extract_facts(wire_history(messages))
+                original = _Original(source, path, messages, model, measure_history(messages, model), facts)
                 rows += [_strategy_row(original, name, run) for name in names]
             if advance is not None:
                 advance(path.name)
@@ -158,17 +131,14 @@ def _strategy_row(original: _Original, name: str, run: _Run) -> dict[str, Any]:
         row.update(status="FAILED", error=str(exc), seconds=time.perf_counter() - start)
         return row
     row["seconds"] = round(time.perf_counter() - start, 4)
-    row["status"] = report.status
-    row["notes"] = "; ".join(report.notes)
-    row.update(_own_measure(name, report))
+    row.update(status=report.status, notes="; ".join(report.notes), **_own_measure(name, report))
     _measure_result(original, report, run.keep_dir, row)
     return row
 
 
 def _own_measure(name: str, report: CompactionReport) -> dict[str, Any]:
     """The strategy's own measure of the tokens before and after (the gemini-cli threshold check's for it)."""
-    if report.strategy_tokens:
-        own = report.strategy_tokens
+    if own := report.strategy_tokens:
         measure, before, after = own["measure"], own["before"], own["after"]
     elif name.partition(":")[0] == "gemini-cli":
         measure = f"gemini-cli threshold check ({report.threshold_tokens_source})"
@@ -186,26 +156,20 @@ def _measure_result(
     after_messages = original.messages
     if report.written and report.output_path:
         after_messages = [dict(m) for m in read_session(report.output_path).messages]
-        row["messages_kept"] = report.messages_kept
-        row["messages_summarised"] = report.messages_summarised
+        row.update(messages_kept=report.messages_kept, messages_summarised=report.messages_summarised)
         if keep_dir is not None:
             row["output_path"] = report.output_path
     else:
-        row["messages_kept"] = len(original.messages)
-        row["messages_summarised"] = 0
+        row.update(messages_kept=len(original.messages), messages_summarised=0)
     after, before = measure_history(after_messages, original.model), original.tokens
-    row["tokens_after"] = after
-    row["messages_after"] = len(after_messages)
+    row.update(tokens_after=after, messages_after=len(after_messages))
     row["reduction"] = round(1 - after / before, 4) if before else None
     kept = retention(original.facts, history_text(wire_history(after_messages)))
-    found = total = 0
     for kind in FACT_KINDS:
         k = kept.kind(kind)
-        row[f"{kind}_kept"] = len(k.kept)
-        row[f"{kind}_total"] = k.total
+        row[f"{kind}_kept"], row[f"{kind}_total"] = len(k.kept), k.total
         row[f"{kind}_retention"] = None if k.percent is None else round(k.percent, 1)
-        found += len(k.kept)
-        total += k.total
+    found, total = (sum(row[f"{k}_{what}"] for k in FACT_KINDS) for what in ("kept", "total"))
     row["retention"] = round(100 * found / total, 1) if total else None
 
 
@@ -218,15 +182,9 @@ def strategy_means(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     means = []
     for strategy, group in groups.items():
         kept = [r["retention"] for r in group if r.get("retention") is not None]
-        means.append(
-            {
-                "strategy": strategy,
-                "sessions": len(group),
-                "tokens_before": sum(r["tokens_before"] for r in group) / len(group),
-                "tokens_after": sum(r["tokens_after"] for r in group) / len(group),
-                "retention": sum(kept) / len(kept) if kept else None,
-            }
-        )
+        mean = {k: sum(r[k] for r in group) / len(group) for k in ("tokens_before", "tokens_after")}
+        retained = sum(kept) / len(kept) if kept else None
+        means.append({"strategy": strategy, "sessions": len(group), **mean, "retention": retained})
     return means
 
 

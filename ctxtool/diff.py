@@ -115,18 +115,16 @@ class GroupDelta:
     estimated_after: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "dimension": self.dimension,
-            "key": self.key,
-            "recorded_before": self.recorded_before,
-            "recorded_after": self.recorded_after,
-            "recorded_delta": None
-            if self.recorded_before is None or self.recorded_after is None
-            else self.recorded_after - self.recorded_before,
-            "estimated_before": self.estimated_before,
-            "estimated_after": self.estimated_after,
-            "estimated_delta": self.estimated_after - self.estimated_before,
-        }
+        rb, ra, eb, ea = (
+            self.recorded_before,
+            self.recorded_after,
+            self.estimated_before,
+            self.estimated_after,
+        )
+        head = {"dimension": self.dimension, "key": self.key, "recorded_before": rb, "recorded_after": ra}
+        rec = None if rb is None or ra is None else ra - rb
+        tail = {"estimated_before": eb, "estimated_after": ea, "estimated_delta": ea - eb}
+        return {**head, "recorded_delta": rec, **tail}
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,35 +220,25 @@ def _retention_dict(r: Retention) -> dict[str, Any]:
     return out
 
 
-# --------------------------------------------------------------------------------------------- helpers
-
-
 def _canonical(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
 
 
 def content_hash(msg: Mapping[str, Any]) -> str:
     """Hash of what a message says (type, content, tool calls), not of when or under which id."""
-    body = {"type": msg.get("type"), "content": msg.get("content"), "toolCalls": _calls_without_ts(msg)}
-    return hashlib.sha256(_canonical(body)).hexdigest()
-
-
-def _calls_without_ts(msg: Mapping[str, Any]) -> list[Any]:
     calls = msg.get("toolCalls")
-    if not isinstance(calls, list):
-        return []
-    return [{k: v for k, v in c.items() if k != "timestamp"} if isinstance(c, dict) else c for c in calls]
+    calls = calls if isinstance(calls, list) else []
+    calls = [{k: v for k, v in c.items() if k != "timestamp"} if isinstance(c, dict) else c for c in calls]
+    body = {"type": msg.get("type"), "content": msg.get("content"), "toolCalls": calls}
+    return hashlib.sha256(_canonical(body)).hexdigest()
 
 
 def value_chars(value: Any) -> int:
     """Characters of every string inside a JSON value (a message's content, a tool result)."""
     if isinstance(value, str):
         return len(value)
-    if isinstance(value, dict):
-        return sum(value_chars(v) for v in value.values())
-    if isinstance(value, list):
-        return sum(value_chars(v) for v in value)
-    return 0
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return sum(map(value_chars, items))
 
 
 def result_chars(result: Any) -> int:
@@ -274,10 +262,8 @@ def result_chars(result: Any) -> int:
 
 def _preview(msg: Mapping[str, Any]) -> str:
     text = " ".join(message_text(msg.get("content")).split())
-    if not text:
-        names = _tool_names(msg)
-        if names:
-            text = "[" + ", ".join(names) + "]"
+    if not text and (names := _tool_names(msg)):
+        text = "[" + ", ".join(names) + "]"
     return clip_preview(text, PREVIEW_CHARS)  # never inside a token: a cut key could not be redacted
 
 
@@ -288,12 +274,10 @@ def _tool_names(msg: Mapping[str, Any]) -> tuple[str, ...]:
         if isinstance(c, dict) and isinstance(c.get("name"), str):
             names.append(c["name"])
     content = msg.get("content")
-    for p in content if isinstance(content, list) else []:
-        if isinstance(p, dict):
-            for key in ("functionResponse", "functionCall"):
-                inner = p.get(key)
-                if isinstance(inner, dict) and isinstance(inner.get("name"), str):
-                    names.append(inner["name"])
+    parts = [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
+    for inner in (p.get(key) for p in parts for key in ("functionResponse", "functionCall")):
+        if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+            names.append(inner["name"])
     return tuple(dict.fromkeys(names))
 
 
@@ -332,11 +316,8 @@ def _estimate_message(msg: Mapping[str, Any]) -> _Estimate:
         n = estimate_token_count(parts)
         est.total += n
         est.by_role[role] = est.by_role.get(role, 0) + n
-        for part in parts:
-            if not isinstance(part, dict):
-                continue
-            for key in ("functionCall", "functionResponse"):
-                inner = part.get(key)
+        for part in (p for p in parts if isinstance(p, dict)):
+            for inner in (part.get(key) for key in ("functionCall", "functionResponse")):
                 if isinstance(inner, dict):
                     name = inner.get("name") if isinstance(inner.get("name"), str) else "(unnamed)"
                     est.by_tool[str(name)] = est.by_tool.get(str(name), 0) + estimate_token_count([part])
@@ -344,11 +325,8 @@ def _estimate_message(msg: Mapping[str, Any]) -> _Estimate:
 
 
 def _last_model(sf: SessionFile) -> str | None:
-    for msg in reversed(sf.billed):
-        model = msg.get("model")
-        if msg.get("type") == "gemini" and isinstance(model, str) and model:
-            return model
-    return None
+    models = (m.get("model") for m in reversed(sf.billed) if m.get("type") == "gemini")
+    return next((m for m in models if isinstance(m, str) and m), None)
 
 
 def _side(sf: SessionFile, model: str | None) -> SideSummary:
@@ -386,9 +364,6 @@ def _side(sf: SessionFile, model: str | None) -> SideSummary:
         # floors): the measure `compact` and `compare` report as tokens before/after.
         estimated=gemini_estimate([dict(m) for m in sf.messages], model or DEFAULT_CHAT_MODEL),
     )
-
-
-# --------------------------------------------------------------------------------------------- alignment
 
 
 def align(
@@ -515,9 +490,6 @@ def _tool_changes(b: Mapping[str, Any], a: Mapping[str, Any]) -> list[Change]:
     return out
 
 
-# --------------------------------------------------------------------------------------------- the diff
-
-
 def diff_sessions(before: SessionFile, after: SessionFile) -> SessionDiff:
     """Compare the live histories of two session files (see the module docstring)."""
     bm, am = before.messages, after.messages
@@ -533,28 +505,13 @@ def diff_sessions(before: SessionFile, after: SessionFile) -> SessionDiff:
         )
         shown = a if a is not None else b
         assert shown is not None
-        mtype = shown.get("type")
-        mid = shown.get("id")
-        messages.append(
-            MessageDiff(
-                status=status,
-                match=how,
-                before_index=i,
-                after_index=j,
-                id=mid if isinstance(mid, str) else None,
-                type=mtype if isinstance(mtype, str) else "unknown",
-                note=_note(shown),
-                preview=_preview(shown),
-                tools=_tool_names(shown),
-                chars_before=value_chars(b.get("content")) if b is not None else None,
-                chars_after=value_chars(a.get("content")) if a is not None else None,
-                estimated_before=est_b[i].total if i is not None else None,
-                estimated_after=est_a[j].total if j is not None else None,
-                recorded_before=_recorded_total(b) if b is not None else None,
-                recorded_after=_recorded_total(a) if a is not None else None,
-                changes=changes,
-            )
-        )
+        mid = mid if isinstance(mid := shown.get("id"), str) else None
+        mtype = mtype if isinstance(mtype := shown.get("type"), str) else "unknown"
+        head = (status, how, i, j, mid, mtype, _note(shown), _preview(shown), _tool_names(shown))
+        chars_b, chars_a = (None if m is None else value_chars(m.get("content")) for m in (b, a))
+        estimated = (None if i is None else est_b[i].total, None if j is None else est_a[j].total)
+        rec_b, rec_a = (None if m is None else _recorded_total(m) for m in (b, a))
+        messages.append(MessageDiff(*head, chars_b, chars_a, *estimated, rec_b, rec_a, changes))
 
     model = _last_model(after) or _last_model(before)
     snapshots = tuple(
@@ -605,20 +562,9 @@ def _groups(
         rb = recorded_by(before, dim) if dim != "tool" else None
         ra = recorded_by(after, dim) if dim != "tool" else None
         for key in sorted(set(eb) | set(ea) | set(rb or {}) | set(ra or {})):
-            groups.append(
-                GroupDelta(
-                    dimension=dim,
-                    key=key,
-                    recorded_before=None if rb is None else rb.get(key, 0),
-                    recorded_after=None if ra is None else ra.get(key, 0),
-                    estimated_before=eb.get(key, 0),
-                    estimated_after=ea.get(key, 0),
-                )
-            )
+            rec_b, rec_a = (None if r is None else r.get(key, 0) for r in (rb, ra))
+            groups.append(GroupDelta(dim, key, rec_b, rec_a, eb.get(key, 0), ea.get(key, 0)))
     return tuple(groups)
-
-
-# --------------------------------------------------------------------------------------------- text views
 
 
 def _pct(value: float | None) -> str:
@@ -634,6 +580,7 @@ def _delta(before: int | None, after: int | None) -> str:
 def summary_rows(d: SessionDiff) -> list[tuple[str, str, str, str]]:
     """(measure, before, after, delta) rows: message counts, recorded and estimated tokens, context share."""
     b, a = d.before, d.after
+    estimated_shares = (_pct(b.estimated_context_share), _pct(a.estimated_context_share))
 
     def counted(measure: str, before: int, after: int) -> tuple[str, str, str, str]:
         return measure, f"{before:,}", f"{after:,}", _delta(before, after)
@@ -644,12 +591,7 @@ def summary_rows(d: SessionDiff) -> list[tuple[str, str, str, str]]:
         counted("recorded tokens (total)", b.recorded["total"], a.recorded["total"]),
         counted("recorded context (last prompt)", b.recorded["context"], a.recorded["context"]),
         counted("estimated context", b.estimated, a.estimated),
-        (
-            f"context share (estimated, of {a.context_limit:,})",
-            _pct(b.estimated_context_share),
-            _pct(a.estimated_context_share),
-            "",
-        ),
+        (f"context share (estimated, of {a.context_limit:,})", *estimated_shares, ""),
         ("context share (recorded)", _pct(b.recorded_context_share), _pct(a.recorded_context_share), ""),
     ]
 
@@ -661,17 +603,11 @@ def group_rows(d: SessionDiff) -> list[tuple[str, ...]]:
     def figure(n: int | None) -> str:
         return "" if n is None else f"{n:,}"
 
-    return [
-        (
-            f"{g.dimension} {g.key}",
-            figure(g.recorded_before),
-            figure(g.recorded_after),
-            figure(g.estimated_before),
-            figure(g.estimated_after),
-            _delta(g.estimated_before, g.estimated_after),
-        )
-        for g in d.groups
-    ]
+    rows: list[tuple[str, ...]] = []
+    for g in d.groups:
+        figures = map(figure, (g.recorded_before, g.recorded_after, g.estimated_before, g.estimated_after))
+        rows.append((f"{g.dimension} {g.key}", *figures, _delta(g.estimated_before, g.estimated_after)))
+    return rows
 
 
 def counts_line(d: SessionDiff) -> str:
@@ -680,15 +616,8 @@ def counts_line(d: SessionDiff) -> str:
 
 def message_content(m: MessageDiff) -> str:
     """What the message list shows for a message: a note, the preview and what changed."""
-    bits = []
-    if m.note:
-        bits.append(f"[{m.note}]")
-    if m.match == "hash":
-        bits.append("[matched by content]")
-    bits.append(m.preview)
-    if m.changes:
-        bits.append("; ".join(c.detail for c in m.changes))
-    return " ".join(b for b in bits if b)
+    bits = (f"[{m.note}]" if m.note else "", "[matched by content]" if m.match == "hash" else "", m.preview)
+    return " ".join(b for b in (*bits, "; ".join(c.detail for c in m.changes)) if b)
 
 
 def message_rows(d: SessionDiff) -> list[dict[str, Any]]:
@@ -759,12 +688,8 @@ def markdown(d: SessionDiff, *, preview_chars: int = 80, hide: Callable[[str], s
     lines += ["| " + " | ".join(md(cell) for cell in row) + " |" for row in group_rows(d)]
     lines.append("")
     for i, snap in enumerate(d.snapshots, 1):
-        lines += [
-            f"### State snapshot {i}" if len(d.snapshots) > 1 else "### State snapshot",
-            "",
-            markdown_code_block(hide(snap), "xml"),
-            "",
-        ]
+        title = f"### State snapshot {i}" if len(d.snapshots) > 1 else "### State snapshot"
+        lines += [title, "", markdown_code_block(hide(snap), "xml"), ""]
     lines += ["### Fact retention", ""]
     r = d.retention
     if r is None:
@@ -782,8 +707,7 @@ def markdown(d: SessionDiff, *, preview_chars: int = 80, hide: Callable[[str], s
     ]
     for row in message_rows(d):
         content = clip_preview(row["content"], preview_chars)
-        b = "" if row["before_index"] is None else row["before_index"]
-        a = "" if row["after_index"] is None else row["after_index"]
+        b, a = ("" if row[k] is None else row[k] for k in ("before_index", "after_index"))
         lines.append(
             f"| {row['status']} | {b} | {a} | {md(row['type'])} | {row['estimate']} | {md(content)} |"
         )

@@ -63,6 +63,7 @@ _TEXT = {"messages": ("preview",), "turns": ("prompt",), "sessions": ("summary",
 _PATHS = ("file", "group_key", "project_dir")  # named relative to the data root, or by a hash
 # Characters Spark's ExternalCatalogUtils.escapePathName percent-encodes, plus the ones Windows forbids.
 _HIVE_SPECIAL = frozenset("\"#%'*/:=?\\{[]^<>|\x7f")
+_BATCH = 2000
 
 
 def hive_escape(value: str) -> str:
@@ -207,9 +208,8 @@ def export_corpus(
     prints = fingerprints(tables, salt)
     state = _State(state_dir, store, who.machine, remember)
     # (the frames keep their rows' order: a session's own file, by its key in the dataset)
-    files = dict(
-        zip(tables["sessions"].get_column("session_key"), corpus.sessions.get_column("file"), strict=True)
-    )
+    keys = tables["sessions"].get_column("session_key")
+    files = dict(zip(keys, corpus.sessions.get_column("file"), strict=True))
     todo = sorted(k for k, p in prints.items() if state.sessions.get(k, {}).get("print") != p)
     parts = {t: tables[t].partition_by("session_key", as_dict=True) for t in TABLES} if todo else {}
     rows = dict.fromkeys(TABLES, 0)
@@ -218,28 +218,19 @@ def export_corpus(
     try:
         for key in todo:
             for table in TABLES:  # sessions last: ctxtool's reader counts a session once its rows are in
-                df = parts[table].get((key,))
-                if df is None:
+                if (df := parts[table].get((key,))) is None:
                     df = tables[table].clear()
                 rows[table] += df.height
                 store.put(f"{table}/machine={folder}/{key}.parquet", _parquet_bytes(df))
             state.sessions[key] = {"print": prints[key], "file": files.get(key)}
             written.append(key)
-        removed = _remove_merged(
-            store, state, set(prints), folder, [*(roots if sources is None else sources)]
-        )
+        read = [*(roots if sources is None else sources)]
+        removed = _remove_merged(store, state, set(prints), folder, read)
     finally:
         state.save()
+    unchanged, objects = len(prints) - len(todo), len(written) * len(TABLES)
     return ExportResult(
-        str(store),
-        who.user,
-        who.machine,
-        tuple(written),
-        unchanged=len(prints) - len(todo),
-        removed=removed,
-        objects=len(written) * len(TABLES),
-        rows=rows,
-        with_text=with_text,
+        str(store), who.user, who.machine, tuple(written), unchanged, removed, objects, rows, with_text
     )
 
 
@@ -282,8 +273,7 @@ def _marker() -> bytes:
 def _check_or_mark(store: Store) -> None:
     """Make ``store`` a dataset (its marker: the same bytes from every writer, so writing it twice changes
     nothing), or check that it is one this ctxtool writes; refuse a folder that holds something else."""
-    found = store.get(DATASET_MARKER)
-    if found is not None:
+    if (found := store.get(DATASET_MARKER)) is not None:
         _schema_of(store, found)
         return
     if not store.remote:
@@ -344,14 +334,10 @@ class _State:
         self.path = cache_root(state_dir) / "exports" / f"{name}.json" if remember else None
         self.sessions: dict[str, dict[str, Any]] = {}
         self._store = str(store)
-        if self.path is None:
-            return
-        try:
-            doc = orjson.loads(self.path.read_bytes())
+        with suppress(OSError, orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+            doc = orjson.loads(self.path.read_bytes()) if self.path is not None else {}
             if doc.get("dataset") == str(store) and doc.get("schema_version") == DATASET_SCHEMA_VERSION:
                 self.sessions = dict(doc["sessions"])
-        except (OSError, orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
-            pass
 
     def save(self) -> None:
         from ctxtool.session.write import atomic_write
@@ -409,16 +395,12 @@ def load_dataset(
         ids = keep.get_column("session_key").implode()
         tables = {t: df.filter(pl.col("session_key").is_in(ids)) for t, df in tables.items()}
     tables["sessions"] = _with_subagent_counts(tables["sessions"])
-    corpus = frames.Corpus(
-        tables["sessions"],
-        tables["messages"],
-        tables["requests"] if not sums else template.requests,
-        tables["tool_calls"],
-        tables["turns"],
-        files_read=files,
-        files_found=files,
-        bytes_read=size,
-    )
+    if sums:
+        tables["requests"] = template.requests
+    t = tables
+    corpus = frames.Corpus(t["sessions"], t["messages"], t["requests"], t["tool_calls"], t["turns"])
+    corpus.files_read = corpus.files_found = files
+    corpus.bytes_read = size
     corpus.broken_lines = int(corpus.sessions.get_column("broken_lines").sum() or 0)
     # Every report of it is the engine's, as of the sessions.
     if sums:
@@ -432,12 +414,7 @@ def load_dataset(
 
 
 def _read_tables(
-    store: Store,
-    template: Corpus,
-    *,
-    schema_1: bool,
-    sums: bool,
-    days: tuple[date | None, date | None] | None,
+    store: Store, empty: Corpus, *, schema_1: bool, sums: bool, days: tuple[date | None, date | None] | None
 ) -> tuple[dict[str, pl.DataFrame], list[str], int, int]:
     """``load_dataset``'s tables (with ``sums``: the sessions alone, and the keys of the requests' objects),
     and the objects and bytes read."""
@@ -446,7 +423,7 @@ def _read_tables(
     requests: list[str] = []
     wanted: set[str] | None = None  # the sessions whose other objects are read (None: all)
     for table in ("sessions", *(t for t in TABLES if t != "sessions")):
-        base: pl.DataFrame = getattr(template, table)
+        base: pl.DataFrame = getattr(empty, table)
         if sums and table not in ("sessions", "requests"):
             tables[table] = base
             continue
@@ -467,19 +444,13 @@ def _read_tables(
 
 class _RequestSums:
     """The groups of the reports that sum requests (``frames.tally.request_rows``), summed by polars where
-    the requests are, in one streaming scan: per session and key (``by``, its days in ``timezone``), the
+    the requests are, in one streaming scan: per session and key (``by``, its days in ``tz``), the
     requests, their token sums, the largest prompt, the known costs (each, to be summed exactly) as
     ``tally._add_requests`` adds them up, and the requests whose recorded total is not the sum of its parts
-    (as ``tally.mismatched`` counts them); only the requests of ``sessions`` count."""
+    (as ``tally.mismatched`` counts them); only the requests of the sessions in ``keep`` count."""
 
     def __init__(
-        self,
-        store: Store,
-        keys: list[str],
-        sessions: pl.Series,
-        schema_1: bool,
-        by: str | None,
-        timezone: str | None,
+        self, store: Store, keys: list[str], keep: pl.Series, schema_1: bool, by: str | None, tz: str | None
     ) -> None:
         import polars as pl
 
@@ -491,13 +462,10 @@ class _RequestSums:
         for at in range(0, len(keys), _BATCH):
             lazy = _scan(store, keys[at : at + _BATCH], schema_1)
             have = lazy.collect_schema().names()
-            self.lazies.append(
-                lazy.select(
-                    [pl.col(c) if c in have else pl.lit(None).alias(c) for c in [*columns, "machine"]]
-                ).filter(pl.col("session_key").is_in(sessions.implode()))
-            )
-        self.asked = (by, timezone)
-        self.parts = self._parts(by, timezone)
+            cols = [pl.col(c) if c in have else pl.lit(None).alias(c) for c in [*columns, "machine"]]
+            self.lazies.append(lazy.select(cols).filter(pl.col("session_key").is_in(keep.implode())))
+        self.asked = (by, tz)
+        self.parts = self._parts(by, tz)
 
     def _parts(self, by: str | None, timezone: str | None) -> pl.DataFrame | None:
         import polars as pl
@@ -558,8 +526,7 @@ def load_sessions_or_dataset(
     from ctxtool.frames.loading import CacheUse, load_corpus
     from ctxtool.session.discover import dataset_in
 
-    dataset = dataset_in(paths)
-    if dataset is None:
+    if (dataset := dataset_in(paths)) is None:
         return load_corpus(paths, subagents=subagents, **reading)
     return load_dataset(dataset, subagents=subagents), CacheUse()
 
@@ -607,19 +574,11 @@ def _read_table(
             f"{store}: cannot read its {table} ({str(exc).splitlines()[0][:300]})",
             "Check the dataset and the store's credentials",
         ) from None
-    df = df.select(
-        [
-            pl.col(c).cast(dtype, strict=False) if c in df.columns else pl.lit(None, dtype=dtype).alias(c)
-            for c, dtype in schema.items()
-        ]
-    )
+    missing = {c: pl.lit(None, dtype=dtype).alias(c) for c, dtype in schema.items() if c not in df.columns}
+    df = df.select([missing.get(c, pl.col(c).cast(dtype, strict=False)) for c, dtype in schema.items()])
     order = {"messages": "position", "requests": "position", "tool_calls": "turn", "turns": "turn"}.get(table)
-    return df.sort(
-        ["machine", "session_key", *([order] if order else [])], maintain_order=True, nulls_last=True
-    )
-
-
-_BATCH = 2000
+    by = ["machine", "session_key", *([order] if order else [])]
+    return df.sort(by, maintain_order=True, nulls_last=True)
 
 
 def _scan(store: Store, keys: list[str], schema_1: bool) -> pl.LazyFrame:

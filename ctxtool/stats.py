@@ -39,13 +39,9 @@ class StatsQuery(msgspec.Struct, frozen=True):
 
 
 def with_index(summary: dict[str, Any], use: CacheUse) -> dict[str, Any]:
-    summary["index"] = {
-        "enabled": use.enabled,
-        "corpus_from_cache": use.corpus_hit,
-        "files_from_index": use.files_cached,
-        "files_resumed": use.files_resumed,
-        "files_parsed": use.files_parsed,
-    }
+    names = ("enabled", "corpus_from_cache", "files_from_index", "files_resumed", "files_parsed")
+    values = (use.enabled, use.corpus_hit, use.files_cached, use.files_resumed, use.files_parsed)
+    summary["index"] = dict(zip(names, values, strict=True))
     return summary
 
 
@@ -134,15 +130,14 @@ def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) ->
                 row["prompt"] = row["prompt"] if row["prompt"] is None else redact(row["prompt"])
     else:
         made = tally.request_rows(t, by, query.timezone)
+    columns = ROW_COLUMNS[by]
     if column := query.sort:  # --desc: largest first; nulls last, in their order where equal
-        if column not in ROW_COLUMNS[by]:
-            raise UsageError(
-                f"--sort {column!r} is not a column of --by {by}", use_one_of(column, ROW_COLUMNS[by])
-            )
+        if column not in columns:
+            raise UsageError(f"--sort {column!r} is not a column of --by {by}", use_one_of(column, columns))
         known = [row for row in made if row[column] is not None]
         known.sort(key=lambda row: row[column], reverse=query.desc)
         made = known + [row for row in made if row[column] is None]
-    rows = RowTable(ROW_COLUMNS[by], made)
+    rows = RowTable(columns, made)
     shown = rows.head(query.limit) if query.limit else rows
     return StatsReport(t, by, shown, rows, sessions_read, single)
 
@@ -154,6 +149,7 @@ def stats_report(corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], Non
         made = tally_report(corpus.tally, query, warn=warn)
         assert made is not None  # (a corpus's tally holds its sessions' columns)
         return made
+    from ctxtool.frames.composition import top_consumers
     from ctxtool.frames.query import filter_corpus, live_only, read_warnings
 
     sessions_read = corpus.sessions.height
@@ -165,8 +161,6 @@ def stats_report(corpus: Corpus, query: StatsQuery, *, warn: Callable[[str], Non
     single = corpus.sessions.filter(corpus.sessions["parent_session_key"].is_null()).height == 1
     if query.by is not None:
         raise UsageError("--top and --by are two reports", "Pass one of them")
-    from ctxtool.frames.composition import top_consumers
-
     rows = top_consumers(corpus, query.top)
     if not query.show_secrets:
         import polars as pl

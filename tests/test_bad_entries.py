@@ -214,14 +214,14 @@ def test_every_filesystem_error_on_an_entry_is_that_entrys_problem(
 ) -> None:
     """Each class of error, whoever runs the test (root reads through permissions, so a real
     permission-denied file is tested above only for other users): skipped with its reason, never raised."""
-    from ctxtool.session.discover import Discovery, _kind
+    from ctxtool.session.discover import Discovery, _is_file
 
     found = Discovery()
-    assert _kind(_Entry("session-x.jsonl", error), found) is None  # type: ignore[arg-type]
+    assert _is_file(_Entry("session-x.jsonl", error), found) is False  # type: ignore[arg-type]
     assert found.skipped == [(Path("/nowhere/session-x.jsonl"), key)]
     [(_, _, message)] = found.unreadable
     assert says in message
     # Entries whose name cannot be a session are passed over silently.
     quiet = Discovery()
-    assert _kind(_Entry("notes.txt", error), quiet) is None  # type: ignore[arg-type]
+    assert _is_file(_Entry("notes.txt", error), quiet) is False  # type: ignore[arg-type]
     assert quiet.skipped == []

@@ -39,64 +39,45 @@ over 1); 1 an error (a session file could not be read, or no session was found);
 """
 
 
-PATHS = typer.Argument(
-    None, metavar="PATH...", help="Session files, folders, globs or ids (default: the data root)."
-)
-
-
 def _budget(flag: str, metavar: str, help: str) -> Any:
     return typer.Option(None, flag, metavar=metavar, help=help)
 
 
 MAX_SESSION_TOKENS = _budget("--max-session-tokens", "TOKENS", "Tokens of a session, subagents included.")
-MAX_TURN_TOKENS = _budget("--max-turn-tokens", "TOKENS", "Tokens of one turn.")
-MAX_REQUEST_TOKENS = _budget("--max-request-tokens", "TOKENS", "Tokens of one request.")
 MAX_CONTEXT_SHARE = _budget("--max-context-share", "SHARE", "A prompt over the model's context window.")
-MAX_SESSION_COST = _budget("--max-session-cost", "USD", "Cost of a session.")
-MAX_DAILY_COST = _budget("--max-daily-cost", "USD", "Cost of all sessions per day (--timezone).")
-MIN_CACHE_RATIO = _budget("--min-cache-ratio", "SHARE", "Cached over input tokens, at least.")
-MAX_COMPRESSIONS = _budget("--max-compressions", "N", "Compression events in a session.")
-MAX_TOOL_OUTPUT_SHARE = _budget(
-    "--max-tool-output-share", "SHARE", "Tool results over all text of a session."
-)
-MAX_SECRETS = _budget("--max-secrets", "N", "Secrets a session may hold (0: none).")
-CONFIG = typer.Option(None, "--config", "-c", metavar="FILE", help="Budgets from this TOML file.")
-NO_CONFIG = typer.Option(False, "--no-config", help="Ignore any configuration file.")
-FORMAT = typer.Option(None, "--format", "-f", metavar="FORMAT", help="table, json, junit or markdown.")
-OUTPUT = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to FILE.")
-GITHUB = typer.Option(False, "--github", help="GitHub annotations on stdout; table to stderr.")
-BASELINE = typer.Option(
-    None, "--baseline", metavar="FILE", help="An earlier audit --format json, to compare."
-)
 TOLERANCE = typer.Option(
     "10%", "--tolerance", metavar="SHARE", show_default=False, help="Allowed worsening over --baseline (10%)."
 )
-SHOW_ALL = typer.Option(False, "--all", help="Table: list the passed checks too.")
-RULE = typer.Option(None, "--rule", metavar="NAME", help="Check only this budget (max-session-cost...).")
 
 
 def audit(
-    paths: list[str] = PATHS,
+    paths: list[str] = typer.Argument(
+        None, metavar="PATH...", help="Session files, folders, globs or ids (default: the data root)."
+    ),
     max_session_tokens: str = MAX_SESSION_TOKENS,
-    max_turn_tokens: str = MAX_TURN_TOKENS,
-    max_request_tokens: str = MAX_REQUEST_TOKENS,
+    max_turn_tokens: str = _budget("--max-turn-tokens", "TOKENS", "Tokens of one turn."),
+    max_request_tokens: str = _budget("--max-request-tokens", "TOKENS", "Tokens of one request."),
     max_context_share: str = MAX_CONTEXT_SHARE,
-    max_session_cost: str = MAX_SESSION_COST,
-    max_daily_cost: str = MAX_DAILY_COST,
-    min_cache_ratio: str = MIN_CACHE_RATIO,
-    max_compressions: str = MAX_COMPRESSIONS,
-    max_tool_output_share: str = MAX_TOOL_OUTPUT_SHARE,
-    max_secrets: str = MAX_SECRETS,
-    config: Path = CONFIG,
-    no_config: bool = NO_CONFIG,
-    fmt: str = FORMAT,
-    output: Path = OUTPUT,
-    github: bool = GITHUB,
-    baseline: Path = BASELINE,
+    max_session_cost: str = _budget("--max-session-cost", "USD", "Cost of a session."),
+    max_daily_cost: str = _budget("--max-daily-cost", "USD", "Cost of all sessions per day (--timezone)."),
+    min_cache_ratio: str = _budget("--min-cache-ratio", "SHARE", "Cached over input tokens, at least."),
+    max_compressions: str = _budget("--max-compressions", "N", "Compression events in a session."),
+    max_tool_output_share: str = _budget(
+        "--max-tool-output-share", "SHARE", "Tool results over all text of a session."
+    ),
+    max_secrets: str = _budget("--max-secrets", "N", "Secrets a session may hold (0: none)."),
+    config: Path = typer.Option(None, "--config", "-c", metavar="FILE", help="Budgets from this TOML file."),
+    no_config: bool = typer.Option(False, "--no-config", help="Ignore any configuration file."),
+    fmt: str = typer.Option(None, "--format", "-f", metavar="FORMAT", help="table, json, junit or markdown."),
+    output: Path = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the report to FILE."),
+    github: bool = typer.Option(False, "--github", help="GitHub annotations on stdout; table to stderr."),
+    baseline: Path = typer.Option(
+        None, "--baseline", metavar="FILE", help="An earlier audit --format json, to compare."
+    ),
     tolerance: str = TOLERANCE,
     subagents: bool = options.SUBAGENTS,
     show_secrets: bool = options.SHOW_SECRETS,
-    show_all: bool = SHOW_ALL,
+    show_all: bool = typer.Option(False, "--all", help="Table: list the passed checks too."),
     color: options.Color = options.COLOR,
     width: int = options.WIDTH,
     since: str = options.SINCE,
@@ -105,7 +86,9 @@ def audit(
     session: list[str] = options.SESSION,
     model: list[str] = options.MODEL,
     timezone: str = options.TIMEZONE,
-    rule: list[str] = RULE,
+    rule: list[str] = typer.Option(
+        None, "--rule", metavar="NAME", help="Check only this budget (max-session-cost...)."
+    ),
     no_cache: bool = options.NO_CACHE,
     cache_dir: Path = options.CACHE_DIR,
 ) -> int:
@@ -126,19 +109,10 @@ def audit(
         )
     if config is not None and no_config:
         raise UsageError("--config and --no-config contradict each other", "Pass only one of them")
-    limits = {
-        "max-session-tokens": max_session_tokens,
-        "max-turn-tokens": max_turn_tokens,
-        "max-request-tokens": max_request_tokens,
-        "max-context-share": max_context_share,
-        "max-session-cost": max_session_cost,
-        "max-daily-cost": max_daily_cost,
-        "min-cache-ratio": min_cache_ratio,
-        "max-compressions": max_compressions,
-        "max-tool-output-share": max_tool_output_share,
-        "max-secrets": max_secrets,
-    }
-    flags = {m: None if v is None else lib.parse_limit(m, v, "--") for m, v in limits.items()}
+    values = [max_session_tokens, max_turn_tokens, max_request_tokens, max_context_share, max_session_cost]
+    values += [max_daily_cost, min_cache_ratio, max_compressions, max_tool_output_share, max_secrets]
+    budgets = zip(lib.METRICS, values, strict=True)
+    flags = {m: None if v is None else lib.parse_limit(m, v, "--") for m, v in budgets}
     tol = lib.parse_tolerance(tolerance)
     config_path = None if no_config else (config if config is not None else lib.find_config(Path.cwd()))
     rules = lib.rules_to_check(flags, config_path, rule)
@@ -171,14 +145,7 @@ def _load(paths: list[str] | None, subagents: bool, no_cache: bool, cache_dir: P
 
 
 def _write_report(
-    result: AuditReport,
-    fmt: str,
-    output: Path | None,
-    *,
-    github: bool,
-    width: int | None,
-    color: str | None,
-    show_all: bool,
+    result: AuditReport, fmt: str, output: Path | None, github: bool, width: int, color: str, show_all: bool
 ) -> None:
     """The report in ``fmt``, said on standard error once written to ``output``; with --github, the
     annotations before it on standard output, which holds them alone when there is no --output (the table goes
@@ -196,7 +163,6 @@ def _write_report(
     else:
         from ctxtool.render import tables as render
 
-        order = {"fail": 0, "skip": 1, "pass": 2}
         rows = [
             {
                 "status": c.status,
@@ -206,7 +172,7 @@ def _write_report(
                 "limit": lib.format_value(c.rule, c.limit),
                 "offender": c.offender,
             }
-            for c in sorted(result.checks, key=lambda c: order[c.status])
+            for c in sorted(result.checks, key=lambda c: lib.STATUS_ORDER[c.status])
             if show_all or c.status != "pass"
         ]
         passed = sum(1 for c in result.checks if c.status == "pass")
@@ -223,12 +189,9 @@ def _write_report(
             elif hidden:
                 verdict += "; --all lists the checks."
             if rows:
+                subjects = [c.subject for c in result.checks]
                 table = render.audit_table(
-                    rows,
-                    title="ctxtool audit",
-                    caption=verdict,
-                    width=console.width,
-                    subjects=[c.subject for c in result.checks],
+                    rows, title="ctxtool audit", caption=verdict, width=console.width, subjects=subjects
                 )
                 render.print_table(console, table)
             else:

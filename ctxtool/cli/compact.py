@@ -86,11 +86,7 @@ written, 2 usage error.
 
 
 OUTPUT = typer.Option(
-    None,
-    "--output",
-    "-o",
-    metavar="DIR|FILE",
-    help="Write under DIR, or to FILE.json[l] for one.",
+    None, "--output", "-o", metavar="DIR|FILE", help="Write under DIR, or to FILE.json[l] for one."
 )
 OUT_ALIAS = typer.Option(None, "--out", hidden=True, help="The former name of --output.")
 LIST_PROFILES = typer.Option(
@@ -102,12 +98,7 @@ LIST_PROFILES = typer.Option(
 )
 AS_NEW_SESSION = typer.Option(False, "--as-new-session", help="Write a new session beside each original.")
 IN_PLACE = typer.Option(False, "--in-place", help="Append to each input, after a backup.")
-ERA = typer.Option(
-    None,
-    "--era",
-    metavar="jsonl|json",
-    help="Write .jsonl or legacy .json (default: same).",
-)
+ERA = typer.Option(None, "--era", metavar="jsonl|json", help="Write .jsonl or legacy .json (default: same).")
 DRY_RUN = typer.Option(False, "--dry-run", help="Show the plan; write nothing.")
 FORCE = typer.Option(False, "--force", help="Compact under the threshold too (/compress).")
 THRESHOLD = typer.Option(
@@ -125,30 +116,19 @@ CHAT_MODEL = typer.Option(
     None, "--chat-model", metavar="MODEL", help="The session's model (default: its newest)."
 )
 SUMMARIZER_MODEL = typer.Option(
-    None,
-    "--summarizer-model",
-    metavar="MODEL",
-    help="gemini summarizer's model (default: upstream).",
+    None, "--summarizer-model", metavar="MODEL", help="gemini summarizer's model (default: upstream)."
 )
 PROMPT_FILE = typer.Option(
     None, "--prompt-file", metavar="FILE", help="The summarizer's system prompt, from FILE."
 )
 PROMPT_FROM_GEMINI_CLI = typer.Option(
-    False,
-    "--prompt-from-gemini-cli",
-    help="Send the installed Gemini CLI's own texts.",
+    False, "--prompt-from-gemini-cli", help="Send the installed Gemini CLI's own texts."
 )
 WORKSPACE = typer.Option(
-    None,
-    "--workspace",
-    metavar="DIR",
-    help="Project folder (default: from .project_root).",
+    None, "--workspace", metavar="DIR", help="Project folder (default: from .project_root)."
 )
 SUMMARY_BUDGET = typer.Option(
-    None,
-    "--summary-budget",
-    metavar="TOKENS",
-    help="Offline summary size (default: 10% of span).",
+    None, "--summary-budget", metavar="TOKENS", help="Offline summary size (default: 10% of span)."
 )
 STRATEGY = typer.Option(
     "gemini-cli",
@@ -158,38 +138,24 @@ STRATEGY = typer.Option(
     help="Another agent's compaction (--list-profiles).",
 )
 CONTEXT_WINDOW = typer.Option(
-    None,
-    "--context-window",
-    min=1000,
-    metavar="TOKENS",
-    help="Other strategies' window (default: model's).",
+    None, "--context-window", min=1000, metavar="TOKENS", help="Other strategies' window (default: model's)."
 )
 INSTRUCTIONS = typer.Option(
     None, "--instructions", metavar="TEXT", help="Other strategies: focus of their summary."
 )
-KEEP_FACTS = typer.Option(
-    False,
-    "--keep-facts",
-    help="gemini summarizer: append the extracted facts.",
-)
+KEEP_FACTS = typer.Option(False, "--keep-facts", help="gemini summarizer: append the extracted facts.")
 REDACT_SECRETS = typer.Option(
-    False,
-    "--redact-secrets",
-    help="Write secrets in kept text as [REDACTED:kind].",
+    False, "--redact-secrets", help="Write secrets in kept text as [REDACTED:kind]."
 )
-UNDO = typer.Option(
-    False,
-    "--undo",
-    help="Drop what the last --in-place appended.",
-)
+UNDO = typer.Option(False, "--undo", help="Drop what the last --in-place appended.")
 FORMAT = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table or json.", show_default=False)
 
 
 @dataclass(frozen=True)
 class CompactRequest:
-    """The parameters of one ``ctxtool compact`` run (``--undo`` aside), as given. ``check`` refuses what
-    cannot run; the other methods resolve the options for the library, in the order the command needs
-    them (so that of several mistakes the same one is always reported)."""
+    """One ``ctxtool compact`` run's parameters (``--undo`` aside), as given. ``check`` refuses what cannot
+    run; the other methods resolve them for the library, in the order the command needs them (so that of
+    several mistakes the same one is always reported)."""
 
     out: Path | None
     as_new_session: bool
@@ -225,8 +191,7 @@ class CompactRequest:
     wide: bool
 
     def check(self) -> None:
-        """Raise a UsageError for the first option, or combination of options, that cannot run (an unknown
-        --profile or --strategy raises its own error)."""
+        """Raise a UsageError for the first option, or combination of options, that cannot run."""
         from ctxtool.compress.strategies.registry import get_strategy
 
         if self.fmt not in ("table", "json"):
@@ -281,8 +246,7 @@ class CompactRequest:
         return options.filter_args(self.since, self.until, self.project, self.session, self.only_model)
 
     def texts(self) -> CompressionTexts:
-        """The fixed texts of the compression: ctxtool's, with the system prompt of --prompt-file, or the
-        installed Gemini CLI's (--prompt-from-gemini-cli)."""
+        """The fixed texts: ctxtool's (with --prompt-file's system prompt), or Gemini CLI's installed ones."""
         from ctxtool.compress.gemini_cli.texts import CTXTOOL_TEXTS
 
         if self.prompt_file is not None:
@@ -301,8 +265,7 @@ class CompactRequest:
         )
 
     def destination(self, sources: list[SessionPath]) -> lib.Destination:
-        """Where the results go (--out DIR or FILE, --as-new-session or --in-place), checked against the
-        sources (``lib.check_destination``)."""
+        """Where the results go, checked against the sources (``lib.check_destination``)."""
         from ctxtool import compact as lib
 
         mode: lib.Mode = "in-place" if self.in_place else "new-session" if self.as_new_session else "out"
@@ -323,20 +286,13 @@ class CompactRequest:
         from ctxtool import compact as lib
 
         era = self.era if destination.out_file is None else destination.out_file.suffix[1:]
+        same = ("profile", "force", "threshold", "truncate_only", "dry_run", "chat_model", "strategy")
+        given = {k: getattr(self, k) for k in (*same, "context_window", "redact_secrets", "workspace")}
         return lib.CompactOptions(
-            profile=self.profile,
-            force=self.force,
-            threshold=self.threshold,
-            truncate_only=self.truncate_only,
-            dry_run=self.dry_run,
-            chat_model=self.chat_model,
             texts=texts,
-            strategy=self.strategy,
-            context_window=self.context_window,
             custom_instructions=self.instructions,
             era=None if era is None else "jsonl" if era == "jsonl" else "json",
-            redact_secrets=self.redact_secrets,
-            workspace=self.workspace,
+            **given,
         )
 
 
@@ -398,8 +354,7 @@ def _run(request: CompactRequest, paths: list[str]) -> int:
         return ExitStatus.ERROR  # each refused entry was named above, with its fix
     destination = request.destination(sources)
     opts = request.compact_options(texts, destination)
-    reports = _compact_all(sources, found.missing, summ, opts, destination)
-    return _show(reports, request)
+    return _show(_compact_all(sources, found.missing, summ, opts, destination), request)
 
 
 def _compact_all(
@@ -409,8 +364,8 @@ def _compact_all(
     opts: lib.CompactOptions,
     destination: lib.Destination,
 ) -> list[lib.CompactionReport]:
-    """One report per session: FAILED for a PATH that is missing or a session that could not be compacted
-    (the batch goes on), NOOP for a legacy file whose resumed .jsonl is compacted instead."""
+    """One report per session: FAILED for a missing PATH or a failed session (the batch goes on), NOOP for a
+    legacy file whose resumed .jsonl is compacted instead."""
     from ctxtool import compact as lib
     from ctxtool.session.discover import matches_nothing
 
@@ -457,8 +412,7 @@ def _status(reports: Sequence[lib.CompactionReport | lib.UndoReport]) -> int:
 
 
 def _show(reports: list[lib.CompactionReport], request: CompactRequest) -> int:
-    """The errors on stderr, the reports on stdout in the --format asked (none when every session failed),
-    and the exit status."""
+    """The errors on stderr, the reports on stdout (none when every session failed), the exit status."""
     from ctxtool import compact as lib
 
     rows = _rows(reports)

@@ -39,9 +39,8 @@ def make_summarizer(
     budget: int | None = None,
     keep_facts: bool = False,
 ) -> Summarizer:
-    """The summarizer of a checked ``--summarizer``: offline (at most ``budget`` tokens, when given), or the
-    Gemini model, built at its first call (``LazySummarizer``) and with the facts list appended when
-    ``keep_facts``."""
+    """A checked ``--summarizer``: offline (at most ``budget`` tokens), or the Gemini model, built at its
+    first call (``LazySummarizer``), with the facts list appended when ``keep_facts``."""
     if summarizer == "offline":
         from ctxtool.compress.summarize.offline import OfflineSummarizer
 

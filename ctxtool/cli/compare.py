@@ -42,11 +42,7 @@ SUMMARIZER_MODEL = typer.Option(
     None, "--summarizer-model", metavar="MODEL", help="gemini summarizer's model."
 )
 CONTEXT_WINDOW = typer.Option(
-    None,
-    "--context-window",
-    min=1000,
-    metavar="TOKENS",
-    help="Every strategy's window (default: model's).",
+    None, "--context-window", min=1000, metavar="TOKENS", help="Every strategy's window (default: model's)."
 )
 KEEP = typer.Option(None, "--keep", metavar="DIR", help="Keep the results under DIR/<strategy>/.")
 CHART = typer.Option(None, "--chart", metavar="FILE", help="Also draw a chart (.png or .svg).")
@@ -111,38 +107,24 @@ def compare(
         print(f"chart written to {chart}", file=sys.stderr)
     if not rows or all(r.get("status") == "FAILED" for r in rows):
         return ExitStatus.ERROR  # nothing was compared: the errors above say why; stdout stays empty
-    if fmt == "table":
-        _print_table(rows, output_path, bars=bars, width=width, color=color, wide=wide)
+    if fmt == "table":  # the table, its notes, and the bar chart of each strategy's means under it (--bars)
+        from ctxtool.render import tables as render
+
+        with render.output_console(output_path, width=width, color=color) as console:
+            table, notes = render.compare_table(rows, width=console.width, wide=wide)
+            render.print_table(console, table, wide=wide)
+            for note in notes:
+                console.print(note, markup=False, highlight=False)
+            if bars:
+                console.print()
+                means = lib.strategy_means(rows)
+                render.print_table(console, render.compare_bars(means, width=console.width))
     else:
         _write_rows(rows, names, fmt, output_path)
     if output_path is not None:
         options.say_written(output_path)
     failed = bool(found.missing) or any(r.get("status") == "FAILED" for r in rows)
     return ExitStatus.ERROR if failed else ExitStatus.OK
-
-
-def _print_table(
-    rows: list[dict[str, Any]],
-    output_path: Path | None,
-    *,
-    bars: bool,
-    width: int | None,
-    color: options.Color,
-    wide: bool,
-) -> None:
-    """The comparison table, its notes, and the bar chart of each strategy's means under it (--bars), to
-    --output or stdout."""
-    from ctxtool import compare as lib
-    from ctxtool.render import tables as render
-
-    with render.output_console(output_path, width=width, color=color) as console:
-        table, notes = render.compare_table(rows, width=console.width, wide=wide)
-        render.print_table(console, table, wide=wide)
-        for note in notes:
-            console.print(note, markup=False, highlight=False)
-        if bars:
-            console.print()
-            render.print_table(console, render.compare_bars(lib.strategy_means(rows), width=console.width))
 
 
 def _write_rows(rows: list[dict[str, Any]], names: list[str], fmt: str, output_path: Path | None) -> None:

@@ -11,20 +11,12 @@ from ctxtool.cli import guard as budget
 from ctxtool.cli.status import ExitStatus
 from ctxtool.common.errors import UsageError
 
-hooks_app = typer.Typer(
-    help=(
-        "Install ctxtool's hooks in Gemini CLI's settings.json: `guard` before every model call (budgets) "
-        "and `archive` when a session ends (history)."
-    ),
-    no_args_is_help=True,
-)
+_HELP = "Install ctxtool's hooks in Gemini CLI's settings.json: `guard` before every model call (budgets) "
+_HELP += "and `archive` when a session ends (history)."
+hooks_app = typer.Typer(help=_HELP, no_args_is_help=True)
 
-_SCOPE = typer.Option(
-    "user",
-    "--scope",
-    metavar="WHERE",
-    help="user: ~/.gemini/settings.json ($GEMINI_CLI_HOME); project: ./.gemini/settings.json.",
-)
+_SCOPE_HELP = "user: ~/.gemini/settings.json ($GEMINI_CLI_HOME); project: ./.gemini/settings.json."
+_SCOPE = typer.Option("user", "--scope", metavar="WHERE", help=_SCOPE_HELP)
 
 INSTALL_HELP = """Add ctxtool's hooks to Gemini CLI's settings.json.
 
@@ -44,6 +36,10 @@ Examples:
 """
 
 
+_ARCHIVE_HELP = "The dataset `ctxtool archive` writes: a folder or s3://, gs://, az://… (default: ctxtool's "
+_ARCHIVE_HELP += "data dir/history)."
+
+
 @hooks_app.command("install", help=INSTALL_HELP)
 def install(
     scope: str = _SCOPE,
@@ -54,13 +50,7 @@ def install(
     warn_at: str = budget.WARN_AT,
     fallback_model: str = budget.FALLBACK_MODEL,
     fail_closed: bool = budget.FAIL_CLOSED,
-    archive: str = typer.Option(
-        None,
-        "--archive",
-        metavar="DIR|URL",
-        help="The dataset `ctxtool archive` writes: a folder or s3://, gs://, az://… "
-        "(default: ctxtool's data dir/history).",
-    ),
+    archive: str = typer.Option(None, "--archive", metavar="DIR|URL", help=_ARCHIVE_HELP),
     no_archive: bool = typer.Option(False, "--no-archive", help="Install the guard only."),
 ) -> int:
     from ctxtool.hooks import guard, settings
@@ -71,11 +61,8 @@ def install(
     argv = guard.to_argv(values, fail_closed=fail_closed)
     opts = guard.parse_args(argv)  # refuses a bad budget here, not before every model call
     if not opts.limits:
-        raise UsageError(
-            "ctxtool hooks install: no budget given",
-            "Give at least one of --max-session-cost, --max-session-tokens, --max-daily-cost, "
-            "--max-context-share",
-        )
+        known = ", ".join(flag for flag, _, _ in guard.BUDGETS)
+        raise UsageError("ctxtool hooks install: no budget given", f"Give at least one of {known}")
     opts.scope = scope if scope != "user" else None
     from platformdirs import user_data_dir
 
@@ -113,14 +100,12 @@ def uninstall(scope: str = _SCOPE) -> int:
 
     change = settings.uninstall(settings.settings_path(scope))
     if change.changed and not change.exists:
-        print(
-            f"removed {change.path}: ctxtool's install had created it (backup: {change.backup})",
-            file=sys.stderr,
-        )
+        said = f"removed {change.path}: ctxtool's install had created it (backup: {change.backup})"
     elif change.changed:
-        print(f"removed ctxtool's hooks from {change.path} (backup: {change.backup})", file=sys.stderr)
+        said = f"removed ctxtool's hooks from {change.path} (backup: {change.backup})"
     else:
-        print(f"no ctxtool hooks in {change.path}: nothing changed", file=sys.stderr)
+        said = f"no ctxtool hooks in {change.path}: nothing changed"
+    print(said, file=sys.stderr)
     return ExitStatus.OK
 
 
@@ -134,10 +119,8 @@ def status(scope: str = _SCOPE) -> int:
 
     path = settings.settings_path(scope)
     found = settings.status(path)
-    if not found:
-        print(f"{path}: no ctxtool hooks (install: ctxtool hooks install --max-session-cost 5)")
-        return ExitStatus.OK
-    print(f"{path}:")
+    hint = "" if found else " no ctxtool hooks (install: ctxtool hooks install --max-session-cost 5)"
+    print(f"{path}:{hint}")
     for hook in found:
         print(f"  {hook['event']}: {hook.get('command')}")
     return ExitStatus.OK

@@ -58,14 +58,8 @@ class _DelayedProgress:
             from rich.console import Console
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self.bar = Progress(
-                TextColumn("reading sessions"),
-                BarColumn(),
-                DownloadColumn(),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
+            columns = (TextColumn("reading sessions"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+            self.bar = Progress(*columns, console=Console(stderr=True), transient=True)
             self.bar.start()
             self.task = self.bar.add_task("read", total=total)
         self.bar.update(self.task, completed=done)
@@ -75,22 +69,17 @@ class _DelayedProgress:
             self.bar.stop()
 
 
-BY = typer.Option(None, "--by", "-b", metavar="ROWS", help=", ".join(BY_CHOICES) + ".")
 FORMAT = typer.Option(
     None, "--format", "-f", metavar="FORMAT", help="table, json, jsonl, csv, parquet (default: suffix)."
 )
 OUTPUT = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE, not standard output.")
-SORT = typer.Option(None, "--sort", metavar="COLUMN", help="Sort rows by COLUMN.")
-DESC = typer.Option(False, "--desc", help="With --sort: largest first.")
 LIMIT = typer.Option(None, "--limit", "-n", min=1, metavar="N", help="At most N rows, after sorting.")
 TOP = typer.Option(None, "--top", min=1, metavar="N", help="The N largest items in each context, not --by.")
-LIVE = typer.Option(False, "--live", help="Only requests in the history a resume sends.")
 
 
 class StatsRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of start-up (--help)
     """One run's options, checked: the PATHS (or the one ``ctxtool export`` dataset among them), the report
-    asked for and where it goes. ``given`` are the filters as typed, named when they leave
-    nothing."""
+    asked for and where it goes. ``given`` are the filters as typed, named when they leave nothing."""
 
     paths: list[str]
     dataset: str | None
@@ -105,7 +94,7 @@ class StatsRequest(NamedTuple):  # not a dataclass: `dataclasses` stays out of s
 
 def stats(
     paths: list[str] = options.PATHS,
-    by: str = BY,
+    by: str = typer.Option(None, "--by", "-b", metavar="ROWS", help=", ".join(BY_CHOICES) + "."),
     fmt: str = FORMAT,
     output: Path = OUTPUT,
     timezone: str = options.TIMEZONE,
@@ -114,11 +103,11 @@ def stats(
     project: list[str] = options.PROJECT,
     session: list[str] = options.SESSION,
     model: list[str] = options.MODEL,
-    sort: str = SORT,
-    desc: bool = DESC,
+    sort: str = typer.Option(None, "--sort", metavar="COLUMN", help="Sort rows by COLUMN."),
+    desc: bool = typer.Option(False, "--desc", help="With --sort: largest first."),
     limit: int = LIMIT,
     top: int = TOP,
-    live: bool = LIVE,
+    live: bool = typer.Option(False, "--live", help="Only requests in the history a resume sends."),
     subagents: bool = options.SUBAGENTS,
     strict: bool = options.STRICT,
     no_cache: bool = options.NO_CACHE,
@@ -130,6 +119,7 @@ def stats(
 ) -> int:
     from ctxtool.common.choices import FORMATS, output_format
     from ctxtool.session.discover import dataset_in
+    from ctxtool.stats import StatsQuery
 
     # Checked in the order the first error is reported: --by, --format, --timezone, the filters, then a
     # dataset among other PATHS.
@@ -141,27 +131,10 @@ def stats(
     options.check_timezone(timezone)
     filters = options.filter_args(since, until, project, session, model)
     dataset = dataset_in(paths or [])
-    given = (
-        *([f"--since {since}"] if since else []),
-        *([f"--until {until}"] if until else []),
-        *(f"--project {p}" for p in project or []),
-        *(f"--session {s}" for s in session or []),
-        *(f"--model {m}" for m in model or []),
-    )
-    from ctxtool.stats import StatsQuery
-
-    query = StatsQuery(
-        by=by,
-        top=top,
-        filters=filters,
-        live=live,
-        subagents=subagents,
-        timezone=timezone,
-        sort=sort,
-        desc=desc,
-        limit=limit,
-        show_secrets=show_secrets,
-    )
+    named = [("since", [since] if since else []), ("until", [until] if until else [])]
+    named += [("project", project or []), ("session", session or []), ("model", model or [])]
+    given = tuple(f"--{flag} {value}" for flag, values in named for value in values)
+    query = StatsQuery(by, top, filters, live, subagents, timezone, sort, desc, limit, show_secrets)
     request = StatsRequest(paths or [], dataset, query, fmt, output, given, color, width, wide)
     return _run(request, strict=strict, cache=not no_cache, cache_dir=cache_dir)
 
@@ -213,12 +186,11 @@ def _report(
     """The report, from the dataset or the sessions PATHS name (a progress bar when reading takes a while);
     a run served from the index is told to ``frames.replays``, which may replay its output next time."""
     from ctxtool.frames.loading import CacheUse
-    from ctxtool.stats import read_report, stats_report
+    from ctxtool.stats import needs_detail, read_report, stats_report, tally_report
 
     subagents = request.query.subagents
     if request.dataset is not None:
         from ctxtool import export
-        from ctxtool.stats import needs_detail, tally_report
 
         query = request.query
         if query.top is None and not needs_detail(query) and query.by is not None:
@@ -298,11 +270,8 @@ def _print_report(report: StatsReport, summary: dict[str, Any], request: StatsRe
             shown, every = report.rows.height, report.all_rows.height
             title += f": top {shown:,} of {every:,} rows (totals of all {every:,})"
         sums = report.totals()
-        notes = [
-            frames.describe_read(summary),
-            render.unpriced_note(int(sums.get("unpriced") or 0)),
-            render.hidden_note(*report.hidden_calls()),
-        ]
+        notes = [frames.describe_read(summary), render.unpriced_note(int(sums.get("unpriced") or 0))]
+        notes.append(render.hidden_note(*report.hidden_calls()))
         table = render.stats_table(
             report.rows,
             sums,
@@ -320,12 +289,8 @@ def _write_report(report: StatsReport, summary: dict[str, Any], request: StatsRe
     """JSON (an envelope with the totals, and ``rows_total`` under --limit), JSON lines, CSV or Parquet."""
     from ctxtool.render import formats as out
 
-    envelope: dict[str, Any] = {
-        "command": "stats",
-        "by": report.by,
-        "view": "live" if request.query.live else "billed",
-        "read": summary,
-    }
+    view = "live" if request.query.live else "billed"
+    envelope: dict[str, Any] = {"command": "stats", "by": report.by, "view": view, "read": summary}
     if request.fmt == "json":
         envelope["totals"] = report.totals()
     if report.limited:
@@ -342,17 +307,15 @@ def _exit_status(paths: list[str], report: StatsReport, unmatched: list[str], *,
     for path in unmatched:
         print(f"Error: {matches_nothing(path)}", file=sys.stderr)
     if paths and report.sessions_read == 0 and not unmatched:
-        print(
-            f"Error: no session in {' '.join(paths)}. Pass session files or a chats/ folder", file=sys.stderr
-        )
+        where = " ".join(paths)
+        print(f"Error: no session in {where}. Pass session files or a chats/ folder", file=sys.stderr)
     if unmatched or (paths and report.sessions_read == 0):
         return ExitStatus.ERROR  # an explicit PATH that names nothing is a mistake, not an empty report
     if paths and frames.problem_counts(report.problems)["no_sessions"]:
         return ExitStatus.ERROR  # so is a folder given explicitly that holds no session (warned above)
-    failed = bool(report.problems) or report.broken_lines > 0
     if refused_paths(paths):
         return ExitStatus.ERROR  # a PATH given explicitly could not be read (named in a warning above)
-    return ExitStatus.ERROR if strict and failed else ExitStatus.OK
+    return ExitStatus.ERROR if strict and (report.problems or report.broken_lines > 0) else ExitStatus.OK
 
 
 def _unmatched(paths: list[str]) -> list[str]:

@@ -97,13 +97,16 @@ MESSAGES_SCHEMA: dict[str, Any] = {
     "_compressions_seen": pl.Int64,
 }
 CALLS_SCHEMA: dict[str, Any] = {"session_key": pl.String, **TOOL_SCHEMA}
+# What a session's files say of their lines: summed, and the first line of each kind met (None: none).
+_SUMMED = ("broken_lines", "invalid_utf8_lines", "checkpoints")
+_FIRSTS = ("first_invalid_utf8_line", "first_broken_line", "first_overlong_line")
 _CANONICAL = "%Y-%m-%dT%H:%M:%S%.fZ"  # tally.canonical_times: the one shape of a session's times
 
 
 def corpus_of(t: Tally, results: Sequence[FileColumns], found: Any = None) -> Corpus:
     """The frames of ``t`` (made with ``detail``) and the account of what was read."""
     corpus = Corpus(
-        _sessions(t.sessions),
+        _rows_frame(map(_session_values, t.sessions), SESSIONS_SCHEMA),
         _messages(t.sessions),
         _requests(t.sessions),
         lambda: _tool_calls(t.sessions, calls, corpus.messages),
@@ -126,8 +129,7 @@ def narrowed(corpus: Corpus, filters: Mapping[str, Any], *, live: bool) -> Corpu
     if corpus.view_of is not None:  # a view of a view: of the corpus, with both's filters
         base, before = corpus.view_of
         return narrowed(base, {**before, **{k: v for k, v in filters.items() if v}}, live=live)
-    t = corpus.tally
-    if t is None:
+    if (t := corpus.tally) is None:
         raise ValueError("a corpus built without the engine's tally cannot be filtered")
     v = views.view(t, filters, live=live)
     whole = corpus.messages  # (a call keeps the turn of its message, whatever the filter keeps of it)
@@ -140,7 +142,7 @@ def narrowed(corpus: Corpus, filters: Mapping[str, Any], *, live: bool) -> Corpu
         tool_calls = lambda: _tool_calls(v.sessions, calls, whole)  # noqa: E731
     return dataclasses.replace(
         corpus,
-        sessions=_sessions(v.sessions),
+        sessions=_rows_frame(map(_session_values, v.sessions), SESSIONS_SCHEMA),
         messages=_messages(v.sessions),
         requests=_requests(v.sessions),
         tool_calls=tool_calls,
@@ -163,20 +165,12 @@ def _rows_frame(rows: Iterable[Mapping[str, Any]], schema: dict[str, Any]) -> pl
     return _frame(out, schema)
 
 
-def _sessions(sessions: list[Session]) -> pl.DataFrame:
-    return _rows_frame(map(_session_values, sessions), SESSIONS_SCHEMA)
-
-
 def _session_values(s: Session) -> dict[str, Any]:
     if s.files is None:  # read from a dataset: its row there, with the figures of this view
         return {**s.meta, **s.row}
-    files = s.files
-    p = files[-1]
-    d = views.detail(s)
-    c = d.columns
-    live = [c[_LIVE][i] for i in d.at]
-    if s.kept is not None:
-        live = [live[j] for j in s.kept]
+    files, d = s.files, views.detail(s)
+    p, c = files[-1], d.columns
+    live = [c[_LIVE][d.at[j]] for j in (s.kept if s.kept is not None else range(len(d.at)))]
     return {
         **s.row,
         "session_key": s.key,
@@ -189,14 +183,8 @@ def _session_values(s: Session) -> dict[str, Any]:
         "files": len(files),
         "era": "+".join(f.era for f in files),
         "summary": p.summary,
-        "broken_lines": sum(f.broken_lines for f in files),
-        "invalid_utf8_lines": sum(f.invalid_utf8_lines for f in files),
-        "first_invalid_utf8_line": next(
-            (f.first_invalid_utf8_line for f in files if f.first_invalid_utf8_line), None
-        ),
-        "first_broken_line": next((f.first_broken_line for f in files if f.first_broken_line), None),
-        "first_overlong_line": next((f.first_overlong_line for f in files if f.first_overlong_line), None),
-        "checkpoints": sum(f.checkpoints for f in files),
+        **{name: sum(getattr(f, name) for f in files) for name in _SUMMED},
+        **{name: next((n for f in files if (n := getattr(f, name))), None) for name in _FIRSTS},
         "live_messages": p.live_messages,
         "billed_messages": len(c[_TIME]),
         "compression_infos": sum(map(bool, c[_INFO])),
@@ -232,18 +220,11 @@ def _requests(sessions: list[Session]) -> pl.DataFrame:
         d = views.detail(s)
         c = d.columns
         kept = s.kept if s.kept is not None else range(len(d.at))
+        ids = {"session_key": s.key, "root_session_key": s.parent_key or s.key}
+        ids.update((name, s.row[name]) for name in ("session_id", "project", "kind"))
         for row, j in zip(views.session_requests(s), kept, strict=True):
             i = d.at[j]
-            row.update(
-                session_key=s.key,
-                session_id=s.row["session_id"],
-                project=s.row["project"],
-                kind=s.row["kind"],
-                root_session_key=s.parent_key or s.key,
-                position=i,
-                ts=None,
-                tool_errors=c[_ERRORS][i],
-            )
+            row.update(ids, position=i, ts=None, tool_errors=c[_ERRORS][i])
             canonical.append(c[_TIME][i])
             for name in REQUESTS_SCHEMA:
                 out[name].append(row[name])
@@ -276,8 +257,8 @@ def _calls(sessions: list[Session], *, live: bool) -> pl.DataFrame:
     for s in sessions:
         c = views.detail(s).columns
         files, older = s.files, c.older  # type: ignore[attr-defined]  # (tally.Columns)
-        live_ids = {c[0][i] for i in range(len(c[0])) if c[_LIVE][i]} if live else None
-        known = set(c[0]) if live else None
+        # ``live``: the ids of messages known here none of whose rows is live
+        dead = set(c[0]) - {c[0][i] for i in range(len(c[0])) if c[_LIVE][i]} - {None} if live else set()
         for rank, f in enumerate(files):
             cols: list[list[Any]] = [[] for _ in TOOL_COLUMNS]
             for chunk in f.tools_cols:
@@ -287,9 +268,7 @@ def _calls(sessions: list[Session], *, live: bool) -> pl.DataFrame:
                 cols[i] = [None if v == "" else v for v in cols[i]]
             for k in range(len(cols[0])):
                 mid = cols[0][k]
-                if rank < len(files) - 1 and (mid is None or older.get(mid) != rank):
-                    continue
-                if live_ids is not None and mid is not None and mid in known and mid not in live_ids:  # type: ignore[operator]
+                if (rank < len(files) - 1 and (mid is None or older.get(mid) != rank)) or mid in dead:
                     continue
                 out["session_key"].append(s.key)
                 for name, col in zip(TOOL_COLUMNS, cols, strict=True):
@@ -319,34 +298,26 @@ def tally_of_frames(corpus: Corpus) -> Tally:
     """The engine's tally of a corpus read from an export's dataset (``export.load_dataset``): each session's
     message columns from its messages frame, its requests' costs as priced when exported (billed once), its
     row from the sessions frame."""
-    from ctxtool.frames.tally import Columns, Requests, canonical_times, mismatched, requests_at
+    from ctxtool.frames.tally import _TOKENS, Requests, _new_columns, canonical_times, mismatched, requests_at
     from ctxtool.measure.usage import filled
 
-    by_key = {
-        key[0]: df.sort("position")
-        for key, df in corpus.messages.partition_by("session_key", as_dict=True, maintain_order=True).items()
-    }
-    costs = {
-        key[0]: df.sort("position").get_column("cost").to_list()
-        for key, df in corpus.requests.partition_by("session_key", as_dict=True, maintain_order=True).items()
-    }
+    by_key, by_key_requests = (
+        {key[0]: df.sort("position") for key, df in f.partition_by("session_key", as_dict=True).items()}
+        for f in (corpus.messages, corpus.requests)
+    )
+    costs = {key: df.get_column("cost").to_list() for key, df in by_key_requests.items()}
     sessions = []
     for meta in corpus.sessions.iter_rows(named=True):
         key = meta["session_key"]
         frame = by_key.get(key)
-        c = Columns(
-            (frame.get_column(name).to_list() if frame is not None else []) for name in MESSAGE_COLUMNS
-        )
-        c.lost, c.older = {}, {}
+        c = _new_columns(0)
+        c.extend((frame.get_column(name).to_list() if frame is not None else []) for name in MESSAGE_COLUMNS)
         c.append(c[_TIME])
         c[_TIME] = canonical_times(c[_WRITTEN])
         at = requests_at(c)
-        requests = Requests(
-            filled([c[_MODEL][i] for i in at]),
-            [c[_TIME][i] for i in at],
-            [[c[MESSAGE_COLUMNS.index(k)][i] for i in at] for k in TOKEN_COLUMNS],
-            costs.get(key, [])[: len(at)],
-        )
+        models, times = filled([c[_MODEL][i] for i in at]), [c[_TIME][i] for i in at]
+        tokens = [[c[j][i] for i in at] for j in _TOKENS]
+        requests = Requests(models, times, tokens, costs.get(key, [])[: len(at)])
         sessions.append(_dataset_session(meta, requests, c, mismatched(requests.tokens)))
     return _dataset_tally(sessions, corpus)
 
@@ -364,36 +335,27 @@ def tally_of_sessions(
 
 def _dataset_session(meta: dict[str, Any], requests: Any, columns: Any, mismatches: int) -> Session:
     key, parent, project_dir = meta["session_key"], meta["parent_session_key"], meta["project_dir"] or ""
+    # ``meta`` is the row itself, not a copy (a big dataset's sessions hold one dict each, not two): nothing
+    # changes a dataset session's row in place (a view copies it first: ``views._narrowed``).
     made = Session(
-        key, parent, dict(meta), requests, mismatches, project_dir, columns, parent_ref=meta["parent_ref"]
+        key, parent, meta, requests, mismatches, project_dir, columns, parent_ref=meta["parent_ref"]
     )
     made.meta = meta
     return made
 
 
 def _dataset_tally(sessions: list[Session], read: Corpus, sums: Any = None) -> Tally:
+    broken = [
+        (s.row["file"], m["broken_lines"], m["first_broken_line"] or 0, m["first_overlong_line"])
+        for s in sessions
+        if (m := s.meta)["broken_lines"]
+    ]
+    invalid = [
+        (s.row["file"], m["invalid_utf8_lines"], m["first_invalid_utf8_line"])
+        for s in sessions
+        if (m := s.meta)["invalid_utf8_lines"]
+    ]
+    counts = read.files_read, read.bytes_read, read.broken_lines
     return Tally(
-        sessions=sessions,
-        problems=list(read.problems),
-        warnings=list(read.warnings),
-        files_read=read.files_read,
-        bytes_read=read.bytes_read,
-        broken_lines=read.broken_lines,
-        skipped=list(read.skipped),
-        broken=[
-            (
-                s.row["file"],
-                s.meta["broken_lines"],
-                s.meta["first_broken_line"] or 0,
-                s.meta["first_overlong_line"],
-            )
-            for s in sessions
-            if s.meta["broken_lines"]
-        ],
-        invalid_utf8=[
-            (s.row["file"], s.meta["invalid_utf8_lines"], s.meta["first_invalid_utf8_line"])
-            for s in sessions
-            if s.meta["invalid_utf8_lines"]
-        ],
-        sums=sums,
+        sessions, list(read.problems), list(read.warnings), *counts, list(read.skipped), broken, invalid, sums
     )

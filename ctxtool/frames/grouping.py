@@ -26,8 +26,7 @@ def link_parents(sessions: Iterable[tuple[str, str, str | None, str | None]]) ->
     A nested file ``chats/<parent-id>/<id>.json[l]`` belongs to the session whose id is ``<parent-id>`` in
     the same project; ``chats/skill-extraction-<8hex>/`` to the session whose id starts with those 8 hex; a
     legacy flat subagent file ``chats/session-<time>-<id8>.json[l]`` to the session whose id starts with
-    ``<id8>``, as Gemini CLI's ``deleteSession`` finds it (``short_id_of``).
-    """
+    ``<id8>``, as Gemini CLI's ``deleteSession`` finds it (``short_id_of``)."""
     rows = list(sessions)
     by_id: dict[tuple[str, str], str] = {}
     for key, project_dir, session_id, parent_ref in rows:
@@ -105,15 +104,13 @@ def _resume_strays(groups: dict[str, list[FileColumns]]) -> dict[str, list[FileC
     session id (gemini.tsx startup, then chatRecordingService.ts ``initialize`` with
     ``resumedSessionData``). When the minute differs, that start stays behind: one message, set by a
     checkpoint, with the session id of a fuller file in the same folder. (Files that merely share an id,
-    such as a2a-server sessions, have no checkpoint.)
-    """
+    such as a2a-server sessions, have no checkpoint.)"""
     owners: dict[tuple[str, str], tuple[int, str]] = {}
     for key, members in groups.items():
         for m in members:
             if m.session_id is not None:
                 place = (os.path.dirname(m.path), m.session_id)
-                best = owners.get(place)
-                if best is None or m.n_messages > best[0]:
+                if (best := owners.get(place)) is None or m.n_messages > best[0]:
                     owners[place] = (m.n_messages, key)
     strays: dict[str, list[FileColumns]] = {}
     for key in list(groups):

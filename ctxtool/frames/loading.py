@@ -88,6 +88,8 @@ def read_tally(
     measure kept in the index beside it. ``turns_of_one``: the columns too when one session is read (its
     default report is by turn). ``errand``: on two cores, the one worker loads genai-prices' data when the
     rates must come from it (``scan.Errand``), so this process never holds it."""
+    from functools import partial
+
     from ctxtool.frames import tally
 
     measured: dict[str, tally.Measured | None] = {}
@@ -109,7 +111,13 @@ def read_tally(
         workers=workers,
         errand=worker_rates,
     )
-    kept = _kept(index, use, measured)
+    # The measures the index keeps of the files it served unchanged, added to ``measured``; each with the
+    # rates it was priced at.
+    kept: dict[str, Any] = {}
+    if index is not None and use.before is not None:
+        kept = {p: m for p, m in tally.kept_measures(index, use.before).items() if p not in measured}
+        measured.update(kept)
+    kept = {p: (m, m.priced_at) for p, m in kept.items()}
 
     def rows(files: Sequence[FileColumns]) -> None:
         if index is not None:
@@ -119,49 +127,22 @@ def read_tally(
 
     resolved = worker_rates.result if worker_rates is not None else None
     rates = covering(resolved if isinstance(resolved, PriceTable) else None)
-    t = tally.tally(
-        results,
-        found,
-        rates,
-        subagents=subagents,
-        measured=measured,
-        rows=rows,
-        requests=requests,
-        detail=detail,
-    )
+    made = partial(tally.tally, results, found, rates, subagents=subagents, measured=measured, rows=rows)
+    t = made(requests=requests, detail=detail)
     if not detail and turns_of_one and sum(s.parent_key is None for s in t.sessions) == 1:
-        t = tally.tally(results, found, rates, subagents=subagents, measured=measured, rows=rows, detail=True)
+        t = made(detail=True)
     if index is not None:
-        _keep(index, use, measured, kept)
+        if use.before is not None:
+            # Keep the measures that are new: of a file read, or priced again (in place, by the tally) at
+            # other rates than ``kept`` says the index held them at.
+            new = {
+                p: m
+                for p, m in measured.items()
+                if m is not None and (p not in kept or m is not kept[p][0] or m.priced_at != kept[p][1])
+            }
+            tally.keep_measures(index, use.before, new)
         index.close()
     return t, results, found, use
-
-
-def _keep(index: FileIndex, use: CacheUse, measured: dict[str, Any], kept: dict[str, Any]) -> None:
-    """Keep in the index the measures that are new: of a file read, or priced again (in place, by the tally)
-    at other rates than ``kept`` says the index held it at."""
-    from ctxtool.frames import tally
-
-    if use.before is None:
-        return
-    new: dict[str, Any] = {}
-    for path, m in measured.items():
-        was, priced_at = kept.get(path, (None, None))
-        if m is not None and (m is not was or m.priced_at != priced_at):
-            new[path] = m
-    tally.keep_measures(index, use.before, new)
-
-
-def _kept(index: FileIndex | None, use: CacheUse, measured: dict[str, Any]) -> dict[str, Any]:
-    """The measures the index keeps of the files it served unchanged, added to ``measured``; each with the
-    rates it was priced at."""
-    from ctxtool.frames import tally
-
-    if index is None or use.before is None:
-        return {}
-    kept = {p: m for p, m in tally.kept_measures(index, use.before).items() if p not in measured}
-    measured.update(kept)
-    return {p: (m, m.priced_at) for p, m in kept.items()}
 
 
 def _errand() -> Any:
@@ -174,12 +155,8 @@ def _errand() -> Any:
     def models(measures: list[Any]) -> list[str]:  # (what count_and_price made of each file read)
         return sorted({name for m in measures if m is not None for name in m.seen})
 
-    return Errand(
-        partial(pricing.warm_up, memo=True),
-        partial(pricing.price_table, memo=True),
-        models,
-        repays_a_worker=not pricing.rates_memoised(True),
-    )
+    warm, table = partial(pricing.warm_up, memo=True), partial(pricing.price_table, memo=True)
+    return Errand(warm, table, models, repays_a_worker=not pricing.rates_memoised(True))
 
 
 def read_plain(
@@ -253,8 +230,7 @@ def fill_rows(
     """Give ``files``, of a ``read_plain`` through ``index`` (``rows=False``), the rows that index served
     them without. A file whose rows it cannot give is read again, into the same ``FileColumns``, and ``use``
     counts it as an entry the lookup could not use."""
-    unusable = index.fill(files)
-    if not unusable:
+    if not (unusable := index.fill(files)):
         return
     from ctxtool.session.columns import FileColumns
     from ctxtool.session.scan import read_files

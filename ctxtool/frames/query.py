@@ -36,9 +36,7 @@ def filter_corpus(
     model equal to or starting with one of ``models``; sessions of a project (a part of its name, or its
     folder) and named by ``--session``."""
     filters = {"since": since, "until": until, "projects": projects, "sessions": sessions, "models": models}
-    if not any(filters.values()):
-        return corpus
-    return narrowed(corpus, filters, live=False)
+    return narrowed(corpus, filters, live=False) if any(filters.values()) else corpus
 
 
 def live_only(corpus: Corpus) -> Corpus:
@@ -59,10 +57,8 @@ def report(
     t = _tally(corpus)
     if by == "session":
         rows = [_unshown(row) for row in tally.session_rows(t, roll_up=include_subagents_in_parent)]
-    elif by == "turn":
-        rows = views.turn_rows(t)
-    elif by == "request":
-        rows = views.request_rows(t)
+    elif by in ("turn", "request"):
+        rows = views.turn_rows(t) if by == "turn" else views.request_rows(t)
     else:
         rows = [_unshown(row) for row in tally.request_rows(t, by, timezone)]
     return frame_of(RowTable(REPORT_COLUMNS[by], rows))

@@ -35,20 +35,10 @@ _ALL = GRAINS
 _BUT_REQUEST = tuple(g for g in GRAINS if g != "request")
 
 # How a table shows a value (``ctxtool.render.tables.cell``); the first five are right-aligned.
-Format = Literal[
-    "count",
-    "percent",
-    "share",
-    "cost",
-    "duration",
-    "minute",
-    "second",
-    "date",
-    "flag",
-    "mark",
-    "short id",
-    "text",
-]
+Format = (
+    Literal["count", "percent", "share", "cost", "duration"]
+    | Literal["minute", "second", "date", "flag", "mark", "short id", "text"]
+)
 NUMBER_FORMATS: frozenset[str] = frozenset(("count", "percent", "share", "cost", "duration"))
 
 # How the totals row takes a column: ``sum`` (as integers), ``max`` (a peak), ``known sum`` (a cost: the
@@ -58,15 +48,8 @@ Total = Literal["sum", "max", "known sum"] | Callable[[Mapping[str, Any]], Any] 
 
 # The polars dtype of a column in the frames' report, by its ``type``: a list of strings is one comma-joined
 # string there (``render.formats.with_lists`` splits it).
-DTYPES: dict[str, str] = {
-    "str": "String",
-    "int": "Int64",
-    "float": "Float64",
-    "bool": "Boolean",
-    "datetime": "Datetime(us, UTC)",
-    "date": "Date",
-    "list[str]": "String",
-}
+DTYPES: dict[str, str] = {"str": "String", "int": "Int64", "float": "Float64", "bool": "Boolean"}
+DTYPES.update({"datetime": "Datetime(us, UTC)", "date": "Date", "list[str]": "String"})
 
 
 class ColumnSpec(msgspec.Struct, frozen=True):
@@ -122,124 +105,108 @@ _CONTEXT = f"{_ESTIMATE}: the part of `context`"
 COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("session", "str", "short id", _ROWS, "the session's file name without its extension",
                table=_ROWS, place=10),
-    ColumnSpec("session_id", "str", "text", ("session",),
-               "`sessionId` from the file (not unique: the a2a server writes a constant)"),
-    ColumnSpec("derived_from", "str", "text", _ROWS,
-               "for a session `ctxtool compact` wrote from another (`--as-new-session`, `--output`), "
-               "that session's `sessionId`; its messages are copies without `tokens`, so it adds no "
-               "requests, tokens or cost (the spend stays with the original)"),
-    ColumnSpec("compacted_at", "str", "text", _ROWS,
-               "for a session `ctxtool compact --in-place` compacted (the `ctxtoolCompaction` mark of the "
-               "`$set` record it appended), when it last did; its requests stay billed"),
-    ColumnSpec("turn", "int", "count", ("turn", "request"),
-               "turn number within the session, from 1 (0: before the first prompt)",
-               table=("turn", "request"), place=20),
+    ColumnSpec("session_id", "str", "text", ("session",), "`sessionId` from the file (not unique: the a2a "
+               "server writes a constant)"),
+    ColumnSpec("derived_from", "str", "text", _ROWS, "for a session `ctxtool compact` wrote from another "
+               "(`--as-new-session`, `--output`), that session's `sessionId`; its messages are copies "
+               "without `tokens`, so it adds no requests, tokens or cost (the spend stays with the "
+               "original)"),
+    ColumnSpec("compacted_at", "str", "text", _ROWS, "for a session `ctxtool compact --in-place` compacted "
+               "(the `ctxtoolCompaction` mark of the `$set` record it appended), when it last did; its "
+               "requests stay billed"),
+    ColumnSpec("turn", "int", "count", ("turn", "request"), "turn number within the session, from 1 (0: "
+               "before the first prompt)", table=("turn", "request"), place=20),
     ColumnSpec("prompt", "str", "text", ("turn",), "the prompt's first 80 characters, whitespace folded",
                table=("turn",), place=30, drop=230, least=16, most=40),
-    ColumnSpec("message_id", "str", "text", ("request",),
-               "id of the `gemini` message that recorded the request"),
+    ColumnSpec("message_id", "str", "text", ("request",), "id of the `gemini` message that recorded the "
+               "request"),
     ColumnSpec("timestamp", "str", "second", ("request",), "the request message's timestamp as recorded",
                table=("request",), place=50, drop=130),
-    ColumnSpec("model", "str", "text", ("request", "model"),
-               "model of the request; of the row's requests in `--by model` (`(unknown)`: none named)",
-               table=("request", "model"), place=60, drop=220, least=14, most=30),
-    ColumnSpec("model_inferred", "bool", "flag", ("request",),
-               "`true` when the request's record names no model (Gemini CLI 0.61 writes an empty answer that "
-               "way) and `model` is the one of the request before it in the session (else after), so it is "
-               "priced"),
-    ColumnSpec("project", "str", "text", ("session", "project"),
-               "the project: `.project_root` path or the folder name under `tmp/`",
-               table=("session", "project"), place=40, drop=210, least=12, most=24),
+    ColumnSpec("model", "str", "text", ("request", "model"), "model of the request; of the row's requests in "
+               "`--by model` (`(unknown)`: none named)", table=("request", "model"), place=60, drop=220,
+               least=14, most=30),
+    ColumnSpec("model_inferred", "bool", "flag", ("request",), "`true` when the request's record names no "
+               "model (Gemini CLI 0.61 writes an empty answer that way) and `model` is the one of the "
+               "request before it in the session (else after), so it is priced"),
+    ColumnSpec("project", "str", "text", ("session", "project"), "the project: `.project_root` path or the "
+               "folder name under `tmp/`", table=("session", "project"), place=40, drop=210, least=12,
+               most=24),
     ColumnSpec("kind", "str", "text", ("session",), "`main` or `subagent`"),
     ColumnSpec("subagents", "int", "count", ("session",), "subagent sessions rolled up into this row",
                dtype="UInt32"),
     ColumnSpec("day", "date", "date", ("day",), "date of the requests, in UTC or `--timezone`",
                table=("day",), place=70),
-    ColumnSpec("week", "date", "date", ("week",),
-               "the Monday (a date) of the requests' week, in UTC or `--timezone`",
-               table=("week",), place=80),
+    ColumnSpec("week", "date", "date", ("week",), "the Monday (a date) of the requests' week, in UTC or "
+               "`--timezone`", table=("week",), place=80),
     ColumnSpec("month", "str", "text", ("month",), "`YYYY-MM` of the requests, in UTC or `--timezone`",
                table=("month",), place=90),
-    ColumnSpec("user", "str", "text", ("user",),
-               "who the requests are of: a dataset's `user` (`export --user`), else `$CTXTOOL_USER` or the "
-               "login name", table=("user",), place=92, least=8, most=24),
-    ColumnSpec("machine", "str", "text", ("machine",),
-               "the machine the requests come from: a dataset's `machine` (`export --machine`), else "
-               "`$CTXTOOL_MACHINE` or the host name", table=("machine",), place=94, least=8, most=24),
+    ColumnSpec("user", "str", "text", ("user",), "who the requests are of: a dataset's `user` (`export "
+               "--user`), else `$CTXTOOL_USER` or the login name", table=("user",), place=92, least=8,
+               most=24),
+    ColumnSpec("machine", "str", "text", ("machine",), "the machine the requests come from: a dataset's "
+               "`machine` (`export --machine`), else `$CTXTOOL_MACHINE` or the host name", table=("machine",),
+               place=94, least=8, most=24),
     ColumnSpec("start", "datetime", "minute", ("turn", "session"), "first timestamp of the turn or session",
                table=("turn", "session"), place=100, drop=120),
     ColumnSpec("end", "datetime", "minute", ("session",), "last timestamp of the session"),
-    ColumnSpec("duration_s", "float", "duration", ("turn",),
-               "seconds from the turn's first to its last message",
-               table=("turn",), place=110, header="time", drop=110),
-    ColumnSpec("turns", "int", "count", ("session",),
-               "turns in the session, the rows `--by turn` lists for it: one per prompt, plus turn 0 when it "
-               "holds a request or a compression; with `--live`, those still in the live history; a "
-               "subagent's are added to its parent's row",
-               total="sum", table=("session",), place=120, drop=170, dtype="UInt32"),
-    ColumnSpec("sessions", "int", "count", _GROUPS, "distinct sessions with requests in the row",
-               total="sum", table=_GROUPS, place=130, drop=160, dtype="UInt32"),
-    ColumnSpec("requests", "int", "count", _BUT_REQUEST,
-               "requests (gemini messages that carry `tokens`, all-zero ones included)",
-               total="sum", table=_BUT_REQUEST, place=140, header="req", drop=200, dtype="UInt32"),
-    ColumnSpec("input", "int", "count", _ALL,
-               "prompt tokens not served from the cache (`promptTokenCount` − `cachedContentTokenCount`), as "
-               "ccusage counts input; `input` + `cached` + `output` + `thoughts` + `tool` = `total`",
-               total="sum", table=_ALL, place=150, drop=260),
-    ColumnSpec("output", "int", "count", _ALL, "response tokens (`candidatesTokenCount`)",
-               total="sum", table=_ALL, place=160, drop=240),
-    ColumnSpec("cached", "int", "count", _ALL,
-               "prompt tokens served from the cache (`cachedContentTokenCount`)",
-               total="sum", table=_ALL, place=180, drop=250),
-    ColumnSpec("prompt_tokens", "int", "count", _ALL,
-               "the whole prompt (`promptTokenCount`: `input` + `cached`), what the context held",
-               total="sum", in_frames=False),
+    ColumnSpec("duration_s", "float", "duration", ("turn",), "seconds from the turn's first to its last "
+               "message", table=("turn",), place=110, header="time", drop=110),
+    ColumnSpec("turns", "int", "count", ("session",), "turns in the session, the rows `--by turn` lists for "
+               "it: one per prompt, plus turn 0 when it holds a request or a compression; with `--live`, "
+               "those still in the live history; a subagent's are added to its parent's row", total="sum",
+               table=("session",), place=120, drop=170, dtype="UInt32"),
+    ColumnSpec("sessions", "int", "count", _GROUPS, "distinct sessions with requests in the row", total="sum",
+               table=_GROUPS, place=130, drop=160, dtype="UInt32"),
+    ColumnSpec("requests", "int", "count", _BUT_REQUEST, "requests (gemini messages that carry `tokens`, "
+               "all-zero ones included)", total="sum", table=_BUT_REQUEST, place=140, header="req", drop=200,
+               dtype="UInt32"),
+    ColumnSpec("input", "int", "count", _ALL, "prompt tokens not served from the cache (`promptTokenCount` − "
+               "`cachedContentTokenCount`), as ccusage counts input; `input` + `cached` + `output` + "
+               "`thoughts` + `tool` = `total`", total="sum", table=_ALL, place=150, drop=260),
+    ColumnSpec("output", "int", "count", _ALL, "response tokens (`candidatesTokenCount`)", total="sum",
+               table=_ALL, place=160, drop=240),
+    ColumnSpec("cached", "int", "count", _ALL, "prompt tokens served from the cache "
+               "(`cachedContentTokenCount`)", total="sum", table=_ALL, place=180, drop=250),
+    ColumnSpec("prompt_tokens", "int", "count", _ALL, "the whole prompt (`promptTokenCount`: `input` + "
+               "`cached`), what the context held", total="sum", in_frames=False),
     ColumnSpec("thoughts", "int", "count", _ALL, "thinking tokens (`thoughtsTokenCount`), priced as output",
                total="sum", table=_ALL, place=170, drop=150),
-    ColumnSpec("tool", "int", "count", _ALL,
-               "tool-use prompt tokens (`toolUsePromptTokenCount`); a table shows it only where a request "
-               "recorded some",
-               total="sum", table=_ALL, place=190, drop=60),
-    ColumnSpec("total", "int", "count", _ALL,
-               "the response's recorded `total` (`totalTokenCount`) when above 0, else `input + output + "
-               "thoughts + tool`: Gemini CLI records `total: 0` when the API's usage lacks "
-               "`totalTokenCount` (`chatRecordingService` `recordMessageTokens`). A recorded total that "
-               "disagrees with its parts is counted as recorded, and counted in `read.total_mismatches`",
-               total="sum", table=_ALL, place=200),
-    ColumnSpec("context", "int", "count", ("request", "session"),
-               "prompt size of the request; for a session, of its last live request", total="max"),
-    ColumnSpec("peak_context", "int", "count", _BUT_REQUEST,
-               "largest prompt (for a session: over the live history)",
-               total="max", table=("turn", "session"), place=210, header="peak ctx", drop=180),
-    ColumnSpec("context_limit", "int", "count", _ROWS,
-               "the model's context window (Gemini CLI's `tokenLimit`)", header="limit"),
+    ColumnSpec("tool", "int", "count", _ALL, "tool-use prompt tokens (`toolUsePromptTokenCount`); a table "
+               "shows it only where a request recorded some", total="sum", table=_ALL, place=190, drop=60),
+    ColumnSpec("total", "int", "count", _ALL, "the response's recorded `total` (`totalTokenCount`) when "
+               "above 0, else `input + output + thoughts + tool`: Gemini CLI records `total: 0` when the "
+               "API's usage lacks `totalTokenCount` (`chatRecordingService` `recordMessageTokens`). A "
+               "recorded total that disagrees with its parts is counted as recorded, and counted in "
+               "`read.total_mismatches`", total="sum", table=_ALL, place=200),
+    ColumnSpec("context", "int", "count", ("request", "session"), "prompt size of the request; for a "
+               "session, of its last live request", total="max"),
+    ColumnSpec("peak_context", "int", "count", _BUT_REQUEST, "largest prompt (for a session: over the live "
+               "history)", total="max", table=("turn", "session"), place=210, header="peak ctx", drop=180),
+    ColumnSpec("context_limit", "int", "count", _ROWS, "the model's context window (Gemini CLI's "
+               "`tokenLimit`)", header="limit"),
     ColumnSpec("context_share", "float", "share", _ROWS, "`context` (or `peak_context`) over `context_limit`",
                total="max", table=_ROWS, place=220, header="ctx %", drop=190),
-    ColumnSpec("cache_ratio", "float", "percent", _ALL,
-               "`cached / prompt_tokens`: the share of the prompt served from the cache",
-               total=_cache_ratio_of_sums, table=_ALL, place=230, header="cache %", drop=140),
-    ColumnSpec("compressions", "int", "count", ("session",), "compression events",
-               total="sum", table=("session",), place=250, header="compr.", drop=70, dtype="UInt32"),
+    ColumnSpec("cache_ratio", "float", "percent", _ALL, "`cached / prompt_tokens`: the share of the prompt "
+               "served from the cache", total=_cache_ratio_of_sums, table=_ALL, place=230, header="cache %",
+               drop=140),
+    ColumnSpec("compressions", "int", "count", ("session",), "compression events", total="sum",
+               table=("session",), place=250, header="compr.", drop=70, dtype="UInt32"),
     ColumnSpec("rewinds", "int", "count", ("session",), "`$rewindTo` records"),
-    ColumnSpec("tool_calls", "int", "count", _ROWS, "tool calls recorded",
-               total="sum", table=("turn", "request"), place=240, header="tools", drop=90),
+    ColumnSpec("tool_calls", "int", "count", _ROWS, "tool calls recorded", total="sum",
+               table=("turn", "request"), place=240, header="tools", drop=90),
     ColumnSpec("tool_errors", "int", "count", ("turn", "session"), "tool calls recorded with status `error`",
                total="sum", header="tool err"),
-    ColumnSpec("compressed", "bool", "mark", ("turn",), "the turn holds a compression event",
-               table=("turn",), place=260, drop=80),
-    ColumnSpec("live", "bool", "flag", ("turn", "request"),
-               "the request (or the turn's prompt) is still in the live history",
-               table=("request",), place=270, drop=100),
-    ColumnSpec("models", "list[str]", "text", ("turn", "session"),
-               "models used (a list in JSON, JSONL and Parquet; comma-separated in CSV and tables)"),
-    ColumnSpec("cost", "float", "cost", _ALL,
-               "USD from genai-prices. A request whose model's price is unknown has `null`; a row of several "
-               "requests sums the ones of known price and is `null` only when none has one",
-               total="known sum", table=_ALL, place=330),
-    ColumnSpec("unpriced", "int", "count", _BUT_REQUEST,
-               "requests in the row whose model's price is unknown, so missing from `cost` (tables mark "
-               "such a cost with `+`)",
-               total="sum"),
+    ColumnSpec("compressed", "bool", "mark", ("turn",), "the turn holds a compression event", table=("turn",),
+               place=260, drop=80),
+    ColumnSpec("live", "bool", "flag", ("turn", "request"), "the request (or the turn's prompt) is still in "
+               "the live history", table=("request",), place=270, drop=100),
+    ColumnSpec("models", "list[str]", "text", ("turn", "session"), "models used (a list in JSON, JSONL and "
+               "Parquet; comma-separated in CSV and tables)"),
+    ColumnSpec("cost", "float", "cost", _ALL, "USD from genai-prices. A request whose model's price is "
+               "unknown has `null`; a row of several requests sums the ones of known price and is `null` "
+               "only when none has one", total="known sum", table=_ALL, place=330),
+    ColumnSpec("unpriced", "int", "count", _BUT_REQUEST, "requests in the row whose model's price is "
+               "unknown, so missing from `cost` (tables mark such a cost with `+`)", total="sum"),
     ColumnSpec("hidden_requests", "int", "count", ("session",),
                f"{_ESTIMATE}, as the other `hidden_` fields, apart from every billed figure: the "
                "compression calls Gemini CLI makes but never records (0.61: a summary and a verification "
@@ -252,28 +219,27 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("hidden_cost", "float", "cost", ("session",),
                f"{_ESTIMATE}: the cost of those calls, priced at the model of the request before each "
                "compression"),
-    ColumnSpec("file", "str", "text", ("session",),
-               "the file read (the `.jsonl` when a `.json`/`.jsonl` pair was merged)"),
+    ColumnSpec("file", "str", "text", ("session",), "the file read (the `.jsonl` when a `.json`/`.jsonl` "
+               "pair was merged)"),
     ColumnSpec("ctx_overhead", "int", "count", _ROWS,
                f"{_CONTEXT} the history does not explain (system prompt, tool declarations, environment). "
                "The four `ctx_` fields add up to `context` exactly; for a turn or a session, summed over "
-               "its requests. See [What fills the context](tokens.md#what-fills-the-context)",
-               total="sum", table=("turn", "request"), place=290, header="ctx: overhead", drop=40),
+               "its requests. See [What fills the context](tokens.md#what-fills-the-context)", total="sum",
+               table=("turn", "request"), place=290, header="ctx: overhead", drop=40),
     ColumnSpec("ctx_prompts", "int", "count", _ROWS,
                f"{_CONTEXT} that is the user's prompts (text, pastes, attachments, a compression summary)",
                total="sum", table=("turn", "request"), place=300, header="ctx: prompts", drop=30),
     ColumnSpec("ctx_model", "int", "count", _ROWS,
                f"{_CONTEXT} that is the model's turns (its text; thoughts are stripped before a request, as "
-               "Gemini CLI does)",
-               total="sum", table=("turn", "request"), place=310, header="ctx: model", drop=20),
+               "Gemini CLI does)", total="sum", table=("turn", "request"), place=310, header="ctx: model",
+               drop=20),
     ColumnSpec("ctx_tool_io", "int", "count", _ROWS, f"{_CONTEXT} that is tool calls with their outputs",
                total="sum", table=("turn", "request"), place=320, header="ctx: tool I/O", drop=10),
-    ColumnSpec("event", "str", "text", ("request",),
-               "what happened to the session's history since its previous request, comma-separated: "
-               "`compression`, `rewind` (a `$rewindTo`), `rollback` (a `$set.messages` checkpoint that "
-               "shrank the history without a compression), `model` (another model than the previous "
-               "request's); empty when nothing did",
-               table=("request",), place=280, drop=50),
+    ColumnSpec("event", "str", "text", ("request",), "what happened to the session's history since its "
+               "previous request, comma-separated: `compression`, `rewind` (a `$rewindTo`), `rollback` (a "
+               "`$set.messages` checkpoint that shrank the history without a compression), `model` (another "
+               "model than the previous request's); empty when nothing did", table=("request",), place=280,
+               drop=50),
 )  # fmt: skip
 
 SPECS: dict[str, ColumnSpec] = {c.name: c for c in COLUMNS}
@@ -325,8 +291,7 @@ class RowTable:
     __slots__ = ("_rows", "columns")
 
     def __init__(self, columns: Sequence[str], rows: list[dict[str, Any]]) -> None:
-        self.columns = list(columns)
-        self._rows = rows
+        self.columns, self._rows = list(columns), rows
 
     @property
     def height(self) -> int:

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from ctxtool.session.discover import Discovery
     from ctxtool.session.index import FileIndex
 
+    _Rows = Callable[[list[FileColumns]], object] | None  # (``tally``'s ``rows``)
+
 # The reports this module makes; the others (turn, request, --top, filters, --live) need the frames.
 BY = ("session", "model", "project", "day", "week", "month", "user", "machine")
 HIDDEN_CALLS_PER_COMPRESSION = 2  # = frames.sessions.HIDDEN_CALLS_PER_COMPRESSION (a test holds them equal)
@@ -69,26 +71,20 @@ def parse_time(text: str | None) -> datetime | None:
         if m is not None:
             y, mo, d, h, mi, s, frac = (int(g) for g in m.groups())
             return datetime(y, mo, d, h, mi, s, frac * 1000 if len(m.group(7)) == 3 else frac, tzinfo=UTC)
-        return _other_time(text)
+        if (other := re.fullmatch(_OTHER, text)) is None:
+            return None
+        g = other.groups()
+        hour, minute, second, fraction = g[3:7] if g[3] is not None else g[8:12]
+        zone = g[7]  # (None with a space: the second form has no zone)
+        tz: Any = UTC
+        if zone not in (None, "Z"):
+            sign = -1 if zone[0] == "-" else 1
+            tz = timezone(sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[-2:])))
+        micro = int((fraction or "0")[:6].ljust(6, "0"))
+        at = datetime(int(g[0]), int(g[1]), int(g[2]), int(hour), int(minute), int(second), micro, tzinfo=tz)
+        return at.astimezone(UTC)
     except ValueError:
         return None
-
-
-def _other_time(text: str) -> datetime | None:
-    m = re.fullmatch(_OTHER, text)
-    if m is None:
-        return None
-    g = m.groups()
-    y, mo, d = int(g[0]), int(g[1]), int(g[2])
-    h, mi, s, frac = g[3:7] if g[3] is not None else g[8:12]
-    zone = g[7]  # (None with a space: the second form has no zone)
-    micro = int((frac or "0")[:6].ljust(6, "0"))
-    tz: Any = UTC
-    if zone not in (None, "Z"):
-        sign = -1 if zone[0] == "-" else 1
-        hours, minutes = int(zone[1:3]), int(zone[-2:])
-        tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
-    return datetime(y, mo, d, int(h), int(mi), int(s), micro, tzinfo=tz).astimezone(UTC)
 
 
 def canonical_times(texts: list[str | None]) -> list[str | None]:
@@ -102,17 +98,13 @@ def canonical_times(texts: list[str | None]) -> list[str | None]:
 # The columns as the frames hold them, checked while decoded (in C); a value that does not fit is read by
 # ``_loose_columns``.
 _Int64 = Annotated[int, msgspec.Meta(ge=_LOW, le=_HIGH)]
-_COLUMN_TYPES = tuple(
-    list[str | None] if i in _STRINGS else list[bool] if i in _BOOLS else list[_Int64 | None]
-    for i in range(len(MESSAGE_COLUMNS))
-)
-_decode_typed = msgspec.json.Decoder(tuple[_COLUMN_TYPES]).decode  # type: ignore[valid-type]
-
-
 _WRITTEN = len(MESSAGE_COLUMNS)  # after the message columns: each time as written (``canonical_times``)
 _TYPE_NAMES = tuple(
     "String" if i in _STRINGS else "Boolean" if i in _BOOLS else "Int64" for i in range(_WRITTEN)
 )
+_KINDS = {"String": list[str | None], "Boolean": list[bool], "Int64": list[_Int64 | None]}
+_COLUMN_TYPES = tuple(_KINDS[kind] for kind in _TYPE_NAMES)
+_decode_typed = msgspec.json.Decoder(tuple[_COLUMN_TYPES]).decode  # type: ignore[valid-type]
 
 
 class Columns(list[list[Any]]):
@@ -172,17 +164,14 @@ def lost_warnings(lost: Mapping[str, int]) -> list[str]:
     """What the frames say of the values left empty, a line a column."""
     from ctxtool.common.wording import plural
 
-    out = []
-    for name, kind in zip(MESSAGE_COLUMNS, _TYPE_NAMES, strict=False):
-        n = lost.get(name, 0)
-        if n:
-            out.append(
-                f"{plural(n, 'value')} of column {name!r} {'does' if n == 1 else 'do'} not fit its type "
-                f"({kind}): {'it is' if n == 1 else 'they are'} left empty, so what "
-                f"{'it counts' if n == 1 else 'they count'} is missing from the totals (check the session "
-                "files for damaged numbers)"
-            )
-    return out
+    return [
+        f"{plural(n, 'value')} of column {name!r} {'does' if n == 1 else 'do'} not fit its type "
+        f"({kind}): {'it is' if n == 1 else 'they are'} left empty, so what "
+        f"{'it counts' if n == 1 else 'they count'} is missing from the totals (check the session "
+        "files for damaged numbers)"
+        for name, kind in zip(MESSAGE_COLUMNS, _TYPE_NAMES, strict=False)
+        if (n := lost.get(name, 0))
+    ]
 
 
 class Session(msgspec.Struct):
@@ -234,21 +223,7 @@ class Tally(msgspec.Struct):
 
 def count_file(fc: FileColumns) -> Measured | None:
     """One file measured as a session of its own, in the process that read it; None when unreadable."""
-    if fc.error:
-        return None
-    return _measure([fc], _columns(fc))
-
-
-def count_and_price(fc: FileColumns) -> Measured | None:
-    """``count_file``, priced where it was made when the rates come without genai-prices (the shipped
-    snapshot or the day's memo), else left unpriced for the parent: a worker never loads the library's
-    data."""
-    m = count_file(fc)
-    if m is not None:
-        priced = _table_for(m.used)
-        if priced is not None:
-            _price(m, *priced)
-    return m
+    return None if fc.error else _measure([fc], _columns(fc))
 
 
 # The tables ``count_and_price`` priced at in this process, by the models of a session's requests (and the
@@ -257,14 +232,22 @@ def count_and_price(fc: FileColumns) -> Measured | None:
 _TABLES: dict[tuple[Any, ...], tuple[PriceTable, str] | None] = {}
 
 
-def _table_for(used: list[str]) -> tuple[PriceTable, str] | None:
-    at = (datetime.now(tz=UTC).date(), bool(os.environ.get("CTXTOOL_NO_PRICE_CACHE")), *used)
+def count_and_price(fc: FileColumns) -> Measured | None:
+    """``count_file``, priced where it was made when the rates come without genai-prices (the shipped
+    snapshot or the day's memo), else left unpriced for the parent: a worker never loads the library's
+    data."""
+    m = count_file(fc)
+    if m is None:
+        return None
+    at = (datetime.now(tz=UTC).date(), bool(os.environ.get("CTXTOOL_NO_PRICE_CACHE")), *m.used)
     if at not in _TABLES:
         from ctxtool.measure.pricing import memoised_table
 
-        table = memoised_table(used)
-        _TABLES[at] = None if table is None else (table, _rates_key(table, used))
-    return _TABLES[at]
+        table = memoised_table(m.used)
+        _TABLES[at] = None if table is None else (table, _rates_key(table, m.used))
+    if (priced := _TABLES[at]) is not None:
+        _price(m, *priced)
+    return m
 
 
 def tally(
@@ -307,45 +290,33 @@ def tally(
         made = Session(s.key, parents.get(s.key), row, m.requests, m.mismatches)
         made.project_dir, made.parent_ref = s.primary.project_dir, refs[s.key]
         if detail:  # (the files only then: a report of measures frees their rows before it is written)
-            made.files = s.files
-            made.columns = _merged([_columns(f) for f in s.files])
+            made.files, made.columns = s.files, _merged([_columns(f) for f in s.files])
         sessions.append(made)
     subagent_counts = Counter(s.parent_key for s in sessions if s.parent_key is not None)
     for made in sessions:
         made.row["subagents"] = subagent_counts[made.key]
     problems = [Problem(r.path, r.error) for r in results if r.error]
-    if found is not None:
-        problems.extend(discovery_problems(found))
+    problems += discovery_problems(found) if found is not None else []
     lost = sum((Counter(m.lost) for m in measures), Counter())
-    return Tally(
-        sessions=sessions,
-        problems=problems,
-        warnings=[*lost_warnings(lost), *_pricing_warnings(measures, table)],
-        files_read=len(good),
-        bytes_read=sum(r.size for r in good),
-        broken_lines=sum(r.broken_lines for r in good),
-        skipped=[(str(p), why) for p, why in found.skipped] if found is not None else [],
-        broken=[b for s in groups if (b := _broken(s.files))[1]],
-        invalid_utf8=[u for s in groups if (u := _invalid_utf8(s.files))[1]],
-    )
+    warnings = [*lost_warnings(lost), *_pricing_warnings(measures, table)]
+    read = len(good), sum(r.size for r in good), sum(r.broken_lines for r in good)
+    skipped = [(str(p), why) for p, why in found.skipped] if found is not None else []
+    broken = [b for s in groups if (b := _broken(s.files))[1]]
+    invalid_utf8 = [u for s in groups if (u := _invalid_utf8(s.files))[1]]
+    return Tally(sessions, problems, warnings, *read, skipped, broken, invalid_utf8)
 
 
 def _measure_of(files: list[FileColumns], done: dict[str, Measured | None]) -> Measured:
     """The measure of the session of ``files``: ``done``'s, else measured (and kept there when one file)."""
     if len(files) > 1:
         return _measure(files, _merged([_columns(f) for f in files]))
-    m = done.get(files[0].path)
-    if m is None:
+    if (m := done.get(files[0].path)) is None:
         m = done[files[0].path] = _measure(files, _columns(files[0]))
     return m
 
 
 def _with_requests(
-    files: list[FileColumns],
-    m: Measured,
-    done: dict[str, Measured | None],
-    keys: _Keys,
-    rows: Callable[[list[FileColumns]], object] | None,
+    files: list[FileColumns], m: Measured, done: dict[str, Measured | None], keys: _Keys, rows: _Rows
 ) -> Measured:
     """``m`` with its requests (measured again when they do not decode), priced at ``keys``' table."""
     table = keys.table
@@ -466,13 +437,9 @@ def _hidden(
             if model is not None:
                 last_model = model
         if snap and not (derived and last_input is None) and (ts is None or ts != compacted_at):
-            if chars is None:
-                calls.append((None, None, last_model))
-            else:
-                summary = chars // 4
-                calls.append(
-                    (HIDDEN_CALLS_PER_COMPRESSION * (last_input or 0) + summary, 2 * summary, last_model)
-                )
+            summary = None if chars is None else chars // 4
+            prompt = None if summary is None else HIDDEN_CALLS_PER_COMPRESSION * (last_input or 0) + summary
+            calls.append((prompt, None if summary is None else 2 * summary, last_model))
     return calls
 
 
@@ -551,15 +518,10 @@ def _measure(files: list[FileColumns], c: Columns) -> Measured:
     hist = [[c[j][i] for i in at] for j in _HIST]
     parts = [sum(part) for part in zip(*composition_parts(tokens[0], hist), strict=True)] or [0, 0, 0, 0]
     row.update(zip(COMPOSITION_COLUMNS, parts, strict=True))
-    return Measured(
-        row,
-        r,
-        mismatched(tokens),
-        _hidden(c, files[-1].derived_from is not None, row["compacted_at"]) if any(c[_SNAP]) else [],
-        sorted({model for model in c[_MODEL] if model is not None}),
-        sorted({model for model in r.models if model is not None}),
-        lost=c.lost,
-    )
+    hidden = _hidden(c, files[-1].derived_from is not None, row["compacted_at"]) if any(c[_SNAP]) else []
+    seen = sorted({model for model in c[_MODEL] if model is not None})
+    used = sorted({model for model in r.models if model is not None})
+    return Measured(row, r, mismatched(tokens), hidden, seen, used, lost=c.lost)
 
 
 def mismatched(tokens: list[list[int | None]]) -> int:
@@ -600,11 +562,9 @@ def _session_row(
         "end": last if last is not None else parse_time(updated),
         "turns": _turns(c),
     }
-    row.update(request_figures(m.models, m.tokens, live))
-    row["compressions"] = max(sum(c[_INFO]), sum(c[_SNAP]))
-    row["rewinds"] = sum(f.rewinds for f in files)
+    row.update(request_figures(m.models, m.tokens, live), compressions=max(sum(c[_INFO]), sum(c[_SNAP])))
     row["tool_calls"], row["tool_errors"] = sum(filter(None, c[_CALLS])), sum(filter(None, c[_ERRORS]))
-    row["file"] = p.path
+    row.update(rewinds=sum(f.rewinds for f in files), file=p.path)
     return row
 
 
@@ -642,8 +602,7 @@ def session_rows(t: Tally, *, roll_up: bool = True) -> list[dict[str, Any]]:
         if s.parent_key in children:
             continue
         row = dict(s.row)
-        kids = children.get(s.key)
-        if kids:
+        if kids := children.get(s.key):
             for k in _ROLLED_UP:
                 row[k] += sum(c.row[k] for c in kids)
             sub = [c.row["cost"] for c in kids if c.row["cost"] is not None]
@@ -653,9 +612,8 @@ def session_rows(t: Tally, *, roll_up: bool = True) -> list[dict[str, Any]]:
             row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
         rows.append(row)
     # ``sort("start", "session", "session_key", nulls_last=True)``
-    rows.sort(
-        key=lambda row: tuple((row[k] is None, row[k] or "") for k in ("start", "session", "session_key"))
-    )
+    order = ("start", "session", "session_key")
+    rows.sort(key=lambda row: tuple((row[k] is None, row[k] or "") for k in order))
     return [shown(row, "session") for row in rows]
 
 
@@ -715,17 +673,13 @@ def request_rows(t: Tally, by: str, timezone: str | None = None) -> list[dict[st
     for s in t.sessions if t.sums is None else ():
         for key, at in _spans(_keys(by, s, timezone)).items():
             if by in ("day", "week"):
-                if key not in values:
-                    values[key] = _key_value(by, key)
-                key = values[key]
+                key = values[key] if key in values else values.setdefault(key, _key_value(by, key))
             _add_requests(groups, key, s, at)
     rows = []
     for key in sorted(groups, key=lambda k: (k is not None, k if k is not None else "")):  # nulls first
         keys_seen, n, sums, peak, known, n_known = groups[key]
         row: dict[str, Any] = {by: key, "sessions": len(keys_seen), "requests": n}
-        row.update(zip(TOKEN_COLUMNS, sums, strict=True))
-        row["peak_context"] = peak
-        row["unpriced"] = n - n_known
+        row.update(zip(TOKEN_COLUMNS, sums, strict=True), peak_context=peak, unpriced=n - n_known)
         row["cost"] = None if not known and row["unpriced"] else math.fsum(known)
         row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
         rows.append(shown(row, by))
@@ -807,10 +761,8 @@ def summary_of(t: Tally) -> dict[str, Any]:
 
 def hidden_calls(t: Tally) -> tuple[int, float]:
     """Gemini CLI's unrecorded compression calls: (requests, estimated cost)."""
-    return (
-        sum(s.row["hidden_requests"] for s in t.sessions),
-        math.fsum(s.row["hidden_cost"] for s in t.sessions),
-    )
+    rows = [s.row for s in t.sessions]
+    return sum(row["hidden_requests"] for row in rows), math.fsum(row["hidden_cost"] for row in rows)
 
 
 def _rates_key(table: PriceTable, models: Iterable[str]) -> str:
@@ -837,17 +789,15 @@ class _Keys:
     def cover(self, models: Iterable[str]) -> PriceTable:
         """The table, with the rates of ``models`` it did not hold yet added (the keys made stay right: a
         key depends only on its models' rates)."""
-        missing = sorted(m for m in set(models) if not self.table.covers(m))
-        if missing:
+        if missing := sorted(m for m in set(models) if not self.table.covers(m)):
             self.table = self.table.merged(self.prices(missing))
         return self.table
 
     def of(self, used: Sequence[str]) -> str:
         models = tuple(used)
-        key = self.known.get(models)
-        if key is None:
-            key = self.known[models] = _rates_key(self.table, models)
-        return key
+        if models not in self.known:
+            self.known[models] = _rates_key(self.table, models)
+        return self.known[models]
 
 
 # A ``Measured`` as the index keeps it (``FileIndex.store_sides``); the kind names this version of it.
@@ -912,9 +862,8 @@ def requests_of(m: Measured) -> Requests | None:
             return None
         n = m.row["requests"]
         shaped = len(r.models) == len(r.times) == n and len(r.tokens) == len(TOKEN_COLUMNS)
-        if not shaped or any(len(col) != n for col in r.tokens) or None in r.tokens[0]:
-            return None
-        if r.costs is not None and len(r.costs) != n:
+        shaped = shaped and all(len(col) == n for col in r.tokens) and None not in r.tokens[0]
+        if not shaped or (r.costs is not None and len(r.costs) != n):
             return None
         m.requests, m.kept = r, None
     return m.requests
@@ -947,11 +896,5 @@ def keep_measures(
     index: FileIndex, stamps: Mapping[str, Sequence[int] | None], measured: Mapping[str, Measured | None]
 ) -> None:
     """Keep ``measured`` (by path) in the index, each with the stamp its file had when read."""
-    index.store_sides(
-        MEASURED,
-        (
-            (path, stamp_, _encode_measured(m))
-            for path, m in measured.items()
-            if m is not None and (stamp_ := stamps.get(path))
-        ),
-    )
+    kept = ((path, stamps.get(path), m) for path, m in measured.items() if m is not None)
+    index.store_sides(MEASURED, ((path, stamp, _encode_measured(m)) for path, stamp, m in kept if stamp))

@@ -17,33 +17,15 @@ from typing import Any
 import msgspec
 
 from ctxtool.common.errors import UsageError
+from ctxtool.frames import tally
 from ctxtool.frames.shape import COMPOSITION_COLUMNS
-from ctxtool.frames.tally import (
-    _CALLS,
-    _ERRORS,
-    _HIST,
-    _I,
-    _ID,
-    _INFO,
-    _LIVE,
-    _MODEL,
-    _PROMPT,
-    _SNAP,
-    _TIME,
-    _WRITTEN,
-    Requests,
-    Session,
-    Tally,
-    composition_parts,
-    is_turn,
-    mismatched,
-    parse_time,
-    requests_at,
-)
+from ctxtool.frames.tally import _HIST, _I, _WRITTEN, Requests, Session, Tally, parse_time
 from ctxtool.measure.tokens import cache_ratio, token_limit
 from ctxtool.measure.usage import known_cost, request_figures
 from ctxtool.session.schema import TOKEN_KEYS as TOKEN_COLUMNS
 
+_ORDER = "tool_calls tool_errors message_id compression_info live model is_prompt is_snapshot timestamp"
+_CALLS, _ERRORS, _ID, _INFO, _LIVE, _MODEL, _PROMPT, _SNAP, _TIME = (_I[c] for c in _ORDER.split())
 _PREVIEW, _REWINDS, _CHECKPOINTS = _I["preview"], _I["rewinds_seen"], _I["checkpoints_seen"]
 _INPUT_AT, _CACHED_AT = (TOKEN_COLUMNS.index(k) for k in ("input", "cached"))
 
@@ -63,13 +45,11 @@ class Detail(msgspec.Struct):
 def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
     """What ``filters`` (``StatsQuery.filters``) and ``live`` keep of ``t`` (made with ``detail``)."""
     since, until = _iso(filters.get("since")), _iso(filters.get("until"))
-    models: Sequence[str] = filters.get("models") or ()
+    models = tuple(filters.get("models") or ())  # (a model equal to one starts with it)
     keys = _kept_keys(t.sessions, filters.get("projects") or (), filters.get("sessions") or ())
     dated = since is not None or until is not None
     sessions = []
-    for s in t.sessions:
-        if s.key not in keys:
-            continue
+    for s in (kept for kept in t.sessions if kept.key in keys):
         d = detail(s)
         c = d.columns
         msgs = list(range(len(c[_TIME])))
@@ -82,7 +62,7 @@ def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
         if dated:
             reqs = [j for j in reqs if _within(r.times[j], since, until)]
         if models:
-            reqs = [j for j in reqs if _model_matches(r.models[j], models)]
+            reqs = [j for j in reqs if (model := r.models[j]) is not None and model.startswith(models)]
             if not reqs:
                 continue
         turns = None
@@ -95,12 +75,9 @@ def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
             msgs = [i for i in msgs if c[_LIVE][i]]
             turns = _turns(s, d, msgs, reqs)
         sessions.append(_narrowed(s, d, reqs, turns, msgs))
-    return msgspec.structs.replace(
-        t,
-        sessions=sessions,
-        broken=[b for b in t.broken if b[0] in {s.row["file"] for s in sessions}],
-        invalid_utf8=[u for u in t.invalid_utf8 if u[0] in {s.row["file"] for s in sessions}],
-    )
+    files = {s.row["file"] for s in sessions}
+    broken, invalid = [b for b in t.broken if b[0] in files], [u for u in t.invalid_utf8 if u[0] in files]
+    return msgspec.structs.replace(t, sessions=sessions, broken=broken, invalid_utf8=invalid)
 
 
 def detail(s: Session) -> Detail:
@@ -111,9 +88,10 @@ def detail(s: Session) -> Detail:
     c, r = s.columns, s.requests
     if c is None or r is None:
         raise ValueError("a view needs the sessions' columns: make the tally with detail=True")
-    at = requests_at(c)
+    at = tally.requests_at(c)
     turn = list(accumulate(map(bool, c[_PROMPT]), initial=0))[1:]
-    parts = composition_parts(r.tokens[0], [[c[h][i] for i in at] for h in _HIST])  # type: ignore[arg-type]
+    hist = [[c[h][i] for i in at] for h in _HIST]
+    parts = tally.composition_parts(r.tokens[0], hist)  # type: ignore[arg-type]
     inferred = [c[_MODEL][i] is None and m is not None for i, m in zip(at, r.models, strict=True)]
     compressed = (bool(info or snap) for info, snap in zip(c[_INFO], c[_SNAP], strict=True))
     seen = list(accumulate(compressed, initial=0))[1:]
@@ -127,10 +105,8 @@ def _events(c: list[list[Any]], at: list[int], models: list[str | None], seen: l
     out: list[str | None] = []
     prev: int | None = None
     for k, i in enumerate(at):
-        names = []
         compressed = seen[i] > (seen[prev] if prev is not None else 0)
-        if compressed:
-            names.append("compression")
+        names = ["compression"] if compressed else []
         rewinds, before = c[_REWINDS][i], c[_REWINDS][prev] if prev is not None else None
         if rewinds is not None and rewinds > (before or 0):
             names.append("rewind")
@@ -158,10 +134,6 @@ def _iso(at: date | None) -> str | None:
     return None if at is None else at.isoformat()
 
 
-def _model_matches(model: str | None, models: Sequence[str]) -> bool:
-    return model is not None and any(model == m or model.startswith(m) for m in models)
-
-
 def _narrowed(
     s: Session, d: Detail, reqs: list[int], turns: list[dict[str, Any]] | None, msgs: list[int]
 ) -> Session:
@@ -178,19 +150,12 @@ def _narrowed(
     row = dict(s.row)
     row.update(request_figures(kept.models, kept.tokens, live))
     row["cost"], row["unpriced"] = known_cost(kept.costs or [])
-    for i, name in enumerate(COMPOSITION_COLUMNS):
-        row[name] = sum(d.parts[j][i] for j in reqs)
+    row.update({name: sum(d.parts[j][i] for j in reqs) for i, name in enumerate(COMPOSITION_COLUMNS)})
     if turns is not None:
         row["turns"] = len(turns)
+    mismatches = tally.mismatched(kept.tokens)
     return msgspec.structs.replace(
-        s,
-        row=row,
-        requests=kept,
-        mismatches=mismatched(kept.tokens),
-        detail=d,
-        kept=reqs,
-        turns=turns,
-        kept_messages=msgs,
+        s, row=row, requests=kept, mismatches=mismatches, detail=d, kept=reqs, turns=turns, kept_messages=msgs
     )
 
 
@@ -213,7 +178,6 @@ def _session_matches(sessions: list[Session], wanted: str) -> list[Session]:
     """Sessions that ``--session WANTED`` names: a session id or a unique prefix of one, a file name with or
     without its extension, or the file's path (an ambiguous prefix is a usage error)."""
     path = os.path.abspath(os.path.expanduser(wanted))
-
     found = [
         s
         for s in sessions
@@ -286,22 +250,18 @@ def _turns(s: Session, d: Detail, msgs: list[int] | None, reqs: list[int] | None
         g["errors"] += c[_ERRORS][i] or 0
         g["compressed"] = g["compressed"] or bool(c[_INFO][i] or c[_SNAP][i])
     for j in range(len(d.at)) if reqs is None else reqs:
-        g = per.get(d.turn[d.at[j]])
-        if g is not None:
+        if (g := per.get(d.turn[d.at[j]])) is not None:
             g["reqs"].append(j)
-    rows = []
-    for n, g in per.items():
-        if is_turn(n, bool(g["reqs"]), g["compressed"]):
-            rows.append(_turn_row(s, d, n, g))
-    return rows
+    return [
+        _turn_row(s, d, n, g) for n, g in per.items() if tally.is_turn(n, bool(g["reqs"]), g["compressed"])
+    ]
 
 
 def _turn_row(s: Session, d: Detail, n: int, g: dict[str, Any]) -> dict[str, Any]:
     r = s._requests()
     assert r.costs is not None
     reqs: list[int] = g["reqs"]
-    times = g["times"]
-    start, end = (parse_time(min(times)), parse_time(max(times))) if times else (None, None)
+    start, end = (parse_time(min(g["times"])), parse_time(max(g["times"]))) if g["times"] else (None, None)
     tokens = [[col[j] for j in reqs] for col in r.tokens]
     row: dict[str, Any] = {
         **{k: s.row[k] for k in _OF_SESSION},
@@ -313,21 +273,18 @@ def _turn_row(s: Session, d: Detail, n: int, g: dict[str, Any]) -> dict[str, Any
         "duration_s": None if start is None or end is None else (end - start) // _MS / 1000.0,
         "requests": len(reqs),
     }
-    for name, values in zip(TOKEN_COLUMNS, tokens, strict=True):
-        row[name] = sum(filter(None, values))
+    row.update((name, sum(filter(None, values))) for name, values in zip(TOKEN_COLUMNS, tokens, strict=True))
     row["peak_context"] = max((v for v in tokens[0] if v is not None), default=None)
     row["context_limit"] = max((token_limit(r.models[j]) for j in reqs), default=None)
     peak, limit = row["peak_context"], row["context_limit"]
     row["context_share"] = None if peak is None or limit is None else peak / limit
     row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
-    row["tool_calls"], row["tool_errors"] = g["calls"], g["errors"]
-    row["compressed"] = g["compressed"]
+    row.update(tool_calls=g["calls"], tool_errors=g["errors"], compressed=g["compressed"])
     row["live"] = True if g["live"] is None else g["live"]
     names = sorted({r.models[j] for j in reqs if r.models[j] is not None})  # type: ignore[type-var]
     row["models"] = ",".join(names) if reqs else None  # type: ignore[arg-type]
     row["cost"], row["unpriced"] = known_cost([r.costs[j] for j in reqs])
-    for i, name in enumerate(COMPOSITION_COLUMNS):
-        row[name] = sum(d.parts[j][i] for j in reqs)
+    row.update({name: sum(d.parts[j][i] for j in reqs) for i, name in enumerate(COMPOSITION_COLUMNS)})
     return row
 
 
@@ -367,7 +324,6 @@ def session_requests(s: Session) -> list[dict[str, Any]]:
     for k, j in enumerate(s.kept if s.kept is not None else range(len(r.models))):
         i = d.at[j]
         tokens = [col[k] for col in r.tokens]
-        limit = token_limit(r.models[k])
         row: dict[str, Any] = {
             **{k: s.row[k] for k in _OF_SESSION},
             "turn": d.turn[i],
@@ -378,14 +334,11 @@ def session_requests(s: Session) -> list[dict[str, Any]]:
         }
         row.update(zip(TOKEN_COLUMNS, tokens, strict=True))
         row["context"] = prompt = tokens[_INPUT_AT]
-        row["context_limit"] = limit
+        row["context_limit"] = limit = token_limit(r.models[k])
         row["context_share"] = None if prompt is None else prompt / limit
         cached = tokens[_CACHED_AT]
         row["cache_ratio"] = None if cached is None or not prompt else cache_ratio(cached, prompt)
-        row["tool_calls"] = c[_CALLS][i]
-        row["live"] = c[_LIVE][i]
-        row["cost"] = r.costs[k]
-        row.update(zip(COMPOSITION_COLUMNS, d.parts[j], strict=True))
-        row["event"] = d.events[j]
+        row.update(tool_calls=c[_CALLS][i], live=c[_LIVE][i], cost=r.costs[k])
+        row.update(zip(COMPOSITION_COLUMNS, d.parts[j], strict=True), event=d.events[j])
         rows.append(row)
     return rows

@@ -1,12 +1,9 @@
 """The guard's figures: what a file, a session and a day billed, and a file's running tally, which the records
 Gemini CLI appends later extend without reading the file again.
 
-Owns: ``Tally`` and ``Spend`` (what the guard compares with its budgets), ``tally_rows`` (the billed figures
-of a session's message rows, as ``ctxtool stats`` counts them), ``Running`` (a ``.jsonl`` file's running
-tally: the figures of its rows up to a point, frozen, and its last rows kept whole, for the records that
-update them), ``extend`` (the records appended since, read as ``ctxtool.session.columns`` reads them; or
-None when only a full read can say: a rewind, a checkpoint, a changed session id, an update of an older
-message, a line it cannot be sure to read alike) and the small JSON files that keep them between calls.
+Owns: ``Tally`` and ``Spend`` (what the guard compares with its budgets), ``tally_rows``, ``Running`` and
+``extend`` (a ``.jsonl`` file's running tally and the records appended since; see each) and the small JSON
+files that keep them between calls.
 
 The figures are those of ``ctxtool stats``, by the rules it counts them by (``ctxtool.measure.usage``): a
 request is a ``gemini`` message with token counts (every one recorded: the billed view); one recorded without
@@ -40,6 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     Tiers = list[list[float]] | None  # ``usage.Tiers`` as JSON keeps them
+    Transcript = str | os.PathLike[str] | None  # a hook event's ``transcript_path``
     Rates = Mapping[str, Tiers]
 
 # Bump when what the guard's state (``ctxtool.hooks.ledger``) or a running tally holds changes meaning.
@@ -61,17 +59,8 @@ FINGERPRINT_BYTES = 4096
 class Tally:
     """Billed figures of a file, a session or a set of sessions."""
 
-    __slots__ = (
-        "cost",
-        "days",
-        "limit",
-        "peak_live",
-        "priced",
-        "requests",
-        "total",
-        "unknown_models",
-        "unpriced",
-    )
+    __slots__ = ("cost", "days", "limit", "peak_live", "priced", "requests", "total", "unknown_models",
+                 "unpriced")  # fmt: skip
 
     def __init__(
         self,
@@ -105,16 +94,10 @@ class Tally:
 
     def add(self, other: Tally, *, context: bool = False) -> None:
         """Add ``other``'s billed figures; its context only with ``context`` (a subagent's does not count)."""
-        self.requests += other.requests
-        self.total += other.total
-        self.cost += other.cost
-        self.priced += other.priced
-        self.unpriced += other.unpriced
-        for day, (cost, priced, unpriced) in other.days.items():
-            mine = self.days.setdefault(day, [0.0, 0, 0])
-            mine[0] += cost
-            mine[1] += priced
-            mine[2] += unpriced
+        for name in ("requests", "total", "cost", "priced", "unpriced"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for day, slot in other.days.items():
+            self.days[day] = [a + b for a, b in zip(self.days.get(day, (0.0, 0, 0)), slot, strict=True)]
         if other.unknown_models:
             self.unknown_models = sorted({*self.unknown_models, *other.unknown_models})
         if context:
@@ -158,9 +141,6 @@ class Spend:
     @property
     def day_cost(self) -> float | None:
         return self.today.day_cost(self.day)
-
-
-# ------------------------------------------------------------------------------------------------ the figures
 
 
 def rates_of(table: Any) -> dict[str, Tiers]:
@@ -220,9 +200,7 @@ def _day(timestamp: str | None) -> str | None:
         when = datetime.fromisoformat(timestamp)
     except ValueError:
         return None
-    if when.tzinfo is None:
-        return when.date().isoformat()
-    return when.astimezone(UTC).date().isoformat()
+    return (when if when.tzinfo is None else when.astimezone(UTC)).date().isoformat()
 
 
 def today(now: Any = None) -> str:
@@ -236,9 +214,7 @@ def today(now: Any = None) -> str:
     return str(now.astimezone(UTC).date().isoformat())
 
 
-def spend_of(
-    state: Mapping[str, Any], transcript: str | os.PathLike[str] | None, read: int, resumed: int, summed: int
-) -> Spend:
+def spend_of(state: Mapping[str, Any], transcript: Transcript, read: int, resumed: int, summed: int) -> Spend:
     """The spend a state holds: the session of ``transcript`` with its subagents, and every session's requests
     of the state's day (a session's figures are its file's, or its files' summed by the frames). ``read``,
     ``resumed``, ``summed``: ``Spend``'s counts of this call."""
@@ -261,9 +237,6 @@ def spend_of(
         if slot is not None:
             today.add(Tally(days={day: list(slot)}))
     return Spend(session, today, day, target if key is not None else None, read, resumed, summed)
-
-
-# --------------------------------------------------------------------------------- a file's running tally
 
 
 class Running:
@@ -298,11 +271,9 @@ class Running:
             return
         cut = len(self.rows) - KEEP_ROWS
         older = self.rows[:cut]
-        named = [
-            r[MODEL] for r in older if r[TYPE] == "gemini" and r[INPUT] is not None and r[MODEL] is not None
-        ]
-        has_requests = any(r[TYPE] == "gemini" and r[INPUT] is not None for r in older)
-        if has_requests and self.before is None and not named:
+        asked = [r for r in older if r[TYPE] == "gemini" and r[INPUT] is not None]
+        named = [r[MODEL] for r in asked if r[MODEL] is not None]
+        if asked and self.before is None and not named:
             return
         self.frozen.add(tally_rows(older, rates, self.before), context=True)
         self.before = named[-1] if named else self.before
@@ -373,14 +344,11 @@ def _row(mid: str, rec: Mapping[str, Any]) -> list[Any]:
     tokens = rec.get("tokens")
     if kind != "gemini" or not isinstance(tokens, dict):
         return [mid, kind, when, model, None, None, None, None, None, None, True]
-    counts = [_count(tokens.get(k)) for k in ("input", "cached", "output", "thoughts", "tool", "total")]
+    raw = [tokens.get(k) for k in ("input", "cached", "output", "thoughts", "tool", "total")]
+    counts = [v if v is None or type(v) is int else token_count(v) for v in raw]
     prompt, cached, output, thoughts, tool, total = (c or 0 for c in counts)
     total = request_total(counts[5], prompt, output, thoughts, tool)
     return [mid, kind, when, model, prompt, cached, output, thoughts, tool, total, True]
-
-
-def _count(value: Any) -> int | None:
-    return value if value is None or type(value) is int else token_count(value)
 
 
 def _carried(old: list[Any], new: list[Any]) -> list[Any]:
@@ -408,13 +376,7 @@ def _records(data: bytes) -> list[dict[str, Any]] | None:
         if not line.strip(b" \t\r\x0b\x0c"):
             continue  # blank (``Replayed.feed``: whitespace bytes only)
         try:
-            rec = json.loads(
-                line.decode("utf-8"),
-                parse_constant=_refuse,
-                parse_int=_int,
-                parse_float=_float,
-                object_pairs_hook=_object,
-            )
+            rec = _DECODER.decode(line.decode("utf-8"))
         except (ValueError, RecursionError):
             return None
         if isinstance(rec, dict):
@@ -446,7 +408,9 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-# ------------------------------------------------------------------------------------------- JSON files
+_DECODER = json.JSONDecoder(
+    parse_constant=_refuse, parse_int=_int, parse_float=_float, object_pairs_hook=_object
+)
 
 
 def digest(data: bytes) -> str:
@@ -454,12 +418,11 @@ def digest(data: bytes) -> str:
     return blake2b(data, digest_size=16).hexdigest()
 
 
-def transcript_root(transcript: str | os.PathLike[str] | None) -> str | None:
+def transcript_root(transcript: Transcript) -> str | None:
     """The data root holding ``transcript`` (``<root>/<project>/chats/…``), or None."""
     if not transcript:
         return None
-    path = os.path.abspath(transcript)
-    up = os.path.dirname(path)
+    up = os.path.dirname(os.path.abspath(transcript))
     while up != os.path.dirname(up):
         if os.path.basename(up) == "chats":
             return os.path.dirname(os.path.dirname(up))
@@ -467,9 +430,7 @@ def transcript_root(transcript: str | os.PathLike[str] | None) -> str | None:
     return None
 
 
-def state_key(
-    transcript: str | os.PathLike[str] | None, roots: Sequence[str | os.PathLike[str]] | None
-) -> str:
+def state_key(transcript: Transcript, roots: Sequence[str | os.PathLike[str]] | None) -> str:
     """What names a state: the roots given, else what the data roots are found from (the transcript's root,
     ``GEMINI_CLI_HOME`` and the home folder)."""
     if roots is not None:

@@ -61,21 +61,12 @@ class GuardOptions:
 
     def argv(self) -> list[str]:
         """These options as the command line that gives them (what ``ctxtool hooks install`` writes)."""
-        out: list[str] = []
-        for flag, kind, _ in BUDGETS:
-            if flag in self.limits:
-                out += [flag, format_limit(kind, self.limits[flag], plain=True)]
+        plain = {f: format_limit(k, self.limits[f], plain=True) for f, k, _ in BUDGETS if f in self.limits}
         if self.warn_at != DEFAULT_WARN_AT:
-            out += ["--warn-at", format_limit("share", self.warn_at, plain=True)]
-        if self.fallback_model:
-            out += ["--fallback-model", self.fallback_model]
-        if self.fail_closed:
-            out.append("--fail-closed")
-        if self.cache_dir:
-            out += ["--cache-dir", self.cache_dir]
-        if self.scope:
-            out += ["--scope", self.scope]
-        return out
+            plain["--warn-at"] = format_limit("share", self.warn_at, plain=True)
+        named = [*plain.items(), ("--fallback-model", self.fallback_model or None)]
+        rest = [("--cache-dir", self.cache_dir or None), ("--scope", self.scope or None)]
+        return [*to_argv(named, fail_closed=self.fail_closed), *to_argv(rest, fail_closed=False)]
 
 
 def parse_limit(kind: str, flag: str, text: str) -> float:
@@ -123,10 +114,7 @@ def format_limit(kind: str, value: float, *, plain: bool = False) -> str:
 def to_argv(values: Sequence[tuple[str, str | None]], *, fail_closed: bool) -> list[str]:
     """The guard's command line from option values (``("--max-session-cost", "5")``, ``None`` for one not
     given): what ``ctxtool guard`` hands to ``run`` and what ``hooks install`` writes into settings.json."""
-    argv: list[str] = []
-    for flag, value in values:
-        if value is not None:
-            argv += [flag, value]
+    argv = [x for flag, value in values if value is not None for x in (flag, value)]
     return [*argv, "--fail-closed"] if fail_closed else argv
 
 
@@ -217,15 +205,12 @@ def decide(spend: Any, opts: GuardOptions, request: Mapping[str, Any] | None = N
         f"{format_limit(worst.kind, worst.limit)} ({worst.share * 100:.0f}%, {worst.flag})"
     )
     answer: dict[str, Any] = {}
-    current = (request or {}).get("model")
-    if opts.fallback_model:
-        notice += f"; this request uses {opts.fallback_model}"
-        if current and current != opts.fallback_model:
+    current, fallback = (request or {}).get("model"), opts.fallback_model
+    if fallback:
+        notice += f"; this request uses {fallback}"
+        if current and current != fallback:
             notice += f" instead of {current}"
-        answer["hookSpecificOutput"] = {
-            "hookEventName": "BeforeModel",
-            "llm_request": {"model": opts.fallback_model},
-        }
+        answer["hookSpecificOutput"] = {"hookEventName": "BeforeModel", "llm_request": {"model": fallback}}
     else:
         notice += "; it stops the session at 100%"
     answer["systemMessage"] = notice
@@ -253,15 +238,12 @@ def _raised(m: Measured) -> float:
     if m.kind == "share":
         return min(1.0, max(m.limit * 1.5, m.value * 1.2))
     base = max(m.limit * 2, m.value * 1.5)
-    return float(_round_up(base)) if m.kind == "tokens" or base >= 1 else math.ceil(base * 100) / 100
-
-
-def _round_up(x: float) -> int:
-    """``x`` rounded up to two significant digits (4,280,000 -> 4,300,000)."""
-    if x <= 0:
-        return 0
-    step = 10 ** max(0, int(math.log10(x)) - 1)
-    return int(math.ceil(x / step) * step)
+    if m.kind != "tokens" and base < 1:
+        return math.ceil(base * 100) / 100
+    if base <= 0:
+        return 0.0
+    step = 10 ** max(0, int(math.log10(base)) - 1)
+    return float(math.ceil(base / step) * step)  # two significant digits, up: 4,280,000 -> 4,300,000
 
 
 def run(argv: Sequence[str], stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
@@ -276,18 +258,21 @@ def run(argv: Sequence[str], stdin: IO[str], stdout: IO[str], stderr: IO[str]) -
 def respond(opts: GuardOptions, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
     """Answer the hook event on ``stdin`` (fail open on any error, unless ``opts.fail_closed``)."""
     try:
-        event = _event(stdin.read())
+        import json
+
+        text = stdin.read()
+        if not text.strip():
+            raise ValueError("no hook event on standard input (Gemini CLI sends one as JSON)")
+        event = json.loads(text)
+        if not isinstance(event, dict):
+            raise ValueError("the hook event on standard input is not a JSON object")
         from ctxtool.hooks import ledger
 
         request = event.get("llm_request")
         model = request.get("model") if isinstance(request, dict) else None
         models = [m for m in (model, opts.fallback_model) if isinstance(m, str)]
-        spend = ledger.spend(
-            event.get("transcript_path"),
-            cache_dir=opts.cache_dir,
-            models=models,
-            whole_day="--max-daily-cost" in opts.limits,
-        )
+        path, whole_day = event.get("transcript_path"), "--max-daily-cost" in opts.limits
+        spend = ledger.spend(path, cache_dir=opts.cache_dir, models=models, whole_day=whole_day)
         answer = decide(spend, opts, request if isinstance(request, dict) else None)
     except Exception as exc:  # fail open: never break Gemini CLI
         return _failed(exc, opts.fail_closed, stdout, stderr)
@@ -301,25 +286,12 @@ def _failed(exc: Exception, fail_closed: bool, stdout: IO[str], stderr: IO[str])
     what = str(exc) if isinstance(exc, UsageError) else f"{type(exc).__name__}: {exc}"
     what = " ".join(what.split())[:300]
     if fail_closed:
-        reason = (
-            f"ctxtool guard failed ({what}); --fail-closed stops the session. See `ctxtool guard --help`."
-        )
-        _write(stdout, {"continue": False, "stopReason": reason})
+        why = f"ctxtool guard failed ({what}); --fail-closed stops the session. See `ctxtool guard --help`."
+        _write(stdout, {"continue": False, "stopReason": why})
     else:
         print(f"ctxtool guard: {what}; the call was allowed (fail open)", file=stderr)
         stderr.flush()
     return 0
-
-
-def _event(text: str) -> dict[str, Any]:
-    import json
-
-    if not text.strip():
-        raise ValueError("no hook event on standard input (Gemini CLI sends one as JSON)")
-    event = json.loads(text)
-    if not isinstance(event, dict):
-        raise ValueError("the hook event on standard input is not a JSON object")
-    return event
 
 
 def _write(stdout: IO[str], answer: Mapping[str, Any]) -> None:

@@ -30,11 +30,13 @@ if TYPE_CHECKING:
     from datetime import datetime
     from typing import Any
 
+    from ctxtool.hooks.figures import Transcript
+
 __all__ = ["Spend", "Tally", "spend", "tally_rows"]
 
 
 def spend(
-    transcript: str | os.PathLike[str] | None,
+    transcript: Transcript,
     *,
     roots: Sequence[str | os.PathLike[str]] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -54,8 +56,7 @@ def spend(
     key = figures.state_key(transcript, roots)
     path = figures.state_file(cache, key)
     state = figures.read_json(path)
-    if not _usable(state, key, day):
-        state = None
+    state = state if _usable(state, key, day) else None
     if state is not None:
         try:
             found = _quick(state, path, cache, transcript, figures.figures_key(day), whole_day)
@@ -73,25 +74,15 @@ def spend(
 def _usable(state: Any, key: str, day: str) -> bool:
     """A state this call may start from: this code's, for these roots, of today (prices are dated, so a new
     day starts over, as the index does)."""
-    return (
-        isinstance(state, dict)
-        and state.get("version") == STATE_VERSION
-        and state.get("stamp") == STAMP
-        and state.get("key") == key
-        and state.get("day") == day
-        and isinstance(state.get("files"), dict)
-        and isinstance(state.get("sessions"), dict)
-        and isinstance(state.get("rates"), dict)
-    )
+    if not isinstance(state, dict):
+        return False
+    want = {"version": STATE_VERSION, "stamp": STAMP, "key": key, "day": day}
+    same = all(state.get(k) == v for k, v in want.items())
+    return same and all(isinstance(state.get(k), dict) for k in ("files", "sessions", "rates"))
 
 
 def _quick(
-    state: dict[str, Any],
-    path: str,
-    cache: str,
-    transcript: str | os.PathLike[str] | None,
-    key: str,
-    whole_day: bool = True,
+    state: dict[str, Any], path: str, cache: str, transcript: Transcript, key: str, whole_day: bool = True
 ) -> Spend | None:
     """The spend from the state and the records appended since, or None when only the full tally can say."""
     folders = state.get("folders")
@@ -159,7 +150,7 @@ def _grown(
     return running
 
 
-def _own_files(state: dict[str, Any], transcript: str | os.PathLike[str] | None) -> list[str] | None:
+def _own_files(state: dict[str, Any], transcript: Transcript) -> list[str] | None:
     """The files of the session ``transcript`` belongs to and of its subagents (None: not in the state)."""
     files, sessions = state["files"], state["sessions"]
     target = os.path.abspath(transcript) if transcript else None

@@ -30,6 +30,7 @@ from ctxtool.session.stamp import MESSAGE_COLUMNS, STAMP
 
 if TYPE_CHECKING:
     from ctxtool.frames.grouping import _Session
+    from ctxtool.hooks.figures import Transcript
     from ctxtool.session.columns import FileColumns
 
 # What a file's entry keeps of its columns, for grouping it into a session again.
@@ -45,7 +46,7 @@ _TALLIED = ("message_id", "type", "timestamp", "model", "input", "cached", "outp
 _COLUMNS = tuple(MESSAGE_COLUMNS.index(c) for c in _TALLIED)
 
 
-def data_roots(transcript: str | os.PathLike[str] | None) -> list[Path]:
+def data_roots(transcript: Transcript) -> list[Path]:
     """Where the sessions are: the data root holding ``transcript`` first, then Gemini CLI's default roots
     (``GEMINI_CLI_HOME``), each once."""
     found = figures.transcript_root(transcript)
@@ -56,7 +57,7 @@ def data_roots(transcript: str | os.PathLike[str] | None) -> list[Path]:
 
 
 def spend(
-    transcript: str | os.PathLike[str] | None,
+    transcript: Transcript,
     given: Sequence[str | os.PathLike[str]] | None,
     cache: str,
     key: str,
@@ -126,9 +127,8 @@ def _group(scan: _Scan, old: dict[str, Any], cache_root: Path) -> tuple[list[_Se
     entries = scan.entries
     sessions = group_sessions([_meta_columns(sp, entries[str(sp.path)]) for sp in scan.files
                                if entries[str(sp.path)]["ok"]])  # fmt: skip
-    refs = {s.key: parent_ref_of(s.primary) for s in sessions}
     parents = link_parents(
-        (s.key, s.primary.project_dir, s.primary.session_id, refs[s.key]) for s in sessions
+        (s.key, s.primary.project_dir, s.primary.session_id, parent_ref_of(s.primary)) for s in sessions
     )
     summed: dict[str, Any] = {}
     from_frames = 0
@@ -194,11 +194,10 @@ def _keep_running(
     entries, read = scan.entries, scan.read
     ids: dict[tuple[str, str | None], int] = {}
     for entry in entries.values():
+        entry["quick"] = False
         if entry["ok"] and entry["session_id"] is not None:
             place = (os.path.dirname(entry["group_key"]), entry["session_id"])
             ids[place] = ids.get(place, 0) + 1
-    for entry in entries.values():
-        entry["quick"] = False
     for s in sessions:
         if len(s.files) != 1 or summed[s.key]["file"] is None:
             continue
@@ -274,22 +273,14 @@ def _frames_tally(files: Sequence[SessionPath], cache_root: Path) -> dict[str, A
     made = tally.tally(read_files(files, workers=1, index=FileIndex(cache_root)), None, price_table)
     days = tally.request_rows(made, "day")
     out = Tally()
+
+    def slot(row: dict[str, Any]) -> tuple[float, int, int]:  # cost, priced, unpriced (``Tally.days``)
+        return row["cost"] or 0.0, row["requests"] - row["unpriced"], row["unpriced"]
+
     for row in tally.session_rows(made, roll_up=False):  # (the guard adds subagents to their parents)
-        mine = Tally(
-            requests=row["requests"],
-            total=row["total"],
-            cost=row["cost"] or 0.0,
-            priced=row["requests"] - row["unpriced"],
-            unpriced=row["unpriced"],
-            peak_live=row["peak_context"],
-            limit=row["context_limit"],
-        )
+        mine = Tally(row["requests"], row["total"], *slot(row), row["peak_context"], row["context_limit"])
         out.add(mine, context=True)
     for row in days:
         if row["day"] is not None:
-            out.days[row["day"].isoformat()] = [
-                row["cost"] or 0.0,
-                row["requests"] - row["unpriced"],
-                row["unpriced"],
-            ]
+            out.days[row["day"].isoformat()] = list(slot(row))
     return out.as_dict()

@@ -50,9 +50,6 @@ BACKUP_SUFFIX = ".ctxtool-backup"
 ATTEMPTS = 5
 
 
-# --------------------------------------------------------------------------- a JSON parser that keeps spans
-
-
 @dataclass(slots=True)
 class Node:
     kind: str  # "object", "array" or "scalar"
@@ -109,9 +106,8 @@ class _Parser:
         if self.text[self.i] in "{[":
             return self.container()
         start = self.i
-        decoder = json.JSONDecoder()
         try:
-            value, end = decoder.raw_decode(self.text, self.i)
+            value, end = json.JSONDecoder().raw_decode(self.text, self.i)
         except json.JSONDecodeError as exc:
             raise self.fail(exc.msg) from None
         self.i = end
@@ -170,9 +166,6 @@ def to_python(node: Node) -> Any:
     return node.value
 
 
-# ------------------------------------------------------------------------------------------- the edits
-
-
 @dataclass(frozen=True, slots=True)
 class Hook:
     event: str
@@ -183,9 +176,7 @@ class Hook:
 
     def group(self) -> dict[str, Any]:
         hook = {"name": self.name, "type": "command", "command": self.command, "timeout": self.timeout}
-        group: dict[str, Any] = {"matcher": self.matcher} if self.matcher is not None else {}
-        group["hooks"] = [hook]
-        return group
+        return {"matcher": self.matcher, "hooks": [hook]} if self.matcher is not None else {"hooks": [hook]}
 
 
 def _line_indent(text: str, at: int) -> str:
@@ -207,11 +198,7 @@ def _step(text: str, root: Node) -> str:
     """The file's indentation step (two spaces when it cannot tell; nothing when it is on one line)."""
     if root.members and "\n" not in text[root.start : root.members[0].start]:
         return ""
-    for m in root.members:
-        indent = _line_indent(text, m.start)
-        if indent:
-            return indent
-    return "  "
+    return next((indent for m in root.members if (indent := _line_indent(text, m.start))), "  ")
 
 
 def _insert(text: str, node: Node, key: str | None, value: Any, step: str, nl: str = "\n") -> str:
@@ -241,12 +228,8 @@ def _cut(text: str, inside: Node, spans: Sequence[tuple[int, int]], at: int) -> 
     start, end = spans[at]
     if len(spans) == 1:
         first, last = inside.start + 1, inside.end - 1
-        if not text[first:start].strip() and not text[end:last].strip():
-            return first, last
-        return start, end
-    if at == len(spans) - 1:
-        return spans[at - 1][1], end
-    return start, spans[at + 1][0]
+        return (first, last) if not text[first:start].strip() and not text[end:last].strip() else (start, end)
+    return (spans[at - 1][1], end) if at == len(spans) - 1 else (start, spans[at + 1][0])
 
 
 def _is_ours(hook: Any) -> bool:
@@ -355,9 +338,6 @@ def as_installed(text: str) -> list[Hook] | None:
     return out
 
 
-# ------------------------------------------------------------------------------------- files and commands
-
-
 def settings_path(scope: str) -> Path:
     if scope == "user":
         home = os.environ.get("GEMINI_CLI_HOME")
@@ -385,10 +365,7 @@ def hooks_for(
     out = [Hook("BeforeModel", GUARD_NAME, shlex.join([*base, "guard", *guard_args]), GUARD_TIMEOUT_MS, "*")]
     if archive_to is not None:
         archive = shlex.join([*base, "archive", "--to", archive_to])
-        out += [
-            Hook("SessionEnd", ARCHIVE_NAME, archive, ARCHIVE_TIMEOUT_MS),
-            Hook("PreCompress", ARCHIVE_NAME, archive, ARCHIVE_TIMEOUT_MS),
-        ]
+        out += [Hook(e, ARCHIVE_NAME, archive, ARCHIVE_TIMEOUT_MS) for e in ("SessionEnd", "PreCompress")]
     return out
 
 
@@ -410,11 +387,6 @@ class _Edit:
 @dataclass(frozen=True, slots=True)
 class _Before:
     data: bytes | None  # None: there was no file
-
-
-def _target(path: Path) -> Path:
-    """The file to write: a symlink's target (the link stays a link), else ``path`` itself."""
-    return Path(os.path.realpath(path)) if os.path.islink(path) else path
 
 
 def _backup_path(path: Path) -> Path:
@@ -489,12 +461,11 @@ def _before(path: Path, found: bytes | None) -> _Before | None:
     ours = as_installed(_decode(found)[0])
     if not ours:
         return None
-    backup = _backup_path(path)
     try:
-        kept = backup.read_bytes()
+        candidates: list[bytes | None] = [_backup_path(path).read_bytes(), None]
     except OSError:
-        kept = None
-    for candidate in ([kept] if kept is not None else []) + [None]:
+        candidates = [None]
+    for candidate in candidates:
         try:
             if _clean(candidate) is not None and _with(candidate, ours) == found:
                 return _Before(candidate)
@@ -548,7 +519,7 @@ def _edit(path: Path, plan: Callable[[bytes | None], _Edit | None]) -> tuple[byt
     were written, and the backup written, if any."""
     from ctxtool.session.write import FileChangedError, atomic_write
 
-    target = _target(path)
+    target = Path(os.path.realpath(path)) if os.path.islink(path) else path  # a symlink stays a link
     for _ in range(ATTEMPTS):
         found, stamp = _read(target)
         edit = plan(found)

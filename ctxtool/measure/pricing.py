@@ -42,27 +42,14 @@ import msgspec
 from ctxtool.common.wording import plural
 from ctxtool.measure.usage import cost, price
 
-__all__ = [
-    "PROVIDER_ID",
-    "SNAPSHOT_FORMAT",
-    "SNAPSHOT_PATH",
-    "TOKEN_COLUMNS",
-    "ModelRates",
-    "PriceTable",
-    "TierRates",
-    "cost_of",
-    "impossible_warning",
-    "installed_genai_prices",
-    "memoised_table",
-    "nameless_warning",
-    "price_table",
-    "pricing_source",
-    "rates_memoised",
-    "request_cost",
-]
-
 PROVIDER_ID = "google"
 TOKEN_COLUMNS = ("input", "cached", "output", "thoughts", "tool")
+_URLSAFE = str.maketrans("-_", "+/")
+_RATE_CACHE_VERSION = 1
+# The snapshot of rates shipped in the package: written by ``make rates`` (ctxtool.measure.rates_snapshot),
+# never by hand. Its ``format`` changes when its layout does.
+SNAPSHOT_PATH = Path(__file__).with_name("rates_snapshot.json")
+SNAPSHOT_FORMAT = 1
 
 
 class TierRates(msgspec.Struct, frozen=True):
@@ -122,9 +109,9 @@ def warm_up(*, memo: bool = True) -> None:
 
 def rates_memoised(memo: bool = True) -> bool:
     """Whether today's rates come without genai-prices: from the shipped snapshot or today's memo."""
-    if not _memo_allowed(memo):
-        return False
-    return _snapshot_window(datetime.now(tz=UTC)) is not None or _load_rate_cache() is not None
+    return _memo_allowed(memo) and (
+        _snapshot_window(datetime.now(tz=UTC)) is not None or _load_rate_cache() is not None
+    )
 
 
 def _memo_allowed(memo: bool) -> bool:
@@ -138,10 +125,8 @@ def pricing_source() -> str:
 
     snapshot = data_snapshot.get_snapshot()
     if snapshot.from_auto_update:
-        return (
-            f"genai-prices {_genai_prices_version} "
-            f"(auto-updated price data fetched {snapshot.timestamp:%Y-%m-%d %H:%M})"
-        )
+        data = f"auto-updated price data fetched {snapshot.timestamp:%Y-%m-%d %H:%M}"
+        return f"genai-prices {_genai_prices_version} ({data})"
     return f"genai-prices {_genai_prices_version} (bundled offline price data)"
 
 
@@ -162,9 +147,8 @@ def _model_rates(model: str, at: datetime) -> ModelRates:
 
     _, info = data_snapshot.get_snapshot().find_provider_model(model, None, PROVIDER_ID, None)
     # Every tier threshold of any price key of the model, as the library will apply them at ``at``.
-    starts = {
-        t.start for v in vars(info.get_prices(at)).values() if isinstance(v, TieredPrices) for t in v.tiers
-    }
+    prices = vars(info.get_prices(at)).values()
+    starts = {t.start for v in prices if isinstance(v, TieredPrices) for t in v.tiers}
     bounds = [-1, *sorted(starts)]
     tiers: list[TierRates] = []
     for index, above in enumerate(bounds):
@@ -185,8 +169,7 @@ def price_table(models: Iterable[str | None], at: datetime | None = None, *, mem
     """Resolve each distinct model name once; names the library does not know go to ``unknown``. ``at`` is
     the request time prices are taken for (default now); ``memo``: see the module docstring."""
     wanted = sorted({m for m in models if m is not None})
-    memoised = memoised_table(wanted, at, memo=memo)
-    if memoised is not None:
+    if (memoised := memoised_table(wanted, at, memo=memo)) is not None:
         return memoised
     when = at or datetime.now(tz=UTC)
     rates: dict[str, ModelRates] = {}
@@ -242,12 +225,6 @@ def _covered(
     return {m: rates[m] for m in wanted if m in rates}, tuple(m for m in wanted if m in unknown)
 
 
-# The snapshot of rates shipped in the package: written by ``make rates`` (ctxtool.measure.rates_snapshot),
-# never by hand. Its ``format`` changes when its layout does.
-SNAPSHOT_PATH = Path(__file__).with_name("rates_snapshot.json")
-SNAPSHOT_FORMAT = 1
-
-
 def installed_genai_prices(version: str) -> dict[str, Any] | None:
     """``{"version", "data_size", "data_sha256"}`` of the installed genai-prices if it is ``version``, without
     importing it (its ``genai_prices-<version>.dist-info`` folder beside the package); None otherwise.
@@ -264,8 +241,7 @@ def installed_genai_prices(version: str) -> dict[str, Any] | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     package = Path(next(iter(spec.submodule_search_locations)))
-    info = package.parent / f"genai_prices-{version}.dist-info"
-    if not info.is_dir():
+    if not (info := package.parent / f"genai_prices-{version}.dist-info").is_dir():
         return None
     data = package / "data.py"
     recorded = _recorded_sha256(info / "RECORD", "genai_prices/data.py")
@@ -296,17 +272,13 @@ def _recorded_sha256(record: Path, name: str) -> tuple[str, int] | None:
         algorithm, _, encoded = digest.partition("=")
         if algorithm != "sha256" or not size.isdigit():
             return None
+        padded = encoded.translate(_URLSAFE) + "=" * (-len(encoded) % 4)
         try:
-            raw = binascii.a2b_base64(
-                encoded.translate(_URLSAFE) + "=" * (-len(encoded) % 4), strict_mode=True
-            )
+            raw = binascii.a2b_base64(padded, strict_mode=True)
         except binascii.Error:
             return None
         return (raw.hex(), int(size)) if len(raw) == 32 else None
     return None
-
-
-_URLSAFE = str.maketrans("-_", "+/")
 
 
 class _Snapshot(msgspec.Struct, frozen=True):
@@ -331,15 +303,12 @@ def _read_snapshot(path: Path) -> _Snapshot | None:
 
 def _snapshot_window(when: datetime) -> tuple[str, Mapping[str, Any]] | None:
     """The snapshot's source and its window holding ``when``'s UTC day, when it fits the installed library."""
-    snapshot = _read_snapshot(SNAPSHOT_PATH)
-    if snapshot is None:
+    if (snapshot := _read_snapshot(SNAPSHOT_PATH)) is None:
         return None
     day = (when.astimezone(UTC) if when.tzinfo is not None else when).date().isoformat()
-    for window in snapshot.windows:
-        if (window["from"] is None or window["from"] <= day) and (
-            window["until"] is None or day < window["until"]
-        ):
-            return snapshot.source, window
+    for w in snapshot.windows:
+        if (w["from"] is None or w["from"] <= day) and (w["until"] is None or day < w["until"]):
+            return snapshot.source, w
     return None
 
 
@@ -364,16 +333,14 @@ def _rate_cache_path() -> Path | None:
         return None
     import importlib.util
 
-    spec = importlib.util.find_spec("genai_prices")
-    if spec is None or spec.origin is None:
+    if (spec := importlib.util.find_spec("genai_prices")) is None or spec.origin is None:
         return None
     data = Path(spec.origin).parent / "data.py"
     try:
         st = data.stat()
     except OSError:
         return None
-    base = os.environ.get("CTXTOOL_CACHE_DIR")
-    if not base:
+    if not (base := os.environ.get("CTXTOOL_CACHE_DIR")):
         from platformdirs import user_cache_dir
 
         base = user_cache_dir("ctxtool", appauthor=False)
@@ -381,38 +348,24 @@ def _rate_cache_path() -> Path | None:
     return Path(base) / "prices" / f"rates-v{_RATE_CACHE_VERSION}-{st.st_size}-{st.st_mtime_ns}-{day}.json"
 
 
-_RATE_CACHE_VERSION = 1
-
-
 def _load_rate_cache() -> PriceTable | None:
-    path = _rate_cache_path()
-    if path is None:
+    if (path := _rate_cache_path()) is None:
         return None
     try:
         doc = json.loads(path.read_bytes())
-        return PriceTable(
-            rates=rates_from_doc(doc["rates"]),
-            unknown=tuple(doc["unknown"]),
-            at=datetime.fromisoformat(doc["at"]),
-            source=doc["source"],
-        )
+        at = datetime.fromisoformat(doc["at"])
+        return PriceTable(rates_from_doc(doc["rates"]), tuple(doc["unknown"]), at, doc["source"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def _save_rate_cache(table: PriceTable) -> None:
-    path = _rate_cache_path()
-    if path is None:
+    if (path := _rate_cache_path()) is None:
         return
-    previous = _load_rate_cache()
-    if previous is not None:
+    if (previous := _load_rate_cache()) is not None:
         table = previous.merged(table)
-    doc = {
-        "source": table.source,
-        "at": table.at.isoformat(),
-        "unknown": list(table.unknown),
-        "rates": rates_to_doc(table.rates),
-    }
+    doc: dict[str, Any] = {"source": table.source, "at": table.at.isoformat(), "unknown": list(table.unknown)}
+    doc["rates"] = rates_to_doc(table.rates)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -483,18 +436,15 @@ def request_costs(
 
 def nameless_warning(requests: int) -> str:
     """The warning for requests recorded without a model name (their cost is left empty)."""
-    n = requests
-    return (
-        f"{plural(n, 'request')} {'has' if n == 1 else 'have'} no model name, so "
-        f"{'its' if n == 1 else 'their'} cost is left empty (check the session file)"
-    )
+    return _left_empty(requests, "", "no model name")
 
 
 def impossible_warning(model: str, requests: int) -> str:
     """The warning for a model's requests with impossible token counts (their cost is left empty)."""
-    n = requests
-    return (
-        f"{plural(n, 'request')} of model {model!r} {'has' if n == 1 else 'have'} impossible "
-        "token counts (negative, or cached above input + tool), so "
-        f"{'its' if n == 1 else 'their'} cost is left empty (check the session file)"
-    )
+    what = "impossible token counts (negative, or cached above input + tool)"
+    return _left_empty(requests, f" of model {model!r}", what)
+
+
+def _left_empty(n: int, of: str, what: str) -> str:
+    has, its = ("has", "its") if n == 1 else ("have", "their")
+    return f"{plural(n, 'request')}{of} {has} {what}, so {its} cost is left empty (check the session file)"

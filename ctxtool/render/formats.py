@@ -59,10 +59,9 @@ def row_dicts(rows: pl.DataFrame | RowTable) -> list[dict[str, Any]]:
     if not isinstance(rows, RowTable):
         return with_lists(rows).to_dicts()
     dicts = rows.to_dicts()
-    for c in LIST_COLUMNS:
-        if c in rows.columns:
-            for d in dicts:
-                d[c] = [x for x in (d[c] or "").split(",") if x]
+    for c in [c for c in LIST_COLUMNS if c in rows.columns]:
+        for d in dicts:
+            d[c] = [x for x in (d[c] or "").split(",") if x]
     return dicts
 
 

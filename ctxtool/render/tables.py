@@ -12,13 +12,13 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import cache, partial
 from itertools import groupby
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -60,16 +60,10 @@ def make_console(
     tty = bool(getattr(target, "isatty", lambda: False)())
     to_file = stream is not None and stream not in (sys.stdout, sys.stderr)  # --output, not a pipe
     want = wants_color(choice, tty=tty, env=os.environ, to_file=to_file)
-    return Console(
-        file=stream,
-        width=width,
-        no_color=not want,
-        force_terminal=True if want else None,
-        # rich turns colour off for TERM=dumb even when forced; "always" means always.
-        color_system=("standard" if os.environ.get("TERM") == "dumb" else "auto") if want else None,
-        highlight=False,
-        soft_wrap=False,
-    )
+    # rich turns colour off for TERM=dumb even when forced; "always" means always.
+    system = ("standard" if os.environ.get("TERM") == "dumb" else "auto") if want else None
+    kw: dict[str, Any] = {"no_color": not want, "force_terminal": want or None, "color_system": system}
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False, **kw)
 
 
 @contextmanager
@@ -102,9 +96,8 @@ def human_int(value: Any) -> str:
 
 
 def percent(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{float(value) * 100:.1f}%"
+    nan = value is None or (isinstance(value, float) and math.isnan(value))
+    return "–" if nan else f"{float(value) * 100:.1f}%"
 
 
 def money(value: Any) -> str:
@@ -179,74 +172,66 @@ def stats_table(
     least important columns are dropped and named in the last caption lines (:func:`dropped_notes`). The
     row's key and ``total`` always stay, ``cost`` unless even without the table's borders it has no room;
     a token column left out is named with its sum, so the tokens add up to ``total``."""
-    columns = _stats_columns(rows, totals, by=by, single_session=single_session)
+    # ``session`` only where it tells rows apart, ``tool`` only where some request recorded tool-use prompt
+    # tokens (0 in nearly every session).
+    present = list(rows.columns)
+    skip = {"session"} if single_session and by != "session" else set()
+    if "tool" in present and not totals.get("tool") and not any(rows.get_column("tool").to_list()):
+        skip.add("tool")
+    columns = [c for c in TABLE_COLUMNS.get(by, present) if c in present and c not in skip]
     full = _stats_cells(rows, columns)
-    footers = {
-        col: _partial(cell(col, totals[col]) if col in totals else Text(""), col, totals.get("unpriced", 0))
-        for col in columns[1:]
-    }
+    unpriced = totals.get("unpriced", 0)
+    footers = {c: _partial(cell(c, totals[c]) if c in totals else Text(""), c, unpriced) for c in columns[1:]}
     footers[columns[0]] = Text("total", style="bold")
     text_min = dict(_TEXT_MIN)
     if columns[0] in text_min:  # the row's name (a model, a project): cut, it still tells the rows apart
         text_min[columns[0]] = _distinct_width(columns[0], full[columns[0]], text_min[columns[0]])
     cells = {c: [footers[c], *full[c]] for c in columns}
     drop_order = [c for c in DROP_ORDER if c != columns[0]]  # the row's key stays, as do those unranked
-    kept, text_width, dropped = fit_columns(
-        columns, cells, width=width, wide=wide, text_min=text_min, drop_order=drop_order
-    )
+    fit = partial(fit_columns, columns, cells, width=width, text_min=text_min)
+    kept, text_width, dropped = fit(wide=wide, drop_order=drop_order)
     # Where the columns never dropped are too wide even alone within borders (``--by turn`` at 40 columns),
     # the table drops its outer borders (four cells), as ``diff``'s tables do; should that not do, ``cost``
     # goes last. Nothing is cut to make room.
     edge = wide or sum(text_width.get(c, _natural(c, cells, _HEADERS)) + 3 for c in kept) + 1 <= width
     if not edge:
-        kept, text_width, dropped = fit_columns(
-            columns, cells, width=width, text_min=text_min, drop_order=[*drop_order, "cost"], edge=False
-        )
+        kept, text_width, dropped = fit(drop_order=[*drop_order, "cost"], edge=False)
     notes = [n for n in (caption, parts_note(totals), *dropped_notes(dropped, totals, _HEADERS)) if n]
-    shown: list[tuple[str, str, Text, int]] = []  # (column, header, footer, width)
-    for col in kept:
-        header = _HEADERS.get(col, col)
-        w = text_width.get(col)
-        column = full[col] if w is None else [clip(col, t, w) for t in full[col]]
-        footer = footers[col] if w is None else clip(col, footers[col], w)
-        shown.append((col, header, footer, max([len(header), footer.cell_len, *map(_cell_width, column)])))
-        full[col] = column
+    for col, w in text_width.items():  # the columns that give way, cut
+        full[col], footers[col] = [clip(col, t, w) for t in full[col]], clip(col, footers[col], w)
+    shown = [  # (column, header, footer, width)
+        (c, h, footers[c], max([len(h), footers[c].cell_len, *map(_cell_width, full[c])]))
+        for c, h in ((c, _HEADERS.get(c, c)) for c in kept)
+    ]
     # When the table fits, each column's width is fixed at what rich would measure, so rich does not measure
     # every cell again (0.2 s of printing a table of 800 sessions); a table too wide is left to rich.
     fixed = wide or sum(widest + 3 for *_, widest in shown) + 1 <= width
     frame = partial(_stats_frame, title, "\n".join(notes) or None, shown, edge=edge, fixed=fixed)
     table = frame()
     if _add_rows(table, rows.height, [(col, full[col], widest) for col, *_, widest in shown], joined=fixed):
-        table.plain = _PlainRows(
-            frame, [(col in _RIGHT, full[col], widest) for col, *_, widest in shown], edge
-        )
+        table.plain = _PlainRows(frame, [(c in _RIGHT, full[c], w) for c, *_, w in shown], edge)
     return table
+
+
+def _framed(title: str, caption: str | None = None, edge: bool = True) -> dict[str, Any]:
+    """A ``Table``'s arguments: its title and caption on the left; ``edge``: its outer borders and padding."""
+    sides = {"title_justify": "left", "caption_justify": "left", "show_edge": edge, "pad_edge": edge}
+    return {"title": title, "caption": caption, **sides}
+
+
+def _column(table: Table, header: str, size: int, *, right: bool, **options: Any) -> None:
+    """A column of ``size`` cells added to ``table``, never wrapped."""
+    justify: Literal["right", "left"] = "right" if right else "left"
+    table.add_column(header, justify=justify, no_wrap=True, min_width=size, max_width=size, **options)
 
 
 def _stats_frame(
     title: str, caption: str | None, shown: list[tuple[str, str, Text, int]], *, edge: bool, fixed: bool
 ) -> _StatsTable:
-    """The stats table without its rows: its ``shown`` columns (name, header, footer, width), of that width
-    when ``fixed``."""
-    table = _StatsTable(
-        title=title,
-        title_justify="left",
-        caption=caption,
-        caption_justify="left",
-        show_footer=True,
-        show_edge=edge,
-        pad_edge=edge,
-    )
+    """The stats table without its rows: its ``shown`` columns (name, header, footer, width), fixed or not."""
+    table = _StatsTable(**_framed(title, caption, edge), show_footer=True)
     for col, header, footer, widest in shown:
-        table.add_column(
-            header,
-            justify="right" if col in _RIGHT else "left",
-            footer=footer,
-            no_wrap=True,
-            min_width=widest,
-            max_width=widest,
-            width=widest if fixed else None,
-        )
+        _column(table, header, widest, right=col in _RIGHT, footer=footer, width=widest if fixed else None)
     return table
 
 
@@ -254,17 +239,9 @@ def _add_rows(table: Table, height: int, columns: list[tuple[str, list[Text], in
     """The ``height`` rows of ``columns`` (name, cells, width each) added to ``table``; True when, ``joined``
     (fixed widths every cell fits) and from ``JOINED_ROWS`` rows, as one row of multi-line cells filled as
     rich fills them: the same bytes, faster (820 sessions: 0.46-0.48 s row by row, joined 0.23-0.27 s)."""
-    if (
-        joined
-        and height >= JOINED_ROWS
-        and not any("\n" in t.plain for _, cells, _ in columns for t in cells)
-    ):
-        table.add_row(
-            *(
-                Text("\n").join(_filled(t, width, right=col in _RIGHT) for t in cells)
-                for col, cells, width in columns
-            )
-        )
+    if joined and height >= JOINED_ROWS and not any("\n" in t.plain for _, ts, _ in columns for t in ts):
+        filled = [Text("\n").join(_filled(t, w, right=c in _RIGHT) for t in ts) for c, ts, w in columns]
+        table.add_row(*filled)
         return True
     for i in range(height):
         table.add_row(*(cells[i] for _, cells, _ in columns))
@@ -318,10 +295,8 @@ class _PlainRows:
         if len(found) != 1:
             return None
         at, border = found[0]
-        out = [Segment(line + "\n") for line in laid[:at]]
-        out.extend(Segment(self._line(row, border) + "\n") for row in zip(*cells, strict=True))
-        out.extend(Segment(line + "\n") for line in laid[at + 1 :])
-        return out
+        rows = [self._line(row, border) for row in zip(*cells, strict=True)]
+        return [Segment(line + "\n") for line in [*laid[:at], *rows, *laid[at + 1 :]]]
 
     def _line(self, row: Sequence[str], border: str) -> str:
         """One row's line, its cells justified as rich justifies them (right: without trailing spaces)."""
@@ -361,26 +336,8 @@ def _distinct_width(column: str, texts: Sequence[Text], least: int) -> int:
     ones (``gemini-3.1-pro-preview`` and ``…-customtools`` both cut to ``gemini-3.1-pro-…`` read as one)."""
     different = len({t.plain for t in texts})
     widest = max([least, *(t.cell_len for t in texts)])
-    for width in range(least, widest):
-        if len({clip(column, t, width).plain for t in texts}) == different:
-            return width
-    return widest
-
-
-def _stats_columns(
-    rows: pl.DataFrame | RowTable, totals: Mapping[str, Any], *, by: str, single_session: bool
-) -> list[str]:
-    """The columns of the ``by`` table that ``rows`` holds: ``session`` only where it tells rows apart,
-    ``tool`` only where some request recorded tool-use prompt tokens (0 in nearly every session)."""
-    present = list(rows.columns)
-    wanted = TABLE_COLUMNS.get(by, present)
-    return [
-        c
-        for c in wanted
-        if c in present
-        and not (single_session and c == "session" and by != "session")
-        and not (c == "tool" and not totals.get("tool") and not any(rows.get_column("tool").to_list()))
-    ]
+    fits = (w for w in range(least, widest) if len({clip(column, t, w).plain for t in texts}) == different)
+    return next(fits, widest)
 
 
 def _stats_cells(rows: pl.DataFrame | RowTable, columns: Sequence[str]) -> dict[str, list[Text]]:
@@ -433,12 +390,8 @@ def short_session_ids(names: Sequence[str | None]) -> dict[str, str]:
         groups: dict[str, list[str]] = {}
         for name in pending:
             groups.setdefault(name[-n:], []).append(name)
-        pending = []
-        for short, group in groups.items():
-            if len(group) == 1:
-                out[group[0]] = short
-            else:
-                pending.extend(group)
+        out.update((group[0], short) for short, group in groups.items() if len(group) == 1)
+        pending = [name for group in groups.values() if len(group) > 1 for name in group]
         n += 1
     return out
 
@@ -603,12 +556,9 @@ def fit_columns(
     for col in [c for c in cols if c in text_min]:
         if spare < 0:  # still too wide: a text column gives way past its minimum, down to its header's width
             header_width = max(len(h) for h in headers.get(col, col).split("\n"))
-            give = max(0, min(-spare, least(col) - header_width))
-            text_width[col] = least(col) - give
-            spare += give
-            continue
-        want = min(natural(col), max_width.get(col, natural(col)))
-        give = max(0, min(spare, want - least(col)))
+            give = -max(0, min(-spare, least(col) - header_width))
+        else:
+            give = max(0, min(spare, min(natural(col), max_width.get(col, natural(col))) - least(col)))
         text_width[col] = least(col) + give
         spare -= give
     return cols, text_width, [c for c in columns if c not in cols]
@@ -623,21 +573,14 @@ def _partial(text: Text, column: str, unpriced: int | None) -> Text:
 
 def unpriced_note(unpriced: int) -> str | None:
     """The caption line that explains a ``+`` after a cost."""
-    if not unpriced:
-        return None
-    return (
-        f"cost+: leaves out {plural(unpriced, 'request')} whose model has no known price (see the warning)."
-    )
+    what = plural(unpriced, "request")
+    return f"cost+: leaves out {what} whose model has no known price (see the warning)." if unpriced else None
 
 
 def hidden_note(requests: int, cost: float) -> str | None:
     """The caption line for Gemini CLI's unrecorded compression calls (an estimate, never in the totals)."""
-    if not requests:
-        return None
-    return (
-        "Not in the totals: Gemini CLI's compression calls, which it does not record: "
-        f"{plural(requests, 'request')}, estimated {money(cost)}."
-    )
+    head = "Not in the totals: Gemini CLI's compression calls, which it does not record: "
+    return f"{head}{plural(requests, 'request')}, estimated {money(cost)}." if requests else None
 
 
 def print_table(console: Console, table: Table, *, wide: bool = False) -> None:
@@ -653,20 +596,10 @@ def print_table(console: Console, table: Table, *, wide: bool = False) -> None:
 
 # --- ctxtool audit ----------------------------------------------------------------------------------
 
-_STATUS_STYLE = {  # audit's, diff's and (upper case) compact's and compare's
-    "fail": "bold red",
-    "skip": "dim",
-    "pass": "green",
-    "removed": "red",
-    "added": "green",
-    "changed": "yellow",
-    "kept": "dim",
-    "COMPRESSED": "green",
-    "CONTENT_TRUNCATED": "cyan",
-    "NOOP": "dim",
-    "FAILED": "bold red",
-    "INFLATED": "yellow",
-}
+# audit's, diff's and (upper case) compact's and compare's
+_STATUS_STYLE = {"fail": "bold red", "skip": "dim", "pass": "green", "removed": "red", "added": "green"}
+_STATUS_STYLE |= {"changed": "yellow", "kept": "dim", "COMPRESSED": "green", "CONTENT_TRUNCATED": "cyan"}
+_STATUS_STYLE |= {"NOOP": "dim", "FAILED": "bold red", "INFLATED": "yellow"}
 
 
 def audit_table(
@@ -687,10 +620,8 @@ def audit_table(
     every = subjects if subjects is not None else names
     shorts = short_session_ids([s for s in every if not _is_day(s)])
     rows = [
-        [
-            Text(str(c["status"]).upper(), style=_STATUS_STYLE.get(str(c["status"]), "")),
-            Text(shorts.get(s, s)),
-        ]
+        [Text(str(c["status"]).upper(), style=_STATUS_STYLE.get(str(c["status"]), ""))]
+        + [Text(shorts.get(s, s))]
         + [Text(str(c[k])) for k in ("rule", "value", "limit")]
         for c, s in zip(checks, names, strict=True)
     ]
@@ -702,7 +633,10 @@ def audit_table(
     widest = max([len("worst"), *(o.cell_len for o in offenders)])
     # The room the worst column has: the width, less the other columns and its own borders and padding.
     room = width - 1 - sum(w + 3 for w in fixed) - 3
-    limits = _one_limit_per_rule(checks)
+    limits: dict[str, str] | None = {}  # each rule's limit, when every check of a rule has the same one
+    for c in checks:
+        if limits is not None and limits.setdefault(str(c["rule"]), str(c["limit"])) != str(c["limit"]):
+            limits = None
     notes = []
     narrowest = min(widest, max(_wrap_min(offenders), _WORST_NARROWEST))
     wider = room + fixed[-1] + 3
@@ -722,20 +656,11 @@ def audit_table(
         notes.append("Worst offenders (too narrow for a column):")
         notes.extend(f"- {n}: {o.plain}" for n, o in zip(labels, offenders, strict=True) if o.plain)
     notes.extend([caption] if caption else [])  # the verdict stays the last line
-    table = Table(
-        title=title,
-        title_justify="left",
-        caption="\n".join(notes) or None,
-        caption_justify="left",
-        show_edge=edge,
-        pad_edge=edge,
-    )
+    table = Table(**_framed(title, "\n".join(notes) or None, edge))
     for h, w in zip(headers, fixed, strict=True):
-        justify: Literal["right", "left"] = "right" if h in ("value", "limit") else "left"
-        table.add_column(h, justify=justify, no_wrap=True, min_width=w, max_width=w)
+        _column(table, h, w, right=h in ("value", "limit"))
     if show_worst:
-        w = min(widest, room)
-        table.add_column("worst", no_wrap=True, min_width=w, max_width=w)
+        _column(table, "worst", min(widest, room), right=False)
     for row, offender in zip(rows, offenders, strict=True):
         table.add_row(*row, *([wrap_text(offender, min(widest, room))] if show_worst else []))
     return table
@@ -803,15 +728,6 @@ def _worst_lines(offenders: Sequence[Text], width: int) -> int:
     if width < max(1, _wrap_min(offenders)):
         return 1_000
     return max([1, *(len(wrap_text(o, width).plain.split("\n")) for o in offenders)])
-
-
-def _one_limit_per_rule(checks: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
-    """Each rule's limit, when every check of a rule has the same one."""
-    limits: dict[str, str] = {}
-    for c in checks:
-        if limits.setdefault(str(c["rule"]), str(c["limit"])) != str(c["limit"]):
-            return None
-    return limits
 
 
 def wrap_text(text: Text, width: int) -> Text:
@@ -925,18 +841,9 @@ def diff_summary_table(
     label = max(_LABEL_MIN, min(widths[0], room if edge else room + 4))
     named = ", ".join(" ".join(headers[i].split()) for i in sorted(gone))
     caption = f"Not shown (too narrow): {named}. --width {every} shows every column." if gone else None
-    table = Table(
-        title=title,
-        title_justify="left",
-        show_edge=edge,
-        pad_edge=edge,
-        caption=caption,
-        caption_justify="left",
-    )
+    table = Table(**_framed(title, caption, edge))
     for i in kept:
-        w = label if i == 0 else widths[i]
-        justify: Literal["right", "left"] = "left" if i == 0 else "right"
-        table.add_column(headers[i], justify=justify, no_wrap=True, min_width=w, max_width=w)
+        _column(table, headers[i], label if i == 0 else widths[i], right=i != 0)
     for row in rows:
         table.add_row(wrap_text(Text(row[0]), label), *(row[i] for i in kept[1:]))
     return table
@@ -946,14 +853,10 @@ def diff_message_table(rows: Sequence[Mapping[str, Any]], *, title: str, width: 
     """One row per message: status, before/after position, type, estimated tokens and a preview, which
     takes what the numbers leave of ``width``, down to ``_LABEL_MIN`` cells (then the borders go)."""
     cells = [
-        [
-            Text(str(r["status"]), style=_STATUS_STYLE.get(str(r["status"]), "")),
-            Text("" if r["before_index"] is None else str(r["before_index"])),
-            Text("" if r["after_index"] is None else str(r["after_index"])),
-            Text(str(r["type"])),
-            Text(str(r["estimate"])),
-            Text(str(r["content"]), overflow="ellipsis", no_wrap=True),
-        ]
+        [Text(str(r["status"]), style=_STATUS_STYLE.get(str(r["status"]), ""))]
+        + [Text("" if r[k] is None else str(r[k])) for k in ("before_index", "after_index")]
+        + [Text(str(r[k])) for k in ("type", "estimate")]
+        + [Text(str(r["content"]), overflow="ellipsis", no_wrap=True)]
         for r in rows
     ]
     headers = ("status", "#b", "#a", "type", "est.", "content")
@@ -976,18 +879,10 @@ _COMPACT_STATUS_CELL = {
     "COMPRESSION_FAILED_INFLATED_TOKEN_COUNT": "FAILED_INFLATED",
     "COMPRESSION_FAILED_EMPTY_SUMMARY": "FAILED_EMPTY",
 }
-_COMPACT_COLUMNS = (
-    "session",
-    "status",
-    "tokens",
-    "msgs",
-    "facts",
-    "threshold",
-    "split",
-    "cut_outputs",
-    "output",
-)
+_PLAN_COLUMNS = ("threshold", "split", "cut_outputs")  # a dry run's only
+_COMPACT_COLUMNS = ("session", "status", "tokens", "msgs", "facts", *_PLAN_COLUMNS, "output")
 _COMPACT_HEADERS = {"msgs": "msgs sum/kept", "facts": "kept facts r/p/c/e/d", "cut_outputs": "cut outputs"}
+_FACT_KINDS = ("requests", "paths", "commands", "errors", "directives")  # the facts' r/p/c/e/d
 _COMPARE_COLUMNS = ("session", "strategy", "status", "trigger", "tokens", "cut", "kept", "facts", "time")
 _BAR_MAX = 40  # cells of a full bar on a wide terminal
 _BARS_TWO_LINES = ("strategy", "tokens after /\nbefore", "fact\nretention")
@@ -1014,13 +909,14 @@ def compact_table(
         before, after = r.get("tokens_before"), r.get("tokens_after")
         summarised, kept = r.get("messages_summarised"), r.get("messages_kept")
         retention = r.get("retention") or {}
-        kinds = ("requests", "paths", "commands", "errors", "directives")
-        facts = "/".join(_retention_cell(retention.get(k)) for k in kinds) if retention else "–"
+        facts = "/".join(_retention_cell(retention.get(k)) for k in _FACT_KINDS) if retention else "–"
         if r.get("error"):
             where = "failed (see below)"
             notes.append(f"{name}: {r['error']}")
         elif r.get("output_path"):
-            where = _short_path(str(r["output_path"]))
+            where = str(r["output_path"])
+            with suppress(ValueError):
+                where = str(Path(where).relative_to(Path.cwd()))
         else:
             where = "nothing written" + (" (see below)" if r.get("reason") else "")
             if r.get("reason"):
@@ -1030,11 +926,10 @@ def compact_table(
         if status == "COMPRESSED" and before is not None and after is not None and after > before:
             status = "INFLATED"  # Gemini CLI's word for a larger result (COMPRESSION_FAILED_INFLATED_...)
         limit, share = r.get("token_limit"), r.get("threshold")
+        shown = _COMPACT_STATUS_CELL.get(status, status)
         values = {
             "session": Text(name),
-            "status": Text(
-                _COMPACT_STATUS_CELL.get(status, status), style=_STATUS_STYLE.get(status, "yellow")
-            ),
+            "status": Text(shown, style=_STATUS_STYLE.get(status, "yellow")),
             "tokens": Text("–" if before is None else f"{human_int(before)} → {human_int(after)}"),
             "msgs": Text("–" if summarised is None else f"{summarised}/{kept}"),
             "facts": Text(facts),
@@ -1045,23 +940,15 @@ def compact_table(
         }
         for c in _COMPACT_COLUMNS:
             cols[c].append(values[c])
-    columns = [c for c in _COMPACT_COLUMNS if plan or c not in ("threshold", "split", "cut_outputs")]
+    columns = [c for c in _COMPACT_COLUMNS if plan or c not in _PLAN_COLUMNS]
     headers = dict(_COMPACT_HEADERS, output="would write" if plan else "output")
-    table, note = _fitted_table(
-        title,
-        columns,
-        cols,
-        headers=headers,
-        right={"tokens", "msgs", "facts", "threshold", "split", "cut_outputs"},
-        width=width,
-        wide=wide,
-        text_min={"output": 24},
-        drop_order=("threshold", "cut_outputs", "split", "msgs", "facts"),
-        wrap=("tokens", "status"),  # (a status too: FAILED_INFLATED beside a long label at 40 columns)
-        # The output path goes last, once it is cut to its header's width and the table still does not fit
-        # (40 columns): the session, its status and its tokens say what the run did.
-        last=("output",),
-    )
+    # A status wraps too (FAILED_INFLATED beside a long label at 40 columns). The output path goes last, once
+    # it is cut to its header's width and the table still does not fit (40 columns): the session, its status
+    # and its tokens say what the run did.
+    drop = ("threshold", "cut_outputs", "split", "msgs", "facts")
+    right = {"tokens", "msgs", "facts", *_PLAN_COLUMNS}
+    fit = _Fit(headers, right, {"output": 24}, drop, wrap=("tokens", "status"), last=("output",))
+    table, note = _fitted_table(title, columns, cols, fit, width=width, wide=wide)
     standins = [n for r, n in zip(reports, names, strict=True) if r.get("env_source") == "stand-in"]
     if standins:
         which = ", ".join(standins) if len(standins) <= 3 else plural(len(standins), "session")
@@ -1086,39 +973,34 @@ def session_labels(paths: Sequence[str]) -> list[str]:
     return labels
 
 
+_Cells = Mapping[str, Sequence[Text]]
+
+
+class _Fit(NamedTuple):
+    """How a :func:`_fitted_table` lays out its columns, besides their cells."""
+
+    headers: Mapping[str, str]
+    right: set[str]  # right-justified
+    text_min: Mapping[str, int]
+    drop_order: Sequence[str]
+    wrap: Sequence[str] = ()
+    last: Sequence[str] = ()
+
+
 def _fitted_table(
-    title: str,
-    columns: Sequence[str],
-    cells: Mapping[str, Sequence[Text]],
-    *,
-    headers: Mapping[str, str],
-    right: set[str],
-    width: int,
-    wide: bool,
-    text_min: Mapping[str, int],
-    drop_order: Sequence[str],
-    wrap: Sequence[str] = (),
-    last: Sequence[str] = (),
+    title: str, columns: Sequence[str], cells: _Cells, fit: _Fit, *, width: int, wide: bool
 ) -> tuple[Table, str | None]:
     """A borderless table of the ``columns`` that fit ``width`` (:func:`fit_columns`), each as wide as its
     widest line: the text columns of ``text_min`` give way (cut, a path from the left), those of ``wrap``
     (numbers among them) go onto more lines, their headers too. The columns of ``last`` go only where the
     table is still too wide with the others dropped, wrapped and cut (a ``compact`` table's output path at
     40 columns). Returns the table and the line that names the columns dropped, if any."""
+    headers, right, text_min, drop_order, wrap, last = fit
     wrap_min = {c: _wrap_min([Text(headers.get(c, c)), *cells[c]]) for c in wrap}
+    fitting = partial(fit_columns, columns, cells, width=width, wide=wide, headers=headers, max_width={})
     for extra in ((), tuple(last)):
-        kept, text_width, dropped = fit_columns(
-            columns,
-            cells,
-            width=width,
-            wide=wide,
-            headers=headers,
-            text_min=text_min,
-            max_width={},
-            drop_order=[*drop_order, *extra],
-            wrap=wrap_min,
-            edge=False,
-        )
+        drops = [*drop_order, *extra]
+        kept, text_width, dropped = fitting(text_min=text_min, drop_order=drops, wrap=wrap_min, edge=False)
         table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
         shown: list[list[Text]] = []
         for col in kept:
@@ -1132,9 +1014,7 @@ def _fitted_table(
             else:
                 column_cells = [clip(col, t, w) for t in cells[col]]
             lines = [*header.split("\n"), *(line for t in column_cells for line in t.plain.split("\n"))]
-            widest = max(Text(line).cell_len for line in lines)
-            justify: Literal["right", "left"] = "right" if col in right else "left"
-            table.add_column(header, justify=justify, no_wrap=True, min_width=widest, max_width=widest)
+            _column(table, header, max(Text(line).cell_len for line in lines), right=col in right)
             shown.append(column_cells)
         if wide or _borderless_width(table) <= width:
             break
@@ -1148,17 +1028,9 @@ def _borderless_width(table: Table) -> int:
     return sum(c.max_width or 0 for c in table.columns) + 3 * (len(table.columns) - 1)
 
 
-def _short_path(path: str) -> str:
-    try:
-        return str(Path(path).relative_to(Path.cwd()))
-    except ValueError:
-        return path
-
-
 def _retention_cell(kind: Any) -> str:
-    if not isinstance(kind, Mapping) or not kind.get("total"):
-        return "–"
-    return f"{100 * int(kind['kept']) // int(kind['total'])}%"
+    ok = isinstance(kind, Mapping) and kind.get("total")
+    return f"{100 * int(kind['kept']) // int(kind['total'])}%" if ok else "–"
 
 
 def compare_table(
@@ -1173,24 +1045,18 @@ def compare_table(
         status = str(r.get("status"))
         trig = r.get("would_trigger")
         before, after = r.get("tokens_before"), r.get("tokens_after")
-        reduction = r.get("reduction")
-        facts = "/".join(
-            "–" if r.get(f"{k}_retention") is None else f"{float(r[f'{k}_retention']):.0f}%"
-            for k in ("requests", "paths", "commands", "errors", "directives")
-        )
-        seconds = r.get("seconds")
+        retained = [r.get(f"{k}_retention") for k in _FACT_KINDS]
+        facts = "/".join("–" if v is None else f"{float(v):.0f}%" for v in retained)
         values = {
             "session": Text(name),
             "strategy": Text(str(r.get("strategy"))),
             "status": Text(status, style=_STATUS_STYLE.get(status, "yellow")),
             "trigger": Text("n/a" if trig is None else f"turn {r.get('trigger_turn')}" if trig else "no"),
-            "tokens": Text(
-                "–" if before is None or after is None else f"{human_int(before)} → {human_int(after)}"
-            ),
-            "cut": Text("–" if reduction is None else f"{100 * float(reduction):.0f}%"),
+            "tokens": Text("–" if None in (before, after) else f"{human_int(before)} → {human_int(after)}"),
+            "cut": Text("–" if r.get("reduction") is None else f"{100 * float(r['reduction']):.0f}%"),
             "kept": Text("–" if r.get("messages_kept") is None else str(r["messages_kept"])),
             "facts": Text(facts),
-            "time": Text("–" if seconds is None else f"{float(seconds):.2f}s"),
+            "time": Text("–" if r.get("seconds") is None else f"{float(r['seconds']):.2f}s"),
         }
         for c in _COMPARE_COLUMNS:
             cols[c].append(values[c])
@@ -1202,21 +1068,12 @@ def compare_table(
             cols["session"] = [Text(f"{a.plain}\n{b.plain}") for a, b in zip(session, strategy, strict=True)]
             columns = [c for c in _COMPARE_COLUMNS if c != "strategy"]
             headers["session"] = "session\nstrategy"
-        table, note = _fitted_table(
-            title,
-            columns,
-            cols,
-            headers=headers,
-            right={"trigger", "tokens", "cut", "kept", "facts", "time"},
-            width=width,
-            wide=wide,
-            text_min={},
-            # The facts kept are the point of the comparison: never dropped; they and the tokens wrap
-            # instead. The reduction restates the tokens: it goes once stacked and still too wide.
-            drop_order=("time", "trigger", "kept", "status"),
-            wrap=("tokens", "facts"),
-            last=("cut",) if stacked else (),
-        )
+        # The facts kept are the point of the comparison: never dropped; they and the tokens wrap instead.
+        # The reduction restates the tokens: it goes once stacked and still too wide.
+        right = {"trigger", "tokens", "cut", "kept", "facts", "time"}
+        drop = ("time", "trigger", "kept", "status")
+        fit = _Fit(headers, right, {}, drop, wrap=("tokens", "facts"), last=("cut",) if stacked else ())
+        table, note = _fitted_table(title, columns, cols, fit, width=width, wide=wide)
         if wide or _borderless_width(table) <= width:
             break
     return table, [note] if note else []
@@ -1229,18 +1086,12 @@ def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 80) -> Tabl
     headers = ("strategy", "tokens after / before", "fact retention")
     rows = []
     for m in means:
-        before = float(m.get("tokens_before") or 0)
-        after = float(m.get("tokens_after") or 0)
+        before, after = (float(m.get(k) or 0) for k in ("tokens_before", "tokens_after"))
         ret = m.get("retention")
-        rows.append(
-            (
-                str(m.get("strategy")),
-                min(1.0, after / before) if before else 0.0,
-                f" {human_int(round(after))} / {human_int(round(before))}",
-                0.0 if ret is None else float(ret) / 100,
-                " –" if ret is None else f" {float(ret):.0f}%",
-            )
-        )
+        share = min(1.0, after / before) if before else 0.0
+        kept = (0.0, " –") if ret is None else (float(ret) / 100, f" {float(ret):.0f}%")
+        tokens = f" {human_int(round(after))} / {human_int(round(before))}"
+        rows.append((str(m.get("strategy")), share, tokens, *kept))
     name_w = max([len(headers[0]), *(len(r[0]) for r in rows)])
     tokens_w = max([0, *(len(r[2]) for r in rows)])
     ret_w = max([0, *(len(r[4]) for r in rows)])
@@ -1254,17 +1105,12 @@ def compare_bars(means: Sequence[Mapping[str, Any]], *, width: int = 80) -> Tabl
     layouts = [(headers, True), (_BARS_TWO_LINES, True), (_BARS_TWO_LINES, False)]
     heads, pad = next(((h, p) for h, p in layouts if table_width(1, h, p) <= width), layouts[-1])
     table.pad_edge = pad
-    bar = _BAR_MAX
-    while bar > 1 and table_width(bar, heads, pad) > width:
-        bar -= 1
+    bar = next((b for b in range(_BAR_MAX, 1, -1) if table_width(b, heads, pad) <= width), 1)
     for header in heads:
         table.add_column(header, no_wrap=True)
     for name, share, tokens, ret_share, retention in rows:
-        table.add_row(
-            name,
-            Text("█" * round(share * bar), style="cyan").append(tokens),
-            Text("█" * round(ret_share * bar), style="green").append(retention),
-        )
+        bars = Text("█" * round(share * bar), style="cyan"), Text("█" * round(ret_share * bar), style="green")
+        table.add_row(name, bars[0].append(tokens), bars[1].append(retention))
     return table
 
 
@@ -1283,22 +1129,13 @@ def top_table(
         cols["count"].append(Text(str(r["count"])))
         cols["tokens"].append(Text(human_int(r["tokens"])))
         cols["share"].append(Text(percent(r["share"])))
-    table, note = _fitted_table(
-        title,
-        _TOP_COLUMNS,
-        cols,
-        # "of ctx", not "ctx %": every other table's "ctx %" is a share of the model's limit (context_share).
-        headers={"tokens": "~tokens", "share": "of ctx"},
-        right={"rank", "count", "tokens", "share"},
-        width=width,
-        wide=wide,
-        text_min={"target": 12},
-        drop_order=("count", "rank", "tool"),
-        wrap=("item",),  # ``tool`` / ``output``
-        # The share only restates the tokens (of the request's context): it goes before the item or its
-        # target, which say what the tokens are.
-        last=("share",),
-    )
+    # "of ctx", not "ctx %": every other table's "ctx %" is a share of the model's limit (context_share).
+    headers = {"tokens": "~tokens", "share": "of ctx"}
+    # The item (``tool`` / ``output``) wraps. The share only restates the tokens (of the request's context):
+    # it goes before the item or its target, which say what the tokens are.
+    right = {"rank", "count", "tokens", "share"}
+    fit = _Fit(headers, right, {"target": 12}, ("count", "rank", "tool"), wrap=("item",), last=("share",))
+    table, note = _fitted_table(title, _TOP_COLUMNS, cols, fit, width=width, wide=wide)
     notes = [
         "Tokens are estimates (Gemini CLI's estimator, scaled to the recorded prompt).",
         "of ctx: the share of that request's context (ctx %, elsewhere: of the limit).",

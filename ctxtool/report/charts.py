@@ -34,10 +34,8 @@ def _values(df: pl.DataFrame) -> list[dict[str, Any]]:
     """Rows as JSON-ready dicts (datetimes and dates as ISO text)."""
     import polars as pl
 
-    iso = df.with_columns(
-        pl.col(pl.Datetime).dt.strftime("%Y-%m-%dT%H:%M:%SZ"), pl.col(pl.Date).cast(pl.String)
-    )
-    return iso.to_dicts()
+    iso = pl.col(pl.Datetime).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return df.with_columns(iso, pl.col(pl.Date).cast(pl.String)).to_dicts()
 
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
@@ -112,15 +110,9 @@ def spend_charts(corpus: Corpus) -> list[tuple[str, dict[str, Any]]]:
     req = corpus.requests.filter(pl.col("ts").is_not_null()).with_columns(
         day=pl.col("ts").dt.date(), model=pl.col("model").fill_null("(unknown)")
     )
-    totals = _sums(req, "project").sort(["total", "project"], descending=[True, False], nulls_last=True)
-    return [
-        ("spend-day-model", _per_day(req, "model", "cost", "cost (USD)", "Spend per day, by model")),
-        (
-            "tokens-day-project",
-            _per_day(req, "project", "total", "tokens billed", "Tokens per day, by project"),
-        ),
-        ("tokens-project", _per_project(totals.head(20))),
-    ]
+    spend = _per_day(req, "model", "cost", "cost (USD)", "Spend per day, by model")
+    tokens = _per_day(req, "project", "total", "tokens billed", "Tokens per day, by project")
+    return [("spend-day-model", spend), ("tokens-day-project", tokens), ("tokens-project", _per_project(req))]
 
 
 def _per_day(req: pl.DataFrame, key: str, measure: str, axis: str, title: str) -> dict[str, Any]:
@@ -129,49 +121,34 @@ def _per_day(req: pl.DataFrame, key: str, measure: str, axis: str, title: str) -
     # group_by gives its groups in no fixed order: sort on every key, so a page is the same bytes each run
     frame = _sums(req, "day", key).sort("day", key, nulls_last=True)
     sums = {"cost": _field("sum(cost):Q", format="$.4f"), "total": _field("sum(total):Q", format=",")}
-    return _chart(
-        _values(_top_series(frame, key, measure)),
-        "bar",
-        top=True,
-        encoding={
-            "x": _field("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
-            "y": _field(
-                f"sum({measure}):Q", title=axis, axis=_COST_AXIS if measure == "cost" else _TOKENS_AXIS
-            ),
-            "color": _field(f"{key}:N", title=key, legend=_legend(_SHORT_LABEL)),
-            "tooltip": [_field("day:T"), _field(f"{key}:N"), sums.pop(measure), *sums.values()],
-        },
-        title=title,
-        width="container",
-        height=220,
-    )
+    ticks = _COST_AXIS if measure == "cost" else _TOKENS_AXIS
+    encoding = {
+        "x": _field("day:T", title="day (UTC)", timeUnit="yearmonthdate"),
+        "y": _field(f"sum({measure}):Q", title=axis, axis=ticks),
+        "color": _field(f"{key}:N", title=key, legend=_legend(_SHORT_LABEL)),
+        "tooltip": [_field("day:T"), _field(f"{key}:N"), sums.pop(measure), *sums.values()],
+    }
+    values = _values(_top_series(frame, key, measure))
+    return _chart(values, "bar", top=True, encoding=encoding, title=title, width="container", height=220)
 
 
-def _per_project(totals: pl.DataFrame) -> dict[str, Any]:
-    """Tokens billed by project, the largest first."""
-    return _chart(
-        _values(totals),
-        "bar",
-        top=True,
-        encoding={
-            # A long project path is cut at its start on the axis; the tooltip holds it whole.
-            "y": _field(
-                "project:N", sort="-x", title=None, axis={"labelLimit": 180, "labelExpr": _SHORT_LABEL}
-            ),
-            "x": _field("total:Q", title="tokens billed", axis=_TOKENS_AXIS),
-            "tooltip": [
-                _field("project:N"),
-                _field("total:Q", format=","),
-                _field("cost:Q", format="$.4f"),
-            ],
-        },
-        title="Tokens by project (largest 20)",
-        width="container",
-        # A number, not Vega-Lite's discrete (step) height: with a step height any fit autosize makes
-        # Vega-Lite warn 'Dropping "fit-y"' in the browser's console. A bar row per project.
-        height=_BAR_ROW_PX * max(totals.height, 1),
-        autosize={"type": "fit-x", "contains": "padding"},
-    )
+def _per_project(req: pl.DataFrame) -> dict[str, Any]:
+    """Tokens billed by project, the largest 20, the largest first."""
+    ranked = _sums(req, "project").sort(["total", "project"], descending=[True, False], nulls_last=True)
+    totals = ranked.head(20)
+    # A long project path is cut at its start on the axis; the tooltip holds it whole.
+    axis = {"labelLimit": 180, "labelExpr": _SHORT_LABEL}
+    encoding = {
+        "y": _field("project:N", sort="-x", title=None, axis=axis),
+        "x": _field("total:Q", title="tokens billed", axis=_TOKENS_AXIS),
+        "tooltip": [_field("project:N"), _field("total:Q", format=","), _field("cost:Q", format="$.4f")],
+    }
+    # A number, not Vega-Lite's discrete (step) height: with a step height any fit autosize makes
+    # Vega-Lite warn 'Dropping "fit-y"' in the browser's console. A bar row per project.
+    fit = {"type": "fit-x", "contains": "padding"}
+    props: dict[str, Any] = {"title": "Tokens by project (largest 20)", "width": "container"}
+    props |= {"height": _BAR_ROW_PX * max(totals.height, 1), "autosize": fit}
+    return _chart(_values(totals), "bar", top=True, encoding=encoding, **props)
 
 
 def largest_sessions(corpus: Corpus, n: int) -> list[str]:
@@ -238,43 +215,21 @@ def _composition_bars(req: pl.DataFrame, top: float) -> dict[str, Any]:
         part=pl.col("part").replace_strict(PART_LABELS),
         order=pl.col("part").replace_strict({c: i for i, c in enumerate(COMPOSITION_COLUMNS)}),
     )
-    return _chart(
-        _values(long),
-        {"type": "bar", "opacity": 0.9},
-        encoding={
-            "x": _field("request:O", title="request", axis={"labelOverlap": True, "labelAngle": 0}),
-            "y": _field(
-                "tokens:Q",
-                stack="zero",
-                title="context (tokens)",
-                scale={"domain": [0, top]},
-                axis=_TOKENS_AXIS,
-            ),
-            "color": _field(
-                "part:N",
-                title="what fills the context (estimate)",
-                scale={"domain": list(PART_LABELS.values()), "range": _PART_COLORS},
-                legend=_legend(),
-            ),
-            "order": _field("order:Q"),
-            "tooltip": [
-                _field(s)
-                for s in ("request:Q", "turn:Q", "timestamp:N", "model:N", "part:N", "tokens:Q", "context:Q")
-            ],
-        },
-    )
+    scale = {"domain": [0, top]}
+    y = _field("tokens:Q", stack="zero", title="context (tokens)", scale=scale, axis=_TOKENS_AXIS)
+    parts = {"domain": list(PART_LABELS.values()), "range": _PART_COLORS}
+    color = _field("part:N", title="what fills the context (estimate)", scale=parts, legend=_legend())
+    tips = ("request:Q", "turn:Q", "timestamp:N", "model:N", "part:N", "tokens:Q", "context:Q")
+    x = _field("request:O", title="request", axis={"labelOverlap": True, "labelAngle": 0})
+    encoding = {"x": x, "y": y, "color": color, "order": _field("order:Q"), "tooltip": [*map(_field, tips)]}
+    return _chart(_values(long), {"type": "bar", "opacity": 0.9}, encoding=encoding)
 
 
 def _limit_rules(scale: _Scale) -> list[dict[str, Any]]:
     """The compression threshold and the model's limit as labelled lines, those within the chart."""
-    lines = [
-        {"y": y, "label": label}
-        for y, label in (
-            (scale.threshold, f"compression threshold ({COMPRESSION_THRESHOLD:.0%} of limit)"),
-            (scale.limit, "model limit"),
-        )
-        if 0 < y <= scale.top
-    ]
+    threshold = f"compression threshold ({COMPRESSION_THRESHOLD:.0%} of limit)"
+    named = ((scale.threshold, threshold), (scale.limit, "model limit"))
+    lines = [{"y": y, "label": label} for y, label in named if 0 < y <= scale.top]
     if not lines:
         return []
     rules = _chart(
@@ -300,41 +255,26 @@ def _event_marks(req: pl.DataFrame) -> list[dict[str, Any]]:
     if not events.height:
         return []
     values = _values(events)
-    at = _field("request:O", bandPosition=0)
+    at, history = _field("request:O", bandPosition=0), {"test": "datum.history"}
     # A history event (compression, rewind, rollback) is a labelled line; a model switch alone (Gemini
     # CLI's routing may switch at every request) a faint one, named in its tooltip.
+    color = {"condition": {**history, "value": "#7b4173"}, "value": "#c7b3cf"}
+    rule: dict[str, Any] = {"x": at, "color": color}
+    rule["strokeWidth"] = {"condition": {**history, "value": 2}, "value": 1}
+    rule["tooltip"] = [_field("request:O"), _field("event:N"), _field("model:N")]
+    text = {"type": "text", "angle": 270, "align": "right", "dx": -4, "dy": -4, "color": "#7b4173"}
+    label = {"x": at, "text": _field("event:N"), "y": {"value": 0}}
     return [
-        _chart(
-            values,
-            {"type": "rule", "strokeDash": [2, 2]},
-            encoding={
-                "x": at,
-                "color": {"condition": {"test": "datum.history", "value": "#7b4173"}, "value": "#c7b3cf"},
-                "strokeWidth": {"condition": {"test": "datum.history", "value": 2}, "value": 1},
-                "tooltip": [_field("request:O"), _field("event:N"), _field("model:N")],
-            },
-        ),
-        _chart(
-            values,
-            {"type": "text", "angle": 270, "align": "right", "dx": -4, "dy": -4, "color": "#7b4173"}
-            | {"fontSize": 10},
-            transform=[{"filter": "datum.history"}],
-            encoding={"x": at, "text": _field("event:N"), "y": {"value": 0}},
-        ),
+        _chart(values, {"type": "rule", "strokeDash": [2, 2]}, encoding=rule),
+        _chart(values, text | {"fontSize": 10}, transform=[{"filter": "datum.history"}], encoding=label),
     ]
 
 
 def _subtitle(scale: _Scale) -> list[str]:
     """The session's peak, as a share of the model's limit, and the lines that fall above the chart, one line
     each."""
-    off_chart = [
-        f"{label} {y:,}"
-        for y, label in (
-            (scale.threshold, "Gemini CLI's compression threshold"),
-            (scale.limit, "the model's limit"),
-        )
-        if y > scale.top
-    ]
+    lines = ((scale.threshold, "Gemini CLI's compression threshold"), (scale.limit, "the model's limit"))
+    off_chart = [f"{label} {y:,}" for y, label in lines if y > scale.top]
     subtitle = [
         f"peak {plural(scale.peak, 'token')}"
         + (f" = {scale.peak / scale.limit:.1%} of the model's limit" if scale.limit else "")
@@ -349,14 +289,11 @@ def compare_charts(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict[str, 
     tokens: list[dict[str, Any]] = []
     kept: list[dict[str, Any]] = []
     for r in rows:
-        session = str(r.get("session", "")).rsplit("/", 1)[-1]
+        run = {"session": str(r.get("session", "")).rsplit("/", 1)[-1], "strategy": r.get("strategy")}
         if r.get("tokens_after") is not None:
-            tokens += [
-                {"session": session, "strategy": r["strategy"], "when": when, "tokens": r[f"tokens_{when}"]}
-                for when in ("before", "after")
-            ]
+            tokens += [{**run, "when": when, "tokens": r[f"tokens_{when}"]} for when in ("before", "after")]
         if r.get("retention") is not None:
-            kept.append({"session": session, "strategy": r["strategy"], "retention": r["retention"]})
+            kept.append({**run, "retention": r["retention"]})
     before_after = _per_strategy(
         tokens,
         "Tokens before and after each strategy",
@@ -379,17 +316,6 @@ def _per_strategy(
     values: list[dict[str, Any]], title: str, shown: Sequence[str], **encoding: Any
 ) -> dict[str, Any]:
     """Bars per strategy, a panel per session; the tooltip names the session, the strategy and ``shown``."""
-    return _chart(
-        values,
-        "bar",
-        top=True,
-        encoding={
-            "x": _field("strategy:N", title=None),
-            **encoding,
-            "column": _field("session:N", title=None),
-            "tooltip": [_field(s) for s in ("session:N", "strategy:N", *shown)],
-        },
-        title=title,
-        width=220,
-        height=200,
-    )
+    encoding = {"x": _field("strategy:N", title=None), **encoding, "column": _field("session:N", title=None)}
+    encoding["tooltip"] = [_field(s) for s in ("session:N", "strategy:N", *shown)]
+    return _chart(values, "bar", top=True, encoding=encoding, title=title, width=220, height=200)

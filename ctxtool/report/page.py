@@ -53,25 +53,19 @@ def _table(
 ) -> str:
     """``rows`` as a table of ``columns``, numbers by ``formats``; a text of a ``cut`` column longer than
     ``_CUT`` characters is cut, whole on hover."""
+
+    def td(column: str, v: Any) -> str:
+        text = "–" if v is None else format(v, formats.get(column, ""))
+        if isinstance(v, int | float):
+            return f'<td class="num">{escape_html(text)}</td>'
+        if column in cut and len(text) > _CUT:
+            return f'<td class="cut" title="{escape_html(text)}">{escape_html(text[: _CUT - 1] + "…")}</td>'
+        return f"<td>{escape_html(text)}</td>"
+
     head = "".join(f"<th>{escape_html(c)}</th>" for c in columns)
-    body = []
-    for r in rows:
-        cells = []
-        for c in columns:
-            v = r.get(c)
-            text = "–" if v is None else format(v, formats.get(c, ""))
-            if isinstance(v, int | float):
-                cells.append(f'<td class="num">{escape_html(text)}</td>')
-            elif c in cut and len(text) > _CUT:
-                short = text[: _CUT - 1] + "…"
-                cells.append(f'<td class="cut" title="{escape_html(text)}">{escape_html(short)}</td>')
-            else:
-                cells.append(f"<td>{escape_html(text)}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
+    body = "".join(f"<tr>{''.join(td(c, r.get(c)) for c in columns)}</tr>" for r in rows)
     # A table wider than the screen scrolls in its own box, never the page.
-    return (
-        f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
-    )
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 _STYLE = """
@@ -121,31 +115,16 @@ def _consumers_table(corpus: Corpus, keys: Sequence[str], top: int, *, redact: b
 
     from ctxtool.frames.composition import top_consumers
 
-    consumers = top_consumers(corpus, top).filter(
-        pl.col("session").is_in(
-            corpus.requests.filter(pl.col("session_key").is_in(keys)).get_column("session").unique().implode()
-        )
-    )
+    charted = corpus.requests.filter(pl.col("session_key").is_in(keys)).get_column("session").unique()
+    consumers = top_consumers(corpus, top).filter(pl.col("session").is_in(charted.implode()))
     rows: Iterable[dict[str, Any]] = consumers.iter_rows(named=True)
     if redact:
         from ctxtool.common.secret_scan import redact as redact_text
 
         rows = ({**r, "target": r["target"] and redact_text(r["target"])} for r in rows)
-    return f"<h2>Top context consumers (at the last request of each, {top} per session)</h2>" + _table(
-        rows,
-        ["session", "rank", "item", "tool", "target", "count", "tokens", "share"],
-        {"tokens": ",", "share": ".1%"},
-        cut=["target"],
-    )
-
-
-def _compare_table(compare_rows: Sequence[dict[str, Any]]) -> str:
-    """The ``compare`` rows as a table: per session and strategy, its status, tokens and fact retention."""
-    return _table(
-        ({**r, "session": str(r.get("session", "")).rsplit("/", 1)[-1]} for r in compare_rows),
-        ["session", "strategy", "status", "tokens_before", "tokens_after", "retention"],
-        {"tokens_before": ",", "tokens_after": ",", "retention": ".1f"},
-    )
+    columns = ["session", "rank", "item", "tool", "target", "count", "tokens", "share"]
+    table = _table(rows, columns, {"tokens": ",", "share": ".1%"}, cut=["target"])
+    return f"<h2>Top context consumers (at the last request of each, {top} per session)</h2>" + table
 
 
 def build_report(
@@ -173,8 +152,11 @@ def build_report(
     if compare_rows:
         sections.append("<h2>Compaction strategies side by side</h2>")
         sections += _place(charts, compare_charts(compare_rows))
-        sections.append(_compare_table(compare_rows))
-
+        # The compare rows as a table: per session and strategy, its status, tokens and fact retention.
+        rows = ({**r, "session": str(r.get("session", "")).rsplit("/", 1)[-1]} for r in compare_rows)
+        columns = ["session", "strategy", "status", "tokens_before", "tokens_after", "retention"]
+        numbers = {"tokens_before": ",", "tokens_after": ",", "retention": ".1f"}
+        sections.append(_table(rows, columns, numbers))
     runtime = chart_runtime()
     embeds = "\n".join(
         f"vegaEmbed({_script_json('#' + chart_id)}, {_script_json(spec)}, "

@@ -10,8 +10,7 @@ result is kept only as its raw JSON bytes, measured, never decoded. The fold is 
 not fit the structs (a fork's odd types) is converted leniently, never dropped. The rows go back as
 JSON-encoded columns (``_assemble``). When they change, bump ``stamp.COLUMNS_VERSION``.
 
-Must not: import polars (the parent builds the frames).
-"""
+Must not: import polars (the parent builds the frames)."""
 
 from __future__ import annotations
 
@@ -47,20 +46,22 @@ from ctxtool.session.stamp import MESSAGE_COLUMNS, TOOL_COLUMNS
 from ctxtool.session.utf8 import invalid_utf8, read_as_node
 
 PREVIEW_CHARS = 80
+# A preview is never cut inside a long token (a key, a token, a hash): it would show part of a secret that
+# redaction can no longer recognise. The token is kept whole, up to this many characters more.
+_TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.:@"
+_TOKEN_MAX_EXTRA = 240
+# Files above this size are streamed line by line instead of read whole (memory stays bounded).
+STREAM_MIN_BYTES = 64 * 1024 * 1024
+_FINGERPRINT_BYTES = 4096
 
 # Markers the interactive UI records as `info` messages when it compresses (spec §12.1).
 _COMPRESSED_INFO = re.compile(
     r"^(Context compressed from \d+% to \d+%\."
     r"|IMPORTANT: .*compressed context will be sent for future messages)"
 )
-_NOT_PROMPT_PREFIXES = (
-    "/",
-    "?",
-    "<session_context>",
-    "<hook_context>",
-    "<state_snapshot>",
-    EMPTY_RESPONSE_NUDGE_PREFIX,
-)
+# What the history Gemini CLI rebuilds leaves out (``_ignored``); no prompt starts with these either.
+_IGNORED_PREFIXES = ("/", "?", "<session_context>", "<hook_context>")
+_NOT_PROMPT_PREFIXES = (*_IGNORED_PREFIXES, "<state_snapshot>", EMPTY_RESPONSE_NUDGE_PREFIX)
 
 
 class FileColumns(msgspec.Struct):
@@ -138,8 +139,7 @@ def classify_user(content: Any) -> tuple[bool, bool, bool]:
     A prompt is what a person sent: non-empty text (or an attached file) that is not a ``/`` or ``?``
     command and not a ``<session_context>``, ``<hook_context>`` or ``<state_snapshot>`` block, nor
     Gemini CLI's empty-response nudge (``EMPTY_RESPONSE_NUDGE_PREFIX``). Synthetic user turns made only
-    of functionResponse parts (written since v0.44) are not prompts.
-    """
+    of functionResponse parts (written since v0.44) are not prompts."""
     return _classify_text(message_text(content), content)
 
 
@@ -246,12 +246,30 @@ class _Record(_Patch, gc=False):
 # ``ctxtoolCompaction`` its mark on a session it compacted in place (``{"at": …}``, merged from the ``$set``
 # it appends); see compact.py.
 _META_FIELDS = tuple(name for name in _Patch.__struct_fields__ if name != "messages")
+# The metadata kept as text, by key: the ``FileColumns`` field each is kept in (the key in snake case).
+_META_TEXT = {
+    key: re.sub("([A-Z])", r"_\1", key).lower()
+    for key in ("sessionId", "projectHash", "startTime", "lastUpdated", "summary", "derivedFrom")
+}
 _decode_record = msgspec.json.Decoder(_Record).decode
 _decode_any = msgspec.json.decode
+# Rows per encoded chunk: a frame builder decodes a chunk at a time, so its Python objects stay few.
+CHUNK_ROWS = 20_000
+_encode = msgspec.json.Encoder().encode
+# The columns of one chunk ``_assemble`` wrote.
+decode_columns = msgspec.json.Decoder(list[list[Any]]).decode
 
 # A message as the fold carries it: its row (without the live flag) and its tool-call rows.
 _Row = tuple[tuple[Any, ...], list[tuple[Any, ...]]]
 _INPUT = 13  # index of `input` in a row without the live flag
+_TIME = 2  # index of `timestamp` in a row without the live flag
+_IS_PROMPT = 5  # index of `is_prompt` (then `is_command`)
+_MODEL = 9  # index of `model`
+_CALLS = 11  # index of `tool_calls` (then `tool_errors`)
+# Where the per-message estimates sit in a row without the live flag.
+_EST = _INPUT + len(TOKEN_KEYS)
+# A field that is JSON null (or absent): ``raw == _NULL`` compares in C, half the cost of a function.
+_NULL = msgspec.Raw(b"null")
 
 
 def _lenient(obj: Any) -> _Record:
@@ -307,16 +325,6 @@ def _decode_line(line: bytes | memoryview) -> _Record | None:
 
 def _meta(rec: Any) -> dict[str, Any]:
     return {k: v for k in _META_FIELDS if (v := getattr(rec, k)) is not msgspec.UNSET}
-
-
-# A field that is JSON null (or absent): ``raw == _NULL`` compares in C, half the cost of a function.
-_NULL = msgspec.Raw(b"null")
-
-
-_TIME = 2  # index of `timestamp` in a row without the live flag
-_IS_PROMPT = 5  # index of `is_prompt` (then `is_command`)
-_MODEL = 9  # index of `model`
-_CALLS = 11  # index of `tool_calls` (then `tool_errors`)
 
 
 def _carry_tokens(previous: _Row, new: _Row) -> _Row | None:
@@ -375,7 +383,7 @@ def _row(rec: _Record, history: tuple[int, int, int, int, int]) -> _Row:
     n_errors = call_chars = result_chars = 0
     tool_rows: list[tuple[Any, ...]] = []
     if rec.toolCalls:
-        # One pass makes the tool rows and measures the calls for _estimate (see _calls_tokens).
+        # One pass makes the tool rows and measures the calls for _estimate (see its docstring).
         for call in rec.toolCalls:
             if call.status == "error":
                 n_errors += 1
@@ -389,15 +397,8 @@ def _row(rec: _Record, history: tuple[int, int, int, int, int]) -> _Row:
             call_chars += 40 + len(call.id or "") + name_len + (0 if no_args else len(args))
             target = None if no_args else _target(args)
             tool_rows.append((mid, call.id, call.name, call.status, call.timestamp, size, target))
-    estimates = _estimate(
-        mtype,
-        content,
-        text,
-        mtype == "user" and (is_command or _ignored(text)),
-        bool(rec.toolCalls),
-        call_chars,
-        result_chars,
-    )
+    ignored = mtype == "user" and (is_command or _ignored(text))
+    estimates = _estimate(mtype, content, text, ignored, bool(rec.toolCalls), call_chars, result_chars)
     t = rec.tokens
     if mtype == "gemini" and t is not None:
         prompt, output, thoughts, tool = t.input or 0, t.output or 0, t.thoughts or 0, t.tool or 0
@@ -427,11 +428,6 @@ def _row(rec: _Record, history: tuple[int, int, int, int, int]) -> _Row:
     return row, tool_rows
 
 
-# Where the per-message estimates sit in a row without the live flag.
-_EST = _INPUT + len(TOKEN_KEYS)
-_IGNORED_PREFIXES = ("/", "?", "<session_context>", "<hook_context>")
-
-
 def _ignored(text: str) -> bool:
     """``is_ignored_user_content`` (sessionUtils.ts): a user message ``convertSessionToClientHistory``
     leaves out of the history (commands, the environment block, hook context, empty text)."""
@@ -442,25 +438,22 @@ def _ignored(text: str) -> bool:
 
 
 def _estimate(
-    mtype: str,
-    content: Any,
-    text: str,
-    ignored: bool,
-    has_calls: bool,
-    call_chars: int,
-    result_chars: int,
+    mtype: str, content: Any, text: str, ignored: bool, has_calls: bool, call_chars: int, result_chars: int
 ) -> tuple[int, int, int]:
     """(prompts, model, tool I/O): what this message adds to the history Gemini CLI rebuilds from the
     session (``convert_session_to_client_history``, thoughts stripped as ``strip_thoughts`` does), each part
     by Gemini CLI's estimator (``ctxtool.measure.estimator.estimate_token_count``). Tool results are never
     decoded here (speed): a function response is estimated from its stored JSON length, the estimator's own
-    formula for a ``functionResponse``. ``call_chars`` and ``result_chars``: see ``_calls_tokens``."""
+    formula for a ``functionResponse``. ``call_chars`` and ``result_chars`` measure the function calls
+    (counted unless the record holds them in its parts, as a modern one does) and responses of ``toolCalls``:
+    a call is ``{"functionCall":{"id":…,"name":…,"args":…}}``, 40 characters around its id, name and args; a
+    response is its name and ``{"output": …}``, 12 characters around the stored result (4 a token)."""
     if mtype not in ("user", "gemini") or (content is None and not has_calls):
         return 0, 0, 0
     if isinstance(content, str):  # most messages (48,300 of 60,440 in the bench corpus): no parts to sort
         if mtype == "user":
             return (0, 0, 0) if ignored else (estimate_text(content), 0, 0)
-        return 0, estimate_text(content) if content else 0, _calls_tokens(call_chars, result_chars, False)
+        return 0, estimate_text(content) if content else 0, (call_chars + result_chars) // 4
     parts: list[Any] = (
         content if isinstance(content, list) else [content] if isinstance(content, dict) else []
     )
@@ -475,19 +468,10 @@ def _estimate(
         rest = [p for p in parts if not (isinstance(p, dict) and "functionResponse" in p)]
         return estimate_token_count(rest), 0, estimate_token_count(io)
     called = [p for p in parts if isinstance(p, dict) and p.get("functionCall")]
-    return (
-        0,
-        estimate_text(text) if text else 0,  # ``text``: the non-thought text parts, joined
-        _calls_tokens(call_chars, result_chars, bool(called))
-        + (estimate_token_count(called) if called else 0),
-    )
-
-
-def _calls_tokens(call_chars: int, result_chars: int, in_parts: bool) -> int:
-    """The function calls (unless the record holds them in its parts, as a modern one does) and responses of
-    ``toolCalls``: a call is ``{"functionCall":{"id":…,"name":…,"args":…}}``, 40 characters around its id,
-    name and args; a response is its name and ``{"output": …}``, 12 characters around the stored result."""
-    return ((0 if in_parts else call_chars) + result_chars) // 4
+    model = estimate_text(text) if text else 0  # ``text``: the non-thought text parts, joined
+    if called:
+        return 0, model, result_chars // 4 + estimate_token_count(called)
+    return 0, model, (call_chars + result_chars) // 4
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -615,13 +599,6 @@ def _cumulative(messages: list[_Record], rewinds: int, checkpoints: int) -> list
     return out
 
 
-# Rows per encoded chunk: a frame builder decodes a chunk at a time, so its Python objects stay few.
-CHUNK_ROWS = 20_000
-_encode = msgspec.json.Encoder().encode
-# The columns of one chunk ``_assemble`` wrote.
-decode_columns = msgspec.json.Decoder(list[list[Any]]).decode
-
-
 def _assemble(out: FileColumns, billed: list[_Row], live_ids: set[str] | None) -> None:
     """Encode the rows column by column as JSON (msgspec): several times quicker to write than CSV, and
     the parent turns columns into polars series without a Python object per cell. Values keep their types;
@@ -644,10 +621,7 @@ def _assemble(out: FileColumns, billed: list[_Row], live_ids: set[str] | None) -
 
 def decode_rows(chunks: list[bytes]) -> list[tuple[Any, ...]]:
     """The rows ``_assemble`` wrote, as tuples (values with their types)."""
-    rows: list[tuple[Any, ...]] = []
-    for chunk in chunks:
-        rows.extend(zip(*decode_columns(chunk), strict=True))
-    return rows
+    return [row for chunk in chunks for row in zip(*decode_columns(chunk), strict=True)]
 
 
 def message_rows(fc: FileColumns) -> list[dict[str, Any]]:
@@ -674,8 +648,7 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
     p = Path(sp.path)
     out = _empty(sp, len(data))
     bom = data.startswith(codecs.BOM_UTF8)  # not written by Gemini CLI, but a hand-edited file may carry one
-    if bom:
-        data = data[len(codecs.BOM_UTF8) :]
+    data = data.removeprefix(codecs.BOM_UTF8)
     whole_error = None
     shape = sniff(data, p)
     sample, data = data, _as_read(out, data)
@@ -701,11 +674,6 @@ def columns_from_bytes(data: bytes, sp: SessionPath) -> FileColumns:
     whole = data if data is sample and data.endswith(b"\n") and not bom else None
     _from_replay(out, r, whole)
     return out
-
-
-# Files above this size are streamed line by line instead of read whole (memory stays bounded).
-STREAM_MIN_BYTES = 64 * 1024 * 1024
-_FINGERPRINT_BYTES = 4096
 
 
 def columns_from_file(sp: SessionPath, resume: FileColumns | None = None) -> FileColumns:
@@ -852,32 +820,14 @@ def _replayed_from(old: FileColumns) -> Replayed[_Row]:
     return r
 
 
-# The metadata kept as text, by key: the ``FileColumns`` field each is kept in.
-_META_TEXT = {
-    "sessionId": "session_id",
-    "projectHash": "project_hash",
-    "startTime": "start_time",
-    "lastUpdated": "last_updated",
-    "summary": "summary",
-    "derivedFrom": "derived_from",
-}
-
-
 def _set_meta(out: FileColumns, meta: dict[str, Any], era: str, *, lines: int) -> None:
-    out.era = era
-    out.lines = lines
+    out.era, out.lines = era, lines
     for key, field in _META_TEXT.items():
         setattr(out, field, _str(meta.get(key)))
     kind = meta.get("kind")
     out.kind = kind if isinstance(kind, str) else "main"
     mark = meta.get("ctxtoolCompaction")
     out.compacted_at = _str(mark.get("at")) if isinstance(mark, dict) else None
-
-
-# A preview is never cut inside a long token (a key, a token, a hash): it would show part of a secret that
-# redaction can no longer recognise. The token is kept whole, up to this many characters more.
-_TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.:@"
-_TOKEN_MAX_EXTRA = 240
 
 
 def clip_preview(text: str, limit: int) -> str:

@@ -5,8 +5,7 @@ Owns: the data roots (``$GEMINI_CLI_HOME/.gemini/tmp``, else ``~/.gemini/tmp``, 
 ``<root>/<project>/chats/session-*.json[l]`` with nested subagent files ``chats/<parent>/<id>.json[l]``
 (also ``chats/skill-extraction-<8hex>/…``), what is skipped (``*.unreadable-*`` repair leftovers, temp
 files), and the identity key that makes a legacy ``.json`` and the ``.jsonl`` Gemini CLI writes when it
-resumes it one session. Must not: open session files (apart from the small ``.project_root`` marker).
-"""
+resumes it one session. Must not: open session files (apart from the small ``.project_root`` marker)."""
 
 from __future__ import annotations
 
@@ -117,27 +116,23 @@ def os_reason(exc: OSError) -> tuple[str, str]:
     )
 
 
-def _kind(entry: os.DirEntry[str], result: Discovery) -> str | None:
-    """ "file" (a regular file, through symlinks), "dir", or None for anything else (refused when its name
-    could be a session, so a FIFO is never opened and a symlink loop never aborts the scan)."""
+def _is_file(entry: os.DirEntry[str], result: Discovery) -> bool:
+    """Whether ``entry`` is a regular file (through symlinks); anything but a file or a folder is refused when
+    its name could be a session, so a FIFO is never opened and a symlink loop never aborts the scan."""
     try:
         if entry.is_file(follow_symlinks=False):
-            return "file"
+            return True
         if entry.is_dir(follow_symlinks=False):
-            return "dir"
+            return False
         mode = os.stat(entry.path).st_mode  # a symlink (followed) or a special file
     except OSError as exc:
         if ".json" in entry.name:
             dangling = exc.errno == errno.ENOENT and entry.is_symlink()
             result.refuse(entry.path, *(_DANGLING if dangling else os_reason(exc)))
-        return None
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if ".json" in entry.name:
+        return False
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) and ".json" in entry.name:
         result.refuse(entry.path, *_SPECIAL)
-    return None
+    return stat.S_ISREG(mode)
 
 
 def default_root(env: Mapping[str, str] | None = None) -> Path:
@@ -150,13 +145,9 @@ def default_roots(env: Mapping[str, str] | None = None) -> list[Path]:
     macOS Seatbelt (``SANDBOX=sandbox-exec``), ``<home>/.cache/.gemini/tmp``, when that folder exists.
 
     Source: ``Storage.getGlobalRuntimeDir`` / ``getGlobalTempDir`` (packages/core/src/config/storage.ts,
-    v0.61.0): inside the Seatbelt sandbox the runtime state (chats included) moves to ``<home>/.cache``.
-    """
-    roots = [default_root(env)]
+    v0.61.0): inside the Seatbelt sandbox the runtime state (chats included) moves to ``<home>/.cache``."""
     seatbelt = _home(env) / ".cache" / ".gemini" / "tmp"
-    if seatbelt.is_dir():
-        roots.append(seatbelt)
-    return roots
+    return [default_root(env), seatbelt] if seatbelt.is_dir() else [default_root(env)]
 
 
 def _home(env: Mapping[str, str] | None) -> Path:
@@ -171,15 +162,19 @@ def refused_paths(paths: Sequence[str | Path]) -> list[str]:
     refused = []
     for arg in paths:
         path = os.path.expanduser(str(arg))
-        if not os.path.lexists(path):
-            continue
-        try:
-            mode = os.stat(path).st_mode
-        except OSError:
-            mode = 0  # refused too
-        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-            refused.append(str(arg))
+        if os.path.lexists(path):
+            mode = st.st_mode if (st := stat_or_none(path)) is not None else 0  # refused too
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                refused.append(str(arg))
     return refused
+
+
+def stat_or_none(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """``os.stat(path)``; None when it cannot be examined (it vanished, say)."""
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
 
 
 def skip_reason(name: str) -> str | None:
@@ -213,9 +208,8 @@ def discover(paths: Sequence[str | Path], *, subagents: bool = True) -> Discover
         seen.add(key)
         # Reports, projects and session keys use the absolute path, whatever the argument was.
         sp = _describe(key, folder, name, project_names)
-        if sp.parent_ref is not None and not subagents:
-            return
-        result.files.append(sp)
+        if sp.parent_ref is None or subagents:
+            result.files.append(sp)
 
     for arg in paths:
         refuse_url(arg)
@@ -288,11 +282,8 @@ def _scan_dir(root: str, result: Discovery) -> Iterable[tuple[str, str]]:
         return
     for chats in sorted(chats_dirs):
         entries = _entries(chats, result)
-        kinds = [
-            (e, _kind(e, result) if e.name.startswith(("session-", ".session-")) else None) for e in entries
-        ]
-        top = [(chats, e.name) for e, kind in kinds if kind == "file"]
-        yield from _filter(top, result)
+        named = [e for e in entries if e.name.startswith(("session-", ".session-"))]
+        yield from _filter([(chats, e.name) for e in named if _is_file(e, result)], result)
         for sub in entries:
             try:
                 is_dir = sub.is_dir()
@@ -301,7 +292,7 @@ def _scan_dir(root: str, result: Discovery) -> Iterable[tuple[str, str]]:
             if not is_dir:
                 continue
             folder = os.path.join(chats, sub.name)
-            names = [e.name for e in _entries(folder, result) if _kind(e, result) == "file"]
+            names = [e.name for e in _entries(folder, result) if _is_file(e, result)]
             yield from _filter([(folder, n) for n in names], result)
 
 
@@ -348,21 +339,18 @@ def _regular(path: str, result: Discovery) -> bool:
     except OSError as exc:
         result.refuse(path, *os_reason(exc))
         return False
-    if stat.S_ISREG(mode):
-        return True
-    result.refuse(path, *_SPECIAL)
-    return False
+    if not stat.S_ISREG(mode):
+        result.refuse(path, *_SPECIAL)
+    return stat.S_ISREG(mode)
 
 
 def _filter(files: Iterable[tuple[str, str]], result: Discovery) -> Iterable[tuple[str, str]]:
     for folder, name in files:
-        if ".json" not in name:
-            continue
-        reason = skip_reason(name)
-        if reason:
-            result.skipped.append((Path(folder, name), reason))
-            continue
-        yield folder, name
+        if ".json" in name:
+            if reason := skip_reason(name):
+                result.skipped.append((Path(folder, name), reason))
+            else:
+                yield folder, name
 
 
 def _describe(path: str, folder: str, name: str, project_names: dict[str, str]) -> SessionPath:
@@ -379,12 +367,9 @@ def _describe(path: str, folder: str, name: str, project_names: dict[str, str]) 
     project = project_names.get(project_dir)
     if project is None:
         project = project_names[project_dir] = _project_name(project_dir)
+    stem = name.rsplit(".", 1)[0]
     return SessionPath(
-        path=Path(path),
-        project=project,
-        project_dir=os.path.basename(project_dir),
-        parent_ref=parent_ref,
-        group_key=os.path.join(folder, name.rsplit(".", 1)[0]),
+        Path(path), project, os.path.basename(project_dir), parent_ref, os.path.join(folder, stem)
     )
 
 
@@ -402,6 +387,9 @@ def _project_name(project_dir: str) -> str:
 
 _ID_ARG = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{3,}")
 _SHORT_ID_ARG = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,2}")  # too short to be taken for a session id
+# Gemini CLI 0.61.0's SHORT_ID_REGEX (sessionCleanup ``deriveShortIdFromFileName``): the 8 characters of the
+# session id a ``session-*`` file name ends with.
+_SHORT_ID = re.compile(r"-([a-zA-Z0-9]{8})\.jsonl?$")
 
 
 def matches_nothing(path: str) -> str:
@@ -443,8 +431,7 @@ def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = Non
                 continue
             if len(arg) > 8 and not (_header_session_id(sp.path) or "").startswith(arg):
                 continue
-            kept = matches.get(sp.group_key)
-            if kept is None or sp.path.suffix == ".jsonl":
+            if sp.group_key not in matches or sp.path.suffix == ".jsonl":
                 matches[sp.group_key] = sp
         if not matches:
             raise UsageError(
@@ -467,11 +454,6 @@ def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = Non
     return out
 
 
-# Gemini CLI 0.61.0's SHORT_ID_REGEX (sessionCleanup ``deriveShortIdFromFileName``): the 8 characters of the
-# session id a ``session-*`` file name ends with.
-_SHORT_ID = re.compile(r"-([a-zA-Z0-9]{8})\.jsonl?$")
-
-
 def short_id_of(name: str) -> str | None:
     """The short id (first 8 characters of a session id) a ``session-<time>-<id8>.json[l]`` file name carries,
     as Gemini CLI derives it (``deriveShortIdFromFileName``); None for any other name.
@@ -479,19 +461,14 @@ def short_id_of(name: str) -> str | None:
     Gemini CLI's ``deleteSession`` (sessionOperations ``getMatchingSessionFiles``) removes every
     ``session-*-<id8>.json[l]`` in ``chats/``: the session's own files and the legacy flat subagent files
     named with its short id, "parent and subagents" as its comment says."""
-    if not name.startswith("session-"):
-        return None
-    found = _SHORT_ID.search(name)
+    found = _SHORT_ID.search(name) if name.startswith("session-") else None
     return found.group(1) if found else None
 
 
 def _short_id(name: str) -> str | None:
     """The 8 id characters Gemini CLI ends a session file name with (``session-<time>-<id8>.json[l]``)."""
     stem = name.rsplit(".", 1)[0]
-    if not stem.startswith("session-"):
-        return None
-    tail = stem.rsplit("-", 1)[-1]
-    return tail or None
+    return (stem.rsplit("-", 1)[-1] or None) if stem.startswith("session-") else None
 
 
 def _header_session_id(path: Path) -> str | None:
@@ -526,11 +503,5 @@ def _file_kind(path: Path) -> str | None:
 def file_stamps(found: Discovery) -> dict[str, list[int] | None]:
     """Size and modification time (ns) of every file found, None for one that vanished: what tells a file
     read before from one that changed (ctxtool's index, the replay of a warm run)."""
-    stamps: dict[str, list[int] | None] = {}
-    for sp in found.files:
-        try:
-            st = os.stat(sp.path)
-            stamps[str(sp.path)] = [st.st_size, st.st_mtime_ns]
-        except OSError:
-            stamps[str(sp.path)] = None
-    return stamps
+    stats = [(str(sp.path), stat_or_none(sp.path)) for sp in found.files]
+    return {path: None if st is None else [st.st_size, st.st_mtime_ns] for path, st in stats}

@@ -13,8 +13,7 @@ plan, as JSON, then each file's as MessagePack (data, never code: ``FileColumns`
 process starts next, and a pipe the other way says how many files the main process has taken.
 
 Must not: print, or import anything above ``ctxtool.session`` (the caller passes ``then``, loaded in the
-child).
-"""
+child)."""
 
 from __future__ import annotations
 
@@ -38,6 +37,12 @@ _STARTED, _DONE = b"S", b"D"
 _LENGTH = struct.Struct("<Q")  # before each record in the results file
 # On the claims pipe: how many files the main process has taken, in all, and how many records it has read.
 _CLAIMS = struct.Struct("<II")
+# Each file's place in the files found, size and modification time, in the order they are read.
+_Order = list[tuple[int, int, int]]
+_PLAN = 0xFFFFFFFF  # the place of the plan's own record
+# What the child is given to read with: ``then`` (run on each file read) and ``pack`` (its result as bytes,
+# None when it cannot be: the main process then measures that file itself).
+Reader = tuple[Callable[["FileColumns"], object], Callable[[object], "bytes | None"]]
 
 
 class Started:
@@ -148,20 +153,14 @@ class Started:
             self.plan = [(self.found.files[i], size, mtime_ns) for i, size, mtime_ns in order]
         else:
             fc, extra = _decode_result(data)
-            self.done.append(
-                (place, (fc, None if extra is None or self.unpack is None else self.unpack(extra)))
-            )
-
-
-_PLAN = 0xFFFFFFFF  # the place of the plan's own record
+            kept = None if extra is None or self.unpack is None else self.unpack(extra)
+            self.done.append((place, (fc, kept)))
 
 
 # What the second process found (``discover``'s ``Discovery``, paths as text) and its plan (places in
 # ``files``, largest first, with their size and modification time) cross as one JSON array: plain Python, so
 # that the main process imports nothing for it before the fork.
-def _plan_record(
-    targets: list[str], subagents: bool, found: Discovery, order: list[tuple[int, int, int]]
-) -> list[Any]:
+def _plan_record(targets: list[str], subagents: bool, found: Discovery, order: _Order) -> list[Any]:
     return [
         targets,
         subagents,
@@ -174,9 +173,7 @@ def _plan_record(
     ]
 
 
-def _from_plan_record(
-    record: list[Any],
-) -> tuple[tuple[list[str], bool], Discovery, list[tuple[int, int, int]]]:
+def _from_plan_record(record: list[Any]) -> tuple[tuple[list[str], bool], Discovery, _Order]:
     """(the targets and ``subagents`` it was asked for, the ``Discovery`` it made, its order)."""
     from ctxtool.session.discover import Discovery, SessionPath
 
@@ -194,11 +191,6 @@ def _from_plan_record(
 def available() -> bool:
     """Whether this platform can start one (fork, memfd_create)."""
     return sys.platform.startswith("linux") and hasattr(os, "memfd_create") and hasattr(os, "fork")
-
-
-# What the child is given to read with: ``then`` (run on each file read) and ``pack`` (its result as bytes,
-# None when it cannot be: the main process then measures that file itself).
-Reader = tuple[Callable[["FileColumns"], object], Callable[[object], "bytes | None"]]
 
 
 def start(targets: Sequence[str], subagents: bool, load: Callable[[], Reader]) -> Started | None:
@@ -227,7 +219,7 @@ def start(targets: Sequence[str], subagents: bool, load: Callable[[], Reader]) -
                 os.dup2(devnull, stream)
             os.close(progress_r)
             os.close(claims_w)
-            _child(list(targets), subagents, load, results, progress_w, claims_r, parent)
+            _child(list(targets), subagents, load, (results, progress_w, claims_r), parent)
             status = 0
         finally:
             os._exit(status)  # never the main process's exit path (its buffers, its handlers)
@@ -238,14 +230,9 @@ def start(targets: Sequence[str], subagents: bool, load: Callable[[], Reader]) -
 
 
 def _child(
-    targets: list[str],
-    subagents: bool,
-    load: Callable[[], Reader],
-    results: int,
-    progress: int,
-    claims: int,
-    parent: int,
+    targets: list[str], subagents: bool, load: Callable[[], Reader], fds: tuple[int, int, int], parent: int
 ) -> None:
+    results, progress, claims = fds  # the results file, the progress pipe, the claims pipe
     import gc
     import signal
 
@@ -256,20 +243,15 @@ def _child(
     if os.getppid() != parent:
         return
     # Discovery first, with only its own imports: the main process waits for the plan, not for the rest.
-    from ctxtool.session.discover import default_roots, discover, is_dataset
+    from ctxtool.session.discover import default_roots, discover, is_dataset, stat_or_none
 
     if any(is_dataset(os.path.expanduser(t)) for t in targets):
         return  # an export dataset: ``stats`` reads it whole, not through a scan
     targets = targets or [str(root) for root in default_roots()]  # as ``frames.loading.read_plain`` does
     found = discover(targets, subagents=subagents)
-    order: list[tuple[int, int, int]] = []  # (place in found.files, size, mtime_ns), largest first
-    for i, sp in enumerate(found.files):
-        try:
-            st = os.stat(sp.path)
-        except OSError:
-            continue
-        order.append((i, st.st_size, st.st_mtime_ns))
-    order.sort(key=lambda entry: -entry[1])
+    stats = [stat_or_none(sp.path) for sp in found.files]
+    order = [(i, st.st_size, st.st_mtime_ns) for i, st in enumerate(stats) if st is not None]
+    order.sort(key=lambda entry: -entry[1])  # largest first
     plan = [(found.files[i], size, mtime_ns) for i, size, mtime_ns in order]
     # The plan as JSON: json is loaded already (``ctxtool.frames.replay`` imported it before the fork),
     # msgspec is not, and the main process may be waiting for the plan (importing msgspec took 11-13 ms).

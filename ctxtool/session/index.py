@@ -18,8 +18,7 @@ elsewhere cannot run anything. Every row keeps a CRC-32 (``_sum``) of its payloa
 still decodes would change a report silently. An entry that does not decode, fails its checksum, or whose rows
 are not of its stamp, is ignored, its file read again, and the run says so once (``FileIndex.notice``). A
 database SQLite finds damaged, or whose integrity check fails once rows of it did not pass theirs, is read no
-more that run; the first write replaces it with the rows that still pass (``_replace``).
-"""
+more that run; the first write replaces it with the rows that still pass (``_replace``)."""
 
 from __future__ import annotations
 
@@ -47,16 +46,15 @@ _LOCK_TIMEOUT_S = 5.0
 # The layout of the tables (``PRAGMA user_version``); 2: a file's rows apart from its entry; 3: a checksum
 # (``sum``) in every row.
 _LAYOUT = 3
-_SCHEMA = "CREATE TABLE IF NOT EXISTS entries (path TEXT PRIMARY KEY, entry BLOB NOT NULL, sum BLOB NOT NULL)"
-_ROWS_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS rows (path TEXT PRIMARY KEY, rows BLOB NOT NULL, sum BLOB NOT NULL)"
-)
-# What a later stage made of a file (``kind`` names the stage and its version), valid while the file has the
-# size and modification time it had when read: opaque bytes to the index.
-_SIDE_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS side (path TEXT NOT NULL, kind TEXT NOT NULL, size INTEGER NOT NULL, "
-    "mtime_ns INTEGER NOT NULL, data BLOB NOT NULL, sum BLOB NOT NULL, PRIMARY KEY (path, kind))"
-)
+# Each table's columns. ``side``: what a later stage made of a file (``kind`` names the stage and its
+# version), valid while the file has the size and modification time it had when read: opaque to the index.
+_TABLES = {
+    "entries": "path TEXT PRIMARY KEY, entry BLOB NOT NULL, sum BLOB NOT NULL",
+    "rows": "path TEXT PRIMARY KEY, rows BLOB NOT NULL, sum BLOB NOT NULL",
+    "side": "path TEXT NOT NULL, kind TEXT NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, "
+    "data BLOB NOT NULL, sum BLOB NOT NULL, PRIMARY KEY (path, kind)",
+}
+_SIDE_INSERT = "INSERT OR REPLACE INTO side VALUES (?, ?, ?, ?, ?, ?)"
 # The bytes of a row's checksum (CRC-32, ``_sum``): a randomly damaged row passes it once in 2**32.
 _SUM_SIZE = 4
 # Commits are not synced: the index is a cache. A crashed run still leaves a whole database (the rollback
@@ -103,6 +101,8 @@ _decode_stamp = msgspec.msgpack.Decoder(_Stamp).decode
 _UNDECODABLE = (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError)
 # Paths asked for in one query (SQLite allows 32766 variables since 3.32, 999 before).
 _QUERY_PATHS = 500
+# A file's entry and rows as written: (entry, its checksum, rows, their checksum).
+_Blobs = tuple[bytes, bytes, bytes, bytes]
 
 
 class FileIndex:
@@ -151,18 +151,13 @@ class FileIndex:
             if not _laid_out(db, create=create):
                 db.close()
                 return None  # another layout's, not to be written: as if there were none
-        except _DB_ERRORS as exc:
+        except (OSError, *_DB_ERRORS) as exc:
             _close(db)
-            if self._damaged(exc):
+            if not isinstance(exc, OSError) and self._damaged(exc):
                 return self._replace() if create else None
             if create:
                 self._cannot_write(exc)
             return None  # locked by another run, unreadable, read-only: go on without the index
-        except OSError as exc:
-            _close(db)
-            if create:
-                self._cannot_write(exc)
-            return None
         self._db = db
         return db
 
@@ -215,11 +210,9 @@ class FileIndex:
 
     def _cannot_write(self, exc: Exception) -> None:
         """Remember why the index cannot be written, unless another run merely holds its lock."""
-        if getattr(exc, "sqlite_errorname", "") in _LOCKED:
-            return
-        self._unwritable = (
-            (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
-        )
+        if getattr(exc, "sqlite_errorname", "") not in _LOCKED:
+            strerror = exc.strerror if isinstance(exc, OSError) else None
+            self._unwritable = strerror or str(exc) or type(exc).__name__
 
     def _query(self, sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]] | None:
         """The rows of a read; None when it cannot be read (absent, locked, of another layout, or damaged)."""
@@ -390,17 +383,11 @@ class FileIndex:
 
         def write(db: sqlite3.Connection) -> None:
             kept = [(path, blobs) for path, blobs in pending.items() if blobs is not None]
-            db.executemany(
-                "INSERT OR REPLACE INTO entries (path, entry, sum) VALUES (?, ?, ?)",
-                [(path, entry, digest) for path, (entry, digest, _, _) in kept],
-            )
-            db.executemany(
-                "INSERT OR REPLACE INTO rows (path, rows, sum) VALUES (?, ?, ?)",
-                [(path, rows, digest) for path, (_, _, rows, digest) in kept],
-            )
             gone = [(path,) for path, blobs in pending.items() if blobs is None]
-            db.executemany("DELETE FROM entries WHERE path = ?", gone)
-            db.executemany("DELETE FROM rows WHERE path = ?", gone)
+            for table, at in (("entries", 0), ("rows", 2)):  # each a blob and its checksum (``_Blobs``)
+                rows = [(path, blobs[at], blobs[at + 1]) for path, blobs in kept]
+                db.executemany(f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?)", rows)
+                db.executemany(f"DELETE FROM {table} WHERE path = ?", gone)
 
         if self._transaction(write):
             self._wrote = True
@@ -443,11 +430,9 @@ class FileIndex:
             others = [p for p in self.path.parent.iterdir() if not p.name.startswith(f"{stamp.STAMP}.sqlite")]
         except OSError:
             return
-        for old in others:
-            try:  # another reader version's entries (or the layout before SQLite): never read again
+        for old in others:  # another reader version's entries (or the layout before SQLite): never read again
+            with contextlib.suppress(OSError):
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
-            except OSError:
-                continue
 
     def sides(self, kind: str, stamps: Mapping[str, Sequence[int] | None]) -> dict[str, bytes]:
         """What ``store_sides`` kept of ``kind`` for the files of ``stamps`` (path: [size, mtime_ns]) that
@@ -486,9 +471,7 @@ class FileIndex:
             for path, stamp_, data in items
         ]
         if rows and not self.failed:
-            self._transaction(
-                lambda db: db.executemany("INSERT OR REPLACE INTO side VALUES (?, ?, ?, ?, ?, ?)", rows)
-            )
+            self._transaction(lambda db: db.executemany(_SIDE_INSERT, rows))
             self._side_rows, self._side_ok = None, {}  # read again if asked again
 
     def close(self) -> None:
@@ -501,10 +484,6 @@ class FileIndex:
     def __len__(self) -> int:
         found = self._query("SELECT COUNT(*) FROM entries")
         return int(found[0][0]) if found and isinstance(found[0][0], int) else 0
-
-
-# A file's entry and rows as written: (entry, its checksum, rows, their checksum).
-_Blobs = tuple[bytes, bytes, bytes, bytes]
 
 
 def _blobs(fc: FileColumns, st: os.stat_result | None) -> _Blobs | None:
@@ -575,10 +554,7 @@ def _copy_intact(old: sqlite3.Connection, db: sqlite3.Connection) -> None:
     for path, kind, size, mtime_ns, data, digest in _every(old, "side", 6):
         kind = _text(kind)
         if kind is not None and _intact(data, _side_key(kind, path, size, mtime_ns), digest):
-            db.execute(
-                "INSERT OR REPLACE INTO side VALUES (?, ?, ?, ?, ?, ?)",
-                (path, kind, size, mtime_ns, data, digest),
-            )
+            db.execute(_SIDE_INSERT, (path, kind, size, mtime_ns, data, digest))
 
 
 def _every(old: sqlite3.Connection, table: str, width: int) -> Iterator[tuple[object, ...]]:
@@ -622,11 +598,14 @@ def _stamp_of(data: bytes) -> tuple[int, int] | None:
     return got.size, got.mtime_ns
 
 
-def _open(path: Path) -> sqlite3.Connection:
-    """A connection to the database at ``path`` (made when there is none), its commits unsynced."""
+def _open(path: Path, *, fresh: bool = False) -> sqlite3.Connection:
+    """A connection to the database at ``path`` (made when there is none), its commits unsynced; ``fresh``:
+    a new database, where there is none, laid out (``_LAYOUT``)."""
     db = sqlite3.connect(path, timeout=_LOCK_TIMEOUT_S, isolation_level=None)
     try:
         db.execute(_UNSYNCED)
+        if fresh:
+            _laid_out(db, create=True)
     except BaseException:
         db.close()
         raise
@@ -634,14 +613,7 @@ def _open(path: Path) -> sqlite3.Connection:
 
 
 def _fresh(path: Path) -> sqlite3.Connection:
-    """A new database at ``path``, where there is none, laid out (``_LAYOUT``)."""
-    db = _open(path)
-    try:
-        _laid_out(db, create=True)
-    except BaseException:
-        db.close()
-        raise
-    return db
+    return _open(path, fresh=True)
 
 
 def _close(db: sqlite3.Connection | None) -> None:
@@ -654,17 +626,15 @@ def _laid_out(db: sqlite3.Connection, *, create: bool) -> bool:
     """Whether ``db`` has this layout (``_LAYOUT``); with ``create``, it is given it (emptied first when it
     has another)."""
     (layout,) = db.execute("PRAGMA user_version").fetchone()
-    if layout == _LAYOUT:
-        return True
-    if not create:
-        return False
+    if layout == _LAYOUT or not create:
+        return bool(layout == _LAYOUT)
     db.execute("BEGIN IMMEDIATE")
     try:
         if db.execute("PRAGMA user_version").fetchone()[0] != _LAYOUT:  # not done by another run meanwhile
-            for table in ("entries", "rows", "side"):
+            for table in _TABLES:
                 db.execute(f"DROP TABLE IF EXISTS {table}")
-            for schema in (_SCHEMA, _ROWS_SCHEMA, _SIDE_SCHEMA):
-                db.execute(schema)
+            for table, columns in _TABLES.items():
+                db.execute(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
             db.execute(f"PRAGMA user_version = {_LAYOUT}")
         db.execute("COMMIT")
     except BaseException:
@@ -683,8 +653,6 @@ def clear(root: Path) -> int:
         folder = root / sub
         if not folder.exists():
             continue
-        for path in folder.rglob("*"):
-            if path.is_file():
-                freed += path.stat().st_size
+        freed += sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
         shutil.rmtree(folder, ignore_errors=True)
     return freed

@@ -9,8 +9,7 @@ Owns: sniffing the format from the bytes (never the extension), the JSONL replay
   appearance), including messages a rewind or a checkpoint later dropped: those requests were paid for.
 
 Must not: print, import polars/rich/typer, or guess at anything it cannot read (it raises
-``SessionFormatError`` naming the file and the fix).
-"""
+``SessionFormatError`` naming the file and the fix)."""
 
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ from ctxtool.session.utf8 import read_as_node
 Era = Literal["json", "jsonl"]
 
 _NOT_A_SESSION_FIX = "Pass only Gemini CLI session files (~/.gemini/tmp/<project>/chats/session-*.json[l])"
+_NOT_SPACE = re.compile(rb"\S")  # a byte that bytes.strip() keeps
 
 
 class SessionFile(msgspec.Struct):
@@ -70,8 +70,7 @@ def loads_like_node(data: bytes | memoryview) -> Any:
 
     Gemini CLI reads session files with ``fs.readFile(path, 'utf8')``, which replaces undecodable bytes;
     orjson rejects them, so a failed parse is retried on the bytes as Node reads them (``read_as_node``).
-    Raises orjson.JSONDecodeError (also past 1024 levels of nesting).
-    """
+    Raises orjson.JSONDecodeError (also past 1024 levels of nesting)."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -101,8 +100,7 @@ def read_session(path: Path | str) -> SessionFile:
 def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFile:
     """Parse the bytes of a session file; ``path`` is only used in messages and the result."""
     p = Path(path)
-    if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8) :]
+    data = data.removeprefix(codecs.BOM_UTF8)
     shape = sniff(data, p)
     sample, data = data, read_as_node(data)
     whole_error = None
@@ -118,25 +116,13 @@ def parse_session_bytes(data: bytes, path: Path | str = "<bytes>") -> SessionFil
             copies.add(mid)
         return message
 
-    replayed: Replayed[MessageRecord] = Replayed()
-    replayed.feed(
-        split_lines(data), lambda line: classify_record(loads_line(line)), _carry_tokens_dict, copied
-    )
-    replayed.finish(p, whole_error, sample)
-    session = SessionFile(
-        p,
-        "jsonl",
-        replayed.metadata,
-        list(replayed.live.values()),
-        list(replayed.billed.values()),
-        size=len(sample),
-        copies=frozenset(copies),
-    )
-    copy_line_counts(replayed, session)
+    r: Replayed[MessageRecord] = Replayed()
+    r.feed(split_lines(data), lambda line: classify_record(loads_line(line)), _carry_tokens_dict, copied)
+    r.finish(p, whole_error, sample)
+    live, billed = list(r.live.values()), list(r.billed.values())
+    session = SessionFile(p, "jsonl", r.metadata, live, billed, size=len(sample), copies=frozenset(copies))
+    copy_line_counts(r, session)
     return session
-
-
-_NOT_SPACE = re.compile(rb"\S")  # a byte that bytes.strip() keeps
 
 
 def sniff(data: bytes, p: Path) -> Literal["document", "lines"]:
@@ -145,8 +131,7 @@ def sniff(data: bytes, p: Path) -> Literal["document", "lines"]:
     Lines when the first line is a complete JSON object, unless that one line is the whole file and holds
     ``messages`` (a compact legacy document); otherwise a document. Only the first line is parsed here, so a
     large file is never parsed twice. A "document" whose parse fails is read as lines by the caller (a
-    truncated document then reports itself as such).
-    """
+    truncated document then reports itself as such)."""
     # Not data.strip(): that copies a whole file ending in a newline. A newline followed only by blank space
     # ends the one line.
     body = data.lstrip()
@@ -197,11 +182,9 @@ def _not_json(p: Path, data: bytes) -> SessionFormatError:
 
 def _from_document(p: Path, doc: dict[str, Any], size: int) -> SessionFile:
     raw = doc.get("messages")
-    messages: list[MessageRecord] = []
-    if raw is not None:
-        if not isinstance(raw, list):
-            raise SessionFormatError(p, "has a 'messages' field that is not a list", _NOT_A_SESSION_FIX)
-        messages = [cast(MessageRecord, m) for m in raw if isinstance(m, dict)]
+    if raw is not None and not isinstance(raw, list):
+        raise SessionFormatError(p, "has a 'messages' field that is not a list", _NOT_A_SESSION_FIX)
+    messages = [cast(MessageRecord, m) for m in raw or () if isinstance(m, dict)]
     metadata = {k: v for k, v in doc.items() if k != "messages"}
     # A legacy file is rewritten whole on every update, so a rewind leaves no trace: billed == live.
     return SessionFile(p, "json", metadata, messages, list(messages), size=size, lines=1)
@@ -210,11 +193,9 @@ def _from_document(p: Path, doc: dict[str, Any], size: int) -> SessionFile:
 # --- the JSONL replay, shared by every representation of a record -----------------------------------
 
 M = TypeVar("M")
-
-
-class BrokenLine(Exception):
-    """A line that is not valid JSON (a half-written last line, a stray edit)."""
-
+Line = TypeVar("Line", bytes, memoryview)  # a line of a JSONL file, copied or viewed in place
+# The bytes ``bytes.isspace`` counts as space: a line made only of them is blank.
+_SPACE = frozenset(b" \t\n\r\x0b\x0c")
 
 # What one line says, whatever parsed it:
 #   ("message", id, message) | ("rewind", target, None) | ("set", metadata, messages | None)
@@ -223,27 +204,18 @@ class BrokenLine(Exception):
 Event = tuple[str, Any, Any]
 
 # What a replay counts about a file's lines, kept under these names by every view of a file.
-LINE_COUNTS = (
-    "lines",
-    "blank_lines",
-    "broken_lines",
-    "first_broken_line",
-    "first_overlong_line",
-    "unknown_records",
-    "rewinds",
-    "checkpoints",
-)
+LINE_COUNTS: tuple[str, ...] = ("lines", "blank_lines", "broken_lines", "first_broken_line")
+LINE_COUNTS += ("first_overlong_line", "unknown_records", "rewinds", "checkpoints")
+
+
+class BrokenLine(Exception):
+    """A line that is not valid JSON (a half-written last line, a stray edit)."""
 
 
 def copy_line_counts(source: object, target: object) -> None:
     """Copy ``LINE_COUNTS`` from one view of a file (a replay, a session file, its columns) to another."""
     for name in LINE_COUNTS:
         setattr(target, name, getattr(source, name))
-
-
-Line = TypeVar("Line", bytes, memoryview)  # a line of a JSONL file, copied or viewed in place
-# The bytes ``bytes.isspace`` counts as space: a line made only of them is blank.
-_SPACE = frozenset(b" \t\n\r\x0b\x0c")
 
 
 class Replayed(msgspec.Struct, Generic[M]):
@@ -285,8 +257,7 @@ class Replayed(msgspec.Struct, Generic[M]):
         ``copied(message)`` marks a message first seen inside a checkpoint as a copy Gemini CLI made of
         history it rebuilt, never something the user typed then: Gemini CLI 0.61.0 gives the turns it keeps
         after a compression new ids (chatRecordingService.ts ``updateMessagesFromHistory`` calls
-        ``newMessage``), while typed prompts are always appended as message lines (``recordMessage``).
-        """
+        ``newMessage``), while typed prompts are always appended as message lines (``recordMessage``)."""
         live, billed = self.live, self.billed
 
         def bill(mid: str, message: M, checkpoint: bool = False) -> None:
@@ -346,13 +317,15 @@ class Replayed(msgspec.Struct, Generic[M]):
             return
         if self.records == 0:
             reason = _describe_broken(whole_error, sample)
-            raise SessionFormatError(p, reason, _fix_for(reason))
+            fix = _NOT_A_SESSION_FIX
+            if "truncated" in reason:
+                fix = "Re-run when Gemini CLI has finished writing it, or restore it from a backup"
+            raise SessionFormatError(p, reason, fix)
         raise SessionFormatError(p, "is JSON but not a Gemini CLI session", _NOT_A_SESSION_FIX)
 
 
 def _rewind(live: dict[str, Any], target: Any) -> None:
-    """``$rewindTo``: drop ``target`` and every message after it from ``live``; all of them when it is not
-    there."""
+    """``$rewindTo``: drop ``target`` and every message after it from ``live``; all when it is not there."""
     keys = list(live)
     try:
         index = keys.index(target)
@@ -470,8 +443,7 @@ def _carry_tokens_dict(previous: MessageRecord, message: MessageRecord) -> Messa
     copy keeps the first copy's timestamp.
 
     Gemini CLI rewrites messages without ``tokens``, ``model`` and ``toolCalls`` when it rebuilds history
-    (chatRecordingService.ts ``updateMessagesFromHistory`` @ 5411f113ca); the request was still made.
-    """
+    (chatRecordingService.ts ``updateMessagesFromHistory`` @ 5411f113ca); the request was still made."""
     first_time = previous.get("timestamp")
     if message.get("tokens") is not None or previous.get("tokens") is None:
         if first_time is None or message.get("timestamp") == first_time:
@@ -505,9 +477,3 @@ def _describe_broken(whole_error: str | None, data: bytes) -> str:
     if any(word in message for word in ("eof", "end of", "unexpected end", "truncated")):
         return "is a truncated JSON document (the file ends mid-record; was it still being written?)"
     return "is not JSON"
-
-
-def _fix_for(reason: str) -> str:
-    if "truncated" in reason:
-        return "Re-run when Gemini CLI has finished writing it, or restore it from a backup"
-    return _NOT_A_SESSION_FIX

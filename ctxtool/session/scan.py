@@ -2,8 +2,7 @@
 
 Owns: the process pool and its start method. Workers import only the reader and orjson. Must not import
 polars: the CLI starts the pool *before* polars is loaded, so workers can be forked cheaply and the parent
-can load polars and the price data while they parse (see ``read_files(..., while_waiting=...)``).
-"""
+can load polars and the price data while they parse (see ``read_files(..., while_waiting=...)``)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from ctxtool.session.columns import FileColumns, extract_file
-from ctxtool.session.discover import SessionPath
+from ctxtool.session.discover import SessionPath, stat_or_none
 
 if TYPE_CHECKING:
     import multiprocessing.context
@@ -51,6 +50,19 @@ class Errand(msgspec.Struct):
 # CPU alone against 0.35 s with a worker in about the same wall time; 50 MB 0.48 s against 0.44 s of wall
 # time). Without a memo of the day's prices the worker pays at any size (``Errand.repays_a_worker``).
 PARALLEL_MIN_BYTES = 40 * 1024 * 1024
+# A batch holds at most this many files: the parent decodes each batch's rows when it returns, the last on the
+# critical path. (With 128 rather than 64, the median cold run on the bench corpus was 8-21 ms quicker.)
+_BATCH_FILES = 128
+# The smallest batch, as a share of the whole scan's bytes per process: 1/64 of each process's share.
+_FLOOR_SHARE = 64
+# The size ``_widen`` asks for: the largest pipe a process may have without privileges on Linux
+# (``/proc/sys/fs/pipe-max-size``, 1 MiB by default).
+_PIPE_BYTES = 1 << 20
+# How often a scan waiting for its workers checks that one is still alive (``_Pooled._next_finished``).
+_LIVENESS_S = 2.0
+# A batch ``_read_beside`` hands to ``_Scan.take``: at least this share of the scan's bytes (or
+# ``_BATCH_FILES`` files), as the pool's are about (``_Carver``).
+_BESIDE_SHARE = 64
 
 
 def read_files(
@@ -94,17 +106,15 @@ def read_files(
         order = _adopted(scan, started) if started is not None and n_workers <= 2 else None
         if order is None and started is not None:
             started.stop()  # before the pool starts: its core is the pool's
-        if order is not None:
-            assert started is not None
-            if while_waiting:
-                while_waiting()
-            _read_beside(scan, started, order)
-        elif n_workers <= 1:
-            if while_waiting:
-                while_waiting()
-            scan.read_each()
-        else:
+        if order is None and n_workers > 1:
             _read_in_pool(scan, n_workers, while_waiting, errand)
+        else:
+            if while_waiting:
+                while_waiting()
+            if order is None or started is None:
+                scan.read_each()
+            else:
+                _read_beside(scan, started, order)
     finally:
         if started is not None:
             started.stop()
@@ -134,15 +144,9 @@ class _Scan:
         then: Callable[[FileColumns], object] | None = None,
     ) -> None:
         """Stat the files and, with an ``index``, take the results it holds (then close it: see below)."""
-        self.files, self.index, self.progress, self.arrived = files, index, progress, arrived
-        self.then = then
+        self.files, self.index, self.progress, self.arrived, self.then = files, index, progress, arrived, then
         self.extras: list[object] = [None] * len(files)  # what ``then`` made of each file read
-        self.stats: list[os.stat_result | None] = []
-        for sp in files:
-            try:
-                self.stats.append(os.stat(sp.path))
-            except OSError:
-                self.stats.append(None)
+        self.stats = [stat_or_none(sp.path) for sp in files]
         self.sizes = sizes = [st.st_size if st is not None else 0 for st in self.stats]
         self.total = sum(sizes)
         self.results: list[FileColumns | None] = [None] * len(files)
@@ -206,10 +210,8 @@ class _Scan:
             if stored is not None:
                 if i not in self.stored_early:
                     index.store(stored, self.stats[i])
-                if stored.resumed:
-                    index.resumed += 1
-                else:
-                    index.parsed += 1
+                index.resumed += stored.resumed
+                index.parsed += not stored.resumed
         index.save()
         index.close()
 
@@ -280,11 +282,6 @@ def _read_beside(scan: _Scan, started: Started, order: list[int]) -> None:
     hand_over(all_of_it=True)
 
 
-# A batch ``_read_beside`` hands to ``_Scan.take``: at least this share of the scan's bytes (or
-# ``_BATCH_FILES`` files), as the pool's are about (``_Carver``).
-_BESIDE_SHARE = 64
-
-
 def _worker_count(cost: dict[int, int], workers: int | None, errand: Errand | None) -> int:
     """How many processes read the files, this one included (1: no pool)."""
     cores = workers if workers is not None else (os.cpu_count() or 1)
@@ -312,10 +309,7 @@ def _read_in_pool(
     # A forkserver's workers are its children, not this process's (see interrupt.worker_init).
     parent = None if context.get_start_method() == "forkserver" else os.getpid()
     pool = ProcessPoolExecutor(
-        max_workers=n_workers - 1,
-        mp_context=context,
-        initializer=_init_worker,
-        initargs=(parent,),
+        max_workers=n_workers - 1, mp_context=context, initializer=_init_worker, initargs=(parent,)
     )
     _widen(pool)
     lone = errand if n_workers == 2 else None  # the errand, when one worker will do it
@@ -431,10 +425,6 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-# How often a scan waiting for its workers checks that one is still alive (``_Pooled._next_finished``).
-_LIVENESS_S = 2.0
-
-
 def _init_worker(parent: int | None) -> None:
     """A worker's start (``interrupt.worker_init``), without the cyclic garbage collector.
 
@@ -445,11 +435,6 @@ def _init_worker(parent: int | None) -> None:
 
     gc.disable()
     interrupt.worker_init(parent)
-
-
-# The size ``_widen`` asks for: the largest pipe a process may have without privileges on Linux
-# (``/proc/sys/fs/pipe-max-size``, 1 MiB by default).
-_PIPE_BYTES = 1 << 20
 
 
 def _widen(pool: ProcessPoolExecutor) -> None:
@@ -464,10 +449,8 @@ def _widen(pool: ProcessPoolExecutor) -> None:
         return  # (no fcntl module on Windows; no F_SETPIPE_SZ on macOS)
     import fcntl
 
-    with contextlib.suppress(AttributeError, OSError):
-        setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
-        if setsize is not None:
-            fcntl.fcntl(pool._result_queue._reader.fileno(), setsize, _PIPE_BYTES)  # type: ignore[attr-defined]
+    with contextlib.suppress(AttributeError, OSError):  # (AttributeError: no F_SETPIPE_SZ in this build)
+        fcntl.fcntl(pool._result_queue._reader.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)  # type: ignore[attr-defined]
 
 
 def _unblock(pool: ProcessPoolExecutor) -> None:
@@ -490,13 +473,6 @@ def _extract(
 ) -> list[tuple[FileColumns, object]]:
     files = [extract_file(sp, earlier) for sp, earlier in batch]
     return [(fc, None if then is None else then(fc)) for fc in files]
-
-
-# A batch holds at most this many files: the parent decodes each batch's rows when it returns, the last on the
-# critical path. (With 128 rather than 64, the median cold run on the bench corpus was 8-21 ms quicker.)
-_BATCH_FILES = 128
-# The smallest batch, as a share of the whole scan's bytes per process: 1/64 of each process's share.
-_FLOOR_SHARE = 64
 
 
 class _Carver:
@@ -540,8 +516,7 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     """fork while this process has no native thread pools (polars not loaded yet), else forkserver.
 
     Forking a process whose polars thread pool is running can deadlock the child; the forkserver starts
-    clean workers (which re-import the main module: scripts need the ``__main__`` guard).
-    """
+    clean workers (which re-import the main module: scripts need the ``__main__`` guard)."""
     import multiprocessing
 
     if sys.platform == "linux" and "polars" not in sys.modules:

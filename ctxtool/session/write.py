@@ -16,8 +16,7 @@ comes back with the same bytes.
 Writes go to a temporary file in the target's directory, fsynced and renamed over the target, so a reader
 never sees half a file; ``replace_checked`` also refuses when the target changed since it was read.
 
-Must not: import ``ctxtool.compress`` (the session layer sits below it), print, or decide where files go.
-"""
+Must not: import ``ctxtool.compress`` (the session layer sits below it), print, or decide where files go."""
 
 from __future__ import annotations
 
@@ -44,13 +43,15 @@ _MAX_SAFE_INTEGER = 2**53 - 1
 # Metadata keys Gemini CLI writes first, in its own order (ConversationRecord, chatRecordingTypes.ts).
 _HEAD_KEYS = ("sessionId", "projectHash", "startTime", "lastUpdated")
 _SCRATCHPAD_KEY = "memoryScratchpad"
+# Temporary files ctxtool writes carry this and the writing process's id in their name, so that a later run
+# can prove a leftover is its own (the name) and abandoned (no process of that id): see clean_stale_temps.
+TEMP_MARK = "ctxtool-tmp-"
+_TEMP_RE = re.compile(r"^\.(?P<name>.+)\." + re.escape(TEMP_MARK) + r"(?P<pid>\d+)-[A-Za-z0-9_]+\.tmp$")
 
 
 def js_number(x: float) -> str:
     """ECMAScript ``Number::toString`` as ``JSON.stringify`` prints a number (NaN and ±Infinity: null)."""
-    if math.isnan(x) or math.isinf(x):
-        return "null"
-    return js_number_to_string(x)
+    return js_number_to_string(x) if math.isfinite(x) else "null"
 
 
 def _js_ready(value: Any) -> Any:
@@ -95,8 +96,7 @@ def session_bytes(era: Era, metadata: Mapping[str, Any], messages: Sequence[Mapp
     """The canonical bytes of a session with ``metadata`` and ``messages`` in ``era``.
 
     ``.json``: ``messages`` follows the four standard keys present (sessionId, projectHash, startTime,
-    lastUpdated), then the other metadata keys in their order; this is where Gemini CLI's record has them.
-    """
+    lastUpdated), then the other metadata keys in their order; this is where Gemini CLI's record has them."""
     head = {k: v for k, v in metadata.items() if k != _SCRATCHPAD_KEY and k != "messages"}
     scratchpad = metadata.get(_SCRATCHPAD_KEY)
     if era == "jsonl":
@@ -122,8 +122,7 @@ class FileStamp:
 
     @classmethod
     def of_bytes(cls, data: bytes, path: Path) -> FileStamp:
-        st = path.stat()
-        return cls(len(data), st.st_mtime_ns, hashlib.sha256(data).hexdigest())
+        return cls(len(data), path.stat().st_mtime_ns, hashlib.sha256(data).hexdigest())
 
     @classmethod
     def of_file(cls, path: Path) -> FileStamp:
@@ -132,12 +131,6 @@ class FileStamp:
 
 class FileChangedError(CtxtoolError):
     """The file changed on disk between ctxtool reading it and replacing it."""
-
-
-# Temporary files ctxtool writes carry this and the writing process's id in their name, so that a later run
-# can prove a leftover is its own (the name) and abandoned (no process of that id): see clean_stale_temps.
-TEMP_MARK = "ctxtool-tmp-"
-_TEMP_RE = re.compile(r"^\.(?P<name>.+)\." + re.escape(TEMP_MARK) + r"(?P<pid>\d+)-[A-Za-z0-9_]+\.tmp$")
 
 
 def clean_stale_temps(directory: Path) -> list[Path]:
@@ -154,11 +147,9 @@ def clean_stale_temps(directory: Path) -> list[Path]:
         if found is None or _alive(int(found.group("pid"))):
             continue
         path = directory / name
-        try:
+        with contextlib.suppress(OSError):
             path.unlink()
-        except OSError:
-            continue
-        removed.append(path)
+            removed.append(path)
     return removed
 
 
@@ -208,8 +199,7 @@ def atomic_write(
     fsync and a rename.
 
     ``exclusive``: refuse (OutputError, as for any file that cannot be written) when ``path`` already
-    exists, instead of replacing it. ``like``: give the file that file's mode (see temp_beside).
-    """
+    exists, instead of replacing it. ``like``: give the file that file's mode (see temp_beside)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -223,27 +213,21 @@ def atomic_write(
             tmp.unlink()
         else:
             os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
-        raise OutputError(path, exc) from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise OutputError(path, exc) from exc
         raise
 
 
 def replace_checked(
-    path: Path,
-    data: bytes,
-    expected: FileStamp,
-    *,
-    before_replace: Callable[[], object] | None = None,
+    path: Path, data: bytes, expected: FileStamp, *, before_replace: Callable[[], object] | None = None
 ) -> None:
     """Replace ``path`` with ``data`` atomically, but only if it still matches ``expected``.
 
     The target's stamp is compared with ``expected`` after the temporary file is written, right before the
     rename; ``before_replace`` runs between the two (tests simulate a racing writer with it). A changed file
-    raises FileChangedError and is left untouched.
-    """
+    raises FileChangedError and is left untouched."""
     path = Path(path)
     fd, tmp = temp_beside(path.parent, path.name)
     try:

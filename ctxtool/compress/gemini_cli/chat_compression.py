@@ -14,8 +14,7 @@ lengths, slices, numbers and truthiness follow JavaScript through :mod:`ctxtool.
 
 This module does no I/O: budget truncation returns the tool outputs to save (path + text) and the caller
 writes them. The two model calls go through a :class:`~ctxtool.compress.summarizer.Summarizer`; everything
-else is deterministic.
-"""
+else is deterministic."""
 
 from __future__ import annotations
 
@@ -67,8 +66,7 @@ from ctxtool.measure.tokens import token_limit as _current_token_limit
 Part = dict[str, Any]
 Turn = dict[str, Any]  # HistoryTurn: {"id": str, "content": Content}
 
-# --------------------------------------------------------------------------------------------------
-# Constants (spec section 3)
+# ---- Constants (spec section 3) ------------------------------------------------------------------
 
 COMPRESSION_PRESERVE_THRESHOLD = 0.3  # context/chatCompressionService.ts:47
 COMPRESSION_FUNCTION_RESPONSE_TOKEN_BUDGET = 50_000  # context/chatCompressionService.ts:52
@@ -113,17 +111,13 @@ class CompressionStatus(IntEnum):
     CONTENT_TRUNCATED = 6
 
 
-# --------------------------------------------------------------------------------------------------
-# Small JS-faithful helpers
+# ---- Small JS-faithful helpers -------------------------------------------------------------------
 
 
 def _parts(content: Any) -> list[Any]:
     """``content.parts || []``."""
-    if isinstance(content, dict):
-        parts = content.get("parts")
-        if isinstance(parts, list):
-            return parts
-    return []
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return parts if isinstance(parts, list) else []
 
 
 def _get(obj: Any, key: str) -> Any:
@@ -149,8 +143,7 @@ def _check_fraction(fraction: float) -> None:
         raise ValueError("Fraction must be between 0 and 1")
 
 
-# --------------------------------------------------------------------------------------------------
-# Split point (spec section 5)
+# ---- Split point (spec section 5) ----------------------------------------------------------------
 
 
 def find_compress_split_point(
@@ -161,12 +154,10 @@ def find_compress_split_point(
     Index of the first plain user turn (no functionResponse) before which at least ``fraction`` of the
     total ``JSON.stringify`` length lies; everything when the history ends with a model turn without a
     functionCall; otherwise the last plain user turn. ``count_candidate_first`` reproduces the
-    853ae56e7e variant that added the candidate's own length before the check (section 5.2).
-    """
+    853ae56e7e variant that added the candidate's own length before the check (section 5.2)."""
     _check_fraction(fraction)
     counts = [json_length(c) for c in contents]
-    total = sum(counts)
-    target = total * fraction
+    target = sum(counts) * fraction
     last_split_point = 0
     cumulative = 0
     for i, content in enumerate(contents):
@@ -178,10 +169,9 @@ def find_compress_split_point(
             last_split_point = i
         if not count_candidate_first:
             cumulative += counts[i]
-    if contents:
-        last = contents[-1]
-        if _get(last, "role") == "model" and not _has_truthy(_parts(last), "functionCall"):
-            return len(contents)
+    last = contents[-1] if contents else None
+    if _get(last, "role") == "model" and not _has_truthy(_parts(last), "functionCall"):
+        return len(contents)
     return last_split_point
 
 
@@ -199,19 +189,15 @@ def legacy_split_point(history: Sequence[Content], fraction: float) -> int:
     user turns made only of functionResponse parts (the 2f1d6234de rule, section 5.3)."""
     idx = find_index_after_fraction(history, fraction)
     while idx < len(history):
-        content = history[idx]
-        role = _get(content, "role")
-        parts = _parts(content)
+        role, parts = _get(history[idx], "role"), _parts(history[idx])
         only_responses = bool(parts) and all(js_truthy(_get(p, "functionResponse")) for p in parts)
-        if role == "model" or (role == "user" and only_responses):
-            idx += 1
-        else:
+        if not (role == "model" or (role == "user" and only_responses)):
             break
+        idx += 1
     return idx
 
 
-# --------------------------------------------------------------------------------------------------
-# Token limits and the summarizer model (sections 2.3, 7.4, 9.6)
+# ---- Token limits and the summarizer model (sections 2.3, 7.4, 9.6) ------------------------------
 
 _LEGACY_LIMITS = {"gemini-1.5-pro": 2_097_152, "gemini-2.0-flash-preview-image-generation": 32_000}
 
@@ -220,9 +206,7 @@ def token_limit(model: str, *, legacy: bool = False) -> int:
     """``tokenLimit(model)`` (core/tokenLimits.ts); ``legacy``: the table before aa480e5fbb (2026-01-09).
 
     The current table is shared with the frames (``ctxtool.measure.tokens``)."""
-    if legacy:
-        return _LEGACY_LIMITS.get(model, DEFAULT_TOKEN_LIMIT)
-    return _current_token_limit(model)
+    return _LEGACY_LIMITS.get(model, DEFAULT_TOKEN_LIMIT) if legacy else _current_token_limit(model)
 
 
 _COMPRESSION_ALIASES: dict[str, str] = {
@@ -245,12 +229,10 @@ def model_to_compression_alias(model: str) -> str:
 
 def resolve_compression_alias(alias: str) -> str:
     """The concrete model a ``chat-compression-*`` alias resolves to; ValueError for an unknown alias."""
-    try:
-        return COMPRESSION_ALIAS_MODELS[alias]
-    except KeyError:
-        raise ValueError(
-            f"unknown compression alias {alias!r}; expected one of {', '.join(COMPRESSION_ALIAS_MODELS)}"
-        ) from None
+    if alias not in COMPRESSION_ALIAS_MODELS:
+        expected = ", ".join(COMPRESSION_ALIAS_MODELS)
+        raise ValueError(f"unknown compression alias {alias!r}; expected one of {expected}")
+    return COMPRESSION_ALIAS_MODELS[alias]
 
 
 def summarizer_model(model: str) -> str:
@@ -261,18 +243,15 @@ def summarizer_model(model: str) -> str:
 _AUTO_MODELS = {"auto-gemini-3": "gemini-3-pro-preview", "auto-gemini-2.5": "gemini-2.5-pro"}
 
 
-def _is_gemini2_model(model: str) -> bool:
-    return re.match(r"^gemini-2(\.|$)", model) is not None  # config/models.ts isGemini2Model
-
-
-def _supports_modern_features(model: str) -> bool:
+def _cleans_history(model: str) -> bool:
+    """``isGemini2Model(model) || supportsModernFeatures(model)`` (config/models.ts), the latter being
+    ``isGemini3Model || isCustomModel`` on the auto-resolved model."""
     resolved = _AUTO_MODELS.get(model, model)
     is_gemini3 = re.match(r"^gemini-3(\.|-|$)", resolved) is not None
-    return is_gemini3 or not resolved.startswith("gemini-")  # isGemini3Model || isCustomModel
+    return re.match(r"^gemini-2(\.|$)", model) is not None or is_gemini3 or not resolved.startswith("gemini-")
 
 
-# --------------------------------------------------------------------------------------------------
-# Tool output truncation formatters (section 13.1)
+# ---- Tool output truncation formatters (section 13.1) --------------------------------------------
 
 
 def format_truncated_tool_output(content: str, output_file: str, max_chars: int) -> str:
@@ -300,14 +279,11 @@ def format_truncated_tool_output_lines(
     n = len(lines)
     if n > 1:
         last = lines[-truncate_lines:] if truncate_lines > 0 else lines  # slice(-0) keeps all
-        wide = any(utf16_len(line) > MAX_TRUNCATED_LINE_WIDTH for line in last)
+        width = MAX_TRUNCATED_LINE_WIDTH
         shown = [
-            js_slice(line, 0, MAX_TRUNCATED_LINE_WIDTH) + "... [LINE WIDTH TRUNCATED]"
-            if utf16_len(line) > MAX_TRUNCATED_LINE_WIDTH
-            else line
-            for line in last
+            js_slice(s, 0, width) + "... [LINE WIDTH TRUNCATED]" if utf16_len(s) > width else s for s in last
         ]
-        note = " (some long lines truncated)" if wide else ""
+        note = " (some long lines truncated)" if any(utf16_len(s) > width for s in last) else ""
         return (
             f"Output too large. Showing the last {len(last)} of {n} lines{note}. "
             f"For full output see: {output_file}\n...\n" + "\n".join(shown)
@@ -328,8 +304,7 @@ def truncated_tool_output_filename(tool_name: str, truncation_id: int | str) -> 
     return f"{i}.txt" if i.startswith(t) else f"{t}_{i}.txt"
 
 
-# --------------------------------------------------------------------------------------------------
-# Reverse token budget (section 6)
+# ---- Reverse token budget (section 6) ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -353,11 +328,9 @@ def _response_text(response: Any) -> str:
     """The string truncateHistoryToBudget measures for a functionResponse.response."""
     if isinstance(response, str):
         return response
-    if isinstance(response, dict):
-        if isinstance(response.get("output"), str):
-            return str(response["output"])
-        if isinstance(response.get("content"), str):
-            return str(response["content"])
+    for key in ("output", "content"):
+        if isinstance(response, dict) and isinstance(response.get(key), str):
+            return str(response[key])
     return js_stringify(response, indent=2)
 
 
@@ -376,8 +349,7 @@ def truncate_history_to_budget(
     Walks newest to oldest, last part first, keeping function responses while their cumulative estimate
     stays within ``budget``; each one that would overflow is replaced by ``{output: placeholder}`` and
     listed in ``saved`` (path + text) for the caller to write. ``formatter`` is ``"head_tail"`` (HEAD)
-    or ``"lines"`` (before 28805a4b2d). The input is not modified.
-    """
+    or ``"lines"`` (before 28805a4b2d). The input is not modified."""
     counter = 0
     next_id = first_truncation_id
     saved: list[SavedToolOutput] = []
@@ -385,43 +357,35 @@ def truncate_history_to_budget(
     for content in reversed(history):
         new_parts: list[Any] = []
         for part in reversed(_parts(content)):
-            fr = _get(part, "functionResponse")
-            if not js_truthy(fr):
-                new_parts.append(part)
-                continue
+            fr = _get(part, "functionResponse")  # a dict is always truthy: no js_truthy needed
             text = _response_text(fr["response"]) if isinstance(fr, dict) and "response" in fr else None
             if text is None:
-                # JSON.stringify(undefined) is undefined: it estimates as `{}` (0 tokens) and writing it
-                # throws, so upstream keeps the original part.
+                # Not a function response, or JSON.stringify(undefined), which is undefined: it estimates as
+                # `{}` (0 tokens) and writing it throws, so upstream keeps the original part.
                 new_parts.append(part)
                 continue
             tokens = estimate_token_count([{"text": text}], estimator=estimator)
             if counter + tokens > budget:
                 name = _get(fr, "name")
                 tool_name = "unknown_tool" if name is None else js_template(name)
-                truncation_id = next_id
+                path = posixpath.join(tool_output_dir, truncated_tool_output_filename(tool_name, next_id))
+                saved.append(SavedToolOutput(path, text, tool_name, next_id))
                 next_id += 1
-                path = posixpath.join(
-                    tool_output_dir, truncated_tool_output_filename(tool_name, truncation_id)
-                )
                 if formatter == "lines":
                     message = format_truncated_tool_output_lines(text, path)
                 else:
                     message = format_truncated_tool_output(text, path, max_chars)
-                saved.append(SavedToolOutput(path, text, tool_name, truncation_id))
-                new_parts.append({"functionResponse": {**fr, "response": {"output": message}}})
-                counter += estimate_token_count([{"text": message}], estimator=estimator)
-            else:
-                counter += tokens
-                new_parts.append(part)
+                part = {"functionResponse": {**fr, "response": {"output": message}}}
+                tokens = estimate_token_count([{"text": message}], estimator=estimator)
+            counter += tokens
+            new_parts.append(part)
         new_parts.reverse()
         out.append({**content, "parts": new_parts} if isinstance(content, dict) else {"parts": new_parts})
     out.reverse()
     return BudgetTruncation(out, saved, next_id)
 
 
-# --------------------------------------------------------------------------------------------------
-# Session messages -> client history (section 11)
+# ---- Session messages -> client history (section 11) ---------------------------------------------
 
 
 def _ensure_part_array(content: Any) -> list[Any]:
@@ -473,8 +437,7 @@ def convert_session_to_client_history(messages: Sequence[dict[str, Any]]) -> lis
     """``convertSessionToClientHistory`` (utils/sessionUtils.ts, HEAD; section 11.2).
 
     Takes message records as stored on disk and returns ``[{"id", "content": {"role", "parts"}}]``. Parts
-    are deep copies, so later id synthesis never touches the caller's records.
-    """
+    are deep copies, so later id synthesis never touches the caller's records."""
     history: list[Turn] = []
     for msg in messages:
         kind = msg.get("type")
@@ -484,9 +447,8 @@ def convert_session_to_client_history(messages: Sequence[dict[str, Any]]) -> lis
         if kind == "user":
             if is_ignored_user_content(js_trim(part_list_union_to_string(msg_content))):
                 continue
-            history.append(
-                {"id": msg.get("id"), "content": {"role": "user", "parts": _ensure_part_array(msg_content)}}
-            )
+            parts = _ensure_part_array(msg_content)
+            history.append({"id": msg.get("id"), "content": {"role": "user", "parts": parts}})
         elif kind == "gemini":
             content_parts = _ensure_part_array(msg_content) if js_truthy(msg_content) else []
             tool_calls = msg.get("toolCalls")
@@ -494,18 +456,12 @@ def convert_session_to_client_history(messages: Sequence[dict[str, Any]]) -> lis
             if _has_truthy(content_parts, "functionCall") or _has_truthy(content_parts, "thought"):
                 model_parts = content_parts  # modern record: content is the source of truth
             else:
-                model_parts = []
                 thoughts = msg.get("thoughts")
-                for thought in thoughts if isinstance(thoughts, list) else []:
-                    model_parts.append(_thought_part(thought))
-                model_parts.extend(content_parts)
+                model_parts = [_thought_part(t) for t in (thoughts if isinstance(thoughts, list) else [])]
+                model_parts += content_parts
                 for tc in tool_calls:
-                    call = {
-                        k: copy.deepcopy(tc[k])
-                        for k in ("id", "name", "args")
-                        if isinstance(tc, dict) and k in tc
-                    }
-                    model_parts.append({"functionCall": call})
+                    keys = ("id", "name", "args") if isinstance(tc, dict) else ()
+                    model_parts.append({"functionCall": {k: copy.deepcopy(tc[k]) for k in keys if k in tc}})
             if not model_parts:
                 continue
             history.append({"id": msg.get("id"), "content": {"role": "model", "parts": model_parts}})
@@ -524,12 +480,8 @@ def convert_session_to_client_history(messages: Sequence[dict[str, Any]]) -> lis
                 else:
                     responses.append(result)
             if responses:
-                history.append(
-                    {
-                        "id": f"{js_template(msg.get('id'), missing='id' not in msg)}_response",
-                        "content": {"role": "user", "parts": responses},
-                    }
-                )
+                response_id = f"{js_template(msg.get('id'), missing='id' not in msg)}_response"
+                history.append({"id": response_id, "content": {"role": "user", "parts": responses}})
     return history
 
 
@@ -538,10 +490,8 @@ def _thought_part(thought: Any) -> Part:
     has_desc = isinstance(thought, dict) and "description" in thought
     description = _get(thought, "description")
     if js_truthy(subject):
-        return {
-            "text": f"**{js_template(subject)}** {js_template(description, missing=not has_desc)}",
-            "thought": True,
-        }
+        text = f"**{js_template(subject)}** {js_template(description, missing=not has_desc)}"
+        return {"text": text, "thought": True}
     return {"text": description, "thought": True} if has_desc else {"thought": True}
 
 
@@ -562,28 +512,24 @@ def ensure_stable_tool_ids(history: list[Turn]) -> None:
     for i, turn in enumerate(history):
         content = _get(turn, "content")
         turn_id = _get(turn, "id")
-        if _get(content, "role") == "model" and i + 1 < len(history):
-            next_content = _get(history[i + 1], "content")
-            if _get(next_content, "role") == "user":
-                calls: dict[str, list[tuple[dict[str, Any], int]]] = {}
-                for idx, part in enumerate(_parts(content)):
-                    fc = _get(part, "functionCall")
-                    if isinstance(fc, dict) and js_truthy(fc.get("name")):
-                        calls.setdefault(js_template(fc["name"]), []).append((fc, idx))
-                resps: dict[str, list[dict[str, Any]]] = {}
-                for part in _parts(next_content):
-                    fr = _get(part, "functionResponse")
-                    if isinstance(fr, dict) and js_truthy(fr.get("name")):
-                        resps.setdefault(js_template(fr["name"]), []).append(fr)
-                for name, call_list in calls.items():
-                    for (fc, idx), fr in zip(call_list, resps.get(name, []), strict=False):
-                        target = fc.get("id") if js_truthy(fc.get("id")) else None
-                        if target is None and js_truthy(fr.get("id")):
-                            target = fr["id"]
-                        if target is None:
-                            target = f"synth_{name}_{derive_stable_id([turn_id, str(i), str(idx)])}"
-                        fc["id"] = target
-                        fr["id"] = target
+        next_content = _get(history[i + 1], "content") if i + 1 < len(history) else None
+        if _get(content, "role") == "model" and _get(next_content, "role") == "user":
+            calls: dict[str, list[tuple[dict[str, Any], int]]] = {}
+            for idx, part in enumerate(_parts(content)):
+                fc = _get(part, "functionCall")
+                if isinstance(fc, dict) and js_truthy(fc.get("name")):
+                    calls.setdefault(js_template(fc["name"]), []).append((fc, idx))
+            resps: dict[str, list[dict[str, Any]]] = {}
+            for part in _parts(next_content):
+                fr = _get(part, "functionResponse")
+                if isinstance(fr, dict) and js_truthy(fr.get("name")):
+                    resps.setdefault(js_template(fr["name"]), []).append(fr)
+            for name, call_list in calls.items():
+                for (fc, idx), fr in zip(call_list, resps.get(name, []), strict=False):
+                    target = next((x for x in (fc.get("id"), fr.get("id")) if js_truthy(x)), None)
+                    if target is None:
+                        target = f"synth_{name}_{derive_stable_id([turn_id, str(i), str(idx)])}"
+                    fc["id"] = fr["id"] = target
         for part_idx, part in enumerate(_parts(content)):
             for key, prefix in (("functionCall", "synth"), ("functionResponse", "synth_orph")):
                 obj = _get(part, key)
@@ -592,8 +538,7 @@ def ensure_stable_tool_ids(history: list[Turn]) -> None:
                     obj["id"] = f"{prefix}_{name}_{derive_stable_id([turn_id, str(i), str(part_idx)])}"
 
 
-# --------------------------------------------------------------------------------------------------
-# Curated history (section 11.3)
+# ---- Curated history (section 11.3) --------------------------------------------------------------
 
 
 def is_valid_content(content: Content, *, head_rule: bool = True) -> bool:
@@ -678,23 +623,13 @@ def coalesce_consecutive_roles(turns: Sequence[Turn]) -> list[Turn]:
     out: list[Turn] = []
     for turn in turns:
         content = turn["content"]
-        last = out[-1] if out else None
-        role = _get(content, "role")
-        if (
-            last is not None
-            and js_truthy(last["content"].get("role"))
-            and last["content"].get("role") == role
-        ):
-            last_parts = last["content"].get("parts")
-            turn_parts = _get(content, "parts")
+        last_role = out[-1]["content"].get("role") if out else None
+        if js_truthy(last_role) and last_role == _get(content, "role"):
+            last = out[-1]
             merged = {k: v for k, v in last["content"].items() if k != "parts"}
-            if js_truthy(last_parts) or js_truthy(turn_parts):
-                merged_parts = [
-                    *(last_parts if isinstance(last_parts, list) else []),
-                    *(turn_parts if isinstance(turn_parts, list) else []),
-                ]
+            if js_truthy(last["content"].get("parts")) or js_truthy(_get(content, "parts")):
                 # {...last.content, parts} keeps `parts` where last.content had it
-                merged = {**last["content"], "parts": merged_parts}
+                merged = {**last["content"], "parts": [*_parts(last["content"]), *_parts(content)]}
             out[-1] = {"id": last["id"], "content": merged}
         else:
             out.append({"id": turn.get("id"), "content": dict(content) if isinstance(content, dict) else {}})
@@ -723,14 +658,11 @@ def synthesize_env_text(date: datetime | None = None, template: EnvTemplate = DE
 
 
 def first_timestamp(messages: Sequence[dict[str, Any]]) -> datetime | None:
-    for msg in messages:
-        ts = msg.get("timestamp")
-        if isinstance(ts, str):
-            try:
-                return datetime.fromisoformat(ts.replace("Z", "+00:00"))
-            except ValueError:
-                return None
-    return None
+    ts = next((m["timestamp"] for m in messages if isinstance(m.get("timestamp"), str)), None)
+    try:
+        return None if ts is None else datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 DEFAULT_CHAT_MODEL = DEFAULT_GEMINI_MODEL  # the chat model when a session names none (config/models.ts)
@@ -746,12 +678,11 @@ def session_to_curated_history(
     """Section 11.4 steps 2-3: convert the records, prepend the env turn, synthesise tool ids, curate.
 
     The env turn is the stored ``<session_context>`` user message when the session has one; otherwise
-    ``env_turn_text``, or a synthesised stand-in (``env_synthesized=True``).
-    """
+    ``env_turn_text``, or a synthesised stand-in (``env_synthesized=True``)."""
     prof = profile or PROFILES[DEFAULT_PROFILE]
     turns, env_turn, synthesized = _client_history(messages, env_turn_text)
     curated = extract_curated_history(turns, head_rule=prof.head_valid_content)
-    if prof.coalesce_curated and (_is_gemini2_model(model) or _supports_modern_features(model)):
+    if prof.coalesce_curated and _cleans_history(model):
         curated = coalesce_consecutive_roles(strip_thoughts(curated))
     return CuratedSession(curated, env_turn, synthesized)
 
@@ -762,14 +693,13 @@ def _client_history(
     """What a resumed chat holds: converted turns behind an env turn, with stable tool ids."""
     turns = convert_session_to_client_history(messages)
     stored = stored_env_index(messages)
-    synthesized = False
+    synthesized = stored is None and env_turn_text is None
     if stored is not None:
         env_parts = _ensure_part_array(copy.deepcopy(messages[stored].get("content")))
     elif env_turn_text is not None:
         env_parts = [{"text": env_turn_text}]
     else:
         env_parts = [{"text": synthesize_env_text(first_timestamp(messages))}]
-        synthesized = True
     env_turn: Turn = {"id": ENVIRONMENT_CONTEXT_ID, "content": {"role": "user", "parts": env_parts}}
     # getInitialChatHistory: prepend unless the first turn already is the env turn.
     if not turns or turns[0].get("id") != ENVIRONMENT_CONTEXT_ID:
@@ -781,9 +711,7 @@ def _client_history(
 def recorded_input(messages: Sequence[Mapping[str, Any]]) -> int | None:
     """``tokens.input`` of the newest gemini message that recorded one."""
     for msg in reversed(messages):
-        if msg.get("type") != "gemini":
-            continue
-        tokens = msg.get("tokens")
+        tokens = msg.get("tokens") if msg.get("type") == "gemini" else None
         if isinstance(tokens, dict) and isinstance(tokens.get("input"), int | float):
             return int(tokens["input"])
     return None
@@ -792,11 +720,10 @@ def recorded_input(messages: Sequence[Mapping[str, Any]]) -> int | None:
 def stored_env_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
     """Index of the stored ``<session_context>`` message (by its id, or its text), or None."""
     for i, msg in enumerate(messages):
-        if msg.get("type") != "user":
-            continue
-        if msg.get("id") == ENVIRONMENT_CONTEXT_ID:
-            return i
-        if js_trim(part_list_union_to_string(msg.get("content"))).startswith("<session_context>"):
+        if msg.get("type") == "user" and (
+            msg.get("id") == ENVIRONMENT_CONTEXT_ID
+            or js_trim(part_list_union_to_string(msg.get("content"))).startswith("<session_context>")
+        ):
             return i
     return None
 
@@ -816,8 +743,7 @@ def original_token_count(
     return estimate_token_count(_flatten_parts(t["content"] for t in turns), estimator=estimator)
 
 
-# --------------------------------------------------------------------------------------------------
-# The algorithm (section 4)
+# ---- The algorithm (section 4) -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -922,34 +848,24 @@ def _summarize(
         # policy chain, which may swap the model and with it the generationConfig (model_configs.py).
         chosen = compression_model(model, "gemini-api-key")
         alias, call_model, generation_config = chosen.alias, chosen.model, chosen.generation_config
-        on_vertex = compression_model(model, "vertex-ai")
-        extra["model_configs"] = True
-        extra["vertex_model"] = on_vertex.model
-        extra["vertex_generation_config"] = on_vertex.generation_config
+        vertex = compression_model(model, "vertex-ai")
+        extra |= {"model_configs": True, "vertex_model": vertex.model}
+        extra["vertex_generation_config"] = vertex.generation_config
     else:
         call_model = summarizer_model(model) if prof.compression_alias else model
-    if texts.system_prompt is not None:
-        prompt = texts.system_prompt
-    else:
+    prompt = texts.system_prompt
+    if prompt is None:
         prompt = ctxtool_compression_prompt() if prof.prompt_version == "v6" else SYSTEM_PROMPT_V4
     calls: list[ModelCall] = []
 
     def ask(kind: CallKind, turns: list[Content], call_id: str, anchored: bool, previous: str | None) -> str:
+        # kind, model, system_instruction, contents, history, anchored, previous_summary, prompt_id
+        head = (kind, call_model, prompt, [*history, *turns], list(history), anchored, previous, call_id)
         call = ModelCall(
-            kind=kind,
-            model=call_model,
-            system_instruction=prompt,
-            contents=[*history, *turns],
-            history=list(history),
-            anchored=anchored,
-            previous_summary=previous,
-            prompt_id=call_id,
-            generation_config=generation_config,
-            extra={"model_config_alias": alias, **extra},
+            *head, generation_config=generation_config, extra={"model_config_alias": alias, **extra}
         )
         calls.append(call)
-        answer = llm.generate(call)
-        return "" if answer is None else answer
+        return llm.generate(call) or ""
 
     if not prof.verification_probe:
         answer = ask("summary", [_text_content("user", LEGACY_INSTRUCTION)], pid, False, None)
@@ -1004,8 +920,7 @@ def compress(
     ``env_turn`` is the env-context Content a new chat would get, counted in the new token estimate.
     ``tool_output_dir`` is the directory truncated outputs would be written to. ``texts`` are the fixed
     texts sent and written (ctxtool's own wording, or an installed Gemini CLI's). Only the two summarizer
-    calls are non-deterministic; nothing is written. The phases follow upstream's order (section 4).
-    """
+    calls are non-deterministic; nothing is written. The phases follow upstream's order (section 4)."""
     prof = profile or PROFILES[DEFAULT_PROFILE]
     limit = token_limit(model, legacy=prof.legacy_token_limits)
     # (await config.getCompressionThreshold()) ?? default: a falsy setting (None, 0) falls back.
@@ -1033,13 +948,9 @@ def compress(
         count = estimate_token_count(_flatten_parts(budget.history), estimator=prof.estimator)
         if count >= original_token_count:
             return run.result(CompressionStatus.NOOP, original_token_count)
-        return run.result(
-            CompressionStatus.CONTENT_TRUNCATED,
-            count,
-            new_history=budget.history,
-            truncated_outputs=budget.saved,
-            next_truncation_id=budget.next_truncation_id,
-        )
+        truncated: dict[str, Any] = {"new_history": budget.history, "truncated_outputs": budget.saved}
+        truncated["next_truncation_id"] = budget.next_truncation_id
+        return run.result(CompressionStatus.CONTENT_TRUNCATED, count, **truncated)
     to_compress, fields = _split_history(curated, budget, run)
     if not to_compress and prof.noop_on_empty_split:
         kept = {k: fields[k] for k in ("split_index", "kept_history")}
@@ -1058,8 +969,7 @@ def compress(
     return run.result(CompressionStatus.COMPRESSED, new_count, new_history=extra, **outcome)
 
 
-# --------------------------------------------------------------------------------------------------
-# Tool output masking (section 13.2): what Gemini CLI 0.61 does to the history after compressing
+# ---- Tool output masking (section 13.2): what Gemini CLI 0.61 does to the history after compressing ----
 
 
 # context/toolOutputMaskingService.ts and config.ts defaults, Gemini CLI 0.61.0 (cc0107ed2). Code Assist
@@ -1094,10 +1004,8 @@ def plan_tool_output_masking(history: Sequence[Content]) -> MaskingPlan:
         parts = _parts(history[i])
         for j in range(len(parts) - 1, -1, -1):
             fr = _get(parts[j], "functionResponse")
-            if not js_truthy(fr) or _get(fr, "name") in MASKING_EXEMPT_TOOLS:
-                continue
-            response = _get(fr, "response")
-            if not js_truthy(response):
+            response = _get(fr, "response")  # None unless fr is a (truthy) object
+            if _get(fr, "name") in MASKING_EXEMPT_TOOLS or not js_truthy(response):
                 continue
             try:
                 shown = js_stringify(response, 2)

@@ -7,8 +7,7 @@ size moves the compression split, so a replay builds the same text from the sess
 ``.project_root`` file beside ``chats/``, or ``--workspace DIR``). Known differences, reported to the user:
 the date is today's in English (en-US), and the project memory (``GEMINI.md`` files, extensions) is left out.
 
-Reads the project folder (its structure and ignore files); writes nothing.
-"""
+Reads the project folder (its structure and ignore files); writes nothing."""
 
 from __future__ import annotations
 
@@ -38,11 +37,8 @@ def js_platform() -> str:
 
 def project_temp_dir(session_file: Path) -> str:
     """``storage.getProjectTempDir()`` for a session file under ``<tmp>/<project>/chats/``, else ""."""
-    absolute = Path(os.path.abspath(session_file))
-    for folder in absolute.parents:
-        if folder.name == "chats":
-            return str(folder.parent)
-    return ""
+    folders = Path(os.path.abspath(session_file)).parents
+    return next((str(folder.parent) for folder in folders if folder.name == "chats"), "")
 
 
 def recorded_project_root(session_file: Path) -> Path | None:

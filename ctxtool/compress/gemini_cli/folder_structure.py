@@ -17,8 +17,7 @@ Ignore matching uses ``pathspec``'s gitignore patterns, driven the way the npm `
 bundled in Gemini CLI) drives its rules; see :class:`_Rules` for the differences found and bridged.
 Entry order follows JavaScript ``localeCompare`` (ICU, en-US) through ``pyuca``; see :func:`locale_key`.
 
-This module reads the file system and nothing else; it never writes.
-"""
+This module reads the file system and nothing else; it never writes."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ GEMINI_IGNORE_FILE_NAME = ".geminiignore"  # config/constants.ts
 _LAST = "└───"
 _MIDDLE = "├───"
 
-# --------------------------------------------------------------------------------------------------
-# Ordering: JavaScript String.prototype.localeCompare
+# ---- Ordering: JavaScript String.prototype.localeCompare -----------------------------------------
 
 
 @functools.cache
@@ -68,13 +66,11 @@ def locale_key(name: str) -> tuple[tuple[int, ...], bytes]:
 
     Known differences: pyuca's newest table is Unicode 10 while Node 20 ships ICU with Unicode 15-17, so
     characters assigned since then get implicit weights here; CLDR root's few tailorings of the DUCET
-    (mostly outside the scripts used in file names) are not applied.
-    """
+    (mostly outside the scripts used in file names) are not applied."""
     return tuple(_collator().sort_key(name)), name.encode("utf-8", "surrogatepass")
 
 
-# --------------------------------------------------------------------------------------------------
-# The npm `ignore` package's rule semantics over pathspec's gitignore patterns
+# ---- The npm `ignore` package's rule semantics over pathspec's gitignore patterns ----------------
 
 
 class _InvalidIgnorePath(ValueError):
@@ -144,13 +140,8 @@ class _Rules:
     rules: list[_Rule] = field(default_factory=list)
 
     def add(self, patterns: Iterable[str] | _Rules) -> _Rules:
-        if isinstance(patterns, _Rules):
-            self.rules.extend(patterns.rules)
-        else:
-            for pattern in patterns:
-                rule = _rule(pattern)
-                if rule is not None:
-                    self.rules.append(rule)
+        rules = patterns.rules if isinstance(patterns, _Rules) else [_rule(p) for p in patterns]
+        self.rules.extend([rule for rule in rules if rule is not None])
         return self
 
     def copy(self) -> _Rules:
@@ -162,10 +153,8 @@ class _Rules:
         if _INVALID_PATH.search(path):
             raise _InvalidIgnorePath(f'path should be a `path.relative()`d string, but got "{path}"')
         slices = [s for s in path.split("/") if s]
-        for depth in range(1, len(slices)):
-            if self._test_one("/".join(slices[:depth]) + "/"):
-                return True
-        return self._test_one(path)
+        parents = ("/".join(slices[:depth]) + "/" for depth in range(1, len(slices)))
+        return any(self._test_one(parent) for parent in parents) or self._test_one(path)
 
     def _test_one(self, path: str) -> bool:
         for rule in reversed(self.rules):
@@ -175,8 +164,7 @@ class _Rules:
         return False
 
 
-# --------------------------------------------------------------------------------------------------
-# Paths
+# ---- Paths ---------------------------------------------------------------------------------------
 
 
 def get_normalized_relative_path(project_root: str, file_path: str, is_directory: bool) -> str | None:
@@ -186,16 +174,10 @@ def get_normalized_relative_path(project_root: str, file_path: str, is_directory
     absolute = os.path.normpath(os.path.join(project_root, file_path))
     if not _is_within_root(absolute, project_root):
         return None
-    normalized = os.path.relpath(absolute, project_root)
+    normalized = os.path.relpath(absolute, project_root)  # never starts with "/": no leading "/" to strip
     if normalized == ".":
-        normalized = ""
-    if is_directory and not normalized.endswith("/") and normalized != "":
-        normalized += "/"
-    if normalized == "":
         return "/" if is_directory else ""
-    if normalized.startswith("/") and normalized != "/":
-        normalized = normalized[1:]
-    return normalized
+    return normalized + "/" if is_directory and not normalized.endswith("/") else normalized
 
 
 def _is_within_root(path: str, root: str) -> bool:
@@ -230,8 +212,7 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-# --------------------------------------------------------------------------------------------------
-# Ignore files
+# ---- Ignore files --------------------------------------------------------------------------------
 
 
 class GitIgnoreParser:
@@ -239,8 +220,7 @@ class GitIgnoreParser:
 
     ``.git`` always, then ``.git/info/exclude``, then the ``.gitignore`` of every folder from the root down to
     the path's parent (to the path itself for a folder), each rewritten to be anchored at its folder, then the
-    extra patterns (``.geminiignore``'s); loading stops below a folder those rules already ignore.
-    """
+    extra patterns (``.geminiignore``'s); loading stops below a folder those rules already ignore."""
 
     def __init__(self, project_root: str, extra_patterns: Sequence[str] | None = None) -> None:
         self.project_root = os.path.abspath(project_root)
@@ -266,22 +246,15 @@ class GitIgnoreParser:
             p = raw.lstrip(JS_WHITESPACE)  # trimStart: a byte-order mark goes too
             if p == "" or p.startswith("#"):
                 continue
-            negative = p.startswith("!")
-            if negative:
-                p = p[1:]
-            anchored = p.startswith("/")
-            if anchored:
-                p = p[1:]
+            negative, p = p.startswith("!"), p.removeprefix("!")
+            anchored, p = p.startswith("/"), p.removeprefix("/")
             if p == "":
                 continue
             new = p
-            if relative_base_dir and relative_base_dir != ".":
-                if not anchored and "/" not in p:
-                    new = _posix_join("**", p)
-                new = _posix_join(relative_base_dir, new)
-                if not new.startswith("/"):
-                    new = "/" + new
-            if anchored and not new.startswith("/"):
+            nested = bool(relative_base_dir) and relative_base_dir != "."
+            if nested:
+                new = _posix_join(relative_base_dir, p if anchored or "/" in p else _posix_join("**", p))
+            if (nested or anchored) and not new.startswith("/"):
                 new = "/" + new
             out.append("!" + new if negative else new)
         return out
@@ -296,12 +269,8 @@ class GitIgnoreParser:
                 exclude = os.path.join(self.project_root, ".git", "info", "exclude")
                 self.global_patterns = self.load_patterns_for_file(exclude)
             ig.add(self.global_patterns)
-            current = self.project_root
-            dirs_to_visit = [current]
-            for part in normalized.split("/")[:-1]:
-                current = os.path.join(current, part)
-                dirs_to_visit.append(current)
-            for folder in dirs_to_visit:
+            parts = normalized.split("/")[:-1]
+            for folder in (os.path.join(self.project_root, *parts[:k]) for k in range(len(parts) + 1)):
                 if os.path.relpath(folder, self.project_root) != ".":
                     parent_relative = get_normalized_relative_path(self.project_root, folder, True)
                     current_ig = ig.copy().add(self.processed_extra_patterns)
@@ -339,10 +308,8 @@ class IgnoreFileParser:
         return [p for p in lines if p and not p.startswith("#")]
 
     def is_ignored(self, file_path: str, is_directory: bool) -> bool:
-        if not self.patterns:
-            return False
         normalized = get_normalized_relative_path(self.project_root, file_path, is_directory)
-        if normalized is None or normalized in ("", "/"):
+        if not self.patterns or normalized is None or normalized in ("", "/"):
             return False
         return self.ig.ignores(normalized)  # an invalid path raises, as upstream (no try here)
 
@@ -351,19 +318,15 @@ class FileDiscoveryService:
     """``FileDiscoveryService`` (services/fileDiscoveryService.ts), Gemini CLI 0.61.0 (cc0107ed2), with
     both ``respect*`` options true: the combined filter decides alone.
 
-    ``_shouldIgnore``'s symlink branch is not ported: the folder structure skips symlinks before asking.
-    """
+    ``_shouldIgnore``'s symlink branch is not ported: the folder structure skips symlinks before asking."""
 
     def __init__(self, project_root: str) -> None:
         self.project_root = os.path.abspath(project_root)
-        gemini_patterns = IgnoreFileParser.parse_ignore_file(
+        patterns = IgnoreFileParser.parse_ignore_file(
             os.path.join(self.project_root, GEMINI_IGNORE_FILE_NAME)
         )
-        self.combined_ignore_filter: GitIgnoreParser | IgnoreFileParser
-        if is_git_repository(self.project_root):
-            self.combined_ignore_filter = GitIgnoreParser(self.project_root, gemini_patterns)
-        else:
-            self.combined_ignore_filter = IgnoreFileParser(self.project_root, gemini_patterns)
+        parser = GitIgnoreParser if is_git_repository(self.project_root) else IgnoreFileParser
+        self.combined_ignore_filter: GitIgnoreParser | IgnoreFileParser = parser(self.project_root, patterns)
 
     def should_ignore_file(self, file_path: str) -> bool:
         return self.combined_ignore_filter.is_ignored(file_path, False)
@@ -372,8 +335,7 @@ class FileDiscoveryService:
         return self.combined_ignore_filter.is_ignored(dir_path, True)
 
 
-# --------------------------------------------------------------------------------------------------
-# The folder structure
+# ---- The folder structure ------------------------------------------------------------------------
 
 
 @dataclass
@@ -414,8 +376,7 @@ def _read_dir(path: str) -> list[tuple[str, bool, bool]]:
         entries = [
             (_js_name(e.name), e.is_file(follow_symlinks=False), e.is_dir(follow_symlinks=False)) for e in it
         ]
-    entries.sort(key=lambda e: locale_key(e[0]))
-    return entries
+    return sorted(entries, key=lambda e: locale_key(e[0]))
 
 
 def read_full_structure(
@@ -444,9 +405,7 @@ def read_full_structure(
             code = errno.errorcode.get(exc.errno or 0, "UNKNOWN")
             message = _UV_MESSAGES.get(exc.errno or 0) or (exc.strerror or "unknown error").lower()
             raise _NodeError(f"{code}: {message}, scandir '{current}'") from exc
-        for name, is_file, _ in entries:
-            if not is_file:
-                continue
+        for name in (name for name, is_file, _ in entries if is_file):
             if count >= max_items:
                 folder.has_more_files = True
                 break
@@ -454,9 +413,7 @@ def read_full_structure(
                 continue
             folder.files.append(name)
             count += 1
-        for name, _, is_dir in entries:
-            if not is_dir:
-                continue
+        for name in (name for name, _, is_dir in entries if is_dir):
             if count >= max_items:
                 folder.has_more_subfolders = True
                 break
@@ -494,9 +451,8 @@ def format_structure(
 
 
 def _is_truncated(node: _Folder) -> bool:
-    if node.has_more_files or node.has_more_subfolders or node.is_ignored:
-        return True
-    return any(_is_truncated(sub) for sub in node.sub_folders)
+    flags = node.has_more_files or node.has_more_subfolders or node.is_ignored
+    return flags or any(_is_truncated(sub) for sub in node.sub_folders)
 
 
 def folder_structure(directory: str, *, max_items: int = MAX_ITEMS, project_root: str | None = None) -> str:
@@ -504,8 +460,7 @@ def folder_structure(directory: str, *, max_items: int = MAX_ITEMS, project_root
     ``directory`` as Gemini CLI's environment context shows it.
 
     ``project_root`` is the folder Gemini CLI's file discovery service was made for (its working directory;
-    by default ``directory``): ignore files are read from there, and paths outside it are never ignored.
-    """
+    by default ``directory``): ignore files are read from there, and paths outside it are never ignored."""
     resolved = os.path.abspath(directory)
     try:
         service = FileDiscoveryService(project_root if project_root is not None else resolved)
@@ -529,8 +484,7 @@ def directory_context(directories: list[str]) -> str:
     """``getDirectoryContextString`` (utils/environmentContext.ts), Gemini CLI 0.61.0 (cc0107ed2).
 
     ``directories`` are the workspace folders as Gemini CLI lists them, its working directory first; every
-    tree is filtered by the ignore files of that first folder, as upstream's one file service does.
-    """
+    tree is filtered by the ignore files of that first folder, as upstream's one file service does."""
     root = directories[0] if directories else None
     trees = "\n".join(folder_structure(d, project_root=root) for d in directories)
     listed = "\n".join(f"  - {d}" for d in directories)

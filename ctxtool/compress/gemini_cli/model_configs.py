@@ -15,8 +15,7 @@ Everything here is read from Gemini CLI 0.61.0 (npm ``@google/gemini-cli@0.61.0`
 real Gemini CLI on the API-key backend for several chat models.
 
 Pure: no I/O, standard library only. The experimental dynamic model configuration (off by default in 0.61)
-and Code Assist (OAuth) experiment flags are not modelled.
-"""
+and Code Assist (OAuth) experiment flags are not modelled."""
 
 from __future__ import annotations
 
@@ -66,14 +65,10 @@ def launch_flags(backend: Backend) -> LaunchFlags:
     ForAuthType``); only the API-key backend uses the custom-tools model, and only Vertex AI moves the
     preview Flash name to the latest Flash (``hasLatestFlashGAAccess``)."""
     api_key = backend == "gemini-api-key"
+    preview_flash = _INITIAL_PREVIEW_FLASH if api_key else LATEST_GEMINI_FLASH_MODEL
+    # use_gemini_3_1, use_custom_tools, latest_flash, latest_flash_lite, preview_flash, default_flash(_lite)
     return LaunchFlags(
-        use_gemini_3_1=True,
-        use_custom_tools=api_key,
-        latest_flash=True,
-        latest_flash_lite=True,
-        preview_flash=_INITIAL_PREVIEW_FLASH if api_key else LATEST_GEMINI_FLASH_MODEL,
-        default_flash=LATEST_GEMINI_FLASH_MODEL,
-        default_flash_lite=LATEST_GEMINI_FLASH_LITE_MODEL,
+        True, api_key, True, True, preview_flash, LATEST_GEMINI_FLASH_MODEL, LATEST_GEMINI_FLASH_LITE_MODEL
     )
 
 
@@ -81,37 +76,15 @@ def model_config_alias(model: str, flags: LaunchFlags) -> str:
     """``modelStringToModelConfigAlias`` (context/chatCompressionService.ts, 0.61.0)."""
     if model in (PREVIEW_GEMINI_MODEL, PREVIEW_GEMINI_3_1_MODEL):
         return "chat-compression-3-pro"
-    if model in (
-        flags.preview_flash,
-        BASE_GEMINI_FLASH_MODEL,
-        LATEST_GEMINI_FLASH_MODEL,
-        LEGACY_CCPA_FLASH_MODEL,
-    ):
+    flash = (flags.preview_flash, BASE_GEMINI_FLASH_MODEL, LATEST_GEMINI_FLASH_MODEL, LEGACY_CCPA_FLASH_MODEL)
+    if model in flash:
         return "chat-compression-3-flash"
     lite = (PREVIEW_GEMINI_FLASH_LITE_MODEL, BASE_GEMINI_FLASH_LITE_MODEL, flags.default_flash_lite)
     if model in (*lite, LATEST_GEMINI_FLASH_LITE_MODEL):
         return "chat-compression-3.1-flash-lite"
-    if model == "gemini-2.5-flash-lite":
-        return "chat-compression-2.5-flash-lite"
-    if model == DEFAULT_GEMINI_MODEL:
-        return "chat-compression-2.5-pro"
-    if model == "gemini-2.5-flash":
-        return "chat-compression-2.5-flash"
+    if model in ("gemini-2.5-flash-lite", DEFAULT_GEMINI_MODEL, "gemini-2.5-flash"):
+        return "chat-compression-" + model.removeprefix("gemini-")  # 2.5-flash-lite, 2.5-pro, 2.5-flash
     return "chat-compression-default"
-
-
-def _promotable_flash(model: str, flags: LaunchFlags) -> bool:
-    return model in (
-        flags.default_flash,
-        flags.preview_flash,
-        BASE_GEMINI_FLASH_MODEL,
-        LEGACY_CCPA_FLASH_MODEL,
-        _ALIAS_FLASH,
-    )
-
-
-def _promotable_flash_lite(model: str, flags: LaunchFlags) -> bool:
-    return model in (flags.default_flash_lite, BASE_GEMINI_FLASH_LITE_MODEL, _ALIAS_FLASH_LITE)
 
 
 def resolve_model(requested: str, flags: LaunchFlags, *, use_custom_tools: bool | None = None) -> str:
@@ -134,9 +107,11 @@ def resolve_model(requested: str, flags: LaunchFlags, *, use_custom_tools: bool 
         resolved = model
     if resolved == "none":
         return lite
-    if flags.latest_flash and _promotable_flash(resolved, flags) and model != flags.preview_flash:
+    flash = (flags.default_flash, flags.preview_flash, BASE_GEMINI_FLASH_MODEL, LEGACY_CCPA_FLASH_MODEL)
+    if flags.latest_flash and resolved in (*flash, _ALIAS_FLASH) and model != flags.preview_flash:
         return LATEST_GEMINI_FLASH_MODEL
-    if flags.latest_flash_lite and _promotable_flash_lite(resolved, flags):
+    flash_lite = (flags.default_flash_lite, BASE_GEMINI_FLASH_LITE_MODEL, _ALIAS_FLASH_LITE)
+    if flags.latest_flash_lite and resolved in flash_lite:
         return LATEST_GEMINI_FLASH_LITE_MODEL
     return resolved
 
@@ -149,16 +124,13 @@ def _is_gemini3(model: str, flags: LaunchFlags) -> bool:
     return re.match(r"^gemini-3(\.|-|$)", resolve_model(model, defaults)) is not None
 
 
-def _is_auto(model: str) -> bool:
-    return model in (PREVIEW_GEMINI_MODEL_AUTO, DEFAULT_GEMINI_MODEL_AUTO, _ALIAS_AUTO)
-
-
 def policy_chain(preferred: str, configured: str, flags: LaunchFlags) -> list[str]:
     """The models of ``resolvePolicyChain(config, preferred)`` (availability/policyHelpers.ts, 0.61.0) in
     order, after ``applyDynamicSlicing``; ``configured`` is the chat model (``config.getModel()``)."""
     resolved = resolve_model(preferred, flags)
     originally_3 = _is_gemini3(preferred, flags)
-    auto_preferred, auto_configured = _is_auto(preferred), _is_auto(configured)
+    autos = (PREVIEW_GEMINI_MODEL_AUTO, DEFAULT_GEMINI_MODEL_AUTO, _ALIAS_AUTO)
+    auto_preferred, auto_configured = preferred in autos, configured in autos
     wraps = auto_preferred or auto_configured or originally_3
     if resolved == flags.default_flash_lite:  # getFlashLitePolicyChain
         chain = [flags.default_flash_lite, flags.default_flash, DEFAULT_GEMINI_MODEL]

@@ -6,8 +6,7 @@ name, so a new era is a new table row. Dates and commits come from spec/gemini-c
 profile describes the state at its ``since`` commit; smaller changes inside a range are named in
 ``description``.
 
-No I/O, no imports beyond the standard library and ctxtool.common.errors.
-"""
+No I/O, no imports beyond the standard library and ctxtool.common.errors."""
 
 from __future__ import annotations
 
@@ -166,9 +165,7 @@ def _eras(head: Profile, undone: Iterable[dict[str, Any]]) -> tuple[Profile, ...
     return tuple(eras)  # oldest first
 
 
-_ALL = _eras(_HEAD, _UNDONE)
-
-PROFILES: dict[str, Profile] = {p.name: p for p in _ALL}
+PROFILES: dict[str, Profile] = {p.name: p for p in _eras(_HEAD, _UNDONE)}
 DEFAULT_PROFILE = _HEAD.name
 
 

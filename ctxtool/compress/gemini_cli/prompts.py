@@ -7,11 +7,11 @@ with ``overall_goal``, ``active_constraints``, ``key_knowledge``, ``artifact_tra
 replay that must match Gemini CLI to the byte therefore reads the prompt from an installed Gemini CLI
 (:func:`find_gemini_cli_prompt`) or from a file the user saved (:func:`load_prompt_file`).
 
-This module reads files and may run ``npm root -g``; it imports nothing heavy and never calls a model.
-"""
+This module reads files and may run ``npm root -g``; it imports nothing heavy and never calls a model."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -104,8 +104,7 @@ def ctxtool_compression_prompt(approved_plan_path: str | None = None) -> str:
     """ctxtool's compression system prompt, with the plan block when an approved plan exists.
 
     The block sits where Gemini CLI puts its own (spec §9.1.3): after the goal section and before the
-    structure, and only when the path is non-empty (upstream tests the path's truthiness).
-    """
+    structure, and only when the path is non-empty (upstream tests the path's truthiness)."""
     if not approved_plan_path:
         return CTXTOOL_COMPRESSION_PROMPT
     return _PROMPT_HEAD + _PLAN_BLOCK.format(path=approved_plan_path) + _PROMPT_TAIL
@@ -115,8 +114,7 @@ def load_prompt_file(path: Path | str) -> str:
     """Read a system prompt the user saved, as UTF-8, trimmed the way Gemini CLI trims its own.
 
     Upstream trims every compression prompt (``.trim()`` on the template), so a saved copy of it ends
-    up identical even when the editor added a final newline. A leading byte-order mark is dropped.
-    """
+    up identical even when the editor added a final newline. A leading byte-order mark is dropped."""
     p = Path(path).expanduser()
     fix = "Pass --prompt-file a UTF-8 text file that holds the system prompt"
     try:
@@ -147,8 +145,7 @@ class FoundPrompt:
     package_version: str | None
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Locating an installed Gemini CLI
+# ---- Locating an installed Gemini CLI --------------------------------------------------------------------
 
 
 _PACKAGES = ("@google/gemini-cli", "@google/gemini-cli-core")
@@ -203,11 +200,7 @@ def _node_modules_roots(env: Mapping[str, str]) -> Iterator[Path]:
     yield from _SYSTEM_ROOTS
 
 
-_SYSTEM_ROOTS = (
-    Path("/usr/local/lib/node_modules"),
-    Path("/usr/lib/node_modules"),
-    Path("/opt/homebrew/lib/node_modules"),
-)
+_SYSTEM_ROOTS = tuple(Path(f"{p}/lib/node_modules") for p in ("/usr/local", "/usr", "/opt/homebrew"))
 
 
 def _version_key(name: str) -> tuple[int, ...]:
@@ -215,8 +208,7 @@ def _version_key(name: str) -> tuple[int, ...]:
 
 
 def _package_dirs(root: Path) -> Iterator[Path]:
-    for pkg in _PACKAGES:
-        yield root / pkg
+    yield from (root / pkg for pkg in _PACKAGES)
     # An unbundled CLI keeps its core package as a dependency.
     yield root / "@google" / "gemini-cli" / "node_modules" / "@google" / "gemini-cli-core"
 
@@ -230,12 +222,9 @@ def _package_version(pkg: Path) -> str | None:
 
 
 def _js_files(pkg: Path) -> Iterator[Path]:
-    seen: set[Path] = set()
-    for rel in _PREFERRED_FILES:
-        f = pkg / rel
-        if f.is_file():
-            seen.add(f)
-            yield f
+    preferred = [pkg / rel for rel in _PREFERRED_FILES if (pkg / rel).is_file()]
+    yield from preferred
+    seen = set(preferred)
     count = 0
     for dirpath, dirnames, filenames in os.walk(pkg):
         dirnames[:] = sorted(d for d in dirnames if d != "node_modules" and not d.startswith("."))
@@ -256,8 +245,7 @@ def find_gemini_cli_prompt(env: Mapping[str, str] | None = None) -> FoundPrompt:
     ``~/.npm-global``, ``~/.local``, nvm's Node versions, ``/usr/local/lib``, ``/usr/lib`` and
     ``/opt/homebrew/lib``. The prompt is the one for a session without an approved plan: any
     ``${...}`` in the template that is not a plain string literal evaluates to the empty string, which
-    is what upstream's plan block does when there is no plan.
-    """
+    is what upstream's plan block does when there is no plan."""
     env = os.environ if env is None else env
     searched: list[str] = []  # one entry per place, for the error message
     candidates: list[Path] = []  # package directories, in search order
@@ -276,11 +264,9 @@ def find_gemini_cli_prompt(env: Mapping[str, str] | None = None) -> FoundPrompt:
             searched.append(str(root))
         candidates.extend(_package_dirs(root))
 
-    seen: set[Path] = set()
-    for pkg in candidates:
-        if pkg in seen or not pkg.is_dir():
+    for pkg in dict.fromkeys(candidates):  # each once, in search order
+        if not pkg.is_dir():
             continue
-        seen.add(pkg)
         version = _package_version(pkg)
         for js in _js_files(pkg):
             found = _extract_from_file(js, version)
@@ -294,8 +280,7 @@ def find_gemini_cli_prompt(env: Mapping[str, str] | None = None) -> FoundPrompt:
     )
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Extracting the template literal
+# ---- Extracting the template literal ---------------------------------------------------------------------
 
 
 # Every mention of the prompt builder's name; _function_body decides which are definitions. Covers
@@ -336,10 +321,8 @@ def _after_parens(source: str, i: int) -> int:
     """Index of the first non-space after the ``(...)`` at i; len(source) when source[i] is not ``(`` or it
     does not close."""
     if source.startswith("(", i):
-        try:
+        with contextlib.suppress(_JsScanError):
             return _skip_ws(source, _closing(source, i + 1, "(", ")") + 1)
-        except _JsScanError:
-            pass
     return len(source)
 
 
@@ -407,12 +390,10 @@ def _prompt_in_function(source: str, name_start: int, name_end: int) -> str | No
         if parsed is not None and _looks_like_prompt(parsed[0]):
             return _finish(parsed[0], source, parsed[1])
         return None
-    try:
+    with contextlib.suppress(_JsScanError):
         for cooked, _, end in _literals(source, body, len(source), block=True):
             if _looks_like_prompt(cooked):
                 return _finish(cooked, source, end)
-    except _JsScanError:
-        return None
     return None
 
 
@@ -501,11 +482,10 @@ def _read_template(source: str, start: int, expressions: list[str] | None = None
     Substitutions that are a single string literal keep its value; every other ``${...}`` becomes the
     empty string (see :func:`find_gemini_cli_prompt`). With ``expressions``, each ``${...}`` is instead
     appended there (its source text) and marked in the text by ``_SUBST``. Returns None when the text does
-    not parse.
-    """
+    not parse."""
     out: list[str] = []
     i = start + 1
-    try:
+    with contextlib.suppress(_JsScanError):
         while i < len(source):
             c = source[i]
             if c == "`":
@@ -525,8 +505,6 @@ def _read_template(source: str, start: int, expressions: list[str] | None = None
             else:
                 text, i = c, i + 1
             out.append(text)
-    except _JsScanError:
-        pass
     return None
 
 
@@ -537,11 +515,9 @@ _SUBST = "\uf8ff"
 
 def _literal_value(expr: str) -> str:
     e = expr.strip()
-    try:
+    with contextlib.suppress(_JsScanError):
         if e[:1] in ("'", '"') and _skip_string(e, 0) == len(e):
             return _cook_string_body(e[1:-1])
-    except _JsScanError:
-        pass
     return ""
 
 
@@ -597,8 +573,7 @@ def _code_point(hex_digits: str, exact: int | None = None) -> str:
     return chr(value)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Every other text of a compression, read from the same installed Gemini CLI
+# ---- Every other text of a compression, read from the same installed Gemini CLI --------------------------
 
 
 def find_gemini_cli_texts(env: Mapping[str, str] | None = None) -> CompressionTexts:
@@ -610,8 +585,7 @@ def find_gemini_cli_texts(env: Mapping[str, str] | None = None) -> CompressionTe
     They are found by the code's shape, not by their wording: the anchors are the two string branches of
     the ternary that both mention ``<state_snapshot>``; the instruction is the next template made of one
     substitution and text mentioning ``<state_snapshot>``; the probe the next string that mentions it; the
-    acknowledgement the string literal of the next ``{role: "model", parts: [{text: "..."}]}``.
-    """
+    acknowledgement the string literal of the next ``{role: "model", parts: [{text: "..."}]}``."""
     prompt = find_gemini_cli_prompt(env)
     turns: dict[str, str] | None = None
     template: EnvTemplate | None = None
@@ -659,7 +633,7 @@ def _compression_turns(source: str) -> dict[str, str] | None:
             continue
         stop = min(len(source), m.end() + _WINDOW)
         instruction: str | None = None
-        try:
+        with contextlib.suppress(_JsScanError):
             for cooked, kind, end in _literals(source, m.end(), stop):
                 if instruction is None:
                     if kind == "`" and cooked.count(_SUBST) == 1 and _ANCHOR in cooked:
@@ -678,8 +652,6 @@ def _compression_turns(source: str) -> dict[str, str] | None:
                         "probe": cooked,
                         "ack": ack[0],
                     }
-        except _JsScanError:
-            continue
     return None
 
 
@@ -688,8 +660,7 @@ def _literals(source: str, start: int, stop: int, *, block: bool = False) -> Ite
     templates keep their substitutions as ``_SUBST``. Skips comments and regular-expression literals.
 
     With ``block``, the templates only, cooked as :func:`_read_template` does by default, of the ``{...}``
-    block that opens at ``start``; a block that does not close raises ``_JsScanError``.
-    """
+    block that opens at ``start``; a block that does not close raises ``_JsScanError``."""
     i = start
     depth = 0
     last_sig = ""

@@ -7,8 +7,7 @@ containing ``<state_snapshot>``), the scratchpad-then-snapshot order and the pro
 contract. The acknowledgement and the ``<session_context>`` shape are upstream's byte for byte: they are
 written into session files and measured by the split (spec sections 9.5 and 10.3).
 ``--prompt-from-gemini-cli`` replaces every field with the installed Gemini CLI's own
-(``prompts.find_gemini_cli_texts``). Pure values: no I/O.
-"""
+(``prompts.find_gemini_cli_texts``). Pure values: no I/O."""
 
 from __future__ import annotations
 

@@ -36,6 +36,8 @@ from ctxtool.measure.tokens import token_limit
 
 Role = Literal["user", "assistant", "tool_result", "note"]
 Record = dict[str, Any]
+# Index of the stored ``<session_context>`` message, found as Gemini CLI's port finds it.
+env_index = g.stored_env_index
 
 
 @dataclass(frozen=True)
@@ -140,8 +142,7 @@ class Job:
     def write(self, lead: list[Record], kept: Sequence[Record], summary: str | None) -> list[Record]:
         """The new session: the stored ``<session_context>``, ``lead``, Gemini CLI's ack when the module
         docstring says so, then ``kept``."""
-        i = env_index(self.messages)
-        head = [self.messages[i]] if i is not None else []
+        head = [self.messages[i]] if (i := env_index(self.messages)) is not None else []
         nxt = next((m for m in kept if m.get("type") in ("user", "gemini")), None)
         if lead and lead[-1].get("type") == "user" and (nxt is None or nxt.get("type") != "gemini"):
             lead = [*lead, self.record("gemini", g.SUMMARY_ACK_TEXT)]
@@ -212,13 +213,8 @@ def record_wire(record: Record) -> list[Content]:
 
 
 def _text_parts(content: Content, *, thought: bool) -> list[str]:
-    return [
-        part["text"]
-        for part in content.get("parts") or []
-        if isinstance(part, dict)
-        and isinstance(part.get("text"), str)
-        and bool(part.get("thought")) == thought
-    ]
+    texts = [p for p in content.get("parts") or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return [p["text"] for p in texts if bool(p.get("thought")) == thought]
 
 
 def response_text(response: Any) -> str:
@@ -233,8 +229,7 @@ def response_text(response: Any) -> str:
 
 def record_units(index: int, record: Record) -> list[Unit]:
     """The messages of one record; never empty (a record Gemini CLI does not send is one ``note``)."""
-    wire = record_wire(record) if record.get("type") in ("user", "gemini") else []
-    if not wire:
+    if not (wire := record_wire(record) if record.get("type") in ("user", "gemini") else []):
         return [Unit(index, "note")]  # info/error records, slash commands, other content never sent
     units: list[Unit] = []
     tool_calls = [tc for tc in record.get("toolCalls") or [] if isinstance(tc, dict)]
@@ -249,17 +244,14 @@ def record_units(index: int, record: Record) -> list[Unit]:
             text = "\n".join(_text_parts(content, thought=False))
             units.append(Unit(index, "assistant", text, "\n".join(_text_parts(content, thought=True)), calls))
             continue
-        responses = [p["functionResponse"] for p in parts if _is_response(p)]
-        if not responses:
+        if not (responses := [p["functionResponse"] for p in parts if _is_response(p)]):
             units.append(Unit(index, "user", text="".join(_text_parts(content, thought=False))))
         for fr in responses:
             resp, cid = fr.get("response"), str(fr.get("id") or "")
             status = next((tc.get("status") for tc in tool_calls if tc.get("id") == cid), None)
             error = (isinstance(resp, Mapping) and "error" in resp) or status == "error"
-            tool = str(fr.get("name") or "")
-            units.append(
-                Unit(index, "tool_result", response_text(resp), call_id=cid, tool_name=tool, is_error=error)
-            )
+            text, tool = response_text(resp), str(fr.get("name") or "")
+            units.append(Unit(index, "tool_result", text, call_id=cid, tool_name=tool, is_error=error))
     return units
 
 
@@ -269,18 +261,9 @@ def _is_response(part: Any) -> bool:
 
 def is_user_turn(record: Record) -> bool:
     """A real user prompt: a user record Gemini CLI sends, with text and no function responses."""
-    if record.get("type") != "user":
-        return False
-    wire = record_wire(record)
-    return (
-        bool(wire)
-        and all(not any(_is_response(p) for p in c.get("parts") or []) for c in wire)
-        and any(_text_parts(c, thought=False) for c in wire)
-    )
-
-
-# Index of the stored ``<session_context>`` message, found as Gemini CLI's port finds it.
-env_index = g.stored_env_index
+    wire = record_wire(record) if record.get("type") == "user" else []
+    responses = any(_is_response(p) for c in wire for p in c.get("parts") or [])
+    return bool(wire) and not responses and any(_text_parts(c, thought=False) for c in wire)
 
 
 def body_records(messages: Sequence[Record]) -> list[Record]:
@@ -324,9 +307,8 @@ def offline_layout(
 
     def write(summarizer: OfflineSummarizer) -> str:
         sec = offline_sections(summarizer, records)
-        return render_sections(
-            {h: [ln for k in keys for ln in sec.get(k, [])] for h, keys in layout.items()}, empty
-        )
+        lines = {h: [ln for k in keys for ln in sec.get(k, [])] for h, keys in layout.items()}
+        return render_sections(lines, empty)
 
     return write
 

@@ -37,6 +37,14 @@ COMPACT_PROMPT = (
     "to carry on. Be concise and structured."
 )
 SYSTEM_PROMPT = "You are a coding agent. Answer the last user message."
+# The offline checkpoint's headings and the snapshot sections that fill them.
+CHECKPOINT_LAYOUT = {
+    "## Goal": ("overall_goal",),
+    "## Progress and decisions": ("artifact_trail", "recent_actions"),
+    "## Constraints and preferences": ("active_constraints",),
+    "## Remaining work": ("task_state",),
+    "## Critical data": ("key_knowledge", "file_system_state"),
+}
 
 
 def approx_token_count(text: str) -> int:
@@ -58,11 +66,8 @@ def truncate_middle(text: str, max_tokens: int) -> str:
 def user_messages(messages: Sequence[s.Record]) -> list[tuple[int, str]]:
     """(record index, text) of every real user message, previous summaries excluded."""
     env = s.env_index(messages)
-    texts = (
-        (i, "".join(u.text for u in s.record_units(i, r) if u.role == "user"))
-        for i, r in enumerate(messages)
-        if i != env and s.is_user_turn(r)
-    )
+    turns = [i for i, r in enumerate(messages) if i != env and s.is_user_turn(r)]
+    texts = [(i, "".join(u.text for u in s.record_units(i, messages[i]) if u.role == "user")) for i in turns]
     return [(i, text) for i, text in texts if not text.startswith(SUMMARY_PREFIX + "\n")]
 
 
@@ -72,25 +77,13 @@ def select_user_messages(texts: Sequence[str]) -> list[str]:
     for text in reversed(texts):
         if remaining == 0:
             break
-        t = approx_token_count(text)
-        if t <= remaining:
+        if (t := approx_token_count(text)) <= remaining:
             selected.append(text)
             remaining -= t
         else:
             selected.append(truncate_middle(text, remaining))
             break
-    selected.reverse()
-    return selected
-
-
-# The offline checkpoint's headings and the snapshot sections that fill them.
-CHECKPOINT_LAYOUT = {
-    "## Goal": ("overall_goal",),
-    "## Progress and decisions": ("artifact_trail", "recent_actions"),
-    "## Constraints and preferences": ("active_constraints",),
-    "## Remaining work": ("task_state",),
-    "## Critical data": ("key_knowledge", "file_system_state"),
-}
+    return selected[::-1]
 
 
 class CodexStrategy(s.Strategy):
@@ -115,18 +108,16 @@ class CodexStrategy(s.Strategy):
     def compact(self, job: s.Job) -> None:
         messages, options, result = job.messages, job.options, job.result
         body = s.body_records(messages)
-        result.own_tokens_before = sum(
-            approx_token_count(u.text + u.thinking) for i, m in enumerate(body) for u in s.record_units(i, m)
-        )
+        units = [u for i, m in enumerate(body) for u in s.record_units(i, m)]
+        result.own_tokens_before = sum(approx_token_count(u.text + u.thinking) for u in units)
         result.kept_from = len(messages)
         if not body:
             result.notes.append("nothing to compact")
             return
         if job.waits:
             return
-        prompt = COMPACT_PROMPT + (
-            "\n\n" + options.custom_instructions if options.custom_instructions else ""
-        )
+        custom = options.custom_instructions
+        prompt = COMPACT_PROMPT + ("\n\n" + custom if custom else "")
         offline = s.offline_layout(body, CHECKPOINT_LAYOUT, "- (none)")
         summary = job.ask(SYSTEM_PROMPT, prompt, body, offline, purpose="codex") or ""
         summary = SUMMARY_PREFIX + "\n" + (summary if summary.strip() else NO_SUMMARY)
@@ -135,7 +126,5 @@ class CodexStrategy(s.Strategy):
         result.messages_kept = len(selected)
         result.messages_summarised = len(body)
         result.own_tokens_after = sum(approx_token_count(t) for t in [*selected, summary])
-        result.notes.append(
-            f"kept {plural(len(selected), 'user message')} rewritten as new records; "
-            "no model or tool message kept"
-        )
+        kept = plural(len(selected), "user message")
+        result.notes.append(f"kept {kept} rewritten as new records; no model or tool message kept")

@@ -96,8 +96,7 @@ def transcript_files(messages: Sequence[s.Record]) -> tuple[list[str], dict[str,
             path = next((c.args[k] for k in ("absolute_path", "file_path", "path") if k in c.args), None)
             if not isinstance(path, str):
                 continue
-            res = results.get(c.id)
-            failed = res is not None and res.is_error
+            failed = (res := results.get(c.id)) is not None and res.is_error
             if c.name == "read_file":
                 last_read[path] = order
                 if res is not None and not failed:
@@ -199,6 +198,15 @@ _TOPICS = (
     (("explain", "understand"), "explanation"),
     (("fix", "solve"), "problem-solving"),
 )
+RETENTION_DESCRIPTIONS = {  # the kode:<preset> names, in the order they are listed
+    "aggressive": "preserve_recent with preserveCount max(3, 0.7 x window / 200)",
+    "balanced": "preserve_important: every user message and tool result, assistant messages naming an "
+    "error/failure/warning/issue, and the last 5 messages",
+    "conservative": "smart_compression: a counting summary of the older messages + the newest 30% (<= 10)",
+    "preserve_recent": "the last max(3, 0.7 x window / 150) messages",
+    "preserve_important": "as balanced",
+    "smart_compression": "as conservative",
+}
 
 
 def retention_spec(variant: str, target_context_length: int) -> tuple[str, int, int | None]:
@@ -214,9 +222,8 @@ def retention_spec(variant: str, target_context_length: int) -> tuple[str, int, 
 
 
 def is_important(unit: s.Unit) -> bool:
-    if unit.role in ("user", "tool_result"):
-        return True
-    return unit.role == "assistant" and any(w in unit.text.lower() for w in _IMPORTANT_WORDS)
+    words = unit.role == "assistant" and any(w in unit.text.lower() for w in _IMPORTANT_WORDS)
+    return unit.role in ("user", "tool_result") or words
 
 
 def messages_summary(older: Sequence[s.Unit]) -> str:
@@ -232,17 +239,6 @@ def messages_summary(older: Sequence[s.Unit]) -> str:
     )
 
 
-RETENTION_DESCRIPTIONS = {  # the kode:<preset> names, in the order they are listed
-    "aggressive": "preserve_recent with preserveCount max(3, 0.7 x window / 200)",
-    "balanced": "preserve_important: every user message and tool result, assistant messages naming an "
-    "error/failure/warning/issue, and the last 5 messages",
-    "conservative": "smart_compression: a counting summary of the older messages + the newest 30% (<= 10)",
-    "preserve_recent": "the last max(3, 0.7 x window / 150) messages",
-    "preserve_important": "as balanced",
-    "smart_compression": "as conservative",
-}
-
-
 class KodeRetention(s.Strategy):
     own_measure = "kode message count"
     exactness = "exact on Kode's rules; a pairing repair (ctxtool's) drops tool results without calls"
@@ -250,9 +246,8 @@ class KodeRetention(s.Strategy):
     def __init__(self, variant: str) -> None:
         self.variant = variant
         self.name = f"kode:{variant}"
-        self.description = (
-            f"Kode retention heuristic (unused by Kode itself, no model): {RETENTION_DESCRIPTIONS[variant]}"
-        )
+        what = RETENTION_DESCRIPTIONS[variant]
+        self.description = f"Kode retention heuristic (unused by Kode itself, no model): {what}"
 
     def trigger(self, messages: Sequence[s.Record], options: s.StrategyOptions) -> s.Trigger:
         return s.Trigger(None, "never called by Kode (no trigger upstream)", None)
@@ -285,9 +280,8 @@ class KodeRetention(s.Strategy):
             result.kept_from = 0
             return
         kept = [messages[i] for i in kept_idx]
-        job.write(
-            [job.record("gemini", summary_unit)] if summary_unit is not None else [], kept, summary_unit
-        )
+        lead = [job.record("gemini", summary_unit)] if summary_unit is not None else []
+        job.write(lead, kept, summary_unit)
         result.kept_from = kept_idx[0] if kept_idx else len(messages)
         result.messages_kept = len(kept)
         result.messages_summarised = records - len(kept)
@@ -295,15 +289,13 @@ class KodeRetention(s.Strategy):
         result.own_tokens_after = units_after + (summary_unit is not None)
 
     @staticmethod
-    def _repair(
-        messages: Sequence[s.Record], kept_units: Sequence[s.Unit], result: s.StrategyResult
-    ) -> list[int]:
+    def _repair(messages: Sequence[s.Record], units: Sequence[s.Unit], result: s.StrategyResult) -> list[int]:
         """Record indices to keep: a record whose first message is kept; a tool result only with its call
         (a record holds both); a carrier of function responses only after a kept call record; info/error
         records after the first kept record."""
         env = s.env_index(messages)
-        anchors = {u.index for u in kept_units if u.role in ("user", "assistant")}
-        orphan = {u.index for u in kept_units if u.role == "tool_result"} - anchors
+        anchors = {u.index for u in units if u.role in ("user", "assistant")}
+        orphan = {u.index for u in units if u.role == "tool_result"} - anchors
         kept: list[int] = []
         notes: list[int] = []
         last_gemini_kept = False
@@ -329,9 +321,7 @@ class KodeRetention(s.Strategy):
             if (nxt is not None and nxt == later) or (later is None and kept):
                 kept.append(n)
         kept.sort()
-        dropped = len(orphan - set(kept))
-        if dropped:
-            result.notes.append(
-                f"pairing repair: {plural(dropped, 'tool result message')} dropped with their call"
-            )
+        if dropped := len(orphan - set(kept)):
+            what = plural(dropped, "tool result message")
+            result.notes.append(f"pairing repair: {what} dropped with their call")
         return kept

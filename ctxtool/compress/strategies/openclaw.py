@@ -245,16 +245,10 @@ def offline_safeguard(summ: OfflineSummarizer, records: Sequence[s.Record], prev
     sec = s.offline_sections(summ, records)
     identifiers = [ln for k in ("artifact_trail", "file_system_state") for ln in sec.get(k, [])]
     identifiers += [ln for ln in sec.get("recent_actions", []) if ln.startswith("$ ")]
-    extra = s.render_sections(
-        {
-            "## Decisions": [],
-            "## Open TODOs": [ln for ln in sec.get("task_state", []) if "[DONE]" not in ln],
-            "## Constraints/Rules": sec.get("active_constraints", []),
-            "## Pending user asks": sec.get("task_state", [])[-1:],
-            "## Exact identifiers": identifiers,
-        }
-    )
-    return body + "\n\n" + extra
+    todos = [ln for ln in sec.get("task_state", []) if "[DONE]" not in ln]
+    rules, asks = sec.get("active_constraints", []), sec.get("task_state", [])[-1:]
+    lines = [[], todos, rules, asks, identifiers]
+    return body + "\n\n" + s.render_sections(dict(zip(SAFEGUARD_HEADINGS, lines, strict=True)))
 
 
 def offline_merge(partials: Sequence[str], previous: str | None) -> str:
@@ -305,9 +299,8 @@ class OpenClawStrategy(pi.PiStrategy):
             if dropped:
                 run.max_chunk = max(1, math.floor(ctx * BASE_CHUNK_RATIO) - SUMMARIZATION_OVERHEAD_TOKENS)
                 previous = run.in_stages(dropped, prep.previous_summary, custom)
-                result.notes.append(
-                    f"history-share pruning: {plural(len(dropped), 'oldest message')} summarised apart"
-                )
+                oldest = plural(len(dropped), "oldest message")
+                result.notes.append(f"history-share pruning: {oldest} summarised apart")
         preserved, msgs = split_preserved_recent_turns(messages, msgs, RECENT_TURNS_PRESERVE)
         ratio = compute_adaptive_chunk_ratio([run.tokens[i] for i in (*msgs, *prep.turn_prefix)], ctx)
         run.max_chunk = max(1, math.floor(ctx * ratio) - SUMMARIZATION_OVERHEAD_TOKENS)

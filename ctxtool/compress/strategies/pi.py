@@ -129,17 +129,13 @@ def serialize_conversation(units: Sequence[s.Unit]) -> str:
                 out.append(f"[Assistant thinking]: {u.thinking}")
             if u.text:
                 out.append(f"[Assistant]: {u.text}")
-            if u.calls:
-                calls = "; ".join(
-                    f"{c.name}({', '.join(f'{k}={_json(v)}' for k, v in c.args.items())})" for c in u.calls
-                )
-                out.append(f"[Assistant tool calls]: {calls}")
+            calls = [f"{c.name}({', '.join(f'{k}={_json(v)}' for k, v in c.args.items())})" for c in u.calls]
+            if calls:
+                out.append(f"[Assistant tool calls]: {'; '.join(calls)}")
         elif u.role == "tool_result" and u.text:
-            text = u.text
-            if len(text) > TOOL_RESULT_MAX_CHARS:
-                more = len(text) - TOOL_RESULT_MAX_CHARS
-                text = text[:TOOL_RESULT_MAX_CHARS] + f"\n\n[... {more} more characters truncated]"
-            out.append(f"[Tool result]: {text}")
+            more = len(u.text) - TOOL_RESULT_MAX_CHARS
+            cut = f"\n\n[... {more} more characters truncated]" if more > 0 else ""
+            out.append(f"[Tool result]: {u.text[:TOOL_RESULT_MAX_CHARS]}{cut}")
     return "\n\n".join(out)
 
 
@@ -179,15 +175,12 @@ def prepare(records: Sequence[s.Record], keep_recent_tokens: int) -> Preparation
     start = 0 if prev is None else prev + 1
     if prev is not None and start < len(records) and (lead[start].role, lead[start].text) == _ACK:
         start += 1
-    entries = [i for i in range(start, len(records)) if i != env]
-    if not entries:
+    if not (entries := [i for i in range(start, len(records)) if i != env]):
         return None
     previous = None
     if prev is not None:
         previous = lead[prev].text[len(COMPACTION_SUMMARY_PREFIX) :].removesuffix(COMPACTION_SUMMARY_SUFFIX)
-    tokens_before = sum(
-        estimate_unit(u) for i in range(prev or 0, len(records)) if i != env for u in units[i]
-    )
+    before = sum(estimate_unit(u) for i in range(prev or 0, len(records)) if i != env for u in units[i])
 
     cut_points = [i for i in entries if lead[i].role in ("user", "assistant")]
     if not cut_points:
@@ -206,15 +199,14 @@ def prepare(records: Sequence[s.Record], keep_recent_tokens: int) -> Preparation
         cut -= 1
     turn_start = None
     if lead[cut].role != "user":  # a cut at a model message splits its turn
-        turn_start = next(
-            (i for i in range(cut, entries[0] - 1, -1) if i != env and lead[i].role == "user"), None
-        )
+        starts = (i for i in range(cut, entries[0] - 1, -1) if i != env and lead[i].role == "user")
+        turn_start = next(starts, None)
     to_summarize = [i for i in entries if i < (cut if turn_start is None else turn_start)]
     prefix = [i for i in entries if turn_start is not None and turn_start <= i < cut]
     read, modified = file_ops([u for i in (*to_summarize, *prefix) for u in units[i]], previous)
     split = turn_start is not None
     return Preparation(
-        entries[0], cut, turn_start, split, to_summarize, prefix, previous, tokens_before, read, modified
+        entries[0], cut, turn_start, split, to_summarize, prefix, previous, before, read, modified
     )
 
 
@@ -342,28 +334,21 @@ class PiStrategy(s.Strategy):
 
     def trigger(self, messages: Sequence[s.Record], options: s.StrategyOptions) -> s.Trigger:
         win = s.window(options)
-        limit = win - self.reserve_tokens
+        limit, measure = win - self.reserve_tokens, f"total > {win} - {self.reserve_tokens}"
         return s.first_crossing(
-            messages,
-            s.total_tokens,
-            lambda v: v > limit,
-            measure=f"total > {win} - {self.reserve_tokens}",
-            limit=limit,
-            only_turn_ends=True,
+            messages, s.total_tokens, lambda v: v > limit, measure=measure, limit=limit, only_turn_ends=True
         )
 
     def compact(self, job: s.Job) -> None:
         messages, result = job.messages, job.result
-        prep = prepare(messages, self.keep_recent_tokens)
-        if prep is None:
+        if (prep := prepare(messages, self.keep_recent_tokens)) is None:
             result.notes.append("nothing to compact (empty, or the newest message already is a summary)")
             return
         result.own_tokens_before = prep.tokens_before
         result.kept_from = prep.cut
         if job.waits:
             return
-        summary = self.summary(job, prep)
-        if not summary or not summary.strip():
+        if not (summary := self.summary(job, prep)) or not summary.strip():
             result.status = "COMPRESSION_FAILED_EMPTY_SUMMARY"
             result.notes.append("the summarizer returned an empty summary; nothing was written")
             return
@@ -390,7 +375,6 @@ class PiStrategy(s.Strategy):
         if prep.is_split_turn:
             prefix = generate_turn_prefix_summary(run, [messages[i] for i in prep.turn_prefix])
             history = f"{history}\n\n---\n\n{SPLIT_TURN_HEADER}\n\n{prefix or ''}"
-            job.result.notes.append(
-                f"split turn: its first {plural(len(prep.turn_prefix), 'message')} summarised apart"
-            )
+            first = plural(len(prep.turn_prefix), "message")
+            job.result.notes.append(f"split turn: its first {first} summarised apart")
         return history + format_file_lists(prep.read_files, prep.modified_files)

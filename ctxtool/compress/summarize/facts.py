@@ -32,7 +32,12 @@ _PATHS_ARGS = ("paths", "file_paths")
 _NON_FS_TOOLS = frozenset({"get_internal_docs", "web_fetch", "google_web_search", "activate_skill"})
 _SHELL_TOOLS = frozenset({"run_shell_command", "shell"})
 _TODO_TOOLS = frozenset({"write_todos"})
-_WRITE_TOOLS = frozenset({"write_file", "replace", "edit", "smart_edit", "create_file"})
+# How a tool call touches the paths it names (any other tool reads them; a shell's dir_path is its cwd).
+_HOW_BY_TOOL = {
+    **dict.fromkeys(("write_file", "create_file"), "written"),
+    **dict.fromkeys(("replace", "edit", "smart_edit"), "edited"),
+    **dict.fromkeys(("list_directory", "ls", "glob", "grep_search", "search_file_content", "grep"), "listed"),
+}
 
 # How much of a fact must appear verbatim to count as kept (``fact_key``); facts are never normalised,
 # escaped or re-cased, neither when they are written nor when they are measured.
@@ -77,6 +82,70 @@ _BLOCK_RES = (
 
 _WS_RE = re.compile(r"\s+")
 _XML_ENTITIES = (("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&apos;", "'"), ("&amp;", "&"))
+_TRAIL_PUNCT = ".,;:!?)]}>'\"`*。，、；：！？）」』】"
+# File extensions that make a bare name a path (a word list, split once at import).
+_KNOWN_EXT = frozenset(
+    """
+    py pyi ipynb ts tsx js jsx mjs cjs json jsonl md mdx txt rst yaml yml toml ini cfg conf env lock rs
+    go java kt kts scala c h cc cpp hpp cs swift rb php pl lua r sh bash zsh fish ps1 bat cmd html htm
+    css scss sass less vue svelte sql db sqlite csv tsv xml svg png jpg jpeg gif webp pdf log gradle
+    properties dockerfile tf hcl proto graphql gql mk cmake dart ex exs erl hs ml clj nix
+    """.split()  # noqa: SIM905
+)
+_WIN_PATH_RE = re.compile(r"^[A-Za-z]:[\\/]")
+_EXT_RE = re.compile(r"\.([A-Za-z0-9]{1,10})$")
+_QUOTED_RE = re.compile(r"`([^`\n]{2,260})`|\"([^\"\n]{2,260})\"|'([^'\n]{2,260})'|“([^”\n]{2,260})”")
+_TOKEN_RE = re.compile(r"[^\s\"'`<>|“”()\[\]{},;。，、；：！？（）「」『』【】]+")
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_EXIT_RE = re.compile(r"^Exit Code: (-?\d+)\s*$", re.MULTILINE)
+_SIGNAL_RE = re.compile(r"^Signal: (\S.*)$", re.MULTILINE)
+_SHELL_ERROR_FIELD_RE = re.compile(r"^Error: (.+)$", re.MULTILINE)
+_SHELL_TRAILERS = (
+    "Exit Code:",
+    "Signal:",
+    "Background PIDs:",
+    "Process Group PGID:",
+    "Error: (none)",
+    "Output too large.",
+    "</tool_output_masked>",
+    "<tool_output_masked>",
+    "Directory:",
+    "Command:",
+)
+_EXC_RE = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\s*:\s*\S")
+_ERROR_LINE_RE = re.compile(
+    r"(^\s*(?:error|fatal|err!|npm err!|e\d{3,5}|panic)\b[\s:!\[(]"
+    r"|\b[A-Z]\w*(?:Error|Exception)\b"
+    r"|\bcommand not found\b|\bnot recognized as\b|\bno such file or directory\b|\bpermission denied\b"
+    r"|\bcannot (?:find|open|access|resolve|read)\b|\bunable to\b|\bfailed\b|\bfailure\b|\bnot found\b"
+    r"|\bsyntax ?error\b|\btraceback\b|\bdenied\b|\brefused\b|\btimed out\b)",
+    re.IGNORECASE,
+)
+_LEAD_RE = re.compile(r"^(?:[-*•>#]+|\d+[.)]|\(?[a-z]\))\s*", re.IGNORECASE)
+_POLITE_RE = re.compile(
+    r"^(?:(?:please|pls|plz|and|also|then|so|but|now|ok|okay|oh)\b[\s,]*)+", re.IGNORECASE
+)
+_DIRECTIVE_START_RE = re.compile(
+    r"^(?:always|never|don'?t|do not|dont|must|make sure|ensure|use|using|avoid|only|stop|keep|remember|"
+    r"no need to|prefer|stick to|refrain|you must|you should|you need to|we must|we need to|"
+    r"from now on|going forward|under no circumstances|important:|note:|constraint:|"
+    r"n'utilise|ne modifie|utilise|toujours|jamais|no uses|nunca|siempre|immer|niemals)\b",
+    re.IGNORECASE,
+)
+_DIRECTIVE_ANY_RE = re.compile(
+    r"\b(?:must|mustn'?t|(?:never|always)(?=\s+\w)|do not|don'?t|should not|shouldn'?t|make sure|"
+    r"under no circumstances|"
+    r"is not allowed|are not allowed|is forbidden|only use|instead of)\b",
+    re.IGNORECASE,
+)
+_DIRECTIVE_CJK_RE = re.compile(
+    r"不要|別再|别再|不准|不得|禁止|必須|必须|务必|務必|一定要|總是|总是|永遠|永远|始终|始終|只能|只用|不需要|避免|確保|确保|"
+    r"請使用|请使用|使用|從現在|从现在|以後|以后|"
+    r"必ず|しないで|しないでください|禁止|使って|使用して|てください|ないこと|常に|"
+    r"항상|절대|반드시|하지 ?마|금지|이제 ?부터|사용해|해줘|해 ?주세요"
+)
+_SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
 
 
 @dataclass(frozen=True)
@@ -229,23 +298,6 @@ def real_user_prompts(history: Sequence[Mapping[str, Any]]) -> Iterator[tuple[in
             yield index, typed, raw
 
 
-_TRAIL_PUNCT = ".,;:!?)]}>'\"`*。，、；：！？）」』】"
-# File extensions that make a bare name a path (a word list, split once at import).
-_KNOWN_EXT = frozenset(
-    """
-    py pyi ipynb ts tsx js jsx mjs cjs json jsonl md mdx txt rst yaml yml toml ini cfg conf env lock rs
-    go java kt kts scala c h cc cpp hpp cs swift rb php pl lua r sh bash zsh fish ps1 bat cmd html htm
-    css scss sass less vue svelte sql db sqlite csv tsv xml svg png jpg jpeg gif webp pdf log gradle
-    properties dockerfile tf hcl proto graphql gql mk cmake dart ex exs erl hs ml clj nix
-    """.split()  # noqa: SIM905
-)
-_WIN_PATH_RE = re.compile(r"^[A-Za-z]:[\\/]")
-_EXT_RE = re.compile(r"\.([A-Za-z0-9]{1,10})$")
-_QUOTED_RE = re.compile(r"`([^`\n]{2,260})`|\"([^\"\n]{2,260})\"|'([^'\n]{2,260})'|“([^”\n]{2,260})”")
-_TOKEN_RE = re.compile(r"[^\s\"'`<>|“”()\[\]{},;。，、；：！？（）「」『』【】]+")
-_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
-
-
 def _looks_like_path(candidate: str, quoted: bool) -> bool:
     if not candidate or len(candidate) > 260 or any(x in candidate for x in ("://", "*", "\n")):
         return False
@@ -284,21 +336,17 @@ def paths_in_text(text: str) -> list[str]:
     found: list[str] = []
     spans: list[tuple[int, int]] = []
     for match in _QUOTED_RE.finditer(text):
-        inner = next(g for g in match.groups() if g is not None)
-        cleaned = _clean_path(inner)
+        cleaned = _clean_path(next(g for g in match.groups() if g is not None))
         if _looks_like_path(cleaned, quoted=True):
             found.append(cleaned)
             spans.append(match.span())
     for match in _TOKEN_RE.finditer(text):
         if any(start <= match.start() < end for start, end in spans):
             continue  # part of a quoted path already taken whole
-        cleaned = _clean_path(match.group(0))
-        if _looks_like_path(cleaned, quoted=False):
+        if _looks_like_path(cleaned := _clean_path(match.group(0)), quoted=False):
             found.append(cleaned)
     # Order by position of first occurrence in the text, so that quoted and bare matches interleave.
-    found = list(dict.fromkeys(found))
-    found.sort(key=lambda p: text.find(p) if p in text else len(text))
-    return found
+    return sorted(dict.fromkeys(found), key=lambda p: text.find(p) if p in text else len(text))
 
 
 def _arg_paths_keyed(name: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -312,48 +360,8 @@ def _arg_paths_keyed(name: str, args: Mapping[str, Any]) -> list[tuple[str, str]
     return [(k, p) for k, p in out if p and p not in (".", "./", ".\\", "*", "**")]
 
 
-def _how_for_tool(name: str, key_path_is_cwd: bool) -> str:
-    if key_path_is_cwd:
-        return "cwd"
-    if name in ("write_file", "create_file"):
-        return "written"
-    if name in _WRITE_TOOLS:
-        return "edited"
-    if name in ("list_directory", "ls", "glob", "grep_search", "search_file_content", "grep"):
-        return "listed"
-    return "read"
-
-
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-_EXIT_RE = re.compile(r"^Exit Code: (-?\d+)\s*$", re.MULTILINE)
-_SIGNAL_RE = re.compile(r"^Signal: (\S.*)$", re.MULTILINE)
-_SHELL_ERROR_FIELD_RE = re.compile(r"^Error: (.+)$", re.MULTILINE)
-_SHELL_TRAILERS = (
-    "Exit Code:",
-    "Signal:",
-    "Background PIDs:",
-    "Process Group PGID:",
-    "Error: (none)",
-    "Output too large.",
-    "</tool_output_masked>",
-    "<tool_output_masked>",
-    "Directory:",
-    "Command:",
-)
-_EXC_RE = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\s*:\s*\S")
-_ERROR_LINE_RE = re.compile(
-    r"(^\s*(?:error|fatal|err!|npm err!|e\d{3,5}|panic)\b[\s:!\[(]"
-    r"|\b[A-Z]\w*(?:Error|Exception)\b"
-    r"|\bcommand not found\b|\bnot recognized as\b|\bno such file or directory\b|\bpermission denied\b"
-    r"|\bcannot (?:find|open|access|resolve|read)\b|\bunable to\b|\bfailed\b|\bfailure\b|\bnot found\b"
-    r"|\bsyntax ?error\b|\btraceback\b|\bdenied\b|\brefused\b|\btimed out\b)",
-    re.IGNORECASE,
-)
-
-
 def _response_payload(part: Mapping[str, Any]) -> tuple[str, str, Mapping[str, Any]] | None:
-    fr = part.get("functionResponse")
-    if not isinstance(fr, Mapping):
+    if not isinstance(fr := part.get("functionResponse"), Mapping):
         return None
     response = fr.get("response")
     return _str(fr.get("name")), _str(fr.get("id")), response if isinstance(response, Mapping) else {}
@@ -364,20 +372,15 @@ def _str(value: Any) -> str:
 
 
 def _as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
     if isinstance(value, Mapping | list):
         return json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return str(value)
+    return "" if value is None else value if isinstance(value, str) else str(value)
 
 
 def _shell_error_line(output: str) -> str:
     """The most telling error line of a failed shell command's output; "" when no line looks like an error
     (the command's outcome still records the failure)."""
-    field = _SHELL_ERROR_FIELD_RE.search(output)
-    if field and field.group(1).strip() not in ("(none)", ""):
+    if (field := _SHELL_ERROR_FIELD_RE.search(output)) and field.group(1).strip() not in ("(none)", ""):
         return field.group(1).strip()
     lines: list[str] = []  # the output's lines, without the shell tool's own trailer lines
     for raw in _ANSI_RE.sub("", output).splitlines():
@@ -394,18 +397,12 @@ def _shell_error_line(output: str) -> str:
 
 def _shell_outcome(response: Mapping[str, Any]) -> tuple[str, str]:
     """(outcome, error message or "") of a run_shell_command response."""
-    error = response.get("error")
-    if error:
+    if error := response.get("error"):
         message = _as_text(error)
         lowered = message.lower()
-        if "cancel" in lowered:
-            return "cancelled", message
-        if "denied" in lowered:
-            return "denied", message
-        return "error", message
+        return "cancelled" if "cancel" in lowered else "denied" if "denied" in lowered else "error", message
     output = _as_text(response.get("output", response.get("llmContent", "")))
-    signal = _SIGNAL_RE.search(output)
-    if signal and (name := signal.group(1).strip()) not in ("(none)", "0"):
+    if (signal := _SIGNAL_RE.search(output)) and (name := signal.group(1).strip()) not in ("(none)", "0"):
         return f"signal {name}", _shell_error_line(output)
     if exit_match := _EXIT_RE.search(output):
         code = int(exit_match.group(1))
@@ -419,46 +416,17 @@ def _shell_outcome(response: Mapping[str, Any]) -> tuple[str, str]:
 
 def _tool_error(name: str, response: Mapping[str, Any]) -> str:
     """The error message of a non-shell tool response ("" when it succeeded)."""
-    error = response.get("error")
-    if error:
+    if error := response.get("error"):
         return _as_text(error)
-    output = response.get("output")
-    if isinstance(output, str):
+    if isinstance(output := response.get("output"), str):
         head = output.lstrip()[:200]
         if re.match(r"(Error\b[^\n:]{0,60}:|Failed to\b)", head):
             return output.strip()
     return ""
 
 
-_LEAD_RE = re.compile(r"^(?:[-*•>#]+|\d+[.)]|\(?[a-z]\))\s*", re.IGNORECASE)
-_POLITE_RE = re.compile(
-    r"^(?:(?:please|pls|plz|and|also|then|so|but|now|ok|okay|oh)\b[\s,]*)+", re.IGNORECASE
-)
-_DIRECTIVE_START_RE = re.compile(
-    r"^(?:always|never|don'?t|do not|dont|must|make sure|ensure|use|using|avoid|only|stop|keep|remember|"
-    r"no need to|prefer|stick to|refrain|you must|you should|you need to|we must|we need to|"
-    r"from now on|going forward|under no circumstances|important:|note:|constraint:|"
-    r"n'utilise|ne modifie|utilise|toujours|jamais|no uses|nunca|siempre|immer|niemals)\b",
-    re.IGNORECASE,
-)
-_DIRECTIVE_ANY_RE = re.compile(
-    r"\b(?:must|mustn'?t|(?:never|always)(?=\s+\w)|do not|don'?t|should not|shouldn'?t|make sure|"
-    r"under no circumstances|"
-    r"is not allowed|are not allowed|is forbidden|only use|instead of)\b",
-    re.IGNORECASE,
-)
-_DIRECTIVE_CJK_RE = re.compile(
-    r"不要|別再|别再|不准|不得|禁止|必須|必须|务必|務必|一定要|總是|总是|永遠|永远|始终|始終|只能|只用|不需要|避免|確保|确保|"
-    r"請使用|请使用|使用|從現在|从现在|以後|以后|"
-    r"必ず|しないで|しないでください|禁止|使って|使用して|てください|ないこと|常に|"
-    r"항상|절대|반드시|하지 ?마|금지|이제 ?부터|사용해|해줘|해 ?주세요"
-)
-_SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+(?=\S)|(?<=[。！？])")
-
-
 def is_directive(sentence: str) -> bool:
-    body = _POLITE_RE.sub("", _LEAD_RE.sub("", sentence.strip())).strip()
-    if not body:
+    if not (body := _POLITE_RE.sub("", _LEAD_RE.sub("", sentence.strip())).strip()):
         return False
     cjk = _CJK_RE.search(body) is not None
     if len(body) < (4 if cjk else 10) or len(sentence) > DIRECTIVE_MAX_CHARS or body.endswith(("?", "？")):
@@ -473,20 +441,19 @@ def directives_in_text(text: str) -> list[str]:
     return [normalize_ws(_LEAD_RE.sub("", s)) for s in sentences if s and is_directive(s)]
 
 
-def _iter_calls(history: Sequence[Mapping[str, Any]]) -> Iterator[tuple[int, str, str, Mapping[str, Any]]]:
+# (content index, tool name, call id, arguments or response) of a call or a response.
+_Call = tuple[int, str, str, Mapping[str, Any]]
+
+
+def _iter_calls(history: Sequence[Mapping[str, Any]]) -> Iterator[_Call]:
     for index, content in enumerate(history):
         for part in content_parts(content) if content.get("role") == "model" else []:
             if isinstance(fc := part.get("functionCall"), Mapping):
-                args = fc.get("args")
-                yield (
-                    index,
-                    _str(fc.get("name")),
-                    _str(fc.get("id")),
-                    args if isinstance(args, Mapping) else {},
-                )
+                a = fc.get("args")
+                yield index, _str(fc.get("name")), _str(fc.get("id")), a if isinstance(a, Mapping) else {}
 
 
-def _responses(history: Sequence[Mapping[str, Any]]) -> list[tuple[int, str, str, Mapping[str, Any]]]:
+def _responses(history: Sequence[Mapping[str, Any]]) -> list[_Call]:
     return [
         (index, *payload)
         for index, content in enumerate(history)
@@ -496,11 +463,7 @@ def _responses(history: Sequence[Mapping[str, Any]]) -> list[tuple[int, str, str
 
 
 def _match_response(
-    responses: list[tuple[int, str, str, Mapping[str, Any]]],
-    used: set[int],
-    call_index: int,
-    name: str,
-    call_id: str,
+    responses: list[_Call], used: set[int], call_index: int, name: str, call_id: str
 ) -> Mapping[str, Any] | None:
     """The response to a call: same id when both have one, else the next unused response of that name."""
     for i, (index, r_name, r_id, response) in enumerate(responses):
@@ -524,8 +487,7 @@ def _subject(name: str, args: Mapping[str, Any]) -> str:
 
 
 def _todos(args: Mapping[str, Any]) -> tuple[TodoFact, ...] | None:
-    todos = args.get("todos")
-    if not isinstance(todos, list):
+    if not isinstance(todos := args.get("todos"), list):
         return None
     out: list[TodoFact] = []
     for item in todos:
@@ -545,9 +507,7 @@ def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
     todos: tuple[TodoFact, ...] = ()
     actions: list[str] = []
     goal = ""
-    prompts = 0
-    calls = 0
-
+    prompts = calls = 0
     requests: dict[str, None] = {}
     events: list[tuple[int, int, str, Any]] = []  # (content index, order, kind, payload) merged in order
     for order, (index, typed, raw) in enumerate(real_user_prompts(history)):
@@ -571,14 +531,14 @@ def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
             for match in _REFERENCED_FILE_RE.finditer(raw):
                 _add_path(paths, _clean_path(match.group(1)), "referenced")
             for sentence in directives_in_text(typed):
-                directives.setdefault(
-                    normalize_ws(unescape_xml(sentence)).casefold().rstrip(_END_PUNCT), sentence
-                )
+                key = normalize_ws(unescape_xml(sentence)).casefold().rstrip(_END_PUNCT)
+                directives.setdefault(key, sentence)
             continue
         name, args, response = payload
         calls += 1
         for key, path in _arg_paths_keyed(name, args):
-            _add_path(paths, path, _how_for_tool(name, key == "dir_path" and name in _SHELL_TOOLS))
+            cwd = key == "dir_path" and name in _SHELL_TOOLS
+            _add_path(paths, path, "cwd" if cwd else _HOW_BY_TOOL.get(name, "read"))
         subject = _subject(name, args)
         outcome = ""
         if name in _SHELL_TOOLS and isinstance(args.get("command"), str):
@@ -593,38 +553,24 @@ def extract_facts(history: Sequence[Mapping[str, Any]]) -> Facts:
             _add_error(errors, name, message, subject)
         if name in _TODO_TOOLS and (new_todos := _todos(args)) is not None:
             todos = new_todos
-        action = (
-            f"{name} {word_clip(normalize_ws(_ANSI_RE.sub('', subject)), 120)}".strip() if subject else name
-        )
+        clipped = word_clip(normalize_ws(_ANSI_RE.sub("", subject)), 120)
+        action = f"{name} {clipped}".strip() if subject else name
         actions.append(f"{action} → {outcome}" if outcome else action)
 
-    return Facts(
-        goal=goal,
-        paths=tuple(paths),
-        commands=tuple(commands.values()),
-        errors=tuple(errors.values()),
-        directives=tuple(directives.values()),
-        todos=todos,
-        latest_actions=tuple(actions[-_LATEST_ACTIONS:]),
-        path_facts=tuple(paths.values()),
-        user_prompts=prompts,
-        tool_calls=calls,
-        requests=tuple(requests),
-    )
+    kinds = (tuple(paths), tuple(commands.values()), tuple(errors.values()), tuple(directives.values()))
+    latest = tuple(actions[-_LATEST_ACTIONS:])
+    return Facts(goal, *kinds, todos, latest, tuple(paths.values()), prompts, calls, tuple(requests))
 
 
 def _add_path(paths: dict[str, PathFact], path: str, how: str) -> None:
     """Record a path; a later write or edit upgrades a path first seen as read, listed or mentioned."""
-    existing = paths.get(path)
-    if path and (existing is None or (how in _MODIFIED_HOWS and not existing.modified)):
+    if path and ((existing := paths.get(path)) is None or (how in _MODIFIED_HOWS and not existing.modified)):
         paths[path] = PathFact(path, how)
 
 
 def _add_error(errors: dict[str, ErrorFact], tool: str, message: str, subject: str) -> None:
-    line = word_clip(first_line(message), ERROR_MAX_CHARS)
-    if len(line) < 4:
-        return
-    errors.setdefault(fact_key(line), ErrorFact(tool, line, subject))
+    if len(line := word_clip(first_line(message), ERROR_MAX_CHARS)) >= 4:
+        errors.setdefault(fact_key(line), ErrorFact(tool, line, subject))
 
 
 @dataclass(frozen=True)
@@ -691,14 +637,12 @@ def retention(facts: Facts, text: str | Iterable[str]) -> Retention:
     """Measure which facts survive (``fact_kept``) in ``text`` or the concatenation of several texts: a fact
     that a summary escaped (``&amp;&amp;``) or reflowed is lost."""
     joined = text if isinstance(text, str) else "\n".join(text)
-    per_kind: dict[str, KindRetention] = {}
-    for kind in FACT_KINDS:
-        kept: list[str] = []
-        lost: list[str] = []
-        for fact in facts.items(kind):
-            (kept if fact_kept(kind, fact, joined) else lost).append(fact)
-        per_kind[kind] = KindRetention(kind, tuple(kept), tuple(lost))
-    return Retention(**per_kind)
+
+    def split(kind: FactKind) -> KindRetention:
+        flags = [(fact, fact_kept(kind, fact, joined)) for fact in facts.items(kind)]
+        return KindRetention(kind, tuple(f for f, k in flags if k), tuple(f for f, k in flags if not k))
+
+    return Retention(*(split(kind) for kind in FACT_KINDS))
 
 
 def history_text(history: Sequence[Mapping[str, Any]]) -> str:

@@ -48,12 +48,9 @@ def get_response_text(response: Any) -> str | None:
     Joins the non-empty, non-thought ``text`` of the first candidate's parts; None when there is no
     candidate, no content or no parts. Parts that are all thoughts give "" (not None), as upstream.
     """
-    candidates = getattr(response, "candidates", None)
-    if not candidates:
+    if not (candidates := getattr(response, "candidates", None)):
         return None
-    content = getattr(candidates[0], "content", None)
-    parts = getattr(content, "parts", None) if content is not None else None
-    if not parts:
+    if not (parts := getattr(getattr(candidates[0], "content", None), "parts", None)):
         return None
     return "".join(p.text for p in parts if p.text and not p.thought)
 
@@ -146,7 +143,7 @@ class GeminiSummarizer:
         from google import genai
         from google.genai import types
 
-        http_options = types.HttpOptions(
+        options = types.HttpOptions(
             base_url=self.base_url,
             # Vertex AI keeps the SDK's own version (v1beta1).
             api_version=None if self._vertex else GEMINI_API_VERSION,
@@ -154,9 +151,7 @@ class GeminiSummarizer:
             retry_options=None,  # no SDK retries: generate() owns the policy
         )
         try:
-            self._client = genai.Client(
-                vertexai=self._vertex, api_key=self._api_key, http_options=http_options
-            )
+            self._client = genai.Client(vertexai=self._vertex, api_key=self._api_key, http_options=options)
         except Exception as exc:  # ValueError or google.auth's DefaultCredentialsError
             raise SummarizerError(
                 f"could not set up the Gemini client: {self._clean(str(exc))}",
@@ -184,11 +179,9 @@ class GeminiSummarizer:
         model, generation = self.request_model(call)
         system = self.system_prompt if self.system_prompt is not None else call.system_instruction
         body: dict[str, Any] = {"contents": call.contents}
+        limit = {"maxOutputTokens": call.max_output_tokens} if call.max_output_tokens else {}
         if generation:
-            body["generationConfig"] = {
-                **generation,
-                **({"maxOutputTokens": call.max_output_tokens} if call.max_output_tokens else {}),
-            }
+            body["generationConfig"] = {**generation, **limit}
         config = types.GenerateContentConfig(
             system_instruction=system,
             max_output_tokens=call.max_output_tokens,
@@ -281,7 +274,7 @@ class GeminiSummarizer:
         )
 
     def _api_error(self, exc: APIError, model: str, attempts: int) -> SummarizerError:
-        code = int(exc.code or 0)
+        code, why = int(exc.code or 0), self._describe(exc)
         if code in (401, 403) or "API_KEY_INVALID" in str(exc.details):
             if self._vertex:
                 fix = "Check the Vertex AI credentials and that the project may call the model"
@@ -290,30 +283,24 @@ class GeminiSummarizer:
                     "Check GEMINI_API_KEY / GOOGLE_API_KEY: create a valid key at "
                     "https://aistudio.google.com/apikey"
                 )
-            return SummarizerError(f"the Gemini API rejected the credentials ({self._describe(exc)})", fix)
+            return SummarizerError(f"the Gemini API rejected the credentials ({why})", fix)
         if code == 429 or exc.status == "RESOURCE_EXHAUSTED":
             return self._quota_error(exc, model, attempts, None)
         if code >= 500:
             return SummarizerError(
-                f"the Gemini API failed for model {model} after {attempts} attempts ({self._describe(exc)})",
-                "Retry later",
+                f"the Gemini API failed for model {model} after {attempts} attempts ({why})", "Retry later"
             )
+        fix = "Check the model name and the request; rerun with --traceback for details"
         if code == 404:
             fix = "Check the model name (--summarizer-model) and the base URL"
-        else:
-            fix = "Check the model name and the request; rerun with --traceback for details"
-        return SummarizerError(
-            f"the Gemini API refused the request for model {model} ({self._describe(exc)})", fix
-        )
+        return SummarizerError(f"the Gemini API refused the request for model {model} ({why})", fix)
 
 
 def _retry_delay_s(exc: APIError) -> float | None:
     """The ``google.rpc.RetryInfo`` delay a 429 carries (``"retryDelay": "37s"``), if any."""
     details = exc.details.get("error", exc.details) if isinstance(exc.details, dict) else None
     items = details.get("details") if isinstance(details, dict) else None
-    if not isinstance(items, list):
-        return None
-    for item in items:
+    for item in items if isinstance(items, list) else []:
         if isinstance(item, dict) and str(item.get("@type", "")).endswith("google.rpc.RetryInfo"):
             m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)s\s*", str(item.get("retryDelay", "")))
             if m:

@@ -64,7 +64,58 @@ _CLOSING_TAG_GUARDED = "<\\/state_snapshot>"
 VERBATIM_MARK = "facts verbatim"
 _SNAPSHOT_RE = re.compile(r"<state_snapshot>(.*?)(?:</state_snapshot>|\Z)", re.DOTALL)
 _COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
+_FACTS_BLOCK_RE = re.compile(r"\n?<verbatim_facts>.*?</verbatim_facts>\n?", re.DOTALL)
 _TODO_MARK = {"completed": "DONE", "in_progress": "IN PROGRESS", "cancelled": "CANCELLED", "pending": "TODO"}
+_GROUP_TITLES = {
+    ("artifact_trail", "written"): "written:",
+    ("artifact_trail", "edited"): "edited:",
+    ("artifact_trail", "carried"): "from before:",
+    ("file_system_state", "roots"): "roots ($A/x is x under $A):",
+    ("file_system_state", "cwd"): "shell cwd:",
+    ("file_system_state", "read"): "read:",
+    ("file_system_state", "listed"): "listed/searched:",
+    ("file_system_state", "mentioned"): "named by the user:",
+    ("file_system_state", "referenced"): "@-attached:",
+    ("file_system_state", "carried"): "from before:",
+    ("recent_actions", "commands"): "shell commands in order of first run, [latest outcome] unless exit 0:",
+    ("recent_actions", "carried"): "earlier:",
+    ("recent_actions", "latest"): "latest tool calls:",
+    ("key_knowledge", "errors"): "errors (tool: message):",
+    ("key_knowledge", "carried"): "from before:",
+    ("task_state", "todos"): "todo list:",
+    ("task_state", "carried"): "from before:",
+    ("task_state", "current"): "current request:",
+}
+# The summary budget scales with what it replaces: at most this share of the span's tokens (Gemini CLI's own
+# estimate of the summarised history), and never less than SMALL_SPAN_BUDGET (a short span's snapshot may be
+# a larger share of it: the gemini-cli replay then reports the compression as inflated and writes nothing).
+SPAN_SHARE = 0.10
+SMALL_SPAN_BUDGET = 1000
+# Kinds of items, in the order they are given room (see ``_select``), and their names in the header's
+# "left out" note. What the user asked comes first and goes last.
+_VERBATIM_KINDS = frozenset(
+    {"requests", "paths", "paths_read", "commands", "commands_ok", "errors", "directives", "carried"}
+)
+_TIERS: tuple[tuple[str, ...], ...] = (
+    ("core", "requests"),
+    ("errors", "commands", "paths", "directives"),
+    ("commands_ok",),
+    ("paths_read",),
+    ("carried",),
+    ("prose",),
+)
+_LEFT_OUT_NAMES = {
+    "requests": "user requests",
+    "errors": "errors",
+    "commands": "failed commands",
+    "commands_ok": "commands that succeeded",
+    "paths": "paths changed",
+    "paths_read": "paths only read",
+    "directives": "directives",
+}
+_LEFT_OUT_WIDEST = dict.fromkeys(_LEFT_OUT_NAMES.values(), 99999)
+# What goes first when rendering overshoots: the reverse of the tiers, a user request last of all.
+_RANK = {kind: -n for n, tier in enumerate(_TIERS) for kind in tier} | {"requests": 1}
 
 
 def snapshot_text(text: str) -> str:
@@ -79,12 +130,8 @@ def _clip(text: str, limit: int) -> str:
 def previous_snapshot(history: Sequence[Mapping[str, Any]]) -> dict[str, list[str]] | None:
     """The sections of the last ``<state_snapshot>`` found in a text part of the history, as unescaped lines
     (bullets and blank lines removed). None when the history has no snapshot."""
-    texts = [
-        p["text"]
-        for c in history
-        for p in content_parts(c)
-        if isinstance(p.get("text"), str) and not p.get("thought")
-    ]
+    parts = [p for c in history for p in content_parts(c)]
+    texts = [p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")]
     found = next(
         (m[-1] for t in reversed(texts) if "<state_snapshot>" in t and (m := _SNAPSHOT_RE.findall(t))), None
     )
@@ -95,8 +142,7 @@ def previous_snapshot(history: Sequence[Mapping[str, Any]]) -> dict[str, list[st
     sections: dict[str, list[str]] = {}
     roots = dict(re.findall(r"^\s*-\s*(\$[A-Z]) = (.+?)\s*$", body, re.MULTILINE))
     for tag in (*SECTIONS, "current_plan"):
-        match = re.search(rf"<{tag}>(.*?)</{tag}>", body, re.DOTALL)
-        if not match:
+        if not (match := re.search(rf"<{tag}>(.*?)</{tag}>", body, re.DOTALL)):
             continue
         lines = []
         for raw in match.group(1).splitlines():
@@ -133,28 +179,6 @@ class _Item:
         return len(self.line) + 1
 
 
-_GROUP_TITLES = {
-    ("artifact_trail", "written"): "written:",
-    ("artifact_trail", "edited"): "edited:",
-    ("artifact_trail", "carried"): "from before:",
-    ("file_system_state", "roots"): "roots ($A/x is x under $A):",
-    ("file_system_state", "cwd"): "shell cwd:",
-    ("file_system_state", "read"): "read:",
-    ("file_system_state", "listed"): "listed/searched:",
-    ("file_system_state", "mentioned"): "named by the user:",
-    ("file_system_state", "referenced"): "@-attached:",
-    ("file_system_state", "carried"): "from before:",
-    ("recent_actions", "commands"): "shell commands in order of first run, [latest outcome] unless exit 0:",
-    ("recent_actions", "carried"): "earlier:",
-    ("recent_actions", "latest"): "latest tool calls:",
-    ("key_knowledge", "errors"): "errors (tool: message):",
-    ("key_knowledge", "carried"): "from before:",
-    ("task_state", "todos"): "todo list:",
-    ("task_state", "carried"): "from before:",
-    ("task_state", "current"): "current request:",
-}
-
-
 class _Roots:
     """Shortens absolute paths by naming their common directories ``$A``, ``$B``, ``$C``.
 
@@ -166,8 +190,7 @@ class _Roots:
         self.roots: list[tuple[str, str]] = []  # (name, root directory with trailing separator)
         remaining = [p for p in paths if p.startswith(("/", "~/")) or re.match(r"^[A-Za-z]:[\\/]", p)]
         for name in ("$A", "$B", "$C"):
-            best = self._best_root(remaining)
-            if best is None:
+            if (best := self._best_root(remaining)) is None:
                 break
             self.roots.append((name, best))
             remaining = [p for p in remaining if not self._under(p, best)]
@@ -197,13 +220,6 @@ class _Roots:
             if self._under(path, root):
                 return f"{name}/{path[len(root) :]}"
         return path
-
-
-# The summary budget scales with what it replaces: at most this share of the span's tokens (Gemini CLI's own
-# estimate of the summarised history), and never less than SMALL_SPAN_BUDGET (a short span's snapshot may be
-# a larger share of it: the gemini-cli replay then reports the compression as inflated and writes nothing).
-SPAN_SHARE = 0.10
-SMALL_SPAN_BUDGET = 1000
 
 
 class OfflineSummarizer:
@@ -265,11 +281,8 @@ class OfflineSummarizer:
 
         def header(left_out: Mapping[str, int]) -> str:
             out = ", ".join(f"{n} {what}" for what, n in left_out.items() if n)
-            return (
-                f"<!-- generated offline by ctxtool, no model, {VERBATIM_MARK}: {counted}{merged}"
-                + (f"; left out for the size budget: {out}" if out else "")
-                + " -->"
-            )
+            tail = merged + (f"; left out for the size budget: {out}" if out else "")
+            return f"<!-- generated offline by ctxtool, no model, {VERBATIM_MARK}: {counted}{tail} -->"
 
         room = max_chars - len(_render(header(_LEFT_OUT_WIDEST), []))
         chosen = _select(items, room)
@@ -308,8 +321,7 @@ def _request_items(out: list[_Item], facts: Facts, prev: Mapping[str, list[str]]
     """What the user asked: the requests, the overall goal (the previous one stays) and the constraints."""
     for request in facts.requests:
         _add(out, "user_requests", "", request, "requests")
-    goal = " ".join(prev.get("overall_goal", [])) or facts.goal
-    if goal:
+    if goal := " ".join(prev.get("overall_goal", [])) or facts.goal:
         head = _clip(goal, _GOAL_HEAD)
         _add(out, "overall_goal", "", head, "core")
         if len(normalize_ws(goal)) > _GOAL_HEAD:  # the rest, from the word the head left out
@@ -357,16 +369,9 @@ def _path_items(out: list[_Item], facts: Facts, prev: Mapping[str, list[str]]) -
 def _action_items(out: list[_Item], facts: Facts, prev: Mapping[str, list[str]]) -> None:
     """Shell commands with their outcome, earlier commands and actions carried over, the latest tool calls."""
     for command in facts.commands:
-        if command.outcome == "exit 0":
-            _add(out, "recent_actions", "commands", f"$ {command.command}", "commands_ok")
-        else:
-            _add(
-                out,
-                "recent_actions",
-                "commands",
-                f"$ {command.command} [{command.outcome or 'no result'}]",
-                "commands",
-            )
+        ok = command.outcome == "exit 0"
+        line = f"$ {command.command}" + ("" if ok else f" [{command.outcome or 'no result'}]")
+        _add(out, "recent_actions", "commands", line, "commands_ok" if ok else "commands")
     new_commands = {f"$ {c.command}" for c in facts.commands}
     for line in prev.get("recent_actions", []):
         if line.startswith("$ ") and line.split(" [")[0] not in new_commands:
@@ -389,34 +394,8 @@ def _task_items(
         for line in prev.get("task_state", []):
             if not line.endswith(":"):
                 _add(out, "task_state", "carried", line, "carried")
-    prompts = list(real_user_prompts(history))
-    if prompts:
+    if prompts := list(real_user_prompts(history)):
         _add(out, "task_state", "current", _clip(prompts[-1][1], _PROSE_LINE_MAX), "prose")
-
-
-# Kinds of items, in the order they are given room (see ``_select``), and their names in the header's
-# "left out" note. What the user asked comes first and goes last.
-_VERBATIM_KINDS = frozenset(
-    {"requests", "paths", "paths_read", "commands", "commands_ok", "errors", "directives", "carried"}
-)
-_TIERS: tuple[tuple[str, ...], ...] = (
-    ("core", "requests"),
-    ("errors", "commands", "paths", "directives"),
-    ("commands_ok",),
-    ("paths_read",),
-    ("carried",),
-    ("prose",),
-)
-_LEFT_OUT_NAMES = {
-    "requests": "user requests",
-    "errors": "errors",
-    "commands": "failed commands",
-    "commands_ok": "commands that succeeded",
-    "paths": "paths changed",
-    "paths_read": "paths only read",
-    "directives": "directives",
-}
-_LEFT_OUT_WIDEST = dict.fromkeys(_LEFT_OUT_NAMES.values(), 99999)
 
 
 def _select(items: Sequence[_Item], budget: int) -> list[_Item]:
@@ -452,10 +431,6 @@ def _left_out(items: Sequence[_Item], chosen: Sequence[_Item]) -> dict[str, int]
     return Counter(n for i in items if (n := _LEFT_OUT_NAMES.get(i.kind)) is not None and id(i) not in kept)
 
 
-# What goes first when rendering overshoots: the reverse of the tiers, a user request last of all.
-_RANK = {kind: -n for n, tier in enumerate(_TIERS) for kind in tier} | {"requests": 1}
-
-
 def _render(header: str, chosen: Sequence[_Item]) -> str:
     lines = ["<state_snapshot>", header]
     for section in SECTIONS:
@@ -473,9 +448,6 @@ def _render(header: str, chosen: Sequence[_Item]) -> str:
         lines.append(f"</{section}>")
     lines.append("</state_snapshot>")
     return "\n".join(lines)
-
-
-_FACTS_BLOCK_RE = re.compile(r"\n?<verbatim_facts>.*?</verbatim_facts>\n?", re.DOTALL)
 
 
 def with_facts(summary: str, history: Sequence[Mapping[str, Any]], offline: OfflineSummarizer) -> str:
