@@ -537,7 +537,7 @@ def _counting(summarizer: Summarizer, job: _Job, curated: g.CuratedSession) -> S
         return summarizer
 
     def counts(history: Sequence[Mapping[str, Any]]) -> TurnCounts:
-        keep_from = _message_index(curated.turns, len(history), job.messages, job.path)
+        keep_from = _message_index(curated, len(history), job.messages, job.path)
         within = {mid for m in job.messages[:keep_from] if isinstance(mid := m.get("id"), str)}
         return turn_counts(job.session.billed, job.session.copies, within)
 
@@ -630,7 +630,7 @@ def _compressed(
     assert result.split_index is not None
     assert result.summary is not None
     contents, messages, split = curated.contents, job.messages, result.split_index
-    keep_from = _message_index(curated.turns, split, messages, job.path)
+    keep_from = _message_index(curated, split, messages, job.path)
     report.split_message_id = messages[keep_from]["id"] if keep_from < len(messages) else None
     env_index = g.stored_env_index(messages)
     head = [messages[env_index]] if env_index is not None and env_index < keep_from else []
@@ -930,15 +930,22 @@ def _report_plan(job: _Job, name: str, result: StrategyResult, report: Compactio
 
 
 def _message_index(
-    turns: Sequence[Mapping[str, Any]], split: int, messages: Sequence[Mapping[str, Any]], path: Path
+    curated: g.CuratedSession, split: int, messages: Sequence[Mapping[str, Any]], path: Path
 ) -> int:
-    """Index of the session message that opens curated turn ``split`` (``len(messages)`` past the end)."""
+    """Index of the session message that opens curated turn ``split`` (``len(messages)`` past the end).
+
+    Split 0 on a ``<session_context>`` turn that was not stored (built or a stand-in) keeps every stored
+    message: the eras before 0.10 have no NOOP on an empty split and summarise an empty history
+    (``tryCompressChat``, 0.3 and 0.7)."""
+    turns = curated.turns
     if split >= len(turns):
         return len(messages)
     turn_id = turns[split].get("id")
     for i, msg in enumerate(messages):
         if isinstance(turn_id, str) and msg.get("id") == turn_id:
             return i
+    if split == 0:  # the env turn (curated.turns[0]), not a stored message
+        return 0
     raise CtxtoolError(
         f"{path}: the split point (turn {split}, id {turn_id!r}) matches no message of the session",
         "Report this with --traceback; compact with a different --profile meanwhile",

@@ -454,3 +454,22 @@ def test_sessions_without_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     [error] = [line for line in err.splitlines() if lines.name in line]
     assert error.startswith(f'Error: {lines}: 12 message records have no "id" (the first on line 2)')
     assert error.endswith("or delete them, and run the command again")
+
+
+@pytest.mark.parametrize("profile", ["gemini-cli@0.3", "gemini-cli@0.7"])
+def test_an_empty_split_of_the_eras_before_0_10_is_summarised(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], profile: str
+) -> None:
+    """Before 0.10 an empty split was no NOOP: the summary of nothing is asked for, then found to inflate.
+    The split is the env turn, which this session did not store (it once failed: "matches no message")."""
+    from tests.conftest import REAL_SESSIONS
+
+    session = tmp_path / "session.json"
+    shutil.copyfile(REAL_SESSIONS / "Myflix__session-2026-02-25T17-54-48c7bcc7.json", session)
+    code, out, err = compact(
+        capsys, str(session), "--force", "--profile", profile, "-o", str(tmp_path / "out"), "--format", "json"
+    )
+    assert code == 0, err
+    [row] = sessions_of(out)
+    assert row["status"] == "COMPRESSION_FAILED_INFLATED_TOKEN_COUNT"
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.json"))

@@ -154,3 +154,24 @@ def test_byte_order_mark_and_crlf_are_read(tmp_path: Path) -> None:
     assert fc.session_id == HEADER["sessionId"]
     assert fc.resume_offset is None  # offsets after a stripped mark would be off by three
     assert [m["id"] for m in read_session(path).messages] == ["g"]
+
+
+@pytest.mark.parametrize("messages", ["5", '"x"', "{}", "false", "0", "[1, {}]", "null"])
+@pytest.mark.parametrize("era", ["json", "jsonl-head"])
+def test_both_readers_judge_a_document_alike(tmp_path: Path, messages: str, era: str) -> None:
+    """The columns (stats) and the full reader (compact, diff) accept the same documents and refuse the others
+    with the same words: a ``messages`` that is not a list once passed the columns' lenient parse."""
+    from ctxtool.session.read import read_session
+
+    doc = f'{{"sessionId": "s1", "startTime": "2026-01-01T00:00:00Z", "messages": {messages}}}'
+    path = tmp_path / "session.json"
+    path.write_text(doc if era == "json" else doc + "\n", encoding="utf-8")
+    verdicts = []
+    for reader in (lambda: columns_from_file(sp_for(path)), lambda: read_session(path)):
+        try:
+            reader()
+            verdicts.append("read")
+        except SessionFormatError as exc:
+            verdicts.append(str(exc))
+    assert verdicts[0] == verdicts[1]
+    assert (verdicts[0] == "read") == (messages in ("[1, {}]", "null"))

@@ -30,6 +30,7 @@ from ctxtool.measure.estimator import estimate_text, estimate_token_count
 from ctxtool.measure.tokens import request_total, token_count
 from ctxtool.session.discover import SessionPath
 from ctxtool.session.read import (
+    NOT_A_SESSION_FIX,
     BrokenLine,
     Event,
     Replayed,
@@ -772,7 +773,7 @@ def _empty(sp: SessionPath, size: int) -> FileColumns:
 
 def _from_document(out: FileColumns, doc: _Record, p: Path) -> None:
     if doc.messages is not msgspec.UNSET and not isinstance(doc.messages, list):
-        raise SessionFormatError(p, "has a 'messages' field that is not a list", "Pass only session files")
+        raise SessionFormatError(p, "has a 'messages' field that is not a list", NOT_A_SESSION_FIX)
     _set_meta(out, _meta(doc), "json", lines=1)
     messages = doc.messages if isinstance(doc.messages, list) else []
     billed = _cumulative(messages, 0, 0)

@@ -29,7 +29,7 @@ from ctxtool.session.utf8 import read_as_node
 
 Era = Literal["json", "jsonl"]
 
-_NOT_A_SESSION_FIX = "Pass only Gemini CLI session files (~/.gemini/tmp/<project>/chats/session-*.json[l])"
+NOT_A_SESSION_FIX = "Pass only Gemini CLI session files (~/.gemini/tmp/<project>/chats/session-*.json[l])"
 _NOT_SPACE = re.compile(rb"\S")  # a byte that bytes.strip() keeps
 
 
@@ -163,28 +163,27 @@ def parse_document(data: bytes, p: Path) -> tuple[Any, str | None]:
 
 
 def check_document(doc: Any, p: Path) -> None:
-    """A parsed whole document must be a session: an object with ``messages`` or ``sessionId``."""
+    """A parsed whole document must be a session: an object with ``messages`` (a list) or ``sessionId``."""
     if not isinstance(doc, dict):
         raise SessionFormatError(
-            p, f"is JSON ({type(doc).__name__}) but not a Gemini CLI session", _NOT_A_SESSION_FIX
+            p, f"is JSON ({type(doc).__name__}) but not a Gemini CLI session", NOT_A_SESSION_FIX
         )
     if doc.get("messages") is None and "sessionId" not in doc:
-        raise SessionFormatError(p, "is JSON but not a Gemini CLI session", _NOT_A_SESSION_FIX)
+        raise SessionFormatError(p, "is JSON but not a Gemini CLI session", NOT_A_SESSION_FIX)
+    if not isinstance(doc.get("messages", []), list | None):  # (both readers: the columns' lenient parse too)
+        raise SessionFormatError(p, "has a 'messages' field that is not a list", NOT_A_SESSION_FIX)
 
 
 def _not_json(p: Path, data: bytes) -> SessionFormatError:
     try:
         data[:4096].decode("utf-8")
     except UnicodeDecodeError:
-        return SessionFormatError(p, "is not UTF-8 text", _NOT_A_SESSION_FIX)
-    return SessionFormatError(p, "is not JSON", _NOT_A_SESSION_FIX)
+        return SessionFormatError(p, "is not UTF-8 text", NOT_A_SESSION_FIX)
+    return SessionFormatError(p, "is not JSON", NOT_A_SESSION_FIX)
 
 
 def _from_document(p: Path, doc: dict[str, Any], size: int) -> SessionFile:
-    raw = doc.get("messages")
-    if raw is not None and not isinstance(raw, list):
-        raise SessionFormatError(p, "has a 'messages' field that is not a list", _NOT_A_SESSION_FIX)
-    messages = [cast(MessageRecord, m) for m in raw or () if isinstance(m, dict)]
+    messages = [cast(MessageRecord, m) for m in doc.get("messages") or () if isinstance(m, dict)]
     metadata = {k: v for k, v in doc.items() if k != "messages"}
     # A legacy file is rewritten whole on every update, so a rewind leaves no trace: billed == live.
     return SessionFile(p, "json", metadata, messages, list(messages), size=size, lines=1)
@@ -317,11 +316,11 @@ class Replayed(msgspec.Struct, Generic[M]):
             return
         if self.records == 0:
             reason = _describe_broken(whole_error, sample)
-            fix = _NOT_A_SESSION_FIX
+            fix = NOT_A_SESSION_FIX
             if "truncated" in reason:
                 fix = "Re-run when Gemini CLI has finished writing it, or restore it from a backup"
             raise SessionFormatError(p, reason, fix)
-        raise SessionFormatError(p, "is JSON but not a Gemini CLI session", _NOT_A_SESSION_FIX)
+        raise SessionFormatError(p, "is JSON but not a Gemini CLI session", NOT_A_SESSION_FIX)
 
 
 def _rewind(live: dict[str, Any], target: Any) -> None:
