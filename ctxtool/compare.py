@@ -128,7 +128,7 @@ def _strategy_row(original: _Original, name: str, run: _Run) -> dict[str, Any]:
     try:
         report = compact_session(original.source, run.summarizer, options, destination)
     except (CtxtoolError, OSError) as exc:
-        row.update(status="FAILED", error=str(exc), seconds=time.perf_counter() - start)
+        row.update(status="FAILED", error=str(exc), seconds=round(time.perf_counter() - start, 4))
         return row
     row["seconds"] = round(time.perf_counter() - start, 4)
     row.update(status=report.status, notes="; ".join(report.notes), **_own_measure(name, report))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,19 @@ def test_chart_file(tmp_path: Path, suffix: str) -> None:
     assert head.startswith(b"\x89PNG") if suffix == ".png" else b"<svg" in out.read_bytes()[:2000]
     with pytest.raises(UsageError):
         compare.write_chart(rows, tmp_path / "chart.gif")
+
+
+def test_a_failed_strategy_row_rounds_its_seconds_as_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctxtool.common.errors import CtxtoolError
+
+    def fails(*_: object) -> None:
+        time.sleep(0.00123456)
+        raise CtxtoolError("cannot compact", "a fix")
+
+    monkeypatch.setattr(compare, "compact_session", fails)
+    rows = compare.compare_sessions([crafted(tmp_path)], ["pi"], OfflineSummarizer())
+    [row] = [r for r in rows if r["status"] == "FAILED"]
+    assert row["error"].startswith("cannot compact")
+    assert row["seconds"] == round(row["seconds"], 4) > 0
