@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 GEMINI_CLI_VERSION = "0.61.0"
-GEMINI_CLI_PACKAGE = f"@google/gemini-cli@{GEMINI_CLI_VERSION}"
 
 # The chat model the scripted sessions use: naming it skips Gemini CLI's routing call.
 CHAT_MODEL = "gemini-3.1-pro-preview"
@@ -46,77 +45,71 @@ def _real_home() -> Path:
     return Path(pwd.getpwuid(os.getuid()).pw_dir)
 
 
-def cache_dir() -> Path:
-    """Where the pinned Gemini CLI is installed: ``CTXTOOL_TEST_CACHE`` or ``~/.cache/ctxtool-test``."""
+def npm_cache_root() -> Path:
+    """Where the tests' pinned npm packages go (Gemini CLI here, Azurite in tests/objectstore.py):
+    ``CTXTOOL_TEST_CACHE`` or ``~/.cache/ctxtool-test``, outside the repository."""
     root = os.environ.get("CTXTOOL_TEST_CACHE")
-    return (
-        Path(root) if root else _real_home() / ".cache" / "ctxtool-test"
-    ) / f"gemini-cli-{GEMINI_CLI_VERSION}"
+    return Path(root) if root else _real_home() / ".cache" / "ctxtool-test"
+
+
+def cache_dir() -> Path:
+    """Where the pinned Gemini CLI is installed."""
+    return npm_cache_root() / f"gemini-cli-{GEMINI_CLI_VERSION}"
 
 
 class GeminiCliUnavailable(RuntimeError):
     """npm is missing or the install failed; the message says which and how to fix it."""
 
 
-def install_gemini_cli() -> Path:
-    """The ``gemini`` executable of the pinned release, installing it on first use (about 5-20 s).
-
-    The install goes to a temporary folder beside the cache folder and is renamed into place, under a file
-    lock, so concurrent test runs neither install twice nor see half an install.
-    """
-    target = cache_dir()
-    binary = target / "node_modules" / ".bin" / "gemini"
-    if _installed_version(target) == GEMINI_CLI_VERSION:
-        return binary
-    npm = shutil.which("npm")
-    if npm is None:
-        raise GeminiCliUnavailable(
-            "npm is not installed: install Node.js 20+ with npm to run Gemini CLI tests"
-        )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _installed_version(target) == GEMINI_CLI_VERSION:
-            return binary
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        # npm reads its registry settings from the real home's .npmrc, not the test's HOME.
-        env = {**os.environ, "HOME": str(_real_home())}
-        done = subprocess.run(
-            [
-                npm,
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--no-save",
-                "--prefix",
-                str(staging),
-                GEMINI_CLI_PACKAGE,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if done.returncode != 0 or _installed_version(staging) != GEMINI_CLI_VERSION:
-            shutil.rmtree(staging, ignore_errors=True)
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise GeminiCliUnavailable(f"npm install {GEMINI_CLI_PACKAGE} failed: {' / '.join(tail)}")
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    return binary
-
-
-def _installed_version(folder: Path) -> str | None:
+def npm_version(prefix: Path, package: str) -> str | None:
+    """The version of ``package`` installed under ``prefix`` (its ``node_modules``), or None."""
     try:
-        manifest = json.loads(
-            (folder / "node_modules" / "@google" / "gemini-cli" / "package.json").read_text()
-        )
+        manifest = json.loads((prefix / "node_modules" / package / "package.json").read_text())
     except (OSError, ValueError):
         return None
     version = manifest.get("version")
     return version if isinstance(version, str) else None
+
+
+def npm_install_pinned(
+    target: Path, package: str, version: str, unavailable: type[Exception], no_npm: str
+) -> None:
+    """``package@version`` installed into ``target`` on first use; raises ``unavailable`` (``no_npm`` when npm
+    or node is missing) when it cannot be.
+
+    The install goes to a temporary folder beside ``target`` and is renamed into place, under a file lock, so
+    concurrent test runs (xdist workers) neither install twice nor see half an install."""
+    if npm_version(target, package) == version:
+        return
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        raise unavailable(no_npm)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    spec = f"{package}@{version}"
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if npm_version(target, package) == version:
+            return
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        # npm reads its registry settings from the real home's .npmrc, not the test's HOME.
+        env = {**os.environ, "HOME": str(_real_home())}
+        command = [npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", str(staging), spec]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+        if done.returncode != 0 or npm_version(staging, package) != version:
+            shutil.rmtree(staging, ignore_errors=True)
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise unavailable(f"npm install {spec} failed: {' / '.join(tail)}")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+
+
+def install_gemini_cli() -> Path:
+    """The ``gemini`` executable of the pinned release, installing it on first use (about 5-20 s)."""
+    target = cache_dir()
+    no_npm = "npm is not installed: install Node.js 20+ with npm to run Gemini CLI tests"
+    npm_install_pinned(target, "@google/gemini-cli", GEMINI_CLI_VERSION, GeminiCliUnavailable, no_npm)
+    return target / "node_modules" / ".bin" / "gemini"
 
 
 def installed_package_dir() -> Path:

@@ -172,15 +172,57 @@ def _moto_server() -> Path:
     return Path(sys.executable).parent / "moto_server"
 
 
-class S3Server:
-    """moto's S3 in server mode: ``moto_server -H 127.0.0.1 -p PORT`` as a subprocess, logging to a file.
+def _answers(port: int) -> bool:
+    """Whether an HTTP server answers on 127.0.0.1:port (any status is an answer)."""
+    connection = http.client.HTTPConnection(HOST, port, timeout=1)
+    try:
+        connection.request("GET", "/")
+        connection.getresponse().read()
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+    return True
 
-    State lives in the process's memory; every bucket and object vanishes with it.
-    """
 
-    def __init__(self, log_dir: Path, *, executable: Path | None = None) -> None:
-        self.log_path = log_dir / "moto_server.log"
-        self.executable = executable or _moto_server()
+# ---------------------------------------------------------------------------------- Azure and GCS emulators
+
+
+class EmulatorError(RuntimeError):
+    """Azurite or fake-gcs-server could not be installed or started; the message says why and how to fix
+    it."""
+
+
+# Azurite, Microsoft's Azure Storage emulator, from npm. 3.35.0 is the newest release that runs on Node.js 20
+# (3.36.0 wants Node >= 21, 3.37.0 Node >= 22: `npm view azurite@X engines`), which is what the machines have.
+AZURITE_VERSION = "3.35.0"
+# The emulator's well-known development account and its published key (Azurite's README): no secret.
+AZURE_ACCOUNT = "devstoreaccount1"
+AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+_AZURE_API_VERSION = "2021-08-06"
+
+
+def install_azurite() -> Path:
+    """The ``azurite-blob`` executable of the pinned Azurite, installing it on first use (about 50 s), into
+    the cache folder of tests/gemini_cli_harness.py's Gemini CLI."""
+    from tests.gemini_cli_harness import npm_cache_root, npm_install_pinned
+
+    target = npm_cache_root() / f"azurite-{AZURITE_VERSION}"
+    no_npm = "npm is not installed: install Node.js 20 with npm to run the az:// tests"
+    npm_install_pinned(target, "azurite", AZURITE_VERSION, EmulatorError, no_npm)
+    return target / "node_modules" / ".bin" / "azurite-blob"
+
+
+class _Emulator:
+    """A server started as a subprocess on a free port of 127.0.0.1, logging to a file, with its state in
+    memory: it is ready when it answers HTTP, and a port taken between our probe and its bind is retried."""
+
+    name = "emulator"
+    error: type[RuntimeError] = EmulatorError
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.log_path = log_dir / f"{self.name}.log"
         self.port = 0
         self.startup_seconds = 0.0
         self._process: subprocess.Popen[bytes] | None = None
@@ -189,31 +231,31 @@ class S3Server:
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def start(self, timeout: float = START_TIMEOUT) -> None:
-        """Start the server and wait until it answers HTTP; raise ``S3ServerError`` if it does not."""
-        if not self.executable.is_file():
-            raise S3ServerError(
-                f"{self.executable} not found: moto's server is a dev dependency (moto[server] in "
-                "pyproject.toml); install it with `make test` or `uv sync --extra dev`"
-            )
-        # A free port can be taken between our probe and moto's bind: try again on a new one.
-        for _attempt in range(3):
-            if self._start_once(timeout):
-                return
-        raise S3ServerError(f"moto_server exited at start three times; its log:\n{self._log_tail()}")
+    def _command(self) -> list[str]:
+        raise NotImplementedError
 
-    def _start_once(self, timeout: float) -> bool:
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Start the server and wait until it answers HTTP; raise ``self.error`` if it does not."""
+        command = self._command()  # (before the port: it may install what it runs)
+        for _attempt in range(3):
+            if self._start_once(command, timeout):
+                return
+        raise self.error(f"{self.name} exited at start three times; its log:\n{self._log_tail()}")
+
+    def _start_once(self, command: list[str], timeout: float) -> bool:
         self.port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env["HOME"] = str(self.log_path.parent)  # moto's process touches nothing of the developer's home
+        argv = [part.replace("{port}", str(self.port)) for part in command]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
+        env["HOME"] = str(self.log_dir)  # the server touches nothing of the developer's home
         started = time.monotonic()
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
-                [str(self.executable), "-H", HOST, "-p", str(self.port)],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
+                cwd=self.log_dir,
             )
         deadline = started + timeout
         while time.monotonic() < deadline:
@@ -225,8 +267,8 @@ class S3Server:
                 return True
             time.sleep(0.05)
         self.stop()
-        raise S3ServerError(
-            f"moto_server did not answer on {self.url} within {timeout:.0f} s (a loaded machine?); "
+        raise self.error(
+            f"{self.name} did not answer on {self.url} within {timeout:.0f} s (a loaded machine?); "
             f"its log:\n{self._log_tail()}"
         )
 
@@ -247,6 +289,39 @@ class S3Server:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
+
+    def _request(
+        self, method: str, target: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes]:
+        connection = http.client.HTTPConnection(HOST, self.port, timeout=10)
+        try:
+            connection.request(method, target, body=body, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+
+class S3Server(_Emulator):
+    """moto's S3 in server mode: ``moto_server -H 127.0.0.1 -p PORT`` as a subprocess, logging to a file.
+
+    State lives in the process's memory; every bucket and object vanishes with it.
+    """
+
+    name = "moto_server"
+    error = S3ServerError
+
+    def __init__(self, log_dir: Path, *, executable: Path | None = None) -> None:
+        super().__init__(log_dir)
+        self.executable = executable or _moto_server()
+
+    def _command(self) -> list[str]:
+        if not self.executable.is_file():
+            raise S3ServerError(
+                f"{self.executable} not found: moto's server is a dev dependency (moto[server] in "
+                "pyproject.toml); install it with `make test` or `uv sync --extra dev`"
+            )
+        return [str(self.executable), "-H", HOST, "-p", "{port}"]
 
     def __enter__(self) -> S3Server:
         self.start()
@@ -300,189 +375,6 @@ class S3Server:
         import obstore
 
         return bytes(obstore.get(self.store(bucket), key).bytes())
-
-
-def _answers(port: int) -> bool:
-    """Whether an HTTP server answers on 127.0.0.1:port (any status is an answer)."""
-    connection = http.client.HTTPConnection(HOST, port, timeout=1)
-    try:
-        connection.request("GET", "/")
-        connection.getresponse().read()
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        connection.close()
-    return True
-
-
-# ---------------------------------------------------------------------------------- Azure and GCS emulators
-
-
-class EmulatorError(RuntimeError):
-    """Azurite or fake-gcs-server could not be installed or started; the message says why and how to fix
-    it."""
-
-
-# Azurite, Microsoft's Azure Storage emulator, from npm. 3.35.0 is the newest release that runs on Node.js 20
-# (3.36.0 wants Node >= 21, 3.37.0 Node >= 22: `npm view azurite@X engines`), which is what the machines have.
-AZURITE_VERSION = "3.35.0"
-AZURITE_PACKAGE = f"azurite@{AZURITE_VERSION}"
-# The emulator's well-known development account and its published key (Azurite's README): no secret.
-AZURE_ACCOUNT = "devstoreaccount1"
-AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-_AZURE_API_VERSION = "2021-08-06"
-
-
-def _real_home() -> Path:
-    """The account's home, not the per-test HOME that tests/conftest.py sets: the cache outlives a test."""
-    import pwd
-
-    return Path(pwd.getpwuid(os.getuid()).pw_dir)
-
-
-def emulator_cache_dir() -> Path:
-    """Where emulators from npm are installed, as tests/gemini_cli_harness.py installs Gemini CLI:
-    ``CTXTOOL_TEST_CACHE`` or ``~/.cache/ctxtool-test``, outside the repository."""
-    root = os.environ.get("CTXTOOL_TEST_CACHE")
-    return Path(root) if root else _real_home() / ".cache" / "ctxtool-test"
-
-
-def install_azurite() -> Path:
-    """The ``azurite-blob`` executable of the pinned Azurite, installing it on first use (about 50 s).
-
-    The install goes to a temporary folder beside the cache folder and is renamed into place, under a file
-    lock, so concurrent test runs (xdist workers) neither install twice nor see half an install.
-    """
-    import fcntl
-    import shutil
-    import tempfile
-
-    target = emulator_cache_dir() / f"azurite-{AZURITE_VERSION}"
-    binary = target / "node_modules" / ".bin" / "azurite-blob"
-    if _npm_version(target, "azurite") == AZURITE_VERSION:
-        return binary
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        raise EmulatorError("npm is not installed: install Node.js 20 with npm to run the az:// tests")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _npm_version(target, "azurite") == AZURITE_VERSION:
-            return binary
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        # npm reads its registry settings from the real home's .npmrc, not the test's HOME.
-        env = {**os.environ, "HOME": str(_real_home())}
-        command = [npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", str(staging)]
-        done = subprocess.run(
-            [*command, AZURITE_PACKAGE], env=env, capture_output=True, text=True, timeout=600, check=False
-        )
-        if done.returncode != 0 or _npm_version(staging, "azurite") != AZURITE_VERSION:
-            shutil.rmtree(staging, ignore_errors=True)
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise EmulatorError(f"npm install {AZURITE_PACKAGE} failed: {' / '.join(tail)}")
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    return binary
-
-
-def _npm_version(prefix: Path, package: str) -> str | None:
-    import json
-
-    try:
-        manifest = json.loads((prefix / "node_modules" / package / "package.json").read_text())
-    except (OSError, ValueError):
-        return None
-    version = manifest.get("version")
-    return version if isinstance(version, str) else None
-
-
-class _Emulator:
-    """A server started as a subprocess on a free port of 127.0.0.1, logging to a file, with its state in
-    memory: it is ready when it answers HTTP, and a port taken between our probe and its bind is retried."""
-
-    name = "emulator"
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.log_path = log_dir / f"{self.name}.log"
-        self.port = 0
-        self.startup_seconds = 0.0
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    def _command(self) -> list[str]:
-        raise NotImplementedError
-
-    def start(self, timeout: float = START_TIMEOUT) -> None:
-        """Start the server and wait until it answers HTTP; raise ``EmulatorError`` if it does not."""
-        command = self._command()  # (before the port: it may install what it runs)
-        for _attempt in range(3):
-            if self._start_once(command, timeout):
-                return
-        raise EmulatorError(f"{self.name} exited at start three times; its log:\n{self._log_tail()}")
-
-    def _start_once(self, command: list[str], timeout: float) -> bool:
-        self.port = free_port()
-        argv = [part.replace("{port}", str(self.port)) for part in command]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
-        env["HOME"] = str(self.log_dir)  # the server touches nothing of the developer's home
-        started = time.monotonic()
-        with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.log_dir,
-            )
-        deadline = started + timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                self._process = None
-                return False
-            if _answers(self.port):
-                self.startup_seconds = time.monotonic() - started
-                return True
-            time.sleep(0.05)
-        self.stop()
-        raise EmulatorError(
-            f"{self.name} did not answer on {self.url} within {timeout:.0f} s (a loaded machine?); "
-            f"its log:\n{self._log_tail()}"
-        )
-
-    def _log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-2000:]
-        except OSError as exc:
-            return f"(no log: {exc})"
-
-    def stop(self) -> None:
-        """Terminate the server, then kill it if it has not exited within 5 s."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-
-    def _request(
-        self, method: str, target: str, body: bytes = b"", headers: dict[str, str] | None = None
-    ) -> tuple[int, bytes]:
-        connection = http.client.HTTPConnection(HOST, self.port, timeout=10)
-        try:
-            connection.request(method, target, body=body, headers=headers or {})
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
 
 
 class AzuriteServer(_Emulator):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from ctxtool.cli import options
+from ctxtool.cli.options import budget
 from ctxtool.cli.status import ExitStatus
 from ctxtool.common.errors import UsageError
 from ctxtool.common.wording import plural
@@ -39,12 +40,8 @@ over 1); 1 an error (a session file could not be read, or no session was found);
 """
 
 
-def _budget(flag: str, metavar: str, help: str) -> Any:
-    return typer.Option(None, flag, metavar=metavar, help=help)
-
-
-MAX_SESSION_TOKENS = _budget("--max-session-tokens", "TOKENS", "Tokens of a session, subagents included.")
-MAX_CONTEXT_SHARE = _budget("--max-context-share", "SHARE", "A prompt over the model's context window.")
+MAX_SESSION_TOKENS = budget("--max-session-tokens", "TOKENS", "Tokens of a session, subagents included.")
+MAX_CONTEXT_SHARE = budget("--max-context-share", "SHARE", "A prompt over the model's context window.")
 TOLERANCE = typer.Option(
     "10%", "--tolerance", metavar="SHARE", show_default=False, help="Allowed worsening over --baseline (10%)."
 )
@@ -55,17 +52,17 @@ def audit(
         None, metavar="PATH...", help="Session files, folders, globs or ids (default: the data root)."
     ),
     max_session_tokens: str = MAX_SESSION_TOKENS,
-    max_turn_tokens: str = _budget("--max-turn-tokens", "TOKENS", "Tokens of one turn."),
-    max_request_tokens: str = _budget("--max-request-tokens", "TOKENS", "Tokens of one request."),
+    max_turn_tokens: str = budget("--max-turn-tokens", "TOKENS", "Tokens of one turn."),
+    max_request_tokens: str = budget("--max-request-tokens", "TOKENS", "Tokens of one request."),
     max_context_share: str = MAX_CONTEXT_SHARE,
-    max_session_cost: str = _budget("--max-session-cost", "USD", "Cost of a session."),
-    max_daily_cost: str = _budget("--max-daily-cost", "USD", "Cost of all sessions per day (--timezone)."),
-    min_cache_ratio: str = _budget("--min-cache-ratio", "SHARE", "Cached over input tokens, at least."),
-    max_compressions: str = _budget("--max-compressions", "N", "Compression events in a session."),
-    max_tool_output_share: str = _budget(
+    max_session_cost: str = budget("--max-session-cost", "USD", "Cost of a session."),
+    max_daily_cost: str = budget("--max-daily-cost", "USD", "Cost of all sessions per day (--timezone)."),
+    min_cache_ratio: str = budget("--min-cache-ratio", "SHARE", "Cached over input tokens, at least."),
+    max_compressions: str = budget("--max-compressions", "N", "Compression events in a session."),
+    max_tool_output_share: str = budget(
         "--max-tool-output-share", "SHARE", "Tool results over all text of a session."
     ),
-    max_secrets: str = _budget("--max-secrets", "N", "Secrets a session may hold (0: none)."),
+    max_secrets: str = budget("--max-secrets", "N", "Secrets a session may hold (0: none)."),
     config: Path = typer.Option(None, "--config", "-c", metavar="FILE", help="Budgets from this TOML file."),
     no_config: bool = typer.Option(False, "--no-config", help="Ignore any configuration file."),
     fmt: str = typer.Option(None, "--format", "-f", metavar="FORMAT", help="table, json, junit or markdown."),

@@ -8,11 +8,11 @@ equal. The budget options are declared here once; ``ctxtool hooks install`` take
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import typer
 
 from ctxtool.cli import options
+from ctxtool.cli.options import budget
 from ctxtool.cli.status import ExitStatus
 
 HELP = """A Gemini CLI BeforeModel hook: stop a session that reached its budget.
@@ -41,21 +41,17 @@ Examples:
 """
 
 
-def _option(flag: str, metavar: str, help: str) -> Any:
-    return typer.Option(None, flag, metavar=metavar, help=help)
-
-
 # The budgets, shared by `ctxtool guard` and `ctxtool hooks install` (which writes them into the hook's
 # command line): declared once, so both commands read them and explain them alike.
-MAX_SESSION_COST = _option("--max-session-cost", "USD", "USD per session, e.g. 5.")
-MAX_SESSION_TOKENS = _option("--max-session-tokens", "TOKENS", "Tokens per session, e.g. 2M.")
-MAX_DAILY_COST = _option("--max-daily-cost", "USD", "USD per UTC day, all sessions.")
-MAX_CONTEXT_SHARE = _option(
+MAX_SESSION_COST = budget("--max-session-cost", "USD", "USD per session, e.g. 5.")
+MAX_SESSION_TOKENS = budget("--max-session-tokens", "TOKENS", "Tokens per session, e.g. 2M.")
+MAX_DAILY_COST = budget("--max-daily-cost", "USD", "USD per UTC day, all sessions.")
+MAX_CONTEXT_SHARE = budget(
     "--max-context-share", "SHARE", "Largest live prompt over the model's window, e.g. 80%."
 )
 _WARN_HELP = "Share of a budget that warns (default 80%)."
 WARN_AT = typer.Option("80%", "--warn-at", metavar="SHARE", show_default=False, help=_WARN_HELP)
-FALLBACK_MODEL = _option("--fallback-model", "MODEL", "Past --warn-at, send requests to this model.")
+FALLBACK_MODEL = budget("--fallback-model", "MODEL", "Past --warn-at, send requests to this model.")
 FAIL_CLOSED = typer.Option(False, "--fail-closed", help="On an error in the guard, stop the session.")
 
 

@@ -69,6 +69,11 @@ SUBAGENTS = typer.Option(
 )
 
 
+def budget(flag: str, metavar: str, help: str) -> Any:
+    """A budget option (audit's and the guard's): unset by default, a text value parsed by the command."""
+    return typer.Option(None, flag, metavar=metavar, help=help)
+
+
 def warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
