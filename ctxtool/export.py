@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
     from ctxtool.frames.loading import CacheUse
     from ctxtool.frames.model import Corpus
+    from ctxtool.frames.tally import Tally
+    from ctxtool.measure.usage import ExactSum
 
 DATASET_FORMAT = "ctxtool-dataset"
 DATASET_SCHEMA_VERSION = 2
@@ -64,6 +66,14 @@ _PATHS = ("file", "group_key", "project_dir")  # named relative to the data root
 # Characters Spark's ExternalCatalogUtils.escapePathName percent-encodes, plus the ones Windows forbids.
 _HIVE_SPECIAL = frozenset("\"#%'*/:=?\\{[]^<>|\x7f")
 _BATCH = 2000
+# What the reports that sum requests (``stats --by model|project|day|week|month|user|machine``) read of a
+# dataset's session rows (``frames.tally``: its warnings, read summary, hidden calls, totals and subagent
+# links, and what the filters match: ``_narrowed_tally``); of a fleet's sessions only these are read (half
+# the time and memory of every column).
+_SUMMED = ("session_key", "parent_session_key", "parent_ref", "project_dir", "kind", "file", "requests",
+           "total", "project", "session_id", "session", "start", "end", "subagents", "hidden_requests",
+           "hidden_cost", "broken_lines", "first_broken_line", "first_overlong_line", "invalid_utf8_lines",
+           "first_invalid_utf8_line")  # fmt: skip
 
 
 def hive_escape(value: str) -> str:
@@ -358,6 +368,7 @@ def load_dataset(
     subagents: bool = True,
     sums: bool | tuple[str, str | None] = False,
     days: tuple[date | None, date | None] | None = None,
+    filters: Mapping[str, Any] | None = None,
 ) -> Corpus:
     """Read a dataset (a folder or a store URL) back as a Corpus, so every report works on it as on the
     sessions themselves, with ``user`` and ``machine`` on every row. Columns follow the current frames (one an
@@ -370,7 +381,10 @@ def load_dataset(
 
     ``days`` (``--since``, ``--until``: UTC days, an open end None): of a session whose first and last times
     both fall outside them only its row is read, its other objects not (it holds nothing a view of those days
-    keeps: ``frames.views.view`` drops a session with no message in them)."""
+    keeps: ``frames.views.view`` drops a session with no message in them).
+
+    ``filters`` (``StatsQuery.filters``, with ``sums`` of a report): the tally is narrowed as
+    ``frames.views.view`` narrows one, where the requests are (``_narrowed_tally``)."""
     import polars as pl
 
     from ctxtool import frames
@@ -386,6 +400,8 @@ def load_dataset(
     if marker is not None:
         _schema_of(store, marker)
     template = frames.build_corpus([])
+    if isinstance(sums, tuple):
+        template.sessions = template.sessions.select(_SUMMED)
     tables, requests, files, size = _read_tables(
         store, template, schema_1=marker is None, sums=bool(sums), days=days
     )
@@ -405,8 +421,11 @@ def load_dataset(
     # Every report of it is the engine's, as of the sessions.
     if sums:
         by, timezone = sums if isinstance(sums, tuple) else (None, None)
+        if filters is not None and any(filters.values()):
+            corpus.tally = _narrowed_tally(store, corpus, requests, marker is None, (by, timezone), filters)
+            return corpus
         present = corpus.sessions.get_column("session_key")
-        summed = _RequestSums(store, requests, present, marker is None, by, timezone)
+        summed = _RequestSums(store, [k for k, _ in requests], present, marker is None, by, timezone)
         corpus.tally = tally_of_sessions(corpus.sessions, corpus, summed, summed.mismatches())
     else:
         corpus.tally = tally_of_frames(corpus)
@@ -415,12 +434,12 @@ def load_dataset(
 
 def _read_tables(
     store: Store, empty: Corpus, *, schema_1: bool, sums: bool, days: tuple[date | None, date | None] | None
-) -> tuple[dict[str, pl.DataFrame], list[str], int, int]:
-    """``load_dataset``'s tables (with ``sums``: the sessions alone, and the keys of the requests' objects),
-    and the objects and bytes read."""
+) -> tuple[dict[str, pl.DataFrame], list[tuple[str, int]], int, int]:
+    """``load_dataset``'s tables (with ``sums``: the sessions alone, and the requests' objects: key and
+    size), and the objects and bytes read."""
     tables: dict[str, pl.DataFrame] = {}
     files = size = 0
-    requests: list[str] = []
+    requests: list[tuple[str, int]] = []
     wanted: set[str] | None = None  # the sessions whose other objects are read (None: all)
     for table in ("sessions", *(t for t in TABLES if t != "sessions")):
         base: pl.DataFrame = getattr(empty, table)
@@ -434,7 +453,7 @@ def _read_tables(
         size += sum(n for _, n in found)
         keys = [k for k, _ in found]
         if sums and table == "requests":
-            requests, tables[table] = keys, base
+            requests, tables[table] = found, base
             continue
         tables[table] = _read_table(store, table, keys, base, schema_1)
         if table == "sessions" and days is not None and not schema_1:
@@ -450,7 +469,15 @@ class _RequestSums:
     (as ``tally.mismatched`` counts them); only the requests of the sessions in ``keep`` count."""
 
     def __init__(
-        self, store: Store, keys: list[str], keep: pl.Series, schema_1: bool, by: str | None, tz: str | None
+        self,
+        store: Store,
+        keys: list[str],
+        keep: pl.Series,
+        schema_1: bool,
+        by: str | None,
+        tz: str | None,
+        *,
+        where: pl.Expr | None = None,
     ) -> None:
         import polars as pl
 
@@ -463,11 +490,14 @@ class _RequestSums:
             lazy = _scan(store, keys[at : at + _BATCH], schema_1)
             have = lazy.collect_schema().names()
             cols = [pl.col(c) if c in have else pl.lit(None).alias(c) for c in [*columns, "machine"]]
-            self.lazies.append(lazy.select(cols).filter(pl.col("session_key").is_in(keep.implode())))
+            lazy = lazy.select(cols).filter(pl.col("session_key").is_in(keep.implode()))
+            self.lazies.append(lazy if where is None else lazy.filter(where))
         self.asked = (by, tz)
         self.parts = self._parts(by, tz)
 
-    def _parts(self, by: str | None, timezone: str | None) -> pl.DataFrame | None:
+    def _parts(self, by: str | None, timezone: str | None) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+        """Per session and key: the requests, token sums, largest prompt and mismatches; per key and binary
+        exponent: the known costs, as exact sums of integers (``_exact_costs``)."""
         import polars as pl
 
         if not self.lazies:
@@ -481,41 +511,182 @@ class _RequestSums:
             "week": ts.dt.strftime("%Y-%m-%d"),  # (a day: the engine takes its Monday)
         }.get(by, pl.col(by or "user"))
         i, o, _, th, tl, total = (pl.col(c).fill_null(0) for c in self.tokens)
+        sessions, costs = [], []
         # A session's requests are in one object, so the groups of two batches never share a session.
-        return pl.concat(
-            lazy.group_by("session_key", key.alias("_key"))
-            .agg(
+        for lazy in self.lazies:
+            # (one batch read once, into memory, for both: a few thousand sessions' requests)
+            keyed = lazy.select("session_key", key.alias("_key"), *self.tokens, "cost")
+            keyed = keyed.collect(engine="streaming").lazy()
+            per_session = keyed.group_by("session_key", "_key").agg(
                 pl.len().alias("_n"),
                 *(pl.col(c).fill_null(0).sum().alias(c) for c in self.tokens),
                 pl.col(self.tokens[0]).max().alias("_peak"),
-                pl.col("cost").drop_nulls().alias("_known"),
                 (total != i + o + th + tl).sum().alias("_bad"),
             )
-            .collect(engine="streaming")
-            for lazy in self.lazies
-        )
+            made = pl.collect_all([per_session, exact_costs(keyed)])
+            sessions.append(made[0])
+            costs.append(made[1])
+        return pl.concat(sessions), pl.concat(costs)
 
     def mismatches(self) -> dict[str, int]:
         import polars as pl
 
         if self.parts is None:
             return {}
-        bad = self.parts.group_by("session_key").agg(pl.col("_bad").sum())
+        bad = self.parts[0].group_by("session_key").agg(pl.col("_bad").sum())
         return {k: int(n) for k, n in bad.iter_rows() if n}
 
     def __call__(self, by: str, timezone: str | None) -> dict[Any, list[Any]]:
+        from ctxtool.measure.usage import ExactSum
+
         parts = self.parts if (by, timezone) == self.asked else self._parts(by, timezone)
+        if parts is None:
+            return {}
         groups: dict[Any, list[Any]] = {}
-        for row in parts.iter_rows(named=True) if parts is not None else ():
-            g = groups.setdefault(row["_key"], [set(), 0, [0] * len(self.tokens), None, [], 0])
+        for row in parts[0].iter_rows(named=True):
+            g = groups.setdefault(row["_key"], [set(), 0, [0] * len(self.tokens), None, ExactSum(), 0])
             g[0].add(row["session_key"])
             g[1] += row["_n"]
             g[2] = [a + row[c] for a, c in zip(g[2], self.tokens, strict=True)]
             if row["_peak"] is not None and (g[3] is None or row["_peak"] > g[3]):
                 g[3] = row["_peak"]
-            g[4].extend(row["_known"])
-            g[5] += len(row["_known"])
+        for key, known in cost_sums(parts[1]).items():
+            groups[key][4], groups[key][5] = known, known.n
         return groups
+
+
+_LOW_BITS = 28
+
+
+def cost_sums(buckets: pl.DataFrame) -> dict[Any, ExactSum]:
+    """The known costs of each key, exactly, from their buckets (``exact_costs``)."""
+    from ctxtool.measure.usage import ExactSum
+
+    out: dict[Any, ExactSum] = {}
+    for key, e, count, hi, lo, odd in buckets.iter_rows():
+        known = out.setdefault(key, ExactSum())
+        known.n += count
+        if e is not None:
+            known.add_scaled((hi << _LOW_BITS) + lo, e - 53)
+        for x in odd:
+            known.add(x)
+    return out
+
+
+def exact_costs(keyed: pl.LazyFrame) -> pl.LazyFrame:
+    """The known costs of each key, summed exactly where they are: each cost is ``m * 2**(e - 53)`` with
+    ``m`` an integer below ``2**57`` (``e`` one or two below the cost's binary exponent), and the ``m`` of
+    one key and ``e``, in two halves of 28 bits, sum as integers without overflow; what is not so (0, a
+    value not finite or too small to scale) comes back as itself (``_odd``; 0 adds nothing but is known).
+    Rows: key, e (null for the rest), costs, the halves' sums, the odd costs (``cost_sums`` adds them up)."""
+    import polars as pl
+
+    c = pl.col("cost")
+    e = c.abs().log(2).floor() - 1
+    m = c * pl.lit(2.0).pow(53 - e)
+    mi = m.cast(pl.Int64, strict=False)
+    ok = (c.is_finite() & (c != 0) & (mi.cast(pl.Float64) == m)).fill_null(False)
+    hi = mi // (1 << _LOW_BITS)
+    return (
+        keyed.filter(c.is_not_null())
+        .select(
+            "_key",
+            pl.when(ok).then(e.cast(pl.Int32)).alias("_e"),
+            pl.when(ok).then(hi).otherwise(0).alias("_hi"),
+            pl.when(ok).then(mi - hi * (1 << _LOW_BITS)).otherwise(0).alias("_lo"),
+            pl.when(~ok & (c != 0)).then(c).alias("_odd"),
+        )
+        .group_by("_key", "_e")
+        .agg(pl.len().alias("_count"), pl.col("_hi").sum(), pl.col("_lo").sum(), pl.col("_odd").drop_nulls())
+    )
+
+
+def _narrowed_tally(
+    store: Store,
+    corpus: Corpus,
+    requests: list[tuple[str, int]],
+    schema_1: bool,
+    report: tuple[str | None, str | None],
+    filters: Mapping[str, Any],
+) -> Tally:
+    """The tally of a dataset's sessions as ``frames.views.view`` narrows it with ``filters`` (without
+    ``--live``), for a report that sums requests, without reading the messages but their times: the sessions
+    ``--project`` and ``--session`` keep (``views.kept_keys``); of those, with ``--since`` or ``--until``,
+    the ones with a message on those UTC days, with ``--model`` the ones with a request of it there; their
+    requests on those days and of those models summed (``_RequestSums``), each session's row counting them."""
+    import polars as pl
+
+    from ctxtool.frames.corpus import tally_of_sessions
+    from ctxtool.frames.views import kept_keys
+
+    read = tally_of_sessions(corpus.sessions, corpus, None, {})
+    # (what is read is told: the requests' objects of the sessions kept, the messages' for the days)
+    read.files_read -= len(requests)
+    read.bytes_read -= sum(n for _, n in requests)
+    since, until = filters.get("since"), filters.get("until")
+    models = tuple(filters.get("models") or ())
+    keys = kept_keys(read.sessions, filters.get("projects") or (), filters.get("sessions") or ())
+    day = pl.col("ts").dt.date()
+    within = [day >= since] if since is not None else []
+    within += [day <= until] if until is not None else []
+    if within:
+        keys &= _overlapping(corpus.sessions, since, until)
+        with_messages, opened = _with_messages(store, keys, schema_1, pl.all_horizontal(within))
+        keys &= with_messages
+        read.files_read += len(opened)
+        read.bytes_read += sum(n for _, n in opened)
+    where = [
+        *within,
+        *([pl.any_horizontal([pl.col("model").str.starts_with(m) for m in models])] if models else []),
+    ]
+    objects = [(k, n) for k, n in requests if k.rsplit("/", 1)[-1].removesuffix(".parquet") in keys]
+    read.files_read += len(objects)
+    read.bytes_read += sum(n for _, n in objects)
+    present = pl.Series("session_key", sorted(keys), dtype=pl.String)
+    filtered = pl.all_horizontal(where).fill_null(False) if where else None
+    summed = _RequestSums(store, [k for k, _ in objects], present, schema_1, *report, where=filtered)
+    per: dict[str, list[int]] = {}  # session -> [requests, total, mismatched]
+    if summed.parts is not None:
+        of = (
+            summed.parts[0]
+            .group_by("session_key")
+            .agg(pl.col("_n").sum(), pl.col("total").sum(), pl.col("_bad").sum())
+        )
+        per = {k: [n, total, bad] for k, n, total, bad in of.iter_rows()}
+    sessions = []
+    for s in read.sessions:
+        if s.key not in keys or (models and s.key not in per):
+            continue
+        n, total, bad = per.get(s.key, (0, 0, 0))
+        s.row = {**s.row, "requests": n, "total": total}
+        s.mismatches = bad
+        sessions.append(s)
+    files = {s.row["file"] for s in sessions}
+    read.broken = [b for b in read.broken if b[0] in files]
+    read.invalid_utf8 = [u for u in read.invalid_utf8 if u[0] in files]
+    read.sessions, read.sums, read.read_sessions = sessions, summed, len(read.sessions)
+    return read
+
+
+def _with_messages(
+    store: Store, keys: set[str], schema_1: bool, within: pl.Expr
+) -> tuple[set[str], list[tuple[str, int]]]:
+    """The sessions of ``keys`` with a message whose time is ``within`` (streamed: their times alone), and
+    the objects read (key, size)."""
+    import polars as pl
+
+    found = _objects(store, "messages", schema_1)
+    found = [(k, n) for k, n in found if k.rsplit("/", 1)[-1].removesuffix(".parquet") in keys]
+    out: set[str] = set()
+    for at in range(0, len(found), _BATCH):
+        lazy = _scan(store, [k for k, _ in found[at : at + _BATCH]], schema_1).select("session_key", "ts")
+        done = (
+            lazy.filter(within.fill_null(False))
+            .select(pl.col("session_key").unique())
+            .collect(engine="streaming")
+        )
+        out.update(done.get_column("session_key").to_list())
+    return out, found
 
 
 def load_sessions_or_dataset(

@@ -107,8 +107,8 @@ def tally_report(t: Tally, query: StatsQuery, *, warn: Callable[[str], None]) ->
     from ctxtool.frames.shape import ROW_COLUMNS, RowTable
 
     detail = all(s.columns is not None for s in t.sessions)
-    sessions_read = len(t.sessions)
-    if query.live or any(query.filters.values()):
+    sessions_read = len(t.sessions) if t.read_sessions is None else t.read_sessions
+    if t.read_sessions is None and (query.live or any(query.filters.values())):
         if not detail:
             return None
         t = views.view(t, query.filters, live=query.live)

@@ -89,6 +89,48 @@ def test_stats_filters_work_on_a_dataset(capsysbinary: pytest.CaptureFixture[byt
     assert rounded(orjson.loads(from_ds)["rows"]) == rounded(orjson.loads(direct)["rows"]) != []
 
 
+FILTERS = [
+    ["--since", "2026-04-20"],
+    ["--until", "2026-04-20"],
+    ["--model", "gemini-2.5"],
+    ["--model", "gemini-3", "--since", "2026-04-01"],
+    ["--project", "ctxdemo", "--until", "2026-04-30"],
+    ["--session", "e1e2"],
+    ["--since", "2030-01-01"],
+    ["--no-subagents", "--since", "2026-04-01", "--timezone", "Asia/Tokyo"],
+]
+
+
+@pytest.mark.parametrize("window", FILTERS, ids=" ".join)
+def test_filtered_reports_that_sum_requests_read_no_message_but_its_time(
+    capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path, window: list[str]
+) -> None:
+    """A report that sums requests, under a filter, over a dataset: the report of the sessions themselves
+    (rows, totals, what was read), from the sessions' rows, the requests' and, for the days, the messages'
+    times alone: the objects read are the sessions', the requests' of the sessions kept, and with --since
+    or --until the messages' of those that may hold the days."""
+    ds = tmp_path / "history"
+    assert cli(capsysbinary, "export", str(DATA), "--to", str(ds))[0] == 0
+    objects = {t: len(list((ds / t).rglob("*.parquet"))) for t in ("sessions", "requests", "messages")}
+    for by in ("day", "week", "model", "project"):
+        args = ("--by", by, "-f", "json", *window)
+        code, direct, _ = cli(capsysbinary, "stats", str(DATA), *args)
+        assert cli(capsysbinary, "stats", str(ds), *args)[0] == code == 0
+        want, got = orjson.loads(direct), orjson.loads(cli(capsysbinary, "stats", str(ds), *args)[1])
+        for r in want["rows"]:  # (a dataset names a project, not its folder)
+            r.update({"project": export.project_name(r["project"])} if "project" in r else {})
+        if by == "project":  # (in the order of those names)
+            want["rows"].sort(key=lambda r: str(r[by]))
+            got["rows"].sort(key=lambda r: str(r[by]))
+        assert got["rows"] == want["rows"], by
+        assert got["totals"] == want["totals"], by
+        for name in ("sessions", "subagent_sessions", "requests", "total_tokens", "total_mismatches"):
+            assert got["read"][name] == want["read"][name], (by, name)
+        dated = "--since" in window or "--until" in window
+        assert got["read"]["files"] <= objects["sessions"] + objects["requests"] + dated * objects["messages"]
+        assert got["read"]["files"] >= objects["sessions"]
+
+
 def test_usage_errors(capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path) -> None:
     ds = tmp_path / "history"
     assert cli(capsysbinary, "export", str(DATA), "--to", str(ds))[0] == 0

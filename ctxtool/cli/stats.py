@@ -193,10 +193,13 @@ def _report(
         from ctxtool import export
 
         query = request.query
-        if query.top is None and not needs_detail(query) and query.by is not None:
-            # A report that sums requests or lists sessions: the dataset's messages are not read.
-            sums = (query.by, query.timezone) if query.by != "session" else True
-            t = export.load_dataset(request.dataset, subagents=subagents, sums=sums).tally
+        summing = query.by not in (None, "session", "turn", "request") and not query.live
+        if query.top is None and (summing or (not needs_detail(query) and query.by == "session")):
+            # A report that sums requests (under any filter but --live) or lists sessions: the dataset's
+            # messages are not read (but their times, for --since and --until).
+            sums = (query.by, query.timezone) if summing and query.by is not None else True
+            filters = query.filters if summing else None
+            t = export.load_dataset(request.dataset, subagents=subagents, sums=sums, filters=filters).tally
             made = tally_report(t, query, warn=warn)
             assert made is not None  # (no message columns needed: needs_detail)
             return made, CacheUse()

@@ -215,6 +215,9 @@ class Tally(msgspec.Struct):
     # A dataset's sessions hold no requests: ``sums(by, timezone)`` gives the groups of ``request_rows`` as
     # ``_add_requests`` makes them, summed where the requests are (``export.load_dataset(sums=True)``).
     sums: Any = None
+    # A tally the filters narrowed where it was read (``export.load_dataset(filters=...)``): the sessions
+    # read before them (None: not narrowed; ``frames.views.view`` narrows it).
+    read_sessions: int | None = None
 
     @property
     def requests(self) -> int:

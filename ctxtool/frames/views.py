@@ -46,7 +46,7 @@ def view(t: Tally, filters: Mapping[str, Any], *, live: bool) -> Tally:
     """What ``filters`` (``StatsQuery.filters``) and ``live`` keep of ``t`` (made with ``detail``)."""
     since, until = _iso(filters.get("since")), _iso(filters.get("until"))
     models = tuple(filters.get("models") or ())  # (a model equal to one starts with it)
-    keys = _kept_keys(t.sessions, filters.get("projects") or (), filters.get("sessions") or ())
+    keys = kept_keys(t.sessions, filters.get("projects") or (), filters.get("sessions") or ())
     dated = since is not None or until is not None
     sessions = []
     for s in (kept for kept in t.sessions if kept.key in keys):
@@ -162,7 +162,7 @@ def _narrowed(
 # --- which sessions -------------------------------------------------------------------------------
 
 
-def _kept_keys(sessions: list[Session], projects: Sequence[str], wanted: Sequence[str]) -> set[str]:
+def kept_keys(sessions: list[Session], projects: Sequence[str], wanted: Sequence[str]) -> set[str]:
     """The sessions ``--project`` and ``--session`` keep, and the subagents of each."""
     keep = sessions
     if projects:

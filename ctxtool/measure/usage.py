@@ -19,13 +19,14 @@ from ctxtool.measure.tokens import DEFAULT_TOKEN_LIMIT, TOKEN_KEYS, cache_ratio,
 
 TYPE_CHECKING = False  # (mypy reads any name TYPE_CHECKING as typing's)
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
     from typing import Any
 
     # A model's price tiers: (above, per_request, input, cached, output) as pricing.TierRates; None: no price.
     Tiers = Sequence[Sequence[float]]
 
 __all__ = [
+    "ExactSum",
     "context_limit",
     "context_share",
     "cost",
@@ -90,6 +91,43 @@ def known_sum(cost: float, priced: int, unpriced: int) -> float | None:
     """The cost of requests whose ``priced`` known costs sum to ``cost`` and of which ``unpriced`` have no
     price: None only when none has a price (an unknown cost is never $0)."""
     return None if priced == 0 and unpriced > 0 else cost
+
+
+class ExactSum:
+    """Costs summed exactly without keeping each (a fleet's millions of requests), as a count of
+    ``2**-SCALE`` units: ``math.fsum`` of it is the correctly rounded sum, as ``math.fsum`` of the costs
+    themselves would be. ``add_scaled(m, e)`` adds ``m * 2**e`` (``m`` an integer), ``add`` one float; ``n``
+    counts the costs added (it is true when one was, a cost of 0 included). A value not finite is kept as
+    it is, for ``math.fsum`` to meet."""
+
+    SCALE = 1200  # (the smallest double is 2**-1074)
+
+    __slots__ = ("n", "odd", "units")
+
+    def __init__(self) -> None:
+        self.units, self.n = 0, 0
+        self.odd: list[float] = []
+
+    def add_scaled(self, m: int, e: int) -> None:
+        self.units += m << (e + self.SCALE)
+
+    def add(self, x: float) -> None:
+        if not math.isfinite(x):
+            self.odd.append(x)
+            return
+        m, d = x.as_integer_ratio()
+        self.units += m << (self.SCALE - d.bit_length() + 1)
+
+    def extend(self, other: ExactSum) -> None:
+        self.units, self.n = self.units + other.units, self.n + other.n
+        self.odd += other.odd
+
+    def __bool__(self) -> bool:
+        return self.n > 0
+
+    def __iter__(self) -> Iterator[float]:
+        yield self.units / (1 << self.SCALE)  # (an integer division of ints rounds correctly)
+        yield from self.odd
 
 
 def known_cost(costs: list[float | None]) -> tuple[float | None, int]:
