@@ -9,10 +9,11 @@
    and dataset are kept in ``~/.cache/ctxtool-bench/fleet/<parameters>/`` (or ``$CTXTOOL_BENCH_CACHE``), so a
    second run reuses them; the dataset is exported again when ctxtool's version or dataset schema changed
    (``--reexport`` forces it);
-2. times the first runs (``CTXTOOL_CACHE_DIR`` empty) of ``ctxtool stats DATASET --by user``, ``--by machine``
-   and ``--by day`` (``--second-run``: ``--by user`` again with the same cache): wall time, peak RSS of the
-   process tree (sampled from ``/proc``) and of the largest process (``/usr/bin/time -v``), as
-   ``bench/run.py`` does, one run each (at the default size a run takes minutes);
+2. times the first runs (``CTXTOOL_CACHE_DIR`` empty) of ``ctxtool stats DATASET --by user``, ``--by
+   machine``, ``--by day`` and ``--by user --since`` the fleet's last 7 days (``--second-run``: ``--by user``
+   again with the same cache): wall time, peak RSS of the process tree (sampled from ``/proc``) and of the
+   largest process (``/usr/bin/time -v``), as ``bench/run.py`` does, one run each (at the default size a run
+   takes minutes);
 3. times an incremental export: one machine's first export (an empty ``CTXTOOL_CACHE_DIR``: its index and
    export state are built; every session written again, to the same keys) against the export that follows
    one new session file in its home (and, for reference, the export when nothing changed); prints the
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -219,8 +221,10 @@ def dataset_size(dataset: Path) -> dict[str, int]:
 # ---------------------------------------------------------------- 2.-3. measures
 
 
-def measure_stats(exe: str, dataset: Path, by: str, cache: Path, fmt: str = "table") -> run.Measure:
-    cmd = [exe, "stats", str(dataset), "--by", by, "--format", fmt]
+def measure_stats(
+    exe: str, dataset: Path, by: str, cache: Path, fmt: str = "table", extra: tuple[str, ...] = ()
+) -> run.Measure:
+    cmd = [exe, "stats", str(dataset), "--by", by, "--format", fmt, *extra]
     return run.measure(cmd, {**os.environ, "CTXTOOL_CACHE_DIR": str(cache)}, timeout=STATS_TIMEOUT_S)
 
 
@@ -531,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
             if by == "user" and args.second_run:
                 again = measure_stats(exe, dataset, by, Path(tmp) / f"first-{by}")
                 rows.append(("stats --by user, second run", again, "the same cache, right after"))
+        week = (date.fromisoformat(params.end) - timedelta(days=6)).isoformat()
+        dated = measure_stats(exe, dataset, "user", Path(tmp) / "week", extra=("--since", week))
+        rows.append((f"stats --by user --since {week}", dated, "first run; the fleet's last 7 days"))
         if need_check:
             as_json = measure_stats(exe, dataset, "user", Path(tmp) / "json", "json")
             rows.append(("stats --by user --format json", as_json, "first run; the check's figures"))
@@ -540,13 +547,13 @@ def main(argv: list[str] | None = None) -> int:
             note += f"; wrote {len(doc['written'])} sessions, {doc['objects']:,} objects"
         rows.append((name, m, note))
 
-    print(f"\n{'row':<32} {'wall s':>8} {'tree MB':>8} {'max proc MB':>12}  note")
+    print(f"\n{'row':<36} {'wall s':>8} {'tree MB':>8} {'max proc MB':>12}  note")
     for name, m, note in rows:
         if m is None or m.returncode != 0:
             why = note if m is None else f"exit {m.returncode}: {_tail(m.stderr)}"
-            print(f"{name:<32} {'-':>8} {'-':>8} {'-':>12}  {why}")
+            print(f"{name:<36} {'-':>8} {'-':>8} {'-':>12}  {why}")
             continue
-        print(f"{name:<32} {m.wall:>8.2f} {m.tree_mb:>8.0f} {m.proc_mb:>12.0f}  {note}")
+        print(f"{name:<36} {m.wall:>8.2f} {m.tree_mb:>8.0f} {m.proc_mb:>12.0f}  {note}")
     found = {name: m for name, m, _, _ in export_rows if m is not None and m.returncode == 0}
     first, grown = found.get("export, first (empty cache)"), found.get("export, one session added")
     if first is not None and grown is not None:
