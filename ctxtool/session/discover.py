@@ -426,7 +426,7 @@ def resolve_session_args(args: Sequence[str], roots: Sequence[Path] | None = Non
             candidates = discover([str(r) for r in searched], subagents=False).files
         matches: dict[str, SessionPath] = {}
         for sp in candidates:
-            short = _short_id(sp.path.name)
+            short = short_id_of(sp.path.name)
             if short is None or not (short.startswith(arg) if len(arg) <= 8 else arg.startswith(short)):
                 continue
             if len(arg) > 8 and not (_header_session_id(sp.path) or "").startswith(arg):
@@ -463,12 +463,6 @@ def short_id_of(name: str) -> str | None:
     named with its short id, "parent and subagents" as its comment says."""
     found = _SHORT_ID.search(name) if name.startswith("session-") else None
     return found.group(1) if found else None
-
-
-def _short_id(name: str) -> str | None:
-    """The 8 id characters Gemini CLI ends a session file name with (``session-<time>-<id8>.json[l]``)."""
-    stem = name.rsplit(".", 1)[0]
-    return (stem.rsplit("-", 1)[-1] or None) if stem.startswith("session-") else None
 
 
 def _header_session_id(path: Path) -> str | None:
