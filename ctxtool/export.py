@@ -66,10 +66,8 @@ _PATHS = ("file", "group_key", "project_dir")  # named relative to the data root
 # Characters Spark's ExternalCatalogUtils.escapePathName percent-encodes, plus the ones Windows forbids.
 _HIVE_SPECIAL = frozenset("\"#%'*/:=?\\{[]^<>|\x7f")
 _BATCH = 2000
-# What the reports that sum requests (``stats --by model|project|day|week|month|user|machine``) read of a
-# dataset's session rows (``frames.tally``: its warnings, read summary, hidden calls, totals and subagent
-# links, and what the filters match: ``_narrowed_tally``); of a fleet's sessions only these are read (half
-# the time and memory of every column).
+# What the reports that sum requests read of a dataset's session rows (``frames.tally``: warnings, read
+# summary, hidden calls, totals, subagents; what filters match): half the time and memory of every column.
 _SUMMED = ("session_key", "parent_session_key", "parent_ref", "project_dir", "kind", "file", "requests",
            "total", "project", "session_id", "session", "start", "end", "subagents", "hidden_requests",
            "hidden_cost", "broken_lines", "first_broken_line", "first_overlong_line", "invalid_utf8_lines",
@@ -425,7 +423,7 @@ def load_dataset(
             corpus.tally = _narrowed_tally(store, corpus, requests, marker is None, (by, timezone), filters)
             return corpus
         present = corpus.sessions.get_column("session_key")
-        summed = _RequestSums(store, [k for k, _ in requests], present, marker is None, by, timezone)
+        summed = _RequestSums(store, [k for k, _ in requests], present, marker is None, (by, timezone))
         corpus.tally = tally_of_sessions(corpus.sessions, corpus, summed, summed.mismatches())
     else:
         corpus.tally = tally_of_frames(corpus)
@@ -469,15 +467,7 @@ class _RequestSums:
     (as ``tally.mismatched`` counts them); only the requests of the sessions in ``keep`` count."""
 
     def __init__(
-        self,
-        store: Store,
-        keys: list[str],
-        keep: pl.Series,
-        schema_1: bool,
-        by: str | None,
-        tz: str | None,
-        *,
-        where: pl.Expr | None = None,
+        self, store: Store, keys: list[str], keep: pl.Series, schema_1: bool, report: Any, where: Any = None
     ) -> None:
         import polars as pl
 
@@ -492,12 +482,12 @@ class _RequestSums:
             cols = [pl.col(c) if c in have else pl.lit(None).alias(c) for c in [*columns, "machine"]]
             lazy = lazy.select(cols).filter(pl.col("session_key").is_in(keep.implode()))
             self.lazies.append(lazy if where is None else lazy.filter(where))
-        self.asked = (by, tz)
-        self.parts = self._parts(by, tz)
+        self.asked = report  # (by, timezone)
+        self.parts = self._parts(*report)
 
     def _parts(self, by: str | None, timezone: str | None) -> tuple[pl.DataFrame, pl.DataFrame] | None:
         """Per session and key: the requests, token sums, largest prompt and mismatches; per key and binary
-        exponent: the known costs, as exact sums of integers (``_exact_costs``)."""
+        exponent: the known costs, as exact sums of integers (``exact_costs``)."""
         import polars as pl
 
         if not self.lazies:
@@ -511,7 +501,7 @@ class _RequestSums:
             "week": ts.dt.strftime("%Y-%m-%d"),  # (a day: the engine takes its Monday)
         }.get(by, pl.col(by or "user"))
         i, o, _, th, tl, total = (pl.col(c).fill_null(0) for c in self.tokens)
-        sessions, costs = [], []
+        made = []
         # A session's requests are in one object, so the groups of two batches never share a session.
         for lazy in self.lazies:
             # (one batch read once, into memory, for both: a few thousand sessions' requests)
@@ -523,10 +513,8 @@ class _RequestSums:
                 pl.col(self.tokens[0]).max().alias("_peak"),
                 (total != i + o + th + tl).sum().alias("_bad"),
             )
-            made = pl.collect_all([per_session, exact_costs(keyed)])
-            sessions.append(made[0])
-            costs.append(made[1])
-        return pl.concat(sessions), pl.concat(costs)
+            made.append(pl.collect_all([per_session, exact_costs(keyed)]))
+        return pl.concat([m[0] for m in made]), pl.concat([m[1] for m in made])
 
     def mismatches(self) -> dict[str, int]:
         import polars as pl
@@ -566,19 +554,17 @@ def cost_sums(buckets: pl.DataFrame) -> dict[Any, ExactSum]:
     for key, e, count, hi, lo, odd in buckets.iter_rows():
         known = out.setdefault(key, ExactSum())
         known.n += count
-        if e is not None:
-            known.add_scaled((hi << _LOW_BITS) + lo, e - 53)
+        if e is not None:  # (the bucket's sum times 2**(e - 53))
+            known.units += ((hi << _LOW_BITS) + lo) << (e - 53 + known.SCALE)
         for x in odd:
             known.add(x)
     return out
 
 
 def exact_costs(keyed: pl.LazyFrame) -> pl.LazyFrame:
-    """The known costs of each key, summed exactly where they are: each cost is ``m * 2**(e - 53)`` with
-    ``m`` an integer below ``2**57`` (``e`` one or two below the cost's binary exponent), and the ``m`` of
-    one key and ``e``, in two halves of 28 bits, sum as integers without overflow; what is not so (0, a
-    value not finite or too small to scale) comes back as itself (``_odd``; 0 adds nothing but is known).
-    Rows: key, e (null for the rest), costs, the halves' sums, the odd costs (``cost_sums`` adds them up)."""
+    """The known costs of each key summed exactly where they are: a cost is ``m * 2**(e - 53)``, ``m`` an
+    integer below ``2**57``, and the ``m`` of a key and ``e`` sum as integers in two 28-bit halves; the rest
+    (0, not finite, too small to scale) comes back as itself. Rows: key, e, costs, halves' sums, the rest."""
     import polars as pl
 
     c = pl.col("cost")
@@ -620,9 +606,7 @@ def _narrowed_tally(
     from ctxtool.frames.views import kept_keys
 
     read = tally_of_sessions(corpus.sessions, corpus, None, {})
-    # (what is read is told: the requests' objects of the sessions kept, the messages' for the days)
-    read.files_read -= len(requests)
-    read.bytes_read -= sum(n for _, n in requests)
+    opened: list[tuple[str, int]] = []  # the messages' objects read for their times
     since, until = filters.get("since"), filters.get("until")
     models = tuple(filters.get("models") or ())
     keys = kept_keys(read.sessions, filters.get("projects") or (), filters.get("sessions") or ())
@@ -633,25 +617,17 @@ def _narrowed_tally(
         keys &= _overlapping(corpus.sessions, since, until)
         with_messages, opened = _with_messages(store, keys, schema_1, pl.all_horizontal(within))
         keys &= with_messages
-        read.files_read += len(opened)
-        read.bytes_read += sum(n for _, n in opened)
-    where = [
-        *within,
-        *([pl.any_horizontal([pl.col("model").str.starts_with(m) for m in models])] if models else []),
-    ]
+    match = [pl.any_horizontal([pl.col("model").str.starts_with(m) for m in models])] if models else []
     objects = [(k, n) for k, n in requests if k.rsplit("/", 1)[-1].removesuffix(".parquet") in keys]
-    read.files_read += len(objects)
-    read.bytes_read += sum(n for _, n in objects)
+    # (what was read is told: of the requests' objects, those of the sessions kept)
+    read.files_read += len(objects) + len(opened) - len(requests)
+    read.bytes_read += sum(n for _, n in [*objects, *opened]) - sum(n for _, n in requests)
     present = pl.Series("session_key", sorted(keys), dtype=pl.String)
-    filtered = pl.all_horizontal(where).fill_null(False) if where else None
-    summed = _RequestSums(store, [k for k, _ in objects], present, schema_1, *report, where=filtered)
+    filtered = pl.all_horizontal([*within, *match]).fill_null(False) if within or match else None
+    summed = _RequestSums(store, [k for k, _ in objects], present, schema_1, report, filtered)
     per: dict[str, list[int]] = {}  # session -> [requests, total, mismatched]
     if summed.parts is not None:
-        of = (
-            summed.parts[0]
-            .group_by("session_key")
-            .agg(pl.col("_n").sum(), pl.col("total").sum(), pl.col("_bad").sum())
-        )
+        of = summed.parts[0].group_by("session_key").agg(pl.col(c).sum() for c in ("_n", "total", "_bad"))
         per = {k: [n, total, bad] for k, n, total, bad in of.iter_rows()}
     sessions = []
     for s in read.sessions:
@@ -680,12 +656,8 @@ def _with_messages(
     out: set[str] = set()
     for at in range(0, len(found), _BATCH):
         lazy = _scan(store, [k for k, _ in found[at : at + _BATCH]], schema_1).select("session_key", "ts")
-        done = (
-            lazy.filter(within.fill_null(False))
-            .select(pl.col("session_key").unique())
-            .collect(engine="streaming")
-        )
-        out.update(done.get_column("session_key").to_list())
+        kept = lazy.filter(within.fill_null(False)).select(pl.col("session_key").unique())
+        out.update(kept.collect(engine="streaming").get_column("session_key").to_list())
     return out, found
 
 

@@ -94,11 +94,9 @@ def known_sum(cost: float, priced: int, unpriced: int) -> float | None:
 
 
 class ExactSum:
-    """Costs summed exactly without keeping each (a fleet's millions of requests), as a count of
-    ``2**-SCALE`` units: ``math.fsum`` of it is the correctly rounded sum, as ``math.fsum`` of the costs
-    themselves would be. ``add_scaled(m, e)`` adds ``m * 2**e`` (``m`` an integer), ``add`` one float; ``n``
-    counts the costs added (it is true when one was, a cost of 0 included). A value not finite is kept as
-    it is, for ``math.fsum`` to meet."""
+    """Costs summed exactly without keeping each, in ``units`` of ``2**-SCALE``: ``math.fsum`` of it is the
+    correctly rounded sum, as of the costs themselves; ``n`` counts them (true when one was added, 0 too);
+    a value not finite is kept as it is, for ``math.fsum`` to meet."""
 
     SCALE = 1200  # (the smallest double is 2**-1074)
 
@@ -107,9 +105,6 @@ class ExactSum:
     def __init__(self) -> None:
         self.units, self.n = 0, 0
         self.odd: list[float] = []
-
-    def add_scaled(self, m: int, e: int) -> None:
-        self.units += m << (e + self.SCALE)
 
     def add(self, x: float) -> None:
         if not math.isfinite(x):
