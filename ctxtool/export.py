@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from ctxtool.frames.tally import Tally
     from ctxtool.measure.usage import ExactSum
 
+    Report = tuple[str | None, str | None]  # (--by, --timezone) of a report that sums requests
+
 DATASET_FORMAT = "ctxtool-dataset"
 DATASET_SCHEMA_VERSION = 2
 # (sessions last: see export_corpus)
@@ -423,7 +425,7 @@ def load_dataset(
             corpus.tally = _narrowed_tally(store, corpus, requests, marker is None, (by, timezone), filters)
             return corpus
         present = corpus.sessions.get_column("session_key")
-        summed = _RequestSums(store, [k for k, _ in requests], present, marker is None, (by, timezone))
+        summed = _RequestSums(store, [k for k, _ in requests], present, marker is None, (by, timezone), None)
         corpus.tally = tally_of_sessions(corpus.sessions, corpus, summed, summed.mismatches())
     else:
         corpus.tally = tally_of_frames(corpus)
@@ -446,7 +448,7 @@ def _read_tables(
             continue
         found = _objects(store, table, schema_1)
         if wanted is not None:
-            found = [(k, n) for k, n in found if k.rsplit("/", 1)[-1].removesuffix(".parquet") in wanted]
+            found = _of_sessions(found, wanted, schema_1)
         files += len(found)
         size += sum(n for _, n in found)
         keys = [k for k, _ in found]
@@ -467,7 +469,7 @@ class _RequestSums:
     (as ``tally.mismatched`` counts them); only the requests of the sessions in ``keep`` count."""
 
     def __init__(
-        self, store: Store, keys: list[str], keep: pl.Series, schema_1: bool, report: Any, where: Any = None
+        self, store: Store, keys: list[str], keep: pl.Series, schema_1: bool, report: Report, where: Any
     ) -> None:
         import polars as pl
 
@@ -588,12 +590,7 @@ def exact_costs(keyed: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _narrowed_tally(
-    store: Store,
-    corpus: Corpus,
-    requests: list[tuple[str, int]],
-    schema_1: bool,
-    report: tuple[str | None, str | None],
-    filters: Mapping[str, Any],
+    store: Store, corpus: Corpus, found: list[Any], schema_1: bool, report: Report, filters: Mapping[str, Any]
 ) -> Tally:
     """The tally of a dataset's sessions as ``frames.views.view`` narrows it with ``filters`` (without
     ``--live``), for a report that sums requests, without reading the messages but their times: the sessions
@@ -618,10 +615,10 @@ def _narrowed_tally(
         with_messages, opened = _with_messages(store, keys, schema_1, pl.all_horizontal(within))
         keys &= with_messages
     match = [pl.any_horizontal([pl.col("model").str.starts_with(m) for m in models])] if models else []
-    objects = [(k, n) for k, n in requests if k.rsplit("/", 1)[-1].removesuffix(".parquet") in keys]
+    objects = _of_sessions(found, keys, schema_1)
     # (what was read is told: of the requests' objects, those of the sessions kept)
-    read.files_read += len(objects) + len(opened) - len(requests)
-    read.bytes_read += sum(n for _, n in [*objects, *opened]) - sum(n for _, n in requests)
+    read.files_read += len(objects) + len(opened) - len(found)
+    read.bytes_read += sum(n for _, n in [*objects, *opened]) - sum(n for _, n in found)
     present = pl.Series("session_key", sorted(keys), dtype=pl.String)
     filtered = pl.all_horizontal([*within, *match]).fill_null(False) if within or match else None
     summed = _RequestSums(store, [k for k, _ in objects], present, schema_1, report, filtered)
@@ -647,18 +644,23 @@ def _narrowed_tally(
 def _with_messages(
     store: Store, keys: set[str], schema_1: bool, within: pl.Expr
 ) -> tuple[set[str], list[tuple[str, int]]]:
-    """The sessions of ``keys`` with a message whose time is ``within`` (streamed: their times alone), and
-    the objects read (key, size)."""
+    """The sessions of ``keys`` with a message ``within`` (their times alone, streamed); the objects read."""
     import polars as pl
 
-    found = _objects(store, "messages", schema_1)
-    found = [(k, n) for k, n in found if k.rsplit("/", 1)[-1].removesuffix(".parquet") in keys]
+    found = _of_sessions(_objects(store, "messages", schema_1), keys, schema_1)
     out: set[str] = set()
     for at in range(0, len(found), _BATCH):
         lazy = _scan(store, [k for k, _ in found[at : at + _BATCH]], schema_1).select("session_key", "ts")
         kept = lazy.filter(within.fill_null(False)).select(pl.col("session_key").unique())
         out.update(kept.collect(engine="streaming").get_column("session_key").to_list())
     return out, found
+
+
+def _of_sessions(found: list[tuple[str, int]], keys: set[str], schema_1: bool) -> list[tuple[str, int]]:
+    """The objects (key, size) of ``found`` that hold the sessions ``keys`` (all, in schema 1)."""
+    if schema_1:
+        return found
+    return [(k, n) for k, n in found if k.rsplit("/", 1)[-1].removesuffix(".parquet") in keys]
 
 
 def load_sessions_or_dataset(

@@ -48,7 +48,7 @@ from datetime import timedelta
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Literal, NamedTuple, TypeVar
+from typing import IO, TYPE_CHECKING, Literal, NamedTuple, Self, TypeVar
 
 import pytest
 
@@ -213,7 +213,26 @@ def install_azurite() -> Path:
     return target / "node_modules" / ".bin" / "azurite-blob"
 
 
-class _Emulator:
+class _Running:
+    """A server ``with`` starts and stops."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class _Emulator(_Running):
     """A server started as a subprocess on a free port of 127.0.0.1, logging to a file, with its state in
     memory: it is ready when it answers HTTP, and a port taken between our probe and its bind is retried."""
 
@@ -322,15 +341,6 @@ class S3Server(_Emulator):
                 "pyproject.toml); install it with `make test` or `uv sync --extra dev`"
             )
         return [str(self.executable), "-H", HOST, "-p", "{port}"]
-
-    def __enter__(self) -> S3Server:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def env(self) -> dict[str, str]:
         """The environment variables a client process needs to reach this server (see ``client_env``)."""
@@ -744,7 +754,7 @@ class _Upstream:
             self._sock = None
 
 
-class FaultProxy:
+class FaultProxy(_Running):
     """A TCP proxy on 127.0.0.1 in front of an HTTP/1.1 server, with faults a test switches at run time.
 
     Each client connection is served by one thread that reads one request at a time (head, then the body
@@ -834,15 +844,6 @@ class FaultProxy:
         for thread in list(self._threads):
             thread.join(timeout=5)
         self._listener.close()
-
-    def __enter__(self) -> FaultProxy:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     @property
     def alive_threads(self) -> int:

@@ -4,6 +4,7 @@ are fixed by machine and session, written whole, never twice; nothing private le
 from __future__ import annotations
 
 import shutil
+from datetime import date
 from pathlib import Path
 
 import orjson
@@ -15,6 +16,7 @@ from ctxtool import export, frames
 from ctxtool.common.choices import BY_CHOICES
 from ctxtool.common.errors import CtxtoolError, UsageError
 from ctxtool.common.identity import Identity, identity
+from ctxtool.stats import StatsQuery, tally_report
 from tests.conftest import FIXTURES, REAL_SESSIONS
 
 DATA = FIXTURES / "gemini" / "tmp"
@@ -278,6 +280,17 @@ def test_a_schema_1_dataset_is_read_not_written(tmp_path: Path) -> None:
     (ds / "_ctxtool_manifest.json").write_bytes(orjson.dumps(manifest))
     loaded = export.load_dataset(ds)
     assert loaded.requests.get_column("total").sum() == direct.requests.get_column("total").sum()
+    # A filtered report that sums requests (its objects hold a project's day, not a session): the requests'
+    # report of the sessions themselves; with --since, none (no messages were written: none is on a day).
+    for window in ({"models": ["gemini-2.5"]}, {"since": date(2026, 4, 21)}):
+        query = StatsQuery(by="day", filters=window)
+        plain = tally_report(direct.tally, query, warn=lambda _: None)
+        summed = export.load_dataset(ds, sums=("day", None), filters=window).tally
+        made = tally_report(summed, query, warn=lambda _: None)
+        assert plain is not None
+        assert made is not None
+        want = plain.rows.to_dicts() if "models" in window else []
+        assert made.rows.to_dicts() == want
     with pytest.raises(UsageError, match="schema 1"):
         write(direct, ds)
 
