@@ -10,10 +10,10 @@
    second run reuses them; the dataset is exported again when ctxtool's version or dataset schema changed
    (``--reexport`` forces it);
 2. times the first runs (``CTXTOOL_CACHE_DIR`` empty) of ``ctxtool stats DATASET --by user``, ``--by
-   machine``, ``--by day`` and ``--by user --since`` the fleet's last 7 days (``--second-run``: ``--by user``
-   again with the same cache): wall time, peak RSS of the process tree (sampled from ``/proc``) and of the
-   largest process (``/usr/bin/time -v``), as ``bench/run.py`` does, one run each (at the default size a run
-   takes minutes);
+   machine``, ``--by day``, ``--by user --since`` the fleet's last 7 days, and ``audit DATASET``
+   (``--second-run``: ``--by user`` again with the same cache): wall time, peak RSS of the process tree
+   (sampled from ``/proc``) and of the largest process (``/usr/bin/time -v``), as ``bench/run.py`` does, one
+   run each (at the default size a run takes minutes);
 3. times an incremental export: one machine's first export (an empty ``CTXTOOL_CACHE_DIR``: its index and
    export state are built; every session written again, to the same keys) against the export that follows
    one new session file in its home (and, for reference, the export when nothing changed); prints the
@@ -538,6 +538,13 @@ def main(argv: list[str] | None = None) -> int:
         week = (date.fromisoformat(params.end) - timedelta(days=6)).isoformat()
         dated = measure_stats(exe, dataset, "user", Path(tmp) / "week", extra=("--since", week))
         rows.append((f"stats --by user --since {week}", dated, "first run; the fleet's last 7 days"))
+        # Every session checked apart, a few thousand at a time (budgets no session exceeds: exit 0).
+        budgets = ["--max-session-tokens", "1G", "--max-daily-cost", "1000000"]
+        cmd = [exe, "audit", str(dataset), *budgets, "--format", "json", "--output", f"{tmp}/audit.json"]
+        audited = run.measure(
+            cmd, {**os.environ, "CTXTOOL_CACHE_DIR": f"{tmp}/audit"}, timeout=STATS_TIMEOUT_S
+        )
+        rows.append(("audit DATASET", audited, "first run; max-session-tokens, max-daily-cost"))
         if need_check:
             as_json = measure_stats(exe, dataset, "user", Path(tmp) / "json", "json")
             rows.append(("stats --by user --format json", as_json, "first run; the check's figures"))

@@ -44,6 +44,7 @@ from ctxtool.common.wording import plural
 from ctxtool.frames.model import SCHEMA_VERSION, Corpus, Problem
 from ctxtool.frames.query import filter_corpus, read_summary, read_warnings, report
 from ctxtool.frames.reading import describe_problems, problem_counts
+from ctxtool.frames.tally import merged
 from ctxtool.measure.tokens import cache_ratio
 
 Kind = Literal["tokens", "share", "cost", "count"]
@@ -462,7 +463,8 @@ def _session_measures(
         of = f"({c['input']:,} of {plural(c['context_limit'], 'token')})"
         out["max-context-share"] = _Measure(c["context_share"], f"{where(c)}, request {c['message_id']} {of}")
         costs = req.get_column("cost")
-        cost = None if costs.null_count() else float(costs.sum())
+        # (the cost ``stats --by session`` shows: every request priced, else not measured)
+        cost = None if costs.null_count() else row["cost"] if models is None else math.fsum(costs)
         unknown = sorted({m or "(unknown)" for m in req.filter(pl.col("cost").is_null()).get_column("model")})
         note = "" if cost is not None else "no price known for " + ", ".join(unknown)
         out["max-session-cost"] = _Measure(cost, None, note)
@@ -506,14 +508,18 @@ class AuditQuery:
     show_secrets: bool = False
 
 
-def audit_corpus(corpus: Corpus, query: AuditQuery, *, warn: Callable[[str], None]) -> AuditReport:
-    """``ctxtool audit``'s report: the checks of ``query`` on ``corpus`` and, with a baseline, the metrics
-    that regressed. ``warn`` hears what reading met; no session left to audit is an error."""
-    corpus = filter_corpus(corpus, **query.filters)
-    for warning in read_warnings(corpus):
+def audit_corpus(
+    corpora: Corpus | Iterable[Corpus], query: AuditQuery, *, warn: Callable[[str], None]
+) -> AuditReport:
+    """``ctxtool audit``'s report: the checks of ``query`` on ``corpora`` (a corpus, or the batches of whole
+    families ``export.dataset_families`` reads) and, with a baseline, the metrics that regressed. ``warn``
+    hears what reading met; no session left to audit is an error."""
+    batches = [corpora] if isinstance(corpora, Corpus) else corpora
+    result, seen = _audited((filter_corpus(c, **query.filters) for c in batches), query.rules, query.timezone)
+    for warning in read_warnings(seen):
         warn(warning)
-    if corpus.sessions.height == 0:
-        problems = describe_problems(problem_counts(corpus.problems))
+    if seen.sessions.height == 0:
+        problems = describe_problems(problem_counts(seen.problems))
         filtered = any(query.filters.values())
         raise CtxtoolError(
             "no session to audit"
@@ -521,7 +527,6 @@ def audit_corpus(corpus: Corpus, query: AuditQuery, *, warn: Callable[[str], Non
             + (" matches the --since/--until/--project/--session/--model filters" if filtered else ""),
             "Check the PATHS (or GEMINI_CLI_HOME); Gemini CLI writes <home>/.gemini/tmp/<project>/chats",
         )
-    result = run_audit(corpus, query.rules, timezone=query.timezone)
     if not query.show_secrets:  # what a check quotes (a command, a path) may hold a key: never in a CI log
         from ctxtool.common.secret_scan import redact
 
@@ -533,31 +538,87 @@ def audit_corpus(corpus: Corpus, query: AuditQuery, *, warn: Callable[[str], Non
     return result if base is None else compare_baseline(result, base.doc, base.tolerance, base.source)
 
 
-def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = None) -> AuditReport:
-    """Apply ``rules`` to every root session of ``corpus`` (and to each day for max-daily-cost: a UTC day,
+def run_audit(
+    corpora: Corpus | Iterable[Corpus], rules: Sequence[Rule], *, timezone: str | None = None
+) -> AuditReport:
+    """Apply ``rules`` to every root session of ``corpora`` (and to each day for max-daily-cost: a UTC day,
     or one of ``timezone``, an IANA name)."""
+    return _audited([corpora] if isinstance(corpora, Corpus) else corpora, rules, timezone)[0]
+
+
+# What the daily checks read of the sessions and requests audited, kept of each batch.
+_DAILY = (("session_key", "user", "project", "project_dir"), ("session_key", "ts", "cost", "model"))
+
+
+def _audited(
+    batches: Iterable[Corpus], rules: Sequence[Rule], timezone: str | None
+) -> tuple[AuditReport, Corpus]:
+    """``run_audit``, and what it saw: the sessions and requests the daily checks read, with the tally of
+    what was read (its sessions' rows alone)."""
+    entries: list[tuple[Any, str, list[Check], dict[str, float | None], dict[str, Any]]] = []
+    kept: list[tuple[pl.DataFrame, pl.DataFrame]] = []
+    tallies = []
+    me = identity().user  # local sessions are this user's; a dataset's rows say whose they are
+    for corpus in batches:
+        entries += _session_checks(corpus, rules, me)
+        have = corpus.sessions.columns
+        kept.append(
+            (corpus.sessions.select(c for c in _DAILY[0] if c in have), corpus.requests.select(_DAILY[1]))
+        )
+        tallies.append(merged([corpus.tally]))  # (its rows alone: not every batch's columns at once)
+    # (in the order of ``stats --by session``, whatever the batches)
+    entries.sort(key=lambda e: e[0])
+    checks = [c for e in entries for c in e[2]]
+    metrics = {e[1]: e[3] for e in entries}
+    info = {e[1]: e[4] for e in entries}
+    sessions, requests = (pl.concat([k[i] for k in kept], how="diagonal_relaxed") for i in (0, 1))
+    seen = Corpus(
+        sessions, requests.clear(), requests, requests.clear(), requests.clear(), tally=merged(tallies)
+    )
+    seen.problems = seen.tally.problems
+
+    summary: dict[str, float | None] = {}
+    for metric, m in METRICS.items():
+        values = [x for v in metrics.values() if (x := v.get(metric)) is not None]
+        summary[metric] = None if not values else (max(values) if m.lower_is_better else min(values))
+    daily = _daily_costs(seen, timezone)
+    summary["max-daily-cost"] = max((c for _, c in daily if c is not None), default=None)
+    for rule in [r for r in rules if r.metric == "max-daily-cost"]:
+        for user in _users_of(seen, rule, me):  # a rule for users: each one's days apart
+            for day, cost in _daily_costs(seen, timezone, rule, user) if rule.scoped else daily:
+                subject = day if user is None else f"{day} {user}"
+                measure = _Measure(cost, None, "" if cost is not None else "no price known")
+                checks.append(_check(rule, measure, subject, None, None, None))
+
+    read = read_summary(seen)
+    unmatched = [*read["missing_paths"], *read["empty_folders"]]
+    report_ = AuditReport(list(rules), checks, metrics, info, summary, read, list(read["errors"]), unmatched)
+    return report_, seen
+
+
+def _session_checks(
+    corpus: Corpus, rules: Sequence[Rule], me: str
+) -> list[tuple[Any, str, list[Check], dict[str, float | None], dict[str, Any]]]:
+    """Each root session's checks, metrics and what names it, after the key ``stats --by session`` orders
+    its rows by."""
     sessions = report(corpus, "session")
     column = corpus.sessions.get_column
     key_of = dict(zip(column("file"), column("session_key"), strict=True))
     dirs = dict(zip(column("session_key"), column("project_dir"), strict=True))
-
-    checks: list[Check] = []
-    metrics: dict[str, dict[str, float | None]] = {}
-    info: dict[str, dict[str, Any]] = {}
     families = _Families(corpus)
-    me = identity().user  # local sessions are this user's; a dataset's rows say whose they are
     has_user = "user" in corpus.sessions.columns
     users = dict(zip(column("session_key"), column("user"), strict=True)) if has_user else {}
+    out = []
     for row in sessions.iter_rows(named=True):
         key = key_of[row["file"]]
         models = [m for m in (row["models"] or "").split(",") if m]
         projects = [row["project"], dirs.get(key)]
-        info[key] = {**{k: row[k] for k in ("session", "session_id", "project", "file")}, "models": models}
+        info = {**{k: row[k] for k in ("session", "session_id", "project", "file")}, "models": models}
         measures = _session_measures(families, key, row, None)
         if any(r.metric == "max-secrets" for r in rules):  # reads the whole file: only when asked
             measures["max-secrets"] = _secrets_measure(row["file"])
-        metrics[key] = {name: m.value for name, m in measures.items()}
         where = (row["session"], row["session_id"], row["project"], row["file"])
+        checks = []
         for metric in [m for m in METRICS if m != "max-daily-cost"]:
             for rule in _rules_for(rules, metric, projects, models, users.get(key) or me):
                 measure = measures[metric]
@@ -565,23 +626,9 @@ def run_audit(corpus: Corpus, rules: Sequence[Rule], *, timezone: str | None = N
                     only = [m for m in models if _matches(rule.models, (m,))]
                     measure = _session_measures(families, key, row, only)[metric]
                 checks.append(_check(rule, measure, *where))
-
-    summary: dict[str, float | None] = {}
-    for metric, m in METRICS.items():
-        values = [x for v in metrics.values() if (x := v.get(metric)) is not None]
-        summary[metric] = None if not values else (max(values) if m.lower_is_better else min(values))
-    daily = _daily_costs(corpus, timezone)
-    summary["max-daily-cost"] = max((c for _, c in daily if c is not None), default=None)
-    for rule in [r for r in rules if r.metric == "max-daily-cost"]:
-        for user in _users_of(corpus, rule, me):  # a rule for users: each one's days apart
-            for day, cost in _daily_costs(corpus, timezone, rule, user) if rule.scoped else daily:
-                subject = day if user is None else f"{day} {user}"
-                measure = _Measure(cost, None, "" if cost is not None else "no price known")
-                checks.append(_check(rule, measure, subject, None, None, None))
-
-    read = read_summary(corpus)
-    unmatched = [*read["missing_paths"], *read["empty_folders"]]
-    return AuditReport(list(rules), checks, metrics, info, summary, read, list(read["errors"]), unmatched)
+        order = tuple((v is None, v or "") for v in (row["start"], row["session"], key))
+        out.append((order, key, checks, {name: m.value for name, m in measures.items()}, info))
+    return out
 
 
 def _secrets_measure(file: str | None) -> _Measure:
@@ -654,11 +701,11 @@ def _daily_costs(
         req.with_columns(day=ts.dt.date())
         .filter(pl.col("day").is_not_null())
         .group_by("day")
-        .agg(pl.col("cost").sum(), pl.col("cost").is_null().any().alias("unknown"))
+        .agg(pl.col("cost"), pl.col("cost").is_null().any().alias("unknown"))
         .sort("day")
-    )
+    )  # (summed as ``stats --by day`` sums: math.fsum)
     return [
-        (r["day"].isoformat(), None if r["unknown"] else float(r["cost"])) for r in days.iter_rows(named=True)
+        (day.isoformat(), None if unknown else math.fsum(costs)) for day, costs, unknown in days.iter_rows()
     ]
 
 

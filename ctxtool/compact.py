@@ -237,8 +237,7 @@ def output_location(
     ``out`` keeps ``<project>/chats[/<parent>]/<name>`` under the output directory (``<project>/<name>``
     for a file outside a ``chats/`` folder); ``new-session`` writes ``new_name`` beside the input;
     ``in-place`` is the input itself. The project temp dir is the folder above ``chats/`` (where Gemini
-    CLI keeps ``tool-outputs/``), or the output's own folder outside that layout.
-    """
+    CLI keeps ``tool-outputs/``), or the output's own folder outside that layout."""
     path = source.path
     in_chats = path.parent.name == "chats" or (
         source.parent_ref is not None and path.parent.parent.name == "chats"
@@ -411,8 +410,7 @@ def compact_session(
     Raises CtxtoolError (SessionFormatError, SummarizerError, FileChangedError…) or OSError when the file
     cannot be read, summarised or written; the caller turns that into a FAILED row. ``before_replace`` runs
     between writing the temporary file and the checked rename of ``--in-place`` (tests simulate a racing
-    writer with it).
-    """
+    writer with it)."""
     opts = options or CompactOptions()
     dest = destination or Destination()
     sp = source if isinstance(source, SessionPath) else _describe(Path(source))
@@ -838,8 +836,7 @@ def undo_compaction(path: Path, *, force: bool = False) -> UndoReport:
     for a legacy ``.json``, the ``.jsonl`` ctxtool wrote beside it). The recorded history is untouched, so
     the session is again what it was before. Records appended after the compaction (Gemini CLI resumed the
     compacted session) are kept; undoing then needs ``force``, since they answered the compacted history.
-    Raises CtxtoolError when the file cannot be undone.
-    """
+    Raises CtxtoolError when the file cannot be undone."""
     path = Path(path)
     if path.suffix == ".json" and path.with_suffix(".jsonl").exists():
         path = path.with_suffix(".jsonl")
@@ -962,8 +959,7 @@ def _with_message_ids(session: SessionFile, data: bytes) -> tuple[SessionFile, s
     Gemini CLI, ids or not, so its messages get ids derived from their position and the output carries them.
     A ``.jsonl`` message line without an id is skipped by Gemini CLI's own reader (and ctxtool's), so the
     session Gemini CLI resumes lacks it: leaving it out of the output, or adding it back, would each change
-    the session behind the user's back, so the file is refused.
-    """
+    the session behind the user's back, so the file is refused."""
     if session.era == "jsonl":
         if lines := idless_lines(data):
             raise CtxtoolError(

@@ -268,11 +268,9 @@ def _preview(msg: Mapping[str, Any]) -> str:
 
 
 def _tool_names(msg: Mapping[str, Any]) -> tuple[str, ...]:
-    names: list[str] = []
     calls = msg.get("toolCalls")
-    for c in calls if isinstance(calls, list) else []:
-        if isinstance(c, dict) and isinstance(c.get("name"), str):
-            names.append(c["name"])
+    calls = calls if isinstance(calls, list) else []
+    names = [c["name"] for c in calls if isinstance(c, dict) and isinstance(c.get("name"), str)]
     content = msg.get("content")
     parts = [p for p in content if isinstance(p, dict)] if isinstance(content, list) else []
     for inner in (p.get(key) for p in parts for key in ("functionResponse", "functionCall")):
@@ -373,8 +371,7 @@ def align(
 
     Ids first; messages left over are matched by ``content_hash`` (first unused copy, in order). The order
     follows the after file, with removed messages shown where they stood: before the first later message
-    that both files share.
-    """
+    that both files share."""
     pair_of_after: dict[int, tuple[int, Match]] = {}
     matched_before: set[int] = set()
     keys: tuple[tuple[Match, Callable[[Mapping[str, Any]], str | None]], ...] = (
@@ -572,9 +569,7 @@ def _pct(value: float | None) -> str:
 
 
 def _delta(before: int | None, after: int | None) -> str:
-    if before is None or after is None:
-        return ""
-    return f"{after - before:+,}"
+    return "" if before is None or after is None else f"{after - before:+,}"
 
 
 def summary_rows(d: SessionDiff) -> list[tuple[str, str, str, str]]:

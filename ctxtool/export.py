@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import date
@@ -390,25 +390,15 @@ def load_dataset(
     from ctxtool import frames
     from ctxtool.frames.corpus import tally_of_frames, tally_of_sessions
 
-    store = Store.at(where)
-    marker = store.get(DATASET_MARKER)
-    if marker is None and not os.path.isfile(os.path.join(store.where, DATASET_MANIFEST)):
-        raise UsageError(
-            f"{store} is not a ctxtool dataset (no {DATASET_MARKER})",
-            "Create one with: ctxtool export --to URL",
-        )
-    if marker is not None:
-        _schema_of(store, marker)
+    store, schema_1 = _opened(where)
     template = frames.build_corpus([])
     if isinstance(sums, tuple):
         template.sessions = template.sessions.select(_SUMMED)
     tables, requests, files, size = _read_tables(
-        store, template, schema_1=marker is None, sums=bool(sums), days=days
+        store, template, schema_1=schema_1, sums=bool(sums), days=days
     )
-    sessions = tables["sessions"]
     if not subagents:
-        keep = sessions.filter(pl.col("parent_session_key").is_null() & (pl.col("kind") != "subagent"))
-        ids = keep.get_column("session_key").implode()
+        ids = _roots(tables["sessions"]).get_column("session_key").implode()
         tables = {t: df.filter(pl.col("session_key").is_in(ids)) for t, df in tables.items()}
     tables["sessions"] = _with_subagent_counts(tables["sessions"])
     if sums:
@@ -422,14 +412,88 @@ def load_dataset(
     if sums:
         by, timezone = sums if isinstance(sums, tuple) else (None, None)
         if filters is not None and any(filters.values()):
-            corpus.tally = _narrowed_tally(store, corpus, requests, marker is None, (by, timezone), filters)
+            corpus.tally = _narrowed_tally(store, corpus, requests, schema_1, (by, timezone), filters)
             return corpus
         present = corpus.sessions.get_column("session_key")
-        summed = _RequestSums(store, [k for k, _ in requests], present, marker is None, (by, timezone), None)
+        summed = _RequestSums(store, [k for k, _ in requests], present, schema_1, (by, timezone), None)
         corpus.tally = tally_of_sessions(corpus.sessions, corpus, summed, summed.mismatches())
     else:
         corpus.tally = tally_of_frames(corpus)
     return corpus
+
+
+def _opened(where: str | os.PathLike[str]) -> tuple[Store, bool]:
+    """The dataset's store, and whether it is of schema 1 (a manifest, objects by project and day)."""
+    store = Store.at(where)
+    marker = store.get(DATASET_MARKER)
+    if marker is None and not os.path.isfile(os.path.join(store.where, DATASET_MANIFEST)):
+        raise UsageError(
+            f"{store} is not a ctxtool dataset (no {DATASET_MARKER})",
+            "Create one with: ctxtool export --to URL",
+        )
+    if marker is not None:
+        _schema_of(store, marker)
+    return store, marker is None
+
+
+def _roots(sessions: pl.DataFrame) -> pl.DataFrame:
+    import polars as pl
+
+    return sessions.filter(pl.col("parent_session_key").is_null() & (pl.col("kind") != "subagent"))
+
+
+def dataset_families(
+    where: str | os.PathLike[str], *, subagents: bool = True, filters: Mapping[str, Any] | None = None
+) -> Iterator[Corpus]:
+    """``load_dataset`` a few thousand sessions at a time, for a command that checks each session apart
+    (``audit``): each corpus holds whole families (a session and its subagents: one ``root_session_key``),
+    each table read of those sessions alone, and what was read for them (the first, also the sessions' own
+    objects). Of ``filters`` (``StatsQuery.filters``), ``--project`` and ``--session`` are matched over the
+    whole dataset first (an ambiguous prefix is an error before any batch), and a session outside
+    ``--since``/``--until`` is not read; the caller still filters each corpus. A dataset of schema 1 (its
+    objects by project and day) comes whole."""
+    import polars as pl
+
+    from ctxtool import frames
+    from ctxtool.frames.corpus import tally_of_frames, tally_of_sessions
+    from ctxtool.frames.views import kept_keys
+
+    store, schema_1 = _opened(where)
+    if schema_1:
+        yield load_dataset(where, subagents=subagents)
+        return
+    template = frames.build_corpus([])
+    listed = {t: _objects(store, t, False) for t in TABLES}
+    first = [k for k, _ in listed["sessions"]]
+    sessions = _read_table(store, "sessions", first, template.sessions)
+    sessions = _with_subagent_counts(sessions if subagents else _roots(sessions))
+    head = frames.Corpus(sessions, template.messages, template.requests, template.tool_calls, template.turns)
+    f = filters or {}
+    keys = kept_keys(
+        tally_of_sessions(sessions, head, None, {}).sessions, f.get("projects") or (), f.get("sessions") or ()
+    )
+    if f.get("since") is not None or f.get("until") is not None:
+        keys &= _overlapping(sessions, f.get("since"), f.get("until"))
+    broken = int(sessions.get_column("broken_lines").sum() or 0)  # (of every session read, as load_dataset)
+    sessions = sessions.filter(pl.col("session_key").is_in(pl.Series(list(keys), dtype=pl.String).implode()))
+    of: dict[tuple[str, str], list[tuple[str, int]]] = {}  # (table, session) -> its objects
+    for table in TABLES:
+        for k, n in listed[table]:
+            of.setdefault((table, k.rsplit("/", 1)[-1].removesuffix(".parquet")), []).append((k, n))
+    roots = sessions.get_column("root_session_key").unique(maintain_order=True)
+    read = listed["sessions"]
+    for at in range(0, max(len(roots), 1), _BATCH):  # (one batch, empty, when no session is left)
+        t = {"sessions": sessions.filter(pl.col("root_session_key").is_in(roots.slice(at, _BATCH).implode()))}
+        for table in (x for x in TABLES if x != "sessions"):
+            found = [o for key in t["sessions"].get_column("session_key") for o in of.get((table, key), [])]
+            t[table] = _read_table(store, table, [k for k, _ in found], getattr(template, table))
+            read += found
+        corpus = frames.Corpus(t["sessions"], t["messages"], t["requests"], t["tool_calls"], t["turns"])
+        corpus.files_read = corpus.files_found = len(read)
+        corpus.bytes_read, corpus.broken_lines = sum(n for _, n in read), broken
+        corpus.tally = tally_of_frames(corpus)
+        read, broken = [], 0
+        yield corpus
 
 
 def _read_tables(
@@ -667,7 +731,7 @@ def load_sessions_or_dataset(
     paths: Sequence[str], *, subagents: bool = True, **reading: Any
 ) -> tuple[Corpus, CacheUse]:
     """``frames.loading.load_corpus`` of ``paths``, or, for a dataset given alone (a folder ``ctxtool export``
-    wrote, or a store URL), the dataset read back (``audit`` and ``report`` take either)."""
+    wrote, or a store URL), the dataset read back (``report`` takes either)."""
     from ctxtool.frames.loading import CacheUse, load_corpus
     from ctxtool.session.discover import dataset_in
 

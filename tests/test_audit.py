@@ -273,3 +273,20 @@ def test_audit_corpus_filters_warns_and_compares_with_the_baseline() -> None:
     with pytest.raises(CtxtoolError, match="no session to audit matches the --since/--until"):
         audit.audit_corpus(corpus, nothing, warn=heard.append)
     assert len(heard) == 1  # what the filters leave out is not warned about
+
+
+@pytest.mark.parametrize("timezone", [None, "America/New_York"])
+def test_costs_are_those_stats_reports_to_the_last_bit(timezone: str | None) -> None:
+    from ctxtool.frames.query import report
+    from tests.conftest import REAL_SESSIONS
+
+    corpus = frames.load([FIXTURES / "gemini" / "tmp", *([REAL_SESSIONS] if REAL_SESSIONS.is_dir() else [])])
+    result = audit.run_audit(corpus, _rules(max_session_cost=1e9, max_daily_cost=1e9), timezone=timezone)
+    by_session = {row["file"]: row["cost"] for row in report(corpus, "session").iter_rows(named=True)}
+    days_ = report(corpus, "day", timezone=timezone).iter_rows(named=True)
+    by_day = {row["day"].isoformat(): row["cost"] for row in days_}
+    sessions = [c for c in result.checks if c.rule == "max-session-cost" and c.value is not None]
+    days = [c for c in result.checks if c.rule == "max-daily-cost" and c.value is not None]
+    assert len(sessions) > 10 and len(days) > 5
+    assert [c.value for c in sessions] == [by_session[c.file] for c in sessions]
+    assert [c.value for c in days] == [by_day[c.subject] for c in days]

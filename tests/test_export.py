@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import orjson
 import polars as pl
@@ -339,3 +340,45 @@ def test_audit_of_a_dataset_with_budgets_per_user(
         ("max-session-tokens", "pass", ""),
     ]
     assert alice.requests.get_column("total").sum() > 1000
+
+
+@pytest.mark.parametrize(
+    "filters", [[], ["--since", "2026-04-01"], ["--project", "ctxdemo"], ["--model", "gemini-2.5-pro"]]
+)
+def test_a_dataset_is_audited_in_batches_of_whole_families_as_in_one(
+    filters: list[str],
+    tmp_path: Path,
+    capsysbinary: pytest.CaptureFixture[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ctxtool.cli import run
+
+    ds = tmp_path / "ds"
+    corpus = frames.load([DATA, *([REAL_SESSIONS] if REAL_SESSIONS.is_dir() else [])])
+    write(corpus, ds)
+    args = ["audit", "--max-session-tokens", "200k", "--max-turn-tokens", "50k", "--max-daily-cost", "0.2"]
+    args += ["--min-cache-ratio", "10%", "--format", "json", *filters]
+
+    def audited(batch: int, where: Path) -> dict[str, Any]:
+        monkeypatch.setattr(export, "_BATCH", batch)
+        assert run([*args, str(where)]) in (0, 3)
+        doc = orjson.loads(capsysbinary.readouterr().out)
+        assert doc["checks"]
+        return doc
+
+    whole = audited(2000, ds)
+    assert audited(3, ds) == whole  # read, checks, their order and the sessions' metrics alike
+    assert corpus.sessions.filter(pl.col("parent_session_key").is_not_null()).height  # (a family of two)
+    # The sessions themselves: the same checks, but that a dataset names a file relative to its root, a
+    # project by its name.
+    monkeypatch.setattr(export, "_BATCH", 2000)
+    assert run(
+        [*args, "--no-cache", str(DATA), *([str(REAL_SESSIONS)] if REAL_SESSIONS.is_dir() else [])]
+    ) in (0, 3)
+    direct = orjson.loads(capsysbinary.readouterr().out)
+
+    def unnamed(doc: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in c.items() if k not in ("file", "project")} for c in doc["checks"]]
+
+    assert unnamed(direct) == unnamed(whole)
+    assert direct["summary"] == whole["summary"]

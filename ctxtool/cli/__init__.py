@@ -148,7 +148,11 @@ def register(names: Sequence[str] | None = None) -> None:
 
     for name in names if names is not None else _COMMANDS:
         if name not in _registered:
-            importlib.import_module(f"ctxtool.cli.{name}").register(app)
+            module = importlib.import_module(f"ctxtool.cli.{name}")
+            if (group := getattr(module, f"{name}_app", None)) is not None:  # (cache, hooks: subcommands)
+                app.add_typer(group, name=name)
+            else:
+                app.command(name, help=module.HELP)(getattr(module, name))
             _registered.add(name)
     from ctxtool.cli.usage import readable_usage
 

@@ -62,7 +62,3 @@ def archive(
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:1000]
-
-
-def register(app: typer.Typer) -> None:
-    app.command("archive", help=HELP)(archive)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -16,6 +16,8 @@ from ctxtool.common.errors import UsageError
 from ctxtool.common.wording import plural
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ctxtool.audit import AuditReport
     from ctxtool.frames.model import Corpus
 
@@ -121,20 +123,25 @@ def audit(
         )
     base = None if baseline is None else lib.Baseline(lib.load_baseline(baseline), tol, str(baseline))
     query = lib.AuditQuery(rules, filters, timezone, base, show_secrets)
-    result = lib.audit_corpus(_load(paths, subagents, no_cache, cache_dir), query, warn=options.warn)
+    result = lib.audit_corpus(_load(paths, subagents, no_cache, cache_dir, filters), query, warn=options.warn)
     _write_report(result, fmt, output, github=github, width=width, color=color, show_all=show_all)
     if result.exceeded:
         return ExitStatus.BUDGET_EXCEEDED
     return ExitStatus.ERROR if result.incomplete else ExitStatus.OK
 
 
-def _load(paths: list[str] | None, subagents: bool, no_cache: bool, cache_dir: Path | None) -> Corpus:
+def _load(
+    paths: list[str] | None, subagents: bool, no_cache: bool, cache_dir: Path | None, filters: dict[str, Any]
+) -> Corpus | Iterator[Corpus]:
     """The sessions PATHS name (default: the data roots), read as ``stats`` reads them (through ctxtool's
-    index unless --no-cache)."""
-    from ctxtool.export import load_sessions_or_dataset as load_corpus
-    from ctxtool.session.discover import default_roots, resolve_session_args
+    index unless --no-cache); a dataset, a few thousand sessions at a time (``export.dataset_families``)."""
+    from ctxtool.export import dataset_families
+    from ctxtool.frames.loading import load_corpus
+    from ctxtool.session.discover import dataset_in, default_roots, resolve_session_args
 
     sources = resolve_session_args(paths) if paths else [str(root) for root in default_roots()]
+    if (dataset := dataset_in(sources)) is not None:
+        return dataset_families(dataset, subagents=subagents, filters=filters)
     corpus, use = load_corpus(sources, subagents=subagents, cache=not no_cache, cache_dir=cache_dir)
     if use.notice:
         print(f"notice: {use.notice}", file=sys.stderr)
@@ -197,7 +204,3 @@ def _write_report(
                 console.print(lib.regression_text(r), markup=False, highlight=False)
     if output is not None:
         options.say_written(output)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("audit", help=HELP)(audit)

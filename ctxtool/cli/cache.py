@@ -46,7 +46,3 @@ def clear(cache_dir: Path = _DIR_OPTION) -> int:
     freed = clear_cache(root)
     print(f"cleared {root} ({freed / 1e6:,.1f} MB)")
     return ExitStatus.OK
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(cache_app, name="cache")

@@ -473,10 +473,6 @@ def _undo(paths: list[str], *, force: bool, fmt: str) -> int:
     return _status(reports)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("compact", help=HELP)(compact)
-
-
 def _compact_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """What a JSON reader wants at a glance: sessions by status, files written, tokens before and after."""
     return {

@@ -151,7 +151,3 @@ def _dtype(column: str) -> Any:
     if column in ("reduction", "retention", "seconds") or column.endswith("_retention"):
         return pl.Float64
     return pl.Boolean if column == "would_trigger" else pl.Utf8
-
-
-def register(app: typer.Typer) -> None:
-    app.command("compare", help=HELP)(compare)

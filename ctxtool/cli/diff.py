@@ -152,7 +152,3 @@ def _print_table(
                 hide(diff_lib.message_rows(result)), title="Messages", width=console.width
             ),
         )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("diff", help=HELP)(diff)

@@ -129,7 +129,3 @@ def describe(result: ExportResult) -> str:
     if result.removed:
         text += f" Removed {plural(result.removed, 'session')} that became part of another."
     return text
-
-
-def register(app: typer.Typer) -> None:
-    app.command("export", help=HELP)(export)

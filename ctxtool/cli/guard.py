@@ -84,7 +84,3 @@ def guard(
     argv = hook.to_argv([*values, ("--cache-dir", cache_dir), ("--scope", scope)], fail_closed=fail_closed)
     hook.run(argv, sys.stdin, sys.stdout, sys.stderr)
     return ExitStatus.OK
-
-
-def register(app: typer.Typer) -> None:
-    app.command("guard", help=HELP)(guard)

@@ -124,7 +124,3 @@ def status(scope: str = _SCOPE) -> int:
     for hook in found:
         print(f"  {hook['event']}: {hook.get('command')}")
     return ExitStatus.OK
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(hooks_app, name="hooks")

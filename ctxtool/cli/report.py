@@ -165,7 +165,3 @@ def _compare(corpus: Corpus, sessions: int, show_secrets: bool, status: _Status)
         if row.get("error"):
             print(f"Error: {row['session']} ({row['strategy']}): {row['error']}", file=sys.stderr)
     return rows
-
-
-def register(app: typer.Typer) -> None:
-    app.command("report", help=HELP)(report)

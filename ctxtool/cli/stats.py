@@ -336,7 +336,3 @@ def _unmatched(paths: list[str]) -> list[str]:
         and not Path(p).expanduser().exists()
         and not glob.glob(os.path.expanduser(p), recursive=True)
     ]
-
-
-def register(app: typer.Typer) -> None:
-    app.command("stats", help=HELP)(stats)

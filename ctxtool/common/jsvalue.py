@@ -57,9 +57,7 @@ def _utf16(s: str) -> bytes:
 
 def utf16_len(s: str) -> int:
     """``s.length`` in JS: UTF-16 code units (an astral character counts 2, a lone surrogate 1)."""
-    if s.isascii():
-        return len(s)
-    return len(_utf16(s)) // 2
+    return len(s) if s.isascii() else len(_utf16(s)) // 2
 
 
 def utf16_counts_pure(s: str, /) -> tuple[int, int]:
@@ -96,9 +94,7 @@ def js_slice(s: str, start: int, end: int | None = None) -> str:
 
 def normalize_surrogates(s: str) -> str:
     """Join surrogate halves that Python holds as two code points into one character, as JS sees them."""
-    if _SURROGATE.search(s) is None:
-        return s
-    return _from_utf16(_utf16(s))
+    return s if _SURROGATE.search(s) is None else _from_utf16(_utf16(s))
 
 
 # Numbers

@@ -26,6 +26,4 @@ def compiled() -> ModuleType | None:
 def describe() -> str:
     """``compiled kernels: utf8, utf16`` or ``pure Python``, as ``ctxtool --version`` says it."""
     module = compiled()
-    if module is None:
-        return "pure Python"
-    return "compiled kernels: " + ", ".join(module.KERNELS)
+    return "pure Python" if module is None else "compiled kernels: " + ", ".join(module.KERNELS)

@@ -22,8 +22,7 @@ class ModelCall:
     """One generateContent request a compaction strategy wants answered.
 
     ``contents`` is exactly what would be sent; ``history`` is the part of it that came from the session
-    (what is being summarised), so an offline summarizer need not undo the appended instruction turns.
-    """
+    (what is being summarised), so an offline summarizer need not undo the appended instruction turns."""
 
     kind: CallKind
     model: str

@@ -15,13 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ctxtool.frames.build import build_corpus, load, warm_up
     from ctxtool.frames.grouping import link_parents, session_key
-    from ctxtool.frames.model import (
-        COMPOSITION_COLUMNS,
-        SCHEMA_VERSION,
-        TOKEN_COLUMNS,
-        Corpus,
-        Progress,
-    )
+    from ctxtool.frames.model import COMPOSITION_COLUMNS, SCHEMA_VERSION, TOKEN_COLUMNS, Corpus, Progress
     from ctxtool.frames.query import (
         filter_corpus,
         hidden_calls,

@@ -743,6 +743,24 @@ def warnings_of(t: Tally) -> list[str]:
     ]
 
 
+# What ``merged`` drops of a session: all but its row (what the views and the requests' reports read).
+_LIGHT: dict[str, Any] = dict.fromkeys(
+    ("requests", "columns", "detail", "files", "meta", "kept", "turns", "kept_messages")
+)
+
+
+def merged(parts: Iterable[Tally]) -> Tally:
+    """One tally of ``parts`` (each of other sessions, each reading's own): their sessions' rows alone (not
+    what the views read), what reading met, the counts added."""
+    p = list(parts)
+    light = [msgspec.structs.replace(s, **_LIGHT) for t in p for s in t.sessions]
+    lists = ([x for t in p for x in getattr(t, f)] for f in ("problems", "skipped", "broken", "invalid_utf8"))
+    problems, skipped, broken, invalid = lists
+    warnings = list(dict.fromkeys(w for t in p for w in t.warnings))
+    files, size, lines = (sum(getattr(t, f) for t in p) for f in ("files_read", "bytes_read", "broken_lines"))
+    return Tally(light, problems, warnings, files, size, lines, skipped, broken, invalid)
+
+
 def summary_of(t: Tally) -> dict[str, Any]:
     """What was read (``reading.summary``)."""
     from ctxtool.frames.reading import summary

@@ -85,8 +85,7 @@ def estimate_token_count(
     Text: 1/charsPerToken per ASCII UTF-16 unit, 1.5 per other unit, ``length/charsPerToken`` above
     100,000 units; functionResponse: name + response (+ nested parts); images 3000, PDFs 25800; anything
     else ``JSON.stringify(part).length / charsPerToken``. Floored once per call. ``estimator`` selects an
-    older formula (section 7.1).
-    """
+    older formula (section 7.1)."""
     if depth > MAX_RECURSION_DEPTH:
         return 0
     cpt = chars_per_token

@@ -78,6 +78,4 @@ def read_as_node(data: bytes, invalid_lines: int | None = None) -> bytes:
     ``invalid_lines``: what ``invalid_utf8(data)`` counted, when the caller has it already."""
     if invalid_lines is None:
         invalid_lines = invalid_utf8(data)[0]
-    if not invalid_lines:
-        return data
-    return data.decode("utf-8", "replace").encode("utf-8")
+    return data if not invalid_lines else data.decode("utf-8", "replace").encode("utf-8")

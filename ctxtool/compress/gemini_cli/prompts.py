@@ -735,7 +735,4 @@ def _env_slot(source: str, template_start: int, expression: str) -> EnvSlot | No
         found = list(pattern.finditer(source, max(0, template_start - 3000), template_start))
         if found:
             defining = found[-1].group(1)  # the nearest definition before the template
-    for slot, sign in _ENV_SLOT_SIGNS:
-        if sign in defining:
-            return slot
-    return None
+    return next((slot for slot, sign in _ENV_SLOT_SIGNS if sign in defining), None)

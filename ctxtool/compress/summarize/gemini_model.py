@@ -46,8 +46,7 @@ def get_response_text(response: Any) -> str | None:
     """Port of ``getResponseText`` (packages/core/src/utils/partUtils.ts, gemini-cli 04fbf50725).
 
     Joins the non-empty, non-thought ``text`` of the first candidate's parts; None when there is no
-    candidate, no content or no parts. Parts that are all thoughts give "" (not None), as upstream.
-    """
+    candidate, no content or no parts. Parts that are all thoughts give "" (not None), as upstream."""
     if not (candidates := getattr(response, "candidates", None)):
         return None
     if not (parts := getattr(getattr(candidates[0], "content", None), "parts", None)):
@@ -80,8 +79,7 @@ class GeminiSummarizer:
     replaces the call's system instruction (a ``--prompt-file`` or an installed Gemini CLI's prompt).
     ``max_retries`` counts retries after the first attempt. ``sleep`` and ``rng`` shape the backoff
     (tests pass a recorder); ``env`` replaces ``os.environ`` for ctxtool's own lookups (the SDK still
-    reads ``os.environ`` for its Vertex AI settings).
-    """
+    reads ``os.environ`` for its Vertex AI settings)."""
 
     name = "gemini"
     deterministic = False
@@ -312,8 +310,7 @@ def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[Bas
     """(read/write timeouts, connection failures) of the HTTP libraries google-genai may use.
 
     A connect timeout counts as a connection failure and is retried; a read timeout is not, since the
-    model already had ``timeout_s`` to answer.
-    """
+    model already had ``timeout_s`` to answer."""
     timeouts: list[type[BaseException]] = []
     connection: list[type[BaseException]] = []
     for name in ("httpx", "httpx2"):

@@ -183,8 +183,7 @@ class _Roots:
     """Shortens absolute paths by naming their common directories ``$A``, ``$B``, ``$C``.
 
     The parent directory of a file always stays in the shortened form (``$A/infra/pi_bot.py``), so the
-    ``parent/basename`` of every path remains findable.
-    """
+    ``parent/basename`` of every path remains findable."""
 
     def __init__(self, paths: Sequence[str]) -> None:
         self.roots: list[tuple[str, str]] = []  # (name, root directory with trailing separator)
@@ -404,8 +403,7 @@ def _select(items: Sequence[_Item], budget: int) -> list[_Item]:
     Tier by tier (``_TIERS``): user requests and the core lines first, then errors (newest first), failed
     commands, changed paths and directives, then the commands that succeeded, then the paths only read,
     then lines carried from an earlier snapshot, then prose. So when the facts do not fit, what goes is, in
-    order: paths only read, commands that succeeded, older errors; user requests go last of all.
-    """
+    order: paths only read, commands that succeeded, older errors; user requests go last of all."""
     chosen: list[_Item] = []
     used = 0
     headers: set[tuple[str, str]] = set()  # the groups whose title is already counted
