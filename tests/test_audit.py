@@ -287,6 +287,7 @@ def test_costs_are_those_stats_reports_to_the_last_bit(timezone: str | None) -> 
     by_day = {row["day"].isoformat(): row["cost"] for row in days_}
     sessions = [c for c in result.checks if c.rule == "max-session-cost" and c.value is not None]
     days = [c for c in result.checks if c.rule == "max-daily-cost" and c.value is not None]
-    assert len(sessions) > 10 and len(days) > 5
+    assert len(sessions) > 10
+    assert len(days) > 5
     assert [c.value for c in sessions] == [by_session[c.file] for c in sessions]
     assert [c.value for c in days] == [by_day[c.subject] for c in days]
