@@ -44,7 +44,7 @@ from ctxtool.common.wording import plural
 from ctxtool.frames.model import SCHEMA_VERSION, Corpus, Problem
 from ctxtool.frames.query import filter_corpus, read_summary, read_warnings, report
 from ctxtool.frames.reading import describe_problems, problem_counts
-from ctxtool.frames.tally import merged
+from ctxtool.frames.tally import merged, session_order
 from ctxtool.measure.tokens import cache_ratio
 
 Kind = Literal["tokens", "share", "cost", "count"]
@@ -626,8 +626,15 @@ def _session_checks(
                     only = [m for m in models if _matches(rule.models, (m,))]
                     measure = _session_measures(families, key, row, only)[metric]
                 checks.append(_check(rule, measure, *where))
-        order = tuple((v is None, v or "") for v in (row["start"], row["session"], key))
-        out.append((order, key, checks, {name: m.value for name, m in measures.items()}, info))
+        out.append(
+            (
+                session_order(row["start"], row["session"], key),
+                key,
+                checks,
+                {name: m.value for name, m in measures.items()},
+                info,
+            )
+        )
     return out
 
 

@@ -467,11 +467,14 @@ def dataset_families(
     first = [k for k, _ in listed["sessions"]]
     sessions = _read_table(store, "sessions", first, template.sessions)
     sessions = _with_subagent_counts(sessions if subagents else _roots(sessions))
-    head = frames.Corpus(sessions, template.messages, template.requests, template.tool_calls, template.turns)
     f = filters or {}
-    keys = kept_keys(
-        tally_of_sessions(sessions, head, None, {}).sessions, f.get("projects") or (), f.get("sessions") or ()
-    )
+    keys = set(sessions.get_column("session_key"))
+    if f.get("projects") or f.get("sessions"):  # (matched as stats matches them: views.kept_keys)
+        head = frames.Corpus(
+            sessions, template.messages, template.requests, template.tool_calls, template.turns
+        )
+        every = tally_of_sessions(sessions, head, None, {}).sessions
+        keys = kept_keys(every, f.get("projects") or (), f.get("sessions") or ())
     if f.get("since") is not None or f.get("until") is not None:
         keys &= _overlapping(sessions, f.get("since"), f.get("until"))
     broken = int(sessions.get_column("broken_lines").sum() or 0)  # (of every session read, as load_dataset)

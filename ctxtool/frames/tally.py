@@ -614,10 +614,14 @@ def session_rows(t: Tally, *, roll_up: bool = True) -> list[dict[str, Any]]:
             row["cost"] = known_sum(known, row["requests"] - row["unpriced"], row["unpriced"])
             row["cache_ratio"] = cache_ratio(row["cached"], row["input"])
         rows.append(row)
-    # ``sort("start", "session", "session_key", nulls_last=True)``
-    order = ("start", "session", "session_key")
-    rows.sort(key=lambda row: tuple((row[k] is None, row[k] or "") for k in order))
+    rows.sort(key=lambda row: session_order(row["start"], row["session"], row["session_key"]))
     return [shown(row, "session") for row in rows]
+
+
+def session_order(start: Any, session: str | None, key: str) -> tuple[tuple[bool, Any], ...]:
+    """Where a session's row stands in ``stats --by session``: ``sort("start", "session", "session_key",
+    nulls_last=True)``."""
+    return tuple((v is None, v or "") for v in (start, session, key))
 
 
 def shown(row: dict[str, Any], by: str) -> dict[str, Any]:
